@@ -1,0 +1,807 @@
+"""tapegrad arrays: typed, strided views of CPU or CUDA memory, with an optional gradient.
+
+An array either owns its memory or borrows it; a borrowing array keeps the owner (a numpy
+array, a CuPy allocation, a torch tensor, a DLPack holder...) alive for as long as it lives.
+The same holds for ``.grad``, which is itself an array.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from . import types as T
+from .device import Device, get_device
+
+__all__ = ["array", "array1d", "array2d", "array3d", "array4d", "zeros", "ones", "empty", "full",
+           "zeros_like", "ones_like", "empty_like", "full_like", "from_numpy", "clone", "copy"]
+
+_ALIGN = 64
+
+
+def _contiguous_strides(shape, itemsize):
+    strides, s = [], itemsize
+    for d in reversed(shape):
+        strides.append(s)
+        s *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _normalize_shape(shape, arg="shape"):
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{arg}: expected an int or a tuple of ints, got {shape!r}") from None
+    if len(shape) > T.MAX_DIMS:
+        raise ValueError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got {len(shape)} ({shape})")
+    if len(shape) == 0:
+        raise ValueError(f"{arg}: at least one dimension is required, got ()")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{arg}: dimensions must be >= 0, got {shape}")
+    return shape
+
+
+def _host_alloc(nbytes):
+    """Zeroed, 64-byte aligned host memory; returns (owner, ptr)."""
+    raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % _ALIGN
+    buf = raw[off:off + max(nbytes, 1)]
+    return buf, buf.ctypes.data
+
+
+class _ArrayAnnotationGetter:
+    """``tg.array2d[tg.vec3]`` -> ``ArrayType(vec3, 2)``; ``tg.array2d(...)`` builds a 2-D array."""
+
+    def __init__(self, ndim):
+        self.ndim = ndim
+
+    def __getitem__(self, dtype):
+        return T.ArrayType(T.resolve_dtype(dtype), self.ndim)
+
+    def __call__(self, *args, **kwargs):
+        kwargs.setdefault("ndim", self.ndim)
+        return array(*args, **kwargs)
+
+    def __repr__(self):
+        return f"tapegrad.array{self.ndim}d"
+
+
+class array:
+    """A typed array of up to 4 dimensions on the CPU or a CUDA device.
+
+    Args:
+        data: a numpy array, nested list, scalar, or any object with ``__array_interface__``
+            (CPU) or ``__cuda_array_interface__`` (CUDA). CUDA-interface objects are always
+            wrapped zero-copy (their ``stream`` is waited for); host data is copied unless
+            ``copy=False`` on a CPU device.
+        dtype: element type (``tg.float32``, ``float``, ``tg.vec3``, a struct...). Inferred from
+            ``data`` when None. Vector/matrix dtypes consume trailing component dims of ``data``.
+        shape: shape in elements. With no ``data``/``ptr``: allocate zeroed memory of this shape.
+        strides: byte strides (with ``ptr``); contiguous when None.
+        ptr: address of existing memory to wrap (requires ``shape`` and ``dtype``).
+        device: "cpu", "cuda:N" or a Device (default: the data's device, else current).
+        requires_grad: allocate (or keep) a zeroed gradient array of the same shape.
+        grad: an existing gradient array to use (borrowed).
+        copy: copy host data (default True, as in Warp) — False wraps it zero-copy on the CPU.
+        pinned: page-locked host memory (CPU arrays; needs CUDA, else ignored).
+        owner: with ``ptr``: object kept alive as long as the array (a weakref to a dead object
+            is refused).
+        deleter: ``deleter(ptr, size)`` called when the array is destroyed (with ``ptr``).
+        ndim: number of dims of an annotation-only array (``tg.array(dtype=float, ndim=2)``).
+        readonly: refuse kernel writes (e.g. DLPack READ_ONLY imports).
+    Raises:
+        TypeError: bad dtype, or data of an unsupported type.
+        ValueError: bad shape/strides, data that does not fit the dtype, or a CAI ``mask``.
+        RuntimeError: >4 dims, dead owner, device mismatch.
+    """
+
+    __array_priority__ = 10
+
+    def __class_getitem__(cls, dtype):
+        return T.ArrayType(T.resolve_dtype(dtype), 1)
+
+    def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
+                 requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,
+                 ndim=None, capacity=None, readonly=False):
+        self._grad = None
+        self._requires_grad = False
+        self._desc = None
+        self._owner = None
+        self._version = 0
+        self.readonly = bool(readonly)
+        self.pinned = False
+        self.deleter = None
+        if data is not None and ptr is not None:
+            raise RuntimeError("array: pass either data= or ptr=, not both")
+        if data is None and ptr is None and shape is None:
+            self._init_annotation(dtype, ndim, device)
+        elif ptr is not None:
+            self._init_ptr(ptr, dtype, shape, strides, device, owner, deleter, capacity)
+        elif data is None:
+            self._init_alloc(dtype, shape, device, pinned)
+        elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
+            self._init_cai(data, dtype, shape, device)
+        else:
+            self._init_host(data, dtype, shape, device, copy, pinned)
+        if grad is not None:
+            self.grad = grad
+        elif requires_grad:
+            self.requires_grad = True
+
+    # ----------------------------------------------------------------------- construction
+    def _set(self, ptr, dtype, shape, strides, device, owner):
+        self._ptr = int(ptr or 0)
+        self.dtype = dtype
+        self._shape = tuple(shape)
+        self._strides = tuple(int(s) for s in strides)
+        self.device = device
+        self._owner = owner
+        self._check_strides()
+
+    def _check_strides(self):
+        el = self.dtype.scalar.size if self.dtype.scalar is not None else 1
+        if len(self._strides) != len(self._shape):
+            raise ValueError(f"array strides: expected {len(self._shape)} strides for shape {self._shape}, got {self._strides}")
+        for s in self._strides:
+            if s < 0:
+                raise ValueError(f"array strides: negative strides are not supported, got {self._strides}")
+            if s % el:
+                raise ValueError(f"array strides: each stride must be a multiple of the element's scalar size "
+                                 f"({el} bytes), got {self._strides}")
+
+    def _init_annotation(self, dtype, ndim, device):
+        dt = T.resolve_dtype(dtype if dtype is not None else T.float32)
+        nd = 1 if ndim is None else int(ndim)
+        if not 1 <= nd <= T.MAX_DIMS:
+            raise RuntimeError(f"array: ndim must be 1..{T.MAX_DIMS}, got {nd}")
+        self._set(0, dt, (0,) * nd, (0,) * nd, get_device(device) if device is not None else None, None)
+
+    def _init_ptr(self, ptr, dtype, shape, strides, device, owner, deleter, capacity):
+        if dtype is None:
+            raise TypeError("array(ptr=...): dtype is required")
+        if shape is None:
+            raise ValueError("array(ptr=...): shape is required")
+        dt = T.resolve_dtype(dtype)
+        shape = _normalize_shape(shape)
+        strides = _contiguous_strides(shape, dt.size) if strides is None else tuple(strides)
+        if isinstance(owner, weakref.ref):
+            target = owner()
+            if target is None:
+                raise RuntimeError("array(ptr=..., owner=...): the owner of the external memory is already dead")
+            owner = target
+        if not isinstance(ptr, (int, np.integer)) or ptr < 0:
+            raise TypeError(f"array(ptr=...): expected a non-negative int address, got {ptr!r}")
+        self._set(ptr, dt, shape, strides, get_device(device), owner)
+        if deleter is not None:
+            self.deleter = deleter
+            nbytes = capacity if capacity is not None else self.nbytes
+            weakref.finalize(self, deleter, int(ptr), nbytes)
+
+    def _init_alloc(self, dtype, shape, device, pinned):
+        dt = T.resolve_dtype(dtype if dtype is not None else T.float32)
+        shape = _normalize_shape(shape)
+        dev = get_device(device)
+        strides = _contiguous_strides(shape, dt.size)
+        nbytes = int(np.prod(shape)) * dt.size
+        owner, ptr = _alloc(dev, nbytes, pinned)
+        self.pinned = bool(pinned and dev.is_cpu and owner is not None and not isinstance(owner, np.ndarray))
+        self._set(ptr, dt, shape, strides, dev, owner)
+        if dev.is_cuda:
+            from .cuda.memory import memset
+            memset(ptr, 0, nbytes, dev.stream.cuda_stream)
+
+    def _init_cai(self, data, dtype, shape, device):
+        from .interop import parse_cuda_array_interface
+        iface = data.__cuda_array_interface__
+        dev, ptr, base_dt, sh, st, ro = parse_cuda_array_interface(iface, device)
+        dt, sh, st = _fold_inner_dims(base_dt, T.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
+        if shape is not None and _normalize_shape(shape) != sh:
+            raise ValueError(f"array: shape {tuple(shape)} does not match the CUDA array's shape {sh}")
+        self.readonly = self.readonly or ro
+        self._set(ptr, dt, sh, st, dev, data)
+
+    def _init_host(self, data, dtype, shape, device, copy, pinned):
+        dt = T.resolve_dtype(dtype) if dtype is not None else None
+        dev = get_device(device) if device is not None else _data_device(data)
+        if isinstance(data, array):
+            src = data.numpy() if data.device.is_cpu or not dev.is_cuda else None
+            if src is None:
+                a = clone(data, device=dev)
+                self._set(a.ptr, a.dtype, a.shape, a.strides, a.device, a._owner)
+                return
+            data = src
+        if isinstance(data, np.ndarray) or hasattr(data, "__array_interface__"):
+            arr = np.asarray(data)
+        else:
+            npdt = dt.scalar.np_dtype if dt is not None and dt.scalar is not None else (
+                dt.np_dtype if dt is not None else None)
+            try:
+                arr = np.asarray(data, dtype=npdt)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
+            copy = True
+        if arr.dtype.kind in "OUSVMmc":
+            raise TypeError(f"array(data=...): numpy dtype {arr.dtype} is not supported")
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        if isinstance(dt, T.StructType):
+            if arr.dtype != dt.np_dtype:
+                raise TypeError(f"array(data=...): struct {dt.name} data must have numpy dtype {dt.np_dtype}, got {arr.dtype}")
+            base = dt
+        else:
+            base = T.dtype_from_numpy(arr.dtype)
+            if dt is not None and dt.scalar is not base:
+                if not copy and dev.is_cpu:
+                    raise TypeError(f"array(data=..., copy=False): data has dtype {base!r}, cannot alias it as {dt!r}")
+                arr = arr.astype(dt.scalar.np_dtype)
+                base = dt.scalar
+                copy = True
+        if dt is not None and not isinstance(dt, T.StructType) and dt.inner_shape and shape is not None:
+            want = _normalize_shape(shape) + dt.inner_shape
+            if arr.size != int(np.prod(want)):
+                raise ValueError(f"array: data with {arr.size} scalars does not fit shape {tuple(shape)} of {dt!r}")
+            arr = arr.reshape(want)
+        elif shape is not None and not (dt is not None and dt.inner_shape):
+            want = _normalize_shape(shape)
+            if arr.shape != want:
+                if arr.size != int(np.prod(want)):
+                    raise ValueError(f"array: data of shape {arr.shape} does not fit shape {want}")
+                arr = arr.reshape(want)
+        if arr.strides and min(arr.strides) < 0:
+            arr = np.ascontiguousarray(arr)
+            copy = True
+        edt, esh, est = _fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
+        if dev.is_cpu and not copy and not pinned:
+            self._set(arr.ctypes.data, edt, esh, est, dev, data if data is not arr and hasattr(data, "__array_interface__") else arr)
+            self.readonly = self.readonly or not arr.flags.writeable
+            return
+        contiguous = np.ascontiguousarray(arr)
+        nbytes = contiguous.nbytes
+        owner, ptr = _alloc(dev, nbytes, pinned)
+        self.pinned = bool(pinned and dev.is_cpu and not isinstance(owner, np.ndarray))
+        self._set(ptr, edt, esh, _contiguous_strides(esh, edt.size), dev, owner)
+        if dev.is_cpu:
+            ctypes.memmove(ptr, contiguous.ctypes.data, nbytes)
+        else:
+            from .cuda.memory import memcpy
+            memcpy(ptr, contiguous.ctypes.data, nbytes, dev.stream.cuda_stream)
+            dev.stream.synchronize()  # the host buffer is a temporary
+
+    def _tg_annotation(self):
+        return T.ArrayType(self.dtype, self.ndim)
+
+    # ------------------------------------------------------------------------- properties
+    @property
+    def ptr(self) -> int:
+        return self._ptr
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def strides(self) -> tuple:
+        """Byte strides, one per dimension."""
+        return self._strides
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.size
+
+    @property
+    def capacity(self) -> int:
+        return self.nbytes
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self._strides == _contiguous_strides(self._shape, self.dtype.size) or self.size <= 1
+
+    @property
+    def owner(self):
+        """The object keeping this array's memory alive (None when the array owns it)."""
+        return self._owner
+
+    @property
+    def vars(self):
+        return {}
+
+    def __len__(self):
+        return self._shape[0]
+
+    # ------------------------------------------------------------------------------ grads
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool):
+        value = bool(value)
+        if value and self._grad is None:
+            if self.dtype.scalar is not None and not self.dtype.scalar.is_float:
+                raise ValueError(f"requires_grad: arrays of {self.dtype!r} cannot have gradients (not a float type)")
+            self._grad = zeros(self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
+        if not value:
+            self._grad = None
+        self._requires_grad = value
+        self._desc = None
+
+    @property
+    def grad(self):
+        """The gradient array (same shape, dtype and device), or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, g):
+        if g is None:
+            self._grad = None
+            self._requires_grad = False
+            self._desc = None
+            return
+        if not isinstance(g, array):
+            g = array(g, dtype=self.dtype, device=self.device, copy=False)
+        if g.dtype is not self.dtype:
+            raise ValueError(f"grad: expected dtype {self.dtype!r}, got {g.dtype!r}")
+        if g.shape != self.shape:
+            raise ValueError(f"grad: expected shape {self.shape}, got {g.shape}")
+        if g.device != self.device:
+            raise ValueError(f"grad: expected device {self.device}, got {g.device}")
+        self._grad = g
+        self._requires_grad = True
+        self._desc = None
+
+    # ------------------------------------------------------------------------- descriptor
+    def descriptor(self) -> T.ArrayDesc:
+        """The kernel-ABI descriptor (cached; rebuilt when ``grad`` changes)."""
+        d = self._desc
+        if d is None:
+            d = T.ArrayDesc()
+            d.data = self._ptr or None
+            d.grad = self._grad._ptr if self._grad is not None and self._grad._ptr else None
+            for i, (n, s) in enumerate(zip(self._shape, self._strides)):
+                d.shape[i] = n
+                d.strides[i] = s
+            d.ndim = len(self._shape)
+            d.flags = 1 if self.readonly else 0
+            self._desc = d
+        return d
+
+    __ctype__ = descriptor
+
+    def _bump(self):
+        self._version += 1
+
+    # -------------------------------------------------------------------------- protocols
+    def _flat_layout(self):
+        """Shape/strides with vector/matrix component dims appended (as foreign frameworks see them)."""
+        dt = self.dtype
+        if isinstance(dt, T.StructType) or not dt.inner_shape:
+            return self._shape, self._strides
+        inner = dt.inner_shape
+        inner_strides = _contiguous_strides(inner, dt.scalar.size)
+        return self._shape + inner, self._strides + inner_strides
+
+    def _typestr_descr(self):
+        if isinstance(self.dtype, T.StructType):
+            nd = self.dtype.np_dtype
+            return nd.str, nd.descr
+        nd = self.dtype.scalar.np_dtype
+        return nd.str, [("", nd.str)]
+
+    @property
+    def __array_interface__(self):
+        if self.device is None or not self.device.is_cpu:
+            raise AttributeError("__array_interface__ is only available for CPU arrays")
+        shape, strides = self._flat_layout()
+        typestr, descr = self._typestr_descr()
+        return {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
+                "data": (self._ptr, self.readonly), "strides": strides}
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device is None or not self.device.is_cuda:
+            raise AttributeError("__cuda_array_interface__ is only available for CUDA arrays")
+        shape, strides = self._flat_layout()
+        typestr, descr = self._typestr_descr()
+        handle = self.device.stream.cuda_stream
+        return {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
+                "data": (self._ptr, self.readonly), "strides": strides,
+                # CAI v3: the consumer must sync with this stream; 0 is ambiguous, 1 is legacy default
+                "stream": handle if handle else 1}
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from . import dlpack
+        return dlpack.export_array(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        from . import dlpack
+        return dlpack.array_device(self)
+
+    # ------------------------------------------------------------------------------ numpy
+    def numpy(self) -> np.ndarray:
+        """A zero-copy numpy view (CPU) or a synchronizing host copy (CUDA)."""
+        if self.device.is_cpu:
+            if self._ptr == 0:
+                return np.empty(self._flat_layout()[0], dtype=self._np_elem_dtype())
+            return np.asarray(self)
+        return self.to("cpu").numpy()
+
+    def _np_elem_dtype(self):
+        return self.dtype.np_dtype if isinstance(self.dtype, T.StructType) else self.dtype.scalar.np_dtype
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def list(self):
+        return self.numpy().tolist()
+
+    def __repr__(self):
+        if self._ptr == 0 and self.size == 0 and self.device is None:
+            return f"array(dtype={self.dtype!r}, ndim={self.ndim})"
+        return f"array({self.numpy()!r}, dtype={self.dtype!r}, device={self.device})"
+
+    def __str__(self):
+        return str(self.numpy())
+
+    # -------------------------------------------------------------------------- transfers
+    def to(self, device, requires_grad=None):
+        """This array on ``device``: itself if already there, else a copy (with a copied grad)."""
+        dev = get_device(device)
+        if dev is self.device:
+            return self
+        return clone(self, device=dev, requires_grad=requires_grad)
+
+    def contiguous(self):
+        return self if self.is_contiguous else clone(self)
+
+    def assign(self, src):
+        """Copy ``src`` (an array or array-like of the same shape) into this array."""
+        if not isinstance(src, array):
+            src = array(src, dtype=self.dtype, device=self.device)
+        if src.shape != self.shape:
+            raise ValueError(f"assign: expected shape {self.shape}, got {src.shape}")
+        copy(self, src)
+        return self
+
+    def fill_(self, value):
+        """Set every element to ``value`` (a scalar, or a vector/matrix value)."""
+        self._check_writable("fill_")
+        if self.device.is_cpu:
+            self.numpy()[...] = value
+        else:
+            _cupy_view(self)[...] = np.asarray(value, dtype=self.dtype.scalar.np_dtype)
+        self._bump()
+        return self
+
+    def zero_(self):
+        """Set every element to zero."""
+        self._check_writable("zero_")
+        if self.is_contiguous and self.device.is_cuda:
+            from .cuda.memory import memset
+            memset(self._ptr, 0, self.nbytes, self.device.stream.cuda_stream)
+        elif self.is_contiguous:
+            ctypes.memset(self._ptr, 0, self.nbytes)
+        elif self.device.is_cpu:
+            self.numpy()[...] = 0
+        else:
+            _cupy_view(self)[...] = 0
+        self._bump()
+        return self
+
+    def _check_writable(self, what):
+        if self.readonly:
+            raise RuntimeError(f"{what}: the array is read-only (imported as read-only)")
+
+    # ---------------------------------------------------------------------------- views
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(key) > self.ndim:
+            raise IndexError(f"array index: too many indices ({len(key)}) for an array of {self.ndim} dims")
+        ptr, shape, strides = self._ptr, [], []
+        for d in range(self.ndim):
+            n, st = self._shape[d], self._strides[d]
+            k = key[d] if d < len(key) else slice(None)
+            if isinstance(k, (int, np.integer)):
+                k = int(k) + (n if k < 0 else 0)
+                if not 0 <= k < n:
+                    raise IndexError(f"array index {key[d]} out of range for dimension {d} of size {n}")
+                ptr += k * st
+            elif isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step < 0:
+                    raise ValueError("array slicing: negative steps are not supported")
+                ptr += start * st
+                shape.append(max(0, (stop - start + step - 1) // step))
+                strides.append(st * step)
+            else:
+                raise TypeError(f"array index: expected ints and slices, got {type(k).__name__}")
+        if not shape:  # a single element: return its value
+            return _view(self, ptr, (1,), (self.dtype.size,)).numpy()[0]
+        v = _view(self, ptr, tuple(shape), tuple(strides))
+        if self._grad is not None:
+            v._grad = self._grad[key] if self._grad.shape == self.shape else None
+            v._requires_grad = self._requires_grad
+        return v
+
+    def __setitem__(self, key, value):
+        idx = key if isinstance(key, tuple) else (key,)
+        # integer indices become 1-long slices so the target is always a view we can write
+        idx = tuple(slice(int(k) % max(self._shape[d], 1), int(k) % max(self._shape[d], 1) + 1)
+                    if isinstance(k, (int, np.integer)) else k for d, k in enumerate(idx))
+        target = self[idx]
+        if isinstance(value, array):
+            target.assign(value)
+        elif np.ndim(value) <= len(target.dtype.inner_shape):
+            target.fill_(value)
+        else:
+            target.assign(np.asarray(value).reshape(target.shape + target.dtype.inner_shape))
+
+    def reshape(self, shape):
+        """A view with a new shape (contiguous arrays only)."""
+        shape = _normalize_shape(shape)
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1]))
+            shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
+        if int(np.prod(shape)) != self.size:
+            raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
+        if not self.is_contiguous:
+            raise ValueError("reshape: the array is not contiguous (call .contiguous() first)")
+        v = _view(self, self._ptr, shape, _contiguous_strides(shape, self.dtype.size))
+        if self._grad is not None and self._grad.is_contiguous:
+            v._grad = self._grad.reshape(shape)
+            v._requires_grad = self._requires_grad
+        return v
+
+    def flatten(self):
+        return self.reshape((self.size,))
+
+    def transpose(self, axes=None):
+        axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"transpose: axes {axes} are not a permutation of {self.ndim} dims")
+        return _view(self, self._ptr, tuple(self._shape[a] for a in axes), tuple(self._strides[a] for a in axes))
+
+    def view(self, dtype):
+        """Reinterpret contiguous memory as another dtype of the same size."""
+        dt = T.resolve_dtype(dtype)
+        if dt.size != self.dtype.size:
+            raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} ({self.dtype.size} bytes)")
+        v = _view(self, self._ptr, self._shape, self._strides)
+        v.dtype = dt
+        return v
+
+
+array1d, array2d, array3d, array4d = (_ArrayAnnotationGetter(n) for n in (1, 2, 3, 4))
+
+
+def _view(base: array, ptr, shape, strides) -> array:
+    v = array.__new__(array)
+    v._grad = None
+    v._requires_grad = False
+    v._desc = None
+    v._version = 0
+    v.readonly = base.readonly
+    v.pinned = base.pinned
+    v.deleter = None
+    v._set(ptr, base.dtype, shape, strides, base.device, base)
+    return v
+
+
+def _fold_inner_dims(base, dt, shape, strides, arg):
+    """Fold trailing component dims of a scalar layout into a vector/matrix dtype."""
+    shape, strides = tuple(shape), tuple(strides)
+    if dt is None or isinstance(dt, T.StructType) or not dt.inner_shape:
+        out = dt or base
+        if len(shape) > T.MAX_DIMS:
+            raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape}")
+        return out, shape, strides
+    inner = dt.inner_shape
+    k = len(inner)
+    if shape[-k:] != inner or len(shape) <= k:
+        raise RuntimeError(f"{arg}: dtype {dt!r} needs trailing dimensions {inner}, got shape {shape}")
+    want = _contiguous_strides(inner, dt.scalar.size)
+    if strides[-k:] != want:
+        raise RuntimeError(f"{arg}: the trailing component dimensions of {dt!r} must be contiguous "
+                           f"(strides {want}), got strides {strides[-k:]}")
+    if len(shape) - k > T.MAX_DIMS:
+        raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
+    return dt, shape[:-k], strides[:-k]
+
+
+def _data_device(data):
+    d = getattr(data, "device", None)
+    if isinstance(d, Device):
+        return d
+    return get_device("cpu") if isinstance(data, (np.ndarray, list, tuple, int, float, bool)) or \
+        hasattr(data, "__array_interface__") else get_device(None)
+
+
+def _alloc(dev, nbytes, pinned=False):
+    if dev.is_cuda:
+        from .cuda.memory import alloc
+        owner = alloc(dev, nbytes)
+        return owner, int(owner.ptr)
+    if pinned:
+        from .device import is_cuda_available
+        if is_cuda_available():
+            from .cuda.memory import alloc_pinned
+            owner = alloc_pinned(nbytes)
+            ctypes.memset(owner.ptr, 0, max(nbytes, 1))
+            return owner, int(owner.ptr)
+    return _host_alloc(nbytes)
+
+
+def _cupy_view(a: array):
+    """A CuPy ndarray aliasing a CUDA array (scalar layout, component dims appended)."""
+    import cupy
+    shape, strides = a._flat_layout()
+    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + a.dtype.scalar.size if a.size else 0
+    mem = cupy.cuda.UnownedMemory(a.ptr, max(extent, 1), a, a.device.ordinal)
+    return cupy.ndarray(shape, dtype=a.dtype.scalar.np_dtype, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
+
+
+# ------------------------------------------------------------------------------ factories
+
+def empty(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
+    """A new array (zeroed, as allocation is cheap and garbage is a footgun)."""
+    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+
+
+def zeros(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
+    """A new zero-filled array."""
+    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+
+
+def full(shape, value, dtype=None, device=None, requires_grad=False, pinned=False) -> array:
+    """A new array filled with ``value``; dtype inferred from the value when None."""
+    if dtype is None:
+        dtype = float if isinstance(value, float) else (int if isinstance(value, int) and not isinstance(value, bool)
+                                                        else (bool if isinstance(value, bool) else float))
+    a = array(shape=shape, dtype=dtype, device=device, pinned=pinned)
+    a.fill_(value)
+    if requires_grad:
+        a.requires_grad = True
+    return a
+
+
+def ones(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
+    """A new array of ones (every component, for vector/matrix dtypes)."""
+    return full(shape, 1, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+
+
+def _like(src, device, requires_grad):
+    return (src.shape, src.dtype, src.device if device is None else device,
+            src.requires_grad if requires_grad is None else requires_grad)
+
+
+def zeros_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
+    shape, dt, dev, rg = _like(src, device, requires_grad)
+    return zeros(shape, dt, dev, rg, pinned)
+
+
+def empty_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
+    return zeros_like(src, device, requires_grad, pinned)
+
+
+def ones_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
+    shape, dt, dev, rg = _like(src, device, requires_grad)
+    return ones(shape, dt, dev, rg, pinned)
+
+
+def full_like(src: array, value, device=None, requires_grad=None, pinned=False) -> array:
+    shape, dt, dev, rg = _like(src, device, requires_grad)
+    return full(shape, value, dt, dev, rg, pinned)
+
+
+def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False) -> array:
+    """Copy a numpy array into a new tapegrad array.
+
+    With ``dtype=None`` a float 2-D array of shape (n, k<=4) becomes ``vector(k)`` and a 3-D
+    array of shape (n, r<=4, c<=4) becomes ``matrix((r, c))`` — Warp's rule, bounded so a wide
+    2-D array stays a 2-D scalar array.
+
+    Raises:
+        TypeError: ``arr`` is not a numpy array or has an unsupported dtype.
+    """
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(arr).__name__}")
+    if dtype is None:
+        base = T.dtype_from_numpy(arr.dtype)
+        if arr.ndim == 2 and 2 <= arr.shape[1] <= 4 and base.is_float:
+            dtype = T.vector(arr.shape[1], base)
+        elif arr.ndim == 3 and 2 <= arr.shape[1] <= 4 and 2 <= arr.shape[2] <= 4 and base.is_float:
+            dtype = T.matrix(arr.shape[1:], base)
+        else:
+            dtype = base
+    return array(arr, dtype=dtype, shape=shape, device=device, requires_grad=requires_grad, copy=True)
+
+
+def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
+    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad."""
+    if not isinstance(src, array):
+        raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
+    dev = src.device if device is None else get_device(device)
+    out = array(shape=src.shape, dtype=src.dtype, device=dev, pinned=pinned)
+    copy(out, src)
+    rg = src.requires_grad if requires_grad is None else requires_grad
+    if rg:
+        if src.grad is not None:
+            out.grad = clone(src.grad, device=dev, requires_grad=False)
+        else:
+            out.requires_grad = True
+    return out
+
+
+def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, count: int = 0) -> None:
+    """Copy elements from ``src`` into ``dest`` (any devices; on the current stream).
+
+    With offsets/count the arrays are treated as flat (both must be contiguous). Recorded on
+    an active Tape with its adjoint.
+
+    Raises:
+        TypeError: arguments are not arrays of matching dtype.
+        ValueError: shapes/sizes do not match.
+    """
+    for name, a in (("dest", dest), ("src", src)):
+        if not isinstance(a, array):
+            raise TypeError(f"copy: {name} must be a tapegrad array, got {type(a).__name__}")
+    if dest.dtype.size != src.dtype.size or (dest.dtype.scalar is not src.dtype.scalar):
+        raise TypeError(f"copy: dtypes differ (dest {dest.dtype!r}, src {src.dtype!r})")
+    dest._check_writable("copy")
+    if dest_offset or src_offset or count:
+        if not (dest.is_contiguous and src.is_contiguous):
+            raise ValueError("copy with offsets/count needs contiguous arrays")
+        count = count or min(dest.size - dest_offset, src.size - src_offset)
+        if dest_offset + count > dest.size or src_offset + count > src.size or count < 0:
+            raise ValueError(f"copy: range out of bounds (count={count}, dest size {dest.size}, src size {src.size})")
+        d = _view(dest, dest.ptr + dest_offset * dest.dtype.size, (count,), (dest.dtype.size,))
+        s = _view(src, src.ptr + src_offset * src.dtype.size, (count,), (src.dtype.size,))
+        _copy_raw(d, s)
+    else:
+        if dest.size != src.size:
+            raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
+        if dest.shape != src.shape:
+            if not (dest.is_contiguous and src.is_contiguous):
+                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are not contiguous")
+            _copy_raw(dest.reshape((dest.size,)), src.reshape((src.size,)))
+        else:
+            _copy_raw(dest, src)
+    dest._bump()
+    from .tape import _record_copy
+    _record_copy(dest, src, dest_offset, src_offset, count)
+
+
+def _copy_raw(dest: array, src: array) -> None:
+    if dest.size == 0:
+        return
+    if dest.device.is_cpu and src.device.is_cpu:
+        np.copyto(dest.numpy(), src.numpy(), casting="no")
+        return
+    from .cuda.memory import memcpy
+    cuda_dev = dest.device if dest.device.is_cuda else src.device
+    stream = cuda_dev.stream
+    if dest.is_contiguous and src.is_contiguous:
+        memcpy(dest.ptr, src.ptr, dest.nbytes, stream.cuda_stream)
+        if dest.device.is_cpu or src.device.is_cpu:
+            stream.synchronize()  # host memory is pageable: make the copy visible before returning
+        return
+    import cupy
+    with cupy.cuda.Device(cuda_dev.ordinal), stream._cp:
+        if dest.device.is_cuda and src.device.is_cuda:
+            cupy.copyto(_cupy_view(dest), _cupy_view(src))
+        elif dest.device.is_cuda:
+            _cupy_view(dest)[...] = cupy.asarray(np.ascontiguousarray(src.numpy()))
+        else:
+            np.copyto(dest.numpy(), cupy.asnumpy(_cupy_view(src)))

@@ -1,0 +1,1 @@
+"""CUDA runtime pieces, all through CuPy, imported only when a CUDA device is used."""

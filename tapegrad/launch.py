@@ -1,0 +1,324 @@
+"""launch(): turn arguments into kernel-ABI values and call a compiled kernel.
+
+The per-launch Python path is the hot path: each kernel gets a list of per-parameter packers
+built once (``_packers``), so a launch is one packer call per argument plus one ctypes call.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import types as T
+from .array import array
+from .device import get_device
+
+__all__ = ["launch", "ArrayCtype", "register_launch_adapter"]
+
+
+class ArrayCtype(T.ArrayDesc):
+    """A launchable array descriptor that remembers its dtype/device and keeps owners alive.
+
+    Returned by ``from_torch(..., return_ctype=True)`` and friends; pass it to ``launch``.
+    """
+
+    def bind(self, dtype, device, refs=(), readonly=False):
+        self.tg_dtype = dtype
+        self.tg_device = device
+        self.tg_refs = tuple(refs)  # the tensor and its grad: alive as long as the descriptor
+        self.flags = 1 if readonly else 0
+        return self
+
+
+# Foreign tensor types whose protocol path is missing or refuses (torch tensors that require
+# grad refuse __cuda_array_interface__, CPU torch tensors have no __array_interface__): a bridge
+# registers a function (obj, device, arg) -> (ArrayCtype, owner).
+_ADAPTERS: dict = {}
+_ADAPTER_MODULES = {"torch": "bridges.torch", "paddle": "bridges.paddle", "jax": "bridges.jax",
+                    "jaxlib": "bridges.jax"}
+
+
+def register_launch_adapter(cls, fn):
+    """Let ``launch`` accept instances of ``cls`` directly; ``fn(obj, device, arg) -> ArrayCtype``."""
+    _ADAPTERS[cls] = fn
+
+
+def _adapter_for(obj):
+    cls = type(obj)
+    fn = _ADAPTERS.get(cls)
+    if fn is not None:
+        return fn
+    mod = _ADAPTER_MODULES.get(cls.__module__.split(".")[0])
+    if mod is None:
+        return None
+    import importlib
+    try:
+        importlib.import_module(mod)
+    except ImportError:
+        return None
+    for base in cls.__mro__:
+        if base in _ADAPTERS:
+            _ADAPTERS[cls] = _ADAPTERS[base]
+            return _ADAPTERS[base]
+    return None
+
+
+class LaunchError(TypeError):
+    pass
+
+
+def _arg_label(kernel, i):
+    return f"kernel '{kernel.key}' argument {i} ('{kernel.arg_names[i]}')"
+
+
+def _check_array(kernel, i, ptype, dtype, ndim, device, launch_device):
+    if dtype is not ptype.dtype:
+        raise TypeError(f"{_arg_label(kernel, i)}: expected an array of {ptype.dtype!r}, got {dtype!r}")
+    if ndim != ptype.ndim:
+        raise TypeError(f"{_arg_label(kernel, i)}: expected a {ptype.ndim}-D array, got {ndim}-D")
+    if device is not launch_device:
+        raise RuntimeError(f"{_arg_label(kernel, i)}: array is on {device}, but the launch is on {launch_device}")
+
+
+def _foreign_desc(kernel, i, ptype, obj, device):
+    """Descriptor for an object passed directly through its array protocol (R1)."""
+    from .array import _fold_inner_dims
+    from .interop import interface_layout, parse_cuda_array_interface
+    label = _arg_label(kernel, i)
+    if device.is_cuda and hasattr(obj, "__cuda_array_interface__"):
+        _, ptr, dt, shape, strides, ro = parse_cuda_array_interface(obj.__cuda_array_interface__, device, label)
+    elif device.is_cpu and hasattr(obj, "__array_interface__"):
+        ptr, dt, shape, strides, ro = interface_layout(obj.__array_interface__, label)
+    else:
+        fn = _adapter_for(obj)
+        if fn is not None:
+            d = fn(obj, device, label)
+            return d
+        other = "__cuda_array_interface__ (a CUDA object)" if hasattr(obj, "__cuda_array_interface__") else \
+            "__array_interface__ (a CPU object)" if hasattr(obj, "__array_interface__") else None
+        if other:
+            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch is on {device}")
+        raise TypeError(f"{label}: expected an array (tapegrad array, or an object with "
+                        f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
+    if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, T.StructType):
+        raise TypeError(f"{label}: expected an array of {ptype.dtype!r}, got elements of {dt!r}")
+    edt, shape, strides = _fold_inner_dims(dt, ptype.dtype, shape, strides, label)
+    d = ArrayCtype()
+    d.data = ptr or None
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        d.shape[k] = n
+        d.strides[k] = s
+    d.ndim = len(shape)
+    return d.bind(ptype.dtype, device, (obj,), ro)
+
+
+def _make_array_packer(kernel, i, ptype):
+    def pack(value, device):
+        if isinstance(value, array):
+            if value.dtype is not ptype.dtype or value.ndim != ptype.ndim or value.device is not device:
+                _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
+            return value.descriptor()
+        if value is None:
+            return T.ArrayDesc()
+        if isinstance(value, ArrayCtype):
+            _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
+            return value
+        d = _foreign_desc(kernel, i, ptype, value, device)
+        _check_array(kernel, i, ptype, d.tg_dtype, d.ndim, d.tg_device, device)
+        return d
+    return pack
+
+
+def _make_scalar_packer(kernel, i, ptype):
+    ctype = ptype.ctype
+    kind = ptype.kind
+
+    def pack(value, device):
+        if isinstance(value, (array, list, tuple, np.ndarray)) and np.ndim(value) > 0:
+            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {type(value).__name__}")
+        try:
+            if kind == "float":
+                return ctype(T._scalar_to_ctype(ptype, value))
+            if kind == "bool":
+                return ctype(bool(value))
+            if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+                raise TypeError(f"{_arg_label(kernel, i)}: expected an integer for {ptype!r}, got {value!r}")
+            return ctype(int(value))
+        except (TypeError, ValueError) as e:
+            if isinstance(e, TypeError) and "argument" in str(e):
+                raise
+            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {value!r}") from None
+    return pack
+
+
+def _make_composite_packer(kernel, i, ptype):
+    n = ptype.length
+    ctype = ptype.ctype
+    npdt = ptype.scalar.np_dtype
+
+    def pack(value, device):
+        flat = np.asarray(value, dtype=npdt).reshape(-1)
+        if flat.size != n:
+            raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got {np.size(value)} values")
+        if ptype.scalar is T.float16:
+            flat = flat.view(np.uint16)
+        return ctype(*flat.tolist())
+    return pack
+
+
+def _make_struct_packer(kernel, i, ptype):
+    def pack(value, device):
+        if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
+            raise TypeError(f"{_arg_label(kernel, i)}: expected a {ptype.name} struct, got {type(value).__name__}")
+        return ptype.to_ctype(value)
+    return pack
+
+
+def _packers(kernel):
+    p = getattr(kernel, "_tg_packers", None)
+    if p is None:
+        p = []
+        for i, t in enumerate(kernel.arg_types):
+            if isinstance(t, T.ArrayType):
+                p.append(_make_array_packer(kernel, i, t))
+            elif isinstance(t, T.ScalarType):
+                p.append(_make_scalar_packer(kernel, i, t))
+            elif isinstance(t, T.StructType):
+                p.append(_make_struct_packer(kernel, i, t))
+            else:
+                p.append(_make_composite_packer(kernel, i, t))
+        kernel._tg_packers = p
+        kernel._tg_array_params = tuple(isinstance(t, T.ArrayType) for t in kernel.arg_types)
+    return p
+
+
+def _bounds(dim):
+    if isinstance(dim, (int, np.integer)):
+        dim = (int(dim),)
+    try:
+        dim = tuple(int(d) for d in dim)
+    except TypeError:
+        raise TypeError(f"launch: dim must be an int or a tuple of up to {T.MAX_DIMS} ints, got {dim!r}") from None
+    if not 1 <= len(dim) <= T.MAX_DIMS or any(d < 0 for d in dim):
+        raise ValueError(f"launch: dim must have 1..{T.MAX_DIMS} non-negative entries, got {dim}")
+    b = T.LaunchBounds()
+    size = 1
+    for k, d in enumerate(dim):
+        b.shape[k] = d
+        size *= d
+    b.ndim = len(dim)
+    b.size = size
+    return dim, b
+
+
+def _infer_device(device, stream, args):
+    if device is not None:
+        return get_device(device)
+    if stream is not None:
+        return stream.device
+    for a in args:
+        if isinstance(a, array) and a.device is not None:
+            return a.device
+        if isinstance(a, ArrayCtype):
+            return a.tg_device
+    return get_device(None)
+
+
+def _adjoint_values(kernel, args, adj_args, device):
+    """Adjoint argument values: explicit ones, else each array's .grad, else zero."""
+    out = []
+    for i, (t, a) in enumerate(zip(kernel.arg_types, args)):
+        g = adj_args[i] if adj_args is not None and i < len(adj_args) else None
+        if isinstance(t, T.ArrayType):
+            if g is None and isinstance(a, array):
+                g = a.grad
+            out.append(g)
+        else:
+            out.append(g if g is not None else _zero_value(t))
+    return out
+
+
+def _zero_value(t):
+    if isinstance(t, T.ScalarType):
+        return 0
+    if isinstance(t, T.StructType):
+        return t.cls()
+    return np.zeros(t.length)
+
+
+def _grad_desc(g, pack, device):
+    """Descriptor of a gradient buffer: its *data* is what the adjoint kernel accumulates into."""
+    if isinstance(g, array):
+        return g.descriptor()
+    return pack(g, device)
+
+
+def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint=False,
+           adj_inputs=None, adj_outputs=None, record_tape=True, block_dim=256, max_blocks=0):
+    """Run ``kernel`` over a grid of ``dim`` threads.
+
+    Args:
+        kernel: a ``@tg.kernel`` function.
+        dim: grid size, an int or a tuple of up to 4 ints.
+        inputs, outputs: the kernel's arguments in order (inputs first). Arrays may be
+            tapegrad arrays, ``return_ctype`` descriptors, or any object exposing
+            ``__array_interface__`` (CPU) / ``__cuda_array_interface__`` (CUDA) — these carry
+            no gradients.
+        device: launch device (default: the first array argument's device, else current).
+        stream: a tapegrad Stream (CUDA; default: the device's current stream).
+        adjoint: run the generated adjoint instead of the forward.
+        adj_inputs, adj_outputs: adjoint buffers per argument (None entries: the array's .grad).
+        record_tape: record on the active Tape (forward launches only).
+        block_dim: CUDA threads per block. max_blocks: cap on CUDA blocks (0: none).
+    Raises:
+        TypeError: wrong argument count, dtype, ndim or type (message names the argument).
+        RuntimeError: device mismatch, or a write to a read-only array.
+    """
+    args = list(inputs) + list(outputs)
+    from .lang import Kernel
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+    packers = _packers(kernel)
+    if len(args) != len(packers):
+        raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "
+                        f"({', '.join(kernel.arg_names)}), got {len(args)} "
+                        f"({len(inputs)} inputs + {len(outputs)} outputs)")
+    dev = _infer_device(device, stream, args)
+    dim, bounds = _bounds(dim)
+    if stream is not None:
+        from .cuda.stream import Stream
+        if not isinstance(stream, Stream):
+            raise TypeError(f"launch: stream must be a tapegrad Stream, got {type(stream).__name__}")
+        if stream.device is not dev:
+            raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
+    handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
+    vals = [pack(a, dev) for pack, a in zip(packers, args)]
+    access = kernel.arg_access
+    for i, (r, w) in enumerate(access):
+        if w and isinstance(vals[i], T.ArrayDesc) and vals[i].flags & 1:
+            raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
+    if adjoint:
+        if not kernel.enable_backward:
+            raise RuntimeError(f"launch(adjoint=True): kernel '{kernel.key}' was built with enable_backward=False")
+        n_in = len(inputs)
+        adj_given = None
+        if adj_inputs is not None or adj_outputs is not None:
+            ai = list(adj_inputs) if adj_inputs is not None else [None] * n_in
+            ao = list(adj_outputs) if adj_outputs is not None else [None] * len(outputs)
+            if len(ai) != n_in or len(ao) != len(outputs):
+                raise TypeError(f"launch(adjoint=True): adj_inputs/adj_outputs must have {n_in}/{len(outputs)} "
+                                f"entries, got {len(ai)}/{len(ao)}")
+            adj_given = ai + ao
+        adj_vals = _adjoint_values(kernel, args, adj_given, dev)
+        vals = vals + [_grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
+    elif record_tape:
+        from .tape import _active_tape
+        tape = _active_tape()
+        if tape is not None:
+            tape._record_launch(kernel, dim, list(inputs), list(outputs), dev, stream, block_dim, max_blocks, access, args)
+    argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+    kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+    if not adjoint:
+        for (r, w), a in zip(access, args):
+            if w and isinstance(a, array):
+                a._version += 1

@@ -1,0 +1,595 @@
+"""Data types: scalars, vectors, matrices, structs and array annotations.
+
+One declarative table (``_SCALAR_TABLE``) describes every scalar type; every mapping to a
+foreign framework (numpy, DLPack, torch, paddle, jax) and to C (ctypes, C++ type names) is
+derived from it, so there are no hand-written twins to drift apart.
+"""
+from __future__ import annotations
+
+import ctypes
+import typing
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ScalarType", "VectorType", "MatrixType", "QuatType", "StructType", "ArrayType",
+    "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
+    "resolve_dtype", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
+    "dtype_to_framework", "dtype_from_framework", "ArrayDesc", "LaunchBounds", "MAX_DIMS",
+]
+
+MAX_DIMS = 4
+
+# DLPack type codes (dlpack.h DLDataTypeCode)
+DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarType:
+    """A scalar element type (``tg.float32``...). Calling it converts a Python value."""
+
+    name: str
+    kind: str            # "bool" | "int" | "uint" | "float"
+    bits: int
+    np_name: str         # numpy dtype name
+    cname: str           # C++ type name in generated code
+    ctype: typing.Any    # ctypes type used to pack launch arguments
+    dl_code: int
+    torch_name: str | None
+    paddle_name: str | None
+    jax_name: str | None
+
+    @property
+    def size(self) -> int:
+        return self.bits // 8
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.np_name)
+
+    @property
+    def scalar(self) -> "ScalarType":
+        return self
+
+    @property
+    def length(self) -> int:
+        return 1
+
+    @property
+    def inner_shape(self) -> tuple:
+        return ()
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_integral(self) -> bool:
+        return self.kind in ("int", "uint", "bool")
+
+    def __call__(self, value=0):
+        return self.np_dtype.type(value)
+
+    def __repr__(self):
+        return f"tapegrad.{self.name}"
+
+
+class _F16(ctypes.c_uint16):
+    """float16 travels as raw bits in ctypes (ctypes has no half type)."""
+
+
+# name, kind, bits, numpy, C++, ctypes, DLPack code, torch, paddle, jax
+_SCALAR_TABLE = [
+    ("bool",    "bool",  8,  "bool",    "bool",     ctypes.c_bool,   DL_BOOL,  "bool",    "bool",    "bool"),
+    ("int8",    "int",   8,  "int8",    "int8_t",   ctypes.c_int8,   DL_INT,   "int8",    "int8",    "int8"),
+    ("int16",   "int",   16, "int16",   "int16_t",  ctypes.c_int16,  DL_INT,   "int16",   "int16",   "int16"),
+    ("int32",   "int",   32, "int32",   "int32_t",  ctypes.c_int32,  DL_INT,   "int32",   "int32",   "int32"),
+    ("int64",   "int",   64, "int64",   "int64_t",  ctypes.c_int64,  DL_INT,   "int64",   "int64",   "int64"),
+    ("uint8",   "uint",  8,  "uint8",   "uint8_t",  ctypes.c_uint8,  DL_UINT,  "uint8",   "uint8",   "uint8"),
+    ("uint16",  "uint",  16, "uint16",  "uint16_t", ctypes.c_uint16, DL_UINT,  "uint16",  None,      "uint16"),
+    ("uint32",  "uint",  32, "uint32",  "uint32_t", ctypes.c_uint32, DL_UINT,  "uint32",  None,      "uint32"),
+    ("uint64",  "uint",  64, "uint64",  "uint64_t", ctypes.c_uint64, DL_UINT,  "uint64",  None,      "uint64"),
+    ("float16", "float", 16, "float16", "half",     _F16,            DL_FLOAT, "float16", "float16", "float16"),
+    ("float32", "float", 32, "float32", "float",    ctypes.c_float,  DL_FLOAT, "float32", "float32", "float32"),
+    ("float64", "float", 64, "float64", "double",   ctypes.c_double, DL_FLOAT, "float64", "float64", "float64"),
+]
+
+SCALARS: dict[str, ScalarType] = {row[0]: ScalarType(*row) for row in _SCALAR_TABLE}
+bool_ = SCALARS["bool"]
+int8, int16, int32, int64 = (SCALARS[n] for n in ("int8", "int16", "int32", "int64"))
+uint8, uint16, uint32, uint64 = (SCALARS[n] for n in ("uint8", "uint16", "uint32", "uint64"))
+float16, float32, float64 = (SCALARS[n] for n in ("float16", "float32", "float64"))
+half, float_, double = float16, float32, float64
+
+_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values()}
+_BY_DLPACK = {(s.dl_code, s.bits): s for s in SCALARS.values()}
+
+
+class _Composite:
+    """Common behaviour of vector and matrix types (fixed-size, one scalar type)."""
+
+    scalar: ScalarType
+    inner_shape: tuple
+
+    @property
+    def length(self) -> int:
+        return int(np.prod(self.inner_shape))
+
+    @property
+    def size(self) -> int:
+        return self.length * self.scalar.size
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return self.scalar.np_dtype
+
+    @property
+    def ctype(self):
+        return self.scalar.ctype * self.length
+
+    def __call__(self, *values):
+        """Build a value in Python scope: a numpy array of the component shape."""
+        if not values:
+            return np.zeros(self.inner_shape, dtype=self.np_dtype)
+        if len(values) == 1 and np.ndim(values[0]) > 0:
+            flat = np.asarray(values[0], dtype=self.np_dtype).reshape(-1)
+        elif len(values) == 1:
+            flat = np.full(self.length, values[0], dtype=self.np_dtype)
+        else:
+            flat = np.asarray(values, dtype=self.np_dtype).reshape(-1)
+        if flat.size != self.length:
+            raise ValueError(f"{self!r} expects {self.length} components, got {flat.size}")
+        return flat.reshape(self.inner_shape)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class VectorType(_Composite):
+    length_: int
+    scalar: ScalarType
+    name: str
+
+    @property
+    def inner_shape(self) -> tuple:
+        return (self.length_,)
+
+    @property
+    def cname(self) -> str:
+        return f"tg::vec_t<{self.length_}, {self.scalar.cname}>"
+
+    def __repr__(self):
+        return f"tapegrad.{self.name}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class QuatType(VectorType):
+    @property
+    def cname(self) -> str:
+        return f"tg::quat_t<{self.scalar.cname}>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MatrixType(_Composite):
+    rows: int
+    cols: int
+    scalar: ScalarType
+    name: str
+
+    @property
+    def inner_shape(self) -> tuple:
+        return (self.rows, self.cols)
+
+    @property
+    def cname(self) -> str:
+        return f"tg::mat_t<{self.rows}, {self.cols}, {self.scalar.cname}>"
+
+    def __repr__(self):
+        return f"tapegrad.{self.name}"
+
+
+_VEC_CACHE: dict = {}
+_MAT_CACHE: dict = {}
+_SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i"}
+
+
+def vector(length: int, dtype=float32) -> VectorType:
+    """Return the vector type of ``length`` components of ``dtype`` (cached: same args, same object).
+
+    Raises:
+        TypeError: ``dtype`` is not a scalar type.
+        ValueError: ``length`` is not a positive integer.
+    """
+    s = resolve_dtype(dtype, arg="dtype")
+    if not isinstance(s, ScalarType):
+        raise TypeError(f"vector(dtype=...) expects a scalar type, got {dtype!r}")
+    if not isinstance(length, int) or length < 1:
+        raise ValueError(f"vector(length=...) expects a positive int, got {length!r}")
+    key = (length, s)
+    if key not in _VEC_CACHE:
+        _VEC_CACHE[key] = VectorType(length, s, f"vec{length}{_SUFFIX.get(s, '_' + s.name)}")
+    return _VEC_CACHE[key]
+
+
+def matrix(shape, dtype=float32) -> MatrixType:
+    """Return the matrix type of ``shape=(rows, cols)`` with ``dtype`` elements (cached).
+
+    Raises:
+        TypeError: ``dtype`` is not a scalar type.
+        ValueError: ``shape`` is not two positive integers.
+    """
+    s = resolve_dtype(dtype, arg="dtype")
+    if not isinstance(s, ScalarType):
+        raise TypeError(f"matrix(dtype=...) expects a scalar type, got {dtype!r}")
+    shape = tuple(shape)
+    if len(shape) != 2 or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ValueError(f"matrix(shape=...) expects two positive ints, got {shape!r}")
+    key = (shape, s)
+    if key not in _MAT_CACHE:
+        _MAT_CACHE[key] = MatrixType(shape[0], shape[1], s, f"mat{shape[0]}{shape[1]}{_SUFFIX.get(s, '_' + s.name)}")
+    return _MAT_CACHE[key]
+
+
+
+
+# ---------------------------------------------------------------------------------- structs
+
+@dataclass(frozen=True, eq=False)
+class StructType:
+    """A ``@tg.struct`` type: named fields of scalar, vector, matrix, array or struct types."""
+
+    cls: type
+    name: str
+    fields: tuple          # ((name, type), ...)
+    ctype: typing.Any      # ctypes.Structure subclass, laid out as the C++ struct
+
+    @property
+    def size(self) -> int:
+        return ctypes.sizeof(self.ctype)
+
+    @property
+    def scalar(self):
+        return None
+
+    @property
+    def inner_shape(self) -> tuple:
+        return ()
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return _struct_np_dtype(self)
+
+    @property
+    def cname(self) -> str:
+        return self.name
+
+    def __call__(self, **kwargs):
+        return self.cls(**kwargs)
+
+    def __repr__(self):
+        return f"tapegrad.struct {self.name}"
+
+    def to_ctype(self, value):
+        """Pack a struct instance (or a dict) into its ctypes structure."""
+        from .array import array as _array  # local: array imports types
+        out = self.ctype()
+        for fname, ftype in self.fields:
+            v = value[fname] if isinstance(value, dict) else getattr(value, fname)
+            if isinstance(ftype, ArrayType):
+                if v is None:
+                    continue
+                if not isinstance(v, _array):
+                    raise TypeError(f"struct {self.name}.{fname}: expected a tapegrad array, got {type(v).__name__}")
+                setattr(out, fname, v.descriptor())
+            elif isinstance(ftype, StructType):
+                setattr(out, fname, ftype.to_ctype(v))
+            elif isinstance(ftype, ScalarType):
+                setattr(out, fname, _scalar_to_ctype(ftype, v))
+            else:
+                flat = np.asarray(v, dtype=ftype.np_dtype).reshape(-1)
+                setattr(out, fname, ftype.ctype(*flat.tolist()) if ftype.scalar is not float16
+                        else ftype.ctype(*flat.view(np.uint16).tolist()))
+        return out
+
+
+def _scalar_to_ctype(t: ScalarType, v):
+    if t is float16:
+        return int(np.float16(v).view(np.uint16))
+    if t.kind == "float":
+        return float(v)
+    if t.kind == "bool":
+        return bool(v)
+    return int(v)
+
+
+def _struct_np_dtype(st: StructType) -> np.dtype:
+    names, formats, offsets = [], [], []
+    for fname, ftype in st.fields:
+        if isinstance(ftype, ArrayType):
+            fmt = np.dtype((np.uint8, ctypes.sizeof(ArrayDesc)))
+        elif isinstance(ftype, StructType):
+            fmt = ftype.np_dtype
+        else:
+            fmt = np.dtype((ftype.np_dtype, ftype.inner_shape)) if ftype.inner_shape else ftype.np_dtype
+        names.append(fname)
+        formats.append(fmt)
+        offsets.append(getattr(st.ctype, fname).offset)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": st.size})
+
+
+def struct(cls):
+    """Class decorator declaring a struct usable as kernel argument and array dtype.
+
+    Fields are taken from the class annotations, in order; each must be a tapegrad type
+    (scalar, vector, matrix, array annotation or another struct).
+
+    Raises:
+        TypeError: a field's annotation is not a tapegrad type.
+    """
+    hints = dict(getattr(cls, "__annotations__", {}))
+    fields = []
+    cfields = []
+    for fname, ann in hints.items():
+        t = type_of(ann, arg=f"{cls.__name__}.{fname}", allow_array=True)
+        fields.append((fname, t))
+        if isinstance(t, ArrayType):
+            cfields.append((fname, ArrayDesc))
+        else:
+            cfields.append((fname, t.ctype))
+    ctype = type(f"{cls.__name__}_ctype", (ctypes.Structure,), {"_fields_": cfields})
+    st = StructType(cls, cls.__name__, tuple(fields), ctype)
+    defaults = {f: getattr(cls, f) for f, _ in fields if hasattr(cls, f)}
+
+    def __init__(self, **kwargs):
+        unknown = set(kwargs) - {f for f, _ in fields}
+        if unknown:
+            raise TypeError(f"struct {cls.__name__} has no field(s) {sorted(unknown)}")
+        for fname, ftype in fields:
+            if fname in kwargs:
+                v = kwargs[fname]
+            elif fname in defaults:
+                v = defaults[fname]
+            elif isinstance(ftype, (ArrayType, StructType)):
+                v = None if isinstance(ftype, ArrayType) else ftype.cls()
+            elif isinstance(ftype, ScalarType):
+                v = ftype(0)
+            else:
+                v = ftype()
+            object.__setattr__(self, fname, v)
+
+    def __repr__(self):
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f, _ in fields)
+        return f"{cls.__name__}({inner})"
+
+    cls.__init__ = __init__
+    cls.__repr__ = __repr__
+    cls._tg_struct = st
+    return cls
+
+
+# ------------------------------------------------------------------------------ annotations
+
+@dataclass(frozen=True)
+class ArrayType:
+    """Kernel-argument annotation for an array: ``tg.array[float]``, ``tg.array2d[tg.vec3]``."""
+
+    dtype: typing.Any
+    ndim: int = 1
+
+    def __post_init__(self):
+        if not 1 <= self.ndim <= MAX_DIMS:
+            raise ValueError(f"array annotation ndim must be 1..{MAX_DIMS}, got {self.ndim}")
+
+    @property
+    def cname(self) -> str:
+        return f"tg::array_t<{self.dtype.cname}>"
+
+    def __repr__(self):
+        return f"array(dtype={self.dtype!r}, ndim={self.ndim})"
+
+
+def resolve_dtype(dtype, arg: str = "dtype"):
+    """Map a user-given dtype (tapegrad type, Python ``float``/``int``/``bool``, numpy dtype,
+    struct class) to a tapegrad type.
+
+    Raises:
+        TypeError: the value names no tapegrad type.
+    """
+    if isinstance(dtype, (ScalarType, VectorType, MatrixType, StructType)):
+        return dtype
+    if dtype is float:
+        return float32
+    if dtype is int:
+        return int32
+    if dtype is bool:
+        return bool_
+    if isinstance(dtype, type) and hasattr(dtype, "_tg_struct"):
+        return dtype._tg_struct
+    try:
+        nd = np.dtype(dtype)
+    except TypeError:
+        nd = None
+    if nd is not None and nd in _BY_NUMPY and dtype is not None:
+        return _BY_NUMPY[nd]
+    raise TypeError(f"{arg}: expected a tapegrad dtype (e.g. tg.float32, tg.vec3, float), got {dtype!r}")
+
+
+def type_of(ann, arg: str = "annotation", allow_array: bool = True):
+    """Resolve a kernel/struct annotation (dtype or array annotation) to a tapegrad type."""
+    if isinstance(ann, ArrayType):
+        return ann
+    # an array *instance* used as annotation: tg.array(dtype=float, ndim=2)
+    if hasattr(ann, "_tg_annotation"):
+        return ann._tg_annotation()
+    return resolve_dtype(ann, arg=arg)
+
+
+def scalar_of(t):
+    """The scalar type underlying ``t`` (itself for scalars)."""
+    return t.scalar
+
+
+def is_scalar(t) -> bool:
+    return isinstance(t, ScalarType)
+
+
+def is_vector(t) -> bool:
+    return isinstance(t, VectorType)
+
+
+def is_matrix(t) -> bool:
+    return isinstance(t, MatrixType)
+
+
+# -------------------------------------------------------------------------------- mappings
+
+def dtype_to_numpy(dtype) -> np.dtype:
+    """Return the numpy scalar type of a tapegrad scalar dtype.
+
+    Raises:
+        TypeError: ``dtype`` is a vector/matrix/struct type or unknown.
+    """
+    t = resolve_dtype(dtype)
+    if not isinstance(t, ScalarType):
+        raise TypeError(f"dtype_to_numpy: {t!r} has no single numpy scalar type "
+                        f"(use dtype_to_numpy({t.scalar!r}) for its components)" if t.scalar
+                        else f"dtype_to_numpy: {t!r} has no numpy scalar type")
+    return t.np_dtype.type
+
+
+def dtype_from_numpy(np_dtype) -> ScalarType:
+    """Return the tapegrad scalar type of a numpy dtype.
+
+    Raises:
+        TypeError: numpy dtype has no tapegrad equivalent (complex, strings, objects...).
+    """
+    try:
+        nd = np.dtype(np_dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype_from_numpy: {np_dtype!r} is not a numpy dtype") from e
+    if nd not in _BY_NUMPY:
+        raise TypeError(f"dtype_from_numpy: numpy dtype {nd} has no tapegrad type")
+    return _BY_NUMPY[nd]
+
+
+def dtype_to_dlpack(dtype) -> tuple[int, int, int]:
+    """Return DLPack ``(code, bits, lanes)`` of a scalar dtype or of a vector/matrix's components.
+
+    Raises:
+        TypeError: struct dtypes have no DLPack form.
+    """
+    t = resolve_dtype(dtype)
+    if isinstance(t, StructType):
+        raise TypeError(f"struct dtype {t.name} has no DLPack equivalent")
+    return (t.scalar.dl_code, t.scalar.bits, 1)
+
+
+def dtype_from_dlpack(code: int, bits: int) -> ScalarType:
+    """Return the tapegrad scalar type for a DLPack ``(code, bits)``.
+
+    Raises:
+        TypeError: no matching scalar type (bfloat16, complex, sub-byte types...).
+    """
+    key = (code, bits)
+    if key not in _BY_DLPACK:
+        raise TypeError(f"DLPack dtype (code={code}, bits={bits}) has no tapegrad equivalent")
+    return _BY_DLPACK[key]
+
+
+def dtype_to_framework(dtype, framework: str):
+    """Return the dtype object of ``framework`` ('torch' | 'paddle' | 'jax') for a tapegrad dtype.
+
+    Vector/matrix types map to their component type. Imports the framework lazily.
+
+    Raises:
+        TypeError: the framework has no such dtype, or ``dtype`` is a struct.
+    """
+    t = resolve_dtype(dtype)
+    if isinstance(t, StructType):
+        raise TypeError(f"struct dtype {t.name} has no {framework} equivalent")
+    s = t.scalar
+    name = getattr(s, f"{framework}_name")
+    if name is None:
+        raise TypeError(f"{s!r} has no {framework} dtype")
+    return getattr(_framework_dtype_module(framework), name)
+
+
+def dtype_from_framework(fdtype, framework: str) -> ScalarType:
+    """Return the tapegrad scalar type for a torch/paddle/jax dtype.
+
+    Raises:
+        TypeError: the dtype has no tapegrad equivalent (bfloat16, complex...).
+    """
+    mod = _framework_dtype_module(framework)
+    for s in SCALARS.values():
+        name = getattr(s, f"{framework}_name")
+        if name is None:
+            continue
+        cand = getattr(mod, name, None)
+        if cand is None:
+            continue
+        try:
+            if cand == fdtype:
+                return s
+        except Exception:  # some frameworks' dtypes raise on == with foreign objects
+            continue
+    if framework == "jax":
+        try:
+            return dtype_from_numpy(np.dtype(fdtype))
+        except TypeError:
+            pass
+    raise TypeError(f"{framework} dtype {fdtype!r} has no tapegrad equivalent")
+
+
+def _framework_dtype_module(framework: str):
+    if framework == "torch":
+        import torch
+        return torch
+    if framework == "paddle":
+        import paddle
+        return paddle
+    if framework == "jax":
+        import jax.numpy as jnp
+        return jnp
+    raise ValueError(f"framework must be 'torch', 'paddle' or 'jax', got {framework!r}")
+
+
+# ----------------------------------------------------------------------------- kernel ABI
+
+class ArrayDesc(ctypes.Structure):
+    """The array descriptor every kernel receives (identical on CPU and CUDA).
+
+    ``strides`` are in bytes; ``grad`` may be NULL. C++ twin: ``tg::array_t<T>`` in
+    ``lang/runtime/array.h``.
+    """
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("grad", ctypes.c_void_p),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("strides", ctypes.c_int64 * MAX_DIMS),
+        ("ndim", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+class LaunchBounds(ctypes.Structure):
+    """Launch grid: up to 4 dims, row-major; ``size`` is their product. C++: ``tg::launch_t``."""
+
+    _fields_ = [
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("ndim", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
+        ("size", ctypes.c_int64),
+    ]
+
+
+# ---------------------------------------------------------------- named vector/matrix types
+
+vec2, vec3, vec4 = (vector(n, float32) for n in (2, 3, 4))
+vec2d, vec3d, vec4d = (vector(n, float64) for n in (2, 3, 4))
+vec2h, vec3h, vec4h = (vector(n, float16) for n in (2, 3, 4))
+vec2i, vec3i, vec4i = (vector(n, int32) for n in (2, 3, 4))
+mat22, mat33, mat44 = (matrix((n, n), float32) for n in (2, 3, 4))
+mat22d, mat33d, mat44d = (matrix((n, n), float64) for n in (2, 3, 4))
+quat = QuatType(4, float32, "quat")
+quatd = QuatType(4, float64, "quatd")
