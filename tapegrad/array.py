@@ -205,7 +205,7 @@ class array:
 
     def _init_host(self, data, dtype, shape, device, copy, pinned):
         dt = T.resolve_dtype(dtype) if dtype is not None else None
-        dev = get_device(device) if device is not None else _data_device(data)
+        dev = get_device(device) if device is not None else _data_device(data, copy)
         if isinstance(data, array):
             src = data.numpy() if data.device.is_cpu or not dev.is_cuda else None
             if src is None:
@@ -550,10 +550,13 @@ class array:
 
     def reshape(self, shape):
         """A view with a new shape (contiguous arrays only)."""
-        shape = _normalize_shape(shape)
-        if -1 in shape:
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        shape = tuple(int(d) for d in shape)
+        if shape.count(-1) == 1:
             known = int(np.prod([d for d in shape if d != -1]))
             shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
+        shape = _normalize_shape(shape)
         if int(np.prod(shape)) != self.size:
             raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
         if not self.is_contiguous:
@@ -620,12 +623,15 @@ def _fold_inner_dims(base, dt, shape, strides, arg):
     return dt, shape[:-k], strides[:-k]
 
 
-def _data_device(data):
+def _data_device(data, copy):
+    """Default device for host data: the current device (as in Warp), except that an explicit
+    ``copy=False`` of host memory means "alias it", which only the CPU can do."""
     d = getattr(data, "device", None)
     if isinstance(d, Device):
         return d
-    return get_device("cpu") if isinstance(data, (np.ndarray, list, tuple, int, float, bool)) or \
-        hasattr(data, "__array_interface__") else get_device(None)
+    if not copy and (isinstance(data, np.ndarray) or hasattr(data, "__array_interface__")):
+        return get_device("cpu")
+    return get_device(None)
 
 
 def _alloc(dev, nbytes, pinned=False):

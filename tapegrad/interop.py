@@ -83,8 +83,9 @@ def _wait_foreign_stream(dev, handle: int):
     if handle == cur.cuda_stream:
         return
     import cupy
+    from .cuda.stream import external_stream
     h = 0 if handle == 1 else handle  # 1 = legacy default stream in CAI v3; 2 = per-thread default
     with cupy.cuda.Device(dev.ordinal):
         ev = cupy.cuda.Event(block=False, disable_timing=True)
-        ev.record(cupy.cuda.ExternalStream(h, dev.ordinal))
+        ev.record(external_stream(h, dev.ordinal))
         cur._cp.wait_event(ev)

@@ -46,7 +46,7 @@ class Stream:
             else:
                 if not isinstance(cuda_stream, int):
                     raise TypeError(f"Stream(cuda_stream=...): expected an int handle, got {type(cuda_stream).__name__}")
-                self._cp = cp.cuda.ExternalStream(cuda_stream, dev.ordinal)
+                self._cp = external_stream(cuda_stream, dev.ordinal)
                 self.owned = False
         self.cuda_stream = int(self._cp.ptr)
 
@@ -95,6 +95,16 @@ class Stream:
 
     def __repr__(self):
         return f"Stream({self.device}, handle=0x{self.cuda_stream:x}, {'owned' if self.owned else 'external'})"
+
+
+def external_stream(handle: int, device_id: int):
+    """A CuPy stream object for a foreign handle (CuPy 14 deprecates ExternalStream in favour
+    of a protocol object tapegrad has no use for; the wrapper is still the right tool)."""
+    import warnings
+    cp = _cupy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cp.cuda.ExternalStream(handle, device_id)
 
 
 def _stream_get_flags(handle: int) -> int:

@@ -1,0 +1,183 @@
+"""Gradient checking: Jacobians from generated adjoints vs central finite differences.
+
+``jacobian`` builds each output row by one adjoint launch seeded with a one-hot output
+gradient; ``jacobian_fd`` perturbs each input component by ``±eps`` and re-runs the forward
+from the original output contents. ``gradcheck`` compares the two and reports the worst entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .array import array, clone, zeros
+from .launch import launch
+
+__all__ = ["jacobian", "jacobian_fd", "gradcheck", "GradcheckError", "GradcheckEntry"]
+
+
+class GradcheckError(AssertionError):
+    """Adjoint and finite-difference Jacobians disagree; the message lists the worst entries."""
+
+
+@dataclass(frozen=True)
+class GradcheckEntry:
+    input_index: int
+    output_index: int
+    row: int          # flat component of the output
+    col: int          # flat component of the input
+    adjoint: float
+    finite_difference: float
+
+    @property
+    def abs_error(self) -> float:
+        return abs(self.adjoint - self.finite_difference)
+
+
+def _is_diff_array(a) -> bool:
+    return isinstance(a, array) and a.dtype.scalar is not None and a.dtype.scalar.is_float
+
+
+def _flat(a: array) -> np.ndarray:
+    return np.array(a.numpy(), dtype=np.float64).reshape(-1)
+
+
+def _set_flat(a: array, values: np.ndarray) -> None:
+    host = np.asarray(values, dtype=a.dtype.scalar.np_dtype).reshape(a.shape + a.dtype.inner_shape)
+    a.assign(array(host, dtype=a.dtype, device=a.device))
+
+
+def _select(items, mask_indices):
+    return [i for i, a in enumerate(items) if _is_diff_array(a) and (mask_indices is None or i in mask_indices)]
+
+
+def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, output_indices=None,
+             block_dim=256, max_blocks=0) -> dict:
+    """Jacobians of ``kernel`` from its generated adjoint.
+
+    Args:
+        kernel, dim, inputs, outputs, device: as for ``launch``.
+        input_indices, output_indices: restrict to these argument positions (default: every
+            float array).
+    Returns:
+        ``{(input_index, output_index): J}`` with ``J.shape == (output components, input components)``.
+    Raises:
+        RuntimeError: the kernel was built with ``enable_backward=False``.
+    """
+    inputs, outputs = list(inputs), list(outputs)
+    ins = _select(inputs, input_indices)
+    outs = _select(outputs, output_indices)
+    saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
+    result = {}
+    for j in outs:
+        out = outputs[j]
+        n_out = out.size * max(out.dtype.length, 1)
+        rows = {i: np.zeros((n_out, inputs[i].size * max(inputs[i].dtype.length, 1))) for i in ins}
+        for r in range(n_out):
+            adj_in = [zeros(a.shape, a.dtype, a.device) if _is_diff_array(a) else None for a in inputs]
+            adj_out = [zeros(a.shape, a.dtype, a.device) if _is_diff_array(a) else None for a in outputs]
+            seed = np.zeros(n_out)
+            seed[r] = 1.0
+            _set_flat(adj_out[j], seed)
+            _restore(outputs, saved)
+            launch(kernel, dim, inputs, outputs, device=device, adjoint=True, adj_inputs=adj_in,
+                   adj_outputs=adj_out, record_tape=False, block_dim=block_dim, max_blocks=max_blocks)
+            for i in ins:
+                rows[i][r] = _flat(adj_in[i])
+        for i in ins:
+            result[(i, j)] = rows[i]
+    _restore(outputs, saved)
+    return result
+
+
+def _restore(outputs, saved):
+    for j, s in saved.items():
+        outputs[j].assign(s)
+
+
+def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, input_indices=None,
+                output_indices=None, block_dim=256, max_blocks=0) -> dict:
+    """Jacobians of ``kernel`` by central finite differences (``(f(x+eps) - f(x-eps)) / 2eps``).
+
+    Every forward run starts from the outputs' original contents, so kernels that accumulate
+    into their outputs (``atomic_add``) are differentiated correctly. Inputs are restored.
+
+    Returns:
+        ``{(input_index, output_index): J}`` as ``jacobian``.
+    """
+    inputs, outputs = list(inputs), list(outputs)
+    ins = _select(inputs, input_indices)
+    outs = _select(outputs, output_indices)
+    saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
+
+    def run():
+        _restore(outputs, saved)
+        launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
+               max_blocks=max_blocks)
+        return {j: _flat(outputs[j]) for j in outs}
+
+    result = {}
+    for i in ins:
+        x0 = _flat(inputs[i])
+        cols = {j: np.zeros((outputs[j].size * max(outputs[j].dtype.length, 1), x0.size)) for j in outs}
+        for c in range(x0.size):
+            xp = x0.copy()
+            xp[c] += eps
+            _set_flat(inputs[i], xp)
+            fp = run()
+            xp[c] = x0[c] - eps
+            _set_flat(inputs[i], xp)
+            fm = run()
+            for j in outs:
+                cols[j][:, c] = (fp[j] - fm[j]) / (2 * eps)
+        _set_flat(inputs[i], x0)
+        for j in outs:
+            result[(i, j)] = cols[j]
+    _restore(outputs, saved)
+    return result
+
+
+def gradcheck(kernel, dim, inputs, outputs, eps: float = 1e-4, atol: float = 1e-3, rtol: float = 1e-2,
+              device=None, raise_exception: bool = True, input_indices=None, output_indices=None,
+              show_summary: bool = False, max_report: int = 5) -> bool:
+    """Compare adjoint and finite-difference Jacobians of ``kernel``.
+
+    Passes when ``|adj - fd| <= atol + rtol * |fd|`` for every entry. Use float64 arrays for
+    tight tolerances.
+
+    Args:
+        eps, atol, rtol: finite-difference step and tolerances.
+        raise_exception: raise ``GradcheckError`` with a report of the worst entries on failure.
+        show_summary: print the max absolute/relative error per (input, output) pair.
+    Returns:
+        True when the Jacobians agree (False instead of raising when ``raise_exception=False``).
+    Raises:
+        GradcheckError: they disagree and ``raise_exception`` is set.
+    """
+    ja = jacobian(kernel, dim, inputs, outputs, device, input_indices, output_indices)
+    jf = jacobian_fd(kernel, dim, inputs, outputs, device, eps, input_indices, output_indices)
+    bad: list[GradcheckEntry] = []
+    names = kernel.arg_names
+    n_in = len(inputs)
+    for key, a in ja.items():
+        f = jf[key]
+        err = np.abs(a - f)
+        tol = atol + rtol * np.abs(f)
+        if show_summary:
+            rel = err / np.maximum(np.abs(f), 1e-12)
+            print(f"gradcheck {kernel.key}: d {names[n_in + key[1]]} / d {names[key[0]]}: "
+                  f"max abs err {err.max(initial=0):.3g}, max rel err {rel.max(initial=0):.3g}")
+        for r, c in zip(*np.nonzero(err > tol)):
+            bad.append(GradcheckEntry(key[0], key[1], int(r), int(c), float(a[r, c]), float(f[r, c])))
+    if not bad:
+        return True
+    if not raise_exception:
+        return False
+    bad.sort(key=lambda e: -e.abs_error)
+    lines = [f"gradcheck failed for kernel '{kernel.key}': {len(bad)} Jacobian entries differ "
+             f"(atol={atol}, rtol={rtol}, eps={eps}); worst:"]
+    for e in bad[:max_report]:
+        lines.append(f"  d {names[n_in + e.output_index]}[{e.row}] / d {names[e.input_index]}[{e.col}]: "
+                     f"adjoint {e.adjoint:.6g}, finite difference {e.finite_difference:.6g} "
+                     f"(|diff| {e.abs_error:.3g})")
+    raise GradcheckError("\n".join(lines))

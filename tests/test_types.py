@@ -1,0 +1,126 @@
+"""The dtype table and its mappings (R4)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad import types as T
+
+SCALARS = list(T.SCALARS.values())
+
+
+@pytest.mark.parametrize("s", SCALARS, ids=lambda s: s.name)
+def test_scalar_row_is_consistent(s):
+    assert np.dtype(tg.dtype_to_numpy(s)) == s.np_dtype
+    assert tg.dtype_from_numpy(s.np_dtype) is s
+    assert tg.dtype_from_numpy(s.np_dtype.type) is s
+    assert ctypes.sizeof(s.ctype) == s.size == s.np_dtype.itemsize
+    assert T.dtype_from_dlpack(*T.dtype_to_dlpack(s)[:2]) is s
+
+
+@pytest.mark.parametrize("s", SCALARS, ids=lambda s: s.name)
+def test_torch_mapping_round_trips(s):
+    torch = pytest.importorskip("torch")
+    td = T.dtype_to_framework(s, "torch")
+    assert isinstance(td, torch.dtype)
+    assert T.dtype_from_framework(td, "torch") is s
+
+
+@pytest.mark.parametrize("s", SCALARS, ids=lambda s: s.name)
+def test_jax_mapping_round_trips(s):
+    pytest.importorskip("jax")
+    jd = T.dtype_to_framework(s, "jax")
+    assert T.dtype_from_framework(jd, "jax") is s
+    assert np.dtype(jd) == s.np_dtype
+
+
+@pytest.mark.parametrize("s", [s for s in SCALARS if s.paddle_name], ids=lambda s: s.name)
+def test_paddle_mapping_round_trips(s):
+    pytest.importorskip("paddle")
+    pd = T.dtype_to_framework(s, "paddle")
+    assert T.dtype_from_framework(pd, "paddle") is s
+
+
+def test_paddle_has_no_wide_unsigned():
+    pytest.importorskip("paddle")
+    with pytest.raises(TypeError, match="paddle"):
+        T.dtype_to_framework(tg.uint32, "paddle")
+
+
+def test_python_types_resolve_like_warp():
+    assert T.resolve_dtype(float) is tg.float32
+    assert T.resolve_dtype(int) is tg.int32
+    assert T.resolve_dtype(bool) is tg.bool
+    assert T.resolve_dtype(np.float64) is tg.float64
+
+
+def test_unsupported_types_raise_type_error():
+    with pytest.raises(TypeError, match="vec3"):
+        tg.dtype_to_numpy(tg.vec3)
+    with pytest.raises(TypeError, match="complex"):
+        tg.dtype_from_numpy(np.complex64)
+    with pytest.raises(TypeError, match="dtype"):
+        T.resolve_dtype("not a type")
+    with pytest.raises(TypeError):
+        T.dtype_from_dlpack(4, 16)  # bfloat16 has no tapegrad type
+
+
+def test_vector_and_matrix_types_are_cached_and_named():
+    assert tg.vector(3, tg.float32) is tg.vec3
+    assert tg.vector(3, float) is tg.vec3
+    assert tg.vector(2, tg.float64) is tg.vec2d
+    assert tg.matrix((3, 3), tg.float32) is tg.mat33
+    assert tg.vec3i.scalar is tg.int32 and tg.vec4h.scalar is tg.float16
+    assert tg.mat22d.inner_shape == (2, 2) and tg.mat22d.size == 32
+    assert tg.quat.length == 4
+    v = tg.vector(7, tg.float64)
+    assert v.inner_shape == (7,) and v.size == 56
+
+
+def test_vector_constructor_in_python_scope():
+    assert tg.vec3(1, 2, 3).tolist() == [1.0, 2.0, 3.0]
+    assert tg.vec3(2.0).tolist() == [2.0, 2.0, 2.0]
+    assert tg.mat22(1, 2, 3, 4).tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="3 components"):
+        tg.vec3(1, 2)
+
+
+def test_bad_vector_matrix_arguments():
+    with pytest.raises(ValueError, match="positive"):
+        tg.vector(0, float)
+    with pytest.raises(ValueError, match="two positive"):
+        tg.matrix((3,), float)
+    with pytest.raises(TypeError):
+        tg.vector(3, tg.vec3)
+
+
+def test_struct_layout_matches_numpy_and_ctypes():
+    @tg.struct
+    class Body:
+        pos: tg.vec3
+        mass: float
+        count: int
+        data: tg.array(dtype=float)
+
+    st = Body._tg_struct
+    assert [f for f, _ in st.fields] == ["pos", "mass", "count", "data"]
+    assert st.np_dtype.itemsize == ctypes.sizeof(st.ctype)
+    b = Body(mass=2.0)
+    assert b.mass == 2.0 and b.count == 0 and b.data is None
+    c = st.to_ctype(b)
+    assert c.mass == 2.0
+    with pytest.raises(TypeError, match="no field"):
+        Body(nope=1)
+
+
+def test_struct_rejects_non_tapegrad_fields():
+    with pytest.raises(TypeError, match="Bad.x"):
+        @tg.struct
+        class Bad:
+            x: str
+
+
+def test_abi_struct_sizes():
+    assert ctypes.sizeof(T.ArrayDesc) == 88
+    assert ctypes.sizeof(T.LaunchBounds) == 48
