@@ -41,7 +41,7 @@ _LAZY = {
     "wait_stream": "tapegrad.cuda.stream", "wait_event": "tapegrad.cuda.stream",
     "record_event": "tapegrad.cuda.stream", "synchronize_stream": "tapegrad.cuda.stream",
     "synchronize_event": "tapegrad.cuda.stream",
-    "ScopedCapture": "tapegrad.cuda.graph", "capture_begin": "tapegrad.cuda.graph",
+    "ScopedCapture": "tapegrad.cuda.graph", "Graph": "tapegrad.cuda.graph", "capture_begin": "tapegrad.cuda.graph",
     "capture_end": "tapegrad.cuda.graph", "capture_launch": "tapegrad.cuda.graph",
     "set_allocator": "tapegrad.cuda.allocators", "ScopedAllocator": "tapegrad.cuda.allocators",
     "from_dlpack": "tapegrad.dlpack", "to_dlpack": "tapegrad.dlpack",

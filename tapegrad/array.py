@@ -480,7 +480,9 @@ class array:
         if self.device.is_cpu:
             self.numpy()[...] = value
         else:
-            _cupy_view(self)[...] = np.asarray(value, dtype=self.dtype.scalar.np_dtype)
+            import cupy
+            with cupy.cuda.Device(self.device.ordinal), self.device.stream._cp:  # capture-safe ordering
+                _cupy_view(self)[...] = np.asarray(value, dtype=self.dtype.scalar.np_dtype)
         self._bump()
         return self
 
@@ -495,7 +497,9 @@ class array:
         elif self.device.is_cpu:
             self.numpy()[...] = 0
         else:
-            _cupy_view(self)[...] = 0
+            import cupy
+            with cupy.cuda.Device(self.device.ordinal), self.device.stream._cp:
+                _cupy_view(self)[...] = 0
         self._bump()
         return self
 

@@ -30,37 +30,40 @@ class ArrayCtype(T.ArrayDesc):
         return self
 
 
-# Foreign tensor types whose protocol path is missing or refuses (torch tensors that require
-# grad refuse __cuda_array_interface__, CPU torch tensors have no __array_interface__): a bridge
-# registers a function (obj, device, arg) -> (ArrayCtype, owner).
+# Foreign tensor types whose protocol path is missing, refuses or is slow (torch tensors that
+# require grad raise RuntimeError from __cuda_array_interface__, CPU torch tensors have no
+# __array_interface__): a bridge registers fn(obj, device, arg, dtype) -> ArrayCtype, where
+# ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
+# object's trailing component dims). Registered adapters are consulted before the protocols.
 _ADAPTERS: dict = {}
 _ADAPTER_MODULES = {"torch": "bridges.torch", "paddle": "bridges.paddle", "jax": "bridges.jax",
                     "jaxlib": "bridges.jax"}
 
 
 def register_launch_adapter(cls, fn):
-    """Let ``launch`` accept instances of ``cls`` directly; ``fn(obj, device, arg) -> ArrayCtype``."""
+    """Let ``launch`` accept instances of ``cls`` directly; ``fn(obj, device, arg, dtype) -> ArrayCtype``."""
+    for k in [k for k, v in _ADAPTERS.items() if v is None]:
+        del _ADAPTERS[k]  # forget cached misses: a subclass of ``cls`` may have been met already
     _ADAPTERS[cls] = fn
 
 
 def _adapter_for(obj):
     cls = type(obj)
-    fn = _ADAPTERS.get(cls)
-    if fn is not None:
+    fn = _ADAPTERS.get(cls, _ADAPTERS)
+    if fn is not _ADAPTERS:
         return fn
+    fn = None
     mod = _ADAPTER_MODULES.get(cls.__module__.split(".")[0])
-    if mod is None:
-        return None
-    import importlib
-    try:
-        importlib.import_module(mod)
-    except ImportError:
-        return None
-    for base in cls.__mro__:
-        if base in _ADAPTERS:
-            _ADAPTERS[cls] = _ADAPTERS[base]
-            return _ADAPTERS[base]
-    return None
+    if mod is not None:
+        import importlib
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            mod = None
+    if mod is not None:
+        fn = next((_ADAPTERS[b] for b in cls.__mro__ if _ADAPTERS.get(b) is not None), None)
+    _ADAPTERS[cls] = fn  # negative results are cached too: one dict lookup per foreign object
+    return fn
 
 
 class LaunchError(TypeError):
@@ -77,7 +80,7 @@ def _check_array(kernel, i, ptype, dtype, ndim, device, launch_device):
     if ndim != ptype.ndim:
         raise TypeError(f"{_arg_label(kernel, i)}: expected a {ptype.ndim}-D array, got {ndim}-D")
     if device is not launch_device:
-        raise RuntimeError(f"{_arg_label(kernel, i)}: array is on {device}, but the launch is on {launch_device}")
+        raise RuntimeError(f"{_arg_label(kernel, i)}: array is on device {device}, but the launch device is {launch_device}")
 
 
 def _foreign_desc(kernel, i, ptype, obj, device):
@@ -90,14 +93,10 @@ def _foreign_desc(kernel, i, ptype, obj, device):
     elif device.is_cpu and hasattr(obj, "__array_interface__"):
         ptr, dt, shape, strides, ro = interface_layout(obj.__array_interface__, label)
     else:
-        fn = _adapter_for(obj)
-        if fn is not None:
-            d = fn(obj, device, label)
-            return d
         other = "__cuda_array_interface__ (a CUDA object)" if hasattr(obj, "__cuda_array_interface__") else \
             "__array_interface__ (a CPU object)" if hasattr(obj, "__array_interface__") else None
         if other:
-            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch is on {device}")
+            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch device is {device} (device mismatch)")
         raise TypeError(f"{label}: expected an array (tapegrad array, or an object with "
                         f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
     if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, T.StructType):
@@ -113,19 +112,22 @@ def _foreign_desc(kernel, i, ptype, obj, device):
 
 
 def _make_array_packer(kernel, i, ptype):
+    dtype, ndim = ptype.dtype, ptype.ndim
+    label = _arg_label(kernel, i)
+
     def pack(value, device):
         if isinstance(value, array):
-            if value.dtype is not ptype.dtype or value.ndim != ptype.ndim or value.device is not device:
+            if value.dtype is not dtype or value.ndim != ndim or value.device is not device:
                 _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
             return value.descriptor()
         if value is None:
             return T.ArrayDesc()
-        if isinstance(value, ArrayCtype):
+        if not isinstance(value, ArrayCtype):
+            fn = _adapter_for(value)
+            value = fn(value, device, label, dtype) if fn is not None else _foreign_desc(kernel, i, ptype, value, device)
+        if value.tg_dtype is not dtype or value.ndim != ndim or value.tg_device is not device:
             _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
-            return value
-        d = _foreign_desc(kernel, i, ptype, value, device)
-        _check_array(kernel, i, ptype, d.tg_dtype, d.ndim, d.tg_device, device)
-        return d
+        return value
     return pack
 
 
@@ -189,10 +191,30 @@ def _packers(kernel):
                 p.append(_make_composite_packer(kernel, i, t))
         kernel._tg_packers = p
         kernel._tg_array_params = tuple(isinstance(t, T.ArrayType) for t in kernel.arg_types)
+        kernel._tg_written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
     return p
 
 
+_BOUNDS: dict = {}   # dim -> (dim tuple, LaunchBounds bytes): validated once per distinct dim
+
+
 def _bounds(dim):
+    try:
+        hit = _BOUNDS.get(dim)
+    except TypeError:  # unhashable (a list)
+        hit = None
+    if hit is not None:
+        return hit[0], T.LaunchBounds.from_buffer_copy(hit[1])
+    dims, b = _make_bounds(dim)
+    if len(_BOUNDS) < 1024:
+        try:
+            _BOUNDS[dim] = (dims, bytes(b))
+        except TypeError:
+            pass
+    return dims, b
+
+
+def _make_bounds(dim):
     if isinstance(dim, (int, np.integer)):
         dim = (int(dim),)
     try:
@@ -275,8 +297,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         RuntimeError: device mismatch, or a write to a read-only array.
     """
     args = list(inputs) + list(outputs)
-    from .lang import Kernel
-    if not isinstance(kernel, Kernel):
+    if not isinstance(kernel, _Kernel or _kernel_class()):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
     packers = _packers(kernel)
     if len(args) != len(packers):
@@ -293,9 +314,9 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
             raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
-    access = kernel.arg_access
-    for i, (r, w) in enumerate(access):
-        if w and isinstance(vals[i], T.ArrayDesc) and vals[i].flags & 1:
+    written = kernel._tg_written
+    for i in written:
+        if isinstance(vals[i], T.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
     if adjoint:
         if not kernel.enable_backward:
@@ -312,13 +333,39 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         adj_vals = _adjoint_values(kernel, args, adj_given, dev)
         vals = vals + [_grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
     elif record_tape:
-        from .tape import _active_tape
         tape = _active_tape()
         if tape is not None:
-            tape._record_launch(kernel, dim, list(inputs), list(outputs), dev, stream, block_dim, max_blocks, access, args)
-    argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+            tape._record_launch(kernel, dim, list(inputs), list(outputs), dev, stream, block_dim, max_blocks,
+                                kernel.arg_access, args)
+    argv = _argv_type(len(vals))(*[ctypes.addressof(v) for v in vals])
     kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
     if not adjoint:
-        for (r, w), a in zip(access, args):
-            if w and isinstance(a, array):
-                a._version += 1
+        for i in written:
+            if isinstance(args[i], array):
+                args[i]._version += 1
+
+
+_Kernel = None
+
+
+def _kernel_class():
+    global _Kernel
+    from .lang import Kernel  # imported on first launch: tapegrad.lang imports this module's package
+    _Kernel = Kernel
+    return Kernel
+
+
+def _active_tape():
+    from .tape import _active_tape as fn
+    globals()["_active_tape"] = fn  # resolve once; later launches call tape._active_tape directly
+    return fn()
+
+
+_ARGV: dict = {}
+
+
+def _argv_type(n):
+    t = _ARGV.get(n)
+    if t is None:
+        t = _ARGV[n] = ctypes.c_void_p * n
+    return t

@@ -1,0 +1,314 @@
+"""What every framework bridge shares: layouts, vector/matrix component dims, grad wiring,
+fast descriptors and stream-ordered keep-alive.
+
+A bridge (``bridges.torch``, ``bridges.paddle``...) supplies a small *framework adapter* (see
+``FrameworkAdapter``) saying how to read a tensor's layout, pointer and gradient, and how to
+make a tensor that aliases tapegrad memory. ``Bridge`` turns that into ``from_X`` / ``to_X`` /
+the launch adapter, so the framework modules hold only what differs between frameworks.
+
+Caches here never key on pointers (SPEC R19): a ``Layout`` is keyed by the tensor's dtype,
+shape, element strides and device, holds no address, and is therefore valid for any tensor
+with that metadata; the data and gradient pointers are read from the tensor on every call.
+"""
+from __future__ import annotations
+
+import threading
+
+from tapegrad import types as T
+from tapegrad.array import _contiguous_strides, _fold_inner_dims, array
+from tapegrad.launch import ArrayCtype
+
+__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible", "release_after"]
+
+_LAYOUT_CACHE_MAX = 4096
+
+
+class BridgeTypeError(TypeError, RuntimeError):
+    """A dtype the other side cannot represent or reinterpret.
+
+    A ``TypeError`` (tapegrad's policy for type problems) that is also a ``RuntimeError``, so
+    code written for Warp (which raises RuntimeError here) keeps working.
+    """
+
+
+class GradLayoutError(ValueError, RuntimeError):
+    """A gradient whose dtype, shape, strides or device differ from its array's.
+
+    Kernels address a gradient with its array's strides, so they must be equal. A
+    ``ValueError`` (tapegrad's policy, and Warp's for arrays) that is also a ``RuntimeError``
+    (Warp's for ``return_ctype`` descriptors).
+    """
+
+
+def check_compatible(src: T.ScalarType, dst: T.ScalarType, src_name: str, fname: str) -> None:
+    """Raise unless a tensor of scalar type ``src`` may be viewed as ``dst`` (no conversion).
+
+    Allowed: the same type; signed <-> unsigned integers of one width; bool as int8/uint8.
+    """
+    if src is dst:
+        return
+    if src.bits == dst.bits and {src.kind, dst.kind} == {"int", "uint"}:
+        return
+    if src.kind == "bool" and dst.kind in ("int", "uint") and dst.bits == 8:
+        return
+    raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
+                          f"(zero-copy views need the same element type; cast the tensor first)")
+
+
+class Layout:
+    """How a tensor's memory reads as a tapegrad array: dtype, shape, byte strides, device.
+
+    Holds no pointer, so one Layout serves every tensor with the same metadata. It carries a
+    prototype array (``new_array`` clones its attributes and sets pointer and owner) and a
+    descriptor template (``new_ctype`` copies it and sets the pointers), which makes
+    conversions a dict lookup plus a few attribute stores.
+    """
+
+    __slots__ = ("dtype", "shape", "strides", "device", "cuda", "_proto", "_tmpl")
+
+    def __init__(self, dtype, shape, strides, device):
+        self.dtype, self.shape, self.strides, self.device = dtype, shape, strides, device
+        self.cuda = device.is_cuda
+        proto = array(ptr=0, dtype=dtype, shape=shape, strides=strides, device=device)
+        self._proto = dict(proto.__dict__)
+        self._tmpl = bytes(proto.descriptor())
+
+    @classmethod
+    def build(cls, scalar, shape, elem_strides, device, dtype, fname, src_name):
+        """Layout of a tensor of ``scalar`` elements viewed as ``dtype`` (None: ``scalar``).
+
+        Scalar dtypes keep shape and strides (0-strides included); vector/matrix dtypes
+        consume trailing, contiguous component dims (SPEC R11).
+
+        Raises:
+            TypeError: ``dtype`` is not a tapegrad dtype, or is a struct.
+            BridgeTypeError: element types are incompatible.
+            RuntimeError: component dims missing, mismatched or not contiguous; > 4 dims.
+        """
+        size = scalar.size
+        shape = tuple(shape)
+        strides = tuple(s * size for s in elem_strides)
+        if dtype is None:
+            dt = scalar
+        else:
+            dt = T.resolve_dtype(dtype, arg=f"{fname}(dtype=...)")
+            if isinstance(dt, T.StructType):
+                raise BridgeTypeError(f"{fname}: struct dtype {dt.name} cannot view a tensor")
+            check_compatible(scalar, dt.scalar, src_name, fname)
+        if not shape:                              # 0-d tensor: one element
+            shape, strides = (1,), (size,)
+        if dt.inner_shape and shape == dt.inner_shape:
+            shape, strides = (1,) + shape, (dt.size,) + strides  # exactly one vector/matrix
+        dt, shape, strides = _fold_inner_dims(dt.scalar, dt, shape, strides, f"{fname}: tensor of shape {shape}")
+        return cls(dt, shape, strides, device)
+
+    def new_array(self, ptr: int, owner) -> array:
+        """A tapegrad array of this layout at ``ptr``, keeping ``owner`` alive."""
+        a = array.__new__(array)
+        a.__dict__.update(self._proto)
+        a._ptr = ptr
+        a._owner = owner
+        return a
+
+    def new_ctype(self, ptr: int, grad_ptr: int, refs) -> ArrayCtype:
+        """A launchable descriptor of this layout; ``refs`` stay alive as long as it does."""
+        d = ArrayCtype.from_buffer_copy(self._tmpl)   # flags (read-only: no) come from the template
+        d.data = ptr
+        if grad_ptr:
+            d.grad = grad_ptr
+        d.tg_dtype, d.tg_device, d.tg_refs = self.dtype, self.device, refs   # as ArrayCtype.bind
+        return d
+
+
+class FrameworkAdapter:
+    """The framework-specific half of a bridge (subclass it; methods are duck-typed).
+
+    Attributes:
+        name: "torch", "paddle"...; used in messages as ``from_<name>``/``to_<name>``.
+        tensor_types: tuple of the framework's tensor classes.
+    """
+
+    name = "framework"
+    tensor_types: tuple = ()
+
+    def layout_key(self, t):
+        """A hashable of everything that determines the layout (dtype, shape, strides, device)."""
+        raise NotImplementedError
+
+    def describe(self, t, dtype):
+        """``(scalar ScalarType, shape, element strides, tapegrad Device, dtype name)`` of ``t``.
+
+        ``dtype`` is the tapegrad dtype asked for (None when inferred), so that raw-bit views
+        (bfloat16 as uint16) can be allowed only when asked for.
+        """
+        raise NotImplementedError
+
+    def data_ptr(self, t) -> int:
+        raise NotImplementedError
+
+    def requires_grad(self, t) -> bool:
+        raise NotImplementedError
+
+    def get_grad(self, t):
+        """The tensor's existing gradient tensor, or None (must not allocate)."""
+        raise NotImplementedError
+
+    def alloc_grad(self, t):
+        """Allocate a zero gradient *with the framework's allocator*, install it as ``t``'s
+        gradient and return it (B3: no foreign allocation, no device-wide sync)."""
+        raise NotImplementedError
+
+    def wrap(self, a: array, flat_shape, flat_strides, typestr):
+        """A framework tensor aliasing ``a`` (scalar layout: component dims appended to
+        ``flat_shape``/``flat_strides`` (bytes); ``typestr`` the numpy typestr of the scalar),
+        keeping ``a`` alive for as long as the tensor lives."""
+        raise NotImplementedError
+
+    def set_grad(self, t, g) -> None:
+        """Make ``t`` a leaf that requires grad; attach ``g`` (a tensor, or None) as its grad."""
+        raise NotImplementedError
+
+    def on_use(self, t, device) -> None:
+        """Called when ``t`` is handed to tapegrad work on ``device`` (CUDA: stream bookkeeping)."""
+
+
+class Bridge:
+    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``."""
+
+    def __init__(self, fw: FrameworkAdapter):
+        self.fw = fw
+        self.from_name = f"from_{fw.name}"
+        self.to_name = f"to_{fw.name}"
+        self._layouts: dict = {}
+        self._flat: dict = {}          # dtype -> (component dims, their byte strides, typestr)
+
+    # ------------------------------------------------------------------------- layouts
+    def layout(self, t, dtype=None, fname=None) -> Layout:
+        """The (cached) Layout of tensor ``t`` viewed as ``dtype``."""
+        key = (self.fw.layout_key(t), dtype)
+        lay = self._layouts.get(key)
+        if lay is None:
+            scalar, shape, elem_strides, device, src_name = self.fw.describe(t, dtype)
+            lay = Layout.build(scalar, shape, elem_strides, device, dtype, fname or self.from_name, src_name)
+            if len(self._layouts) >= _LAYOUT_CACHE_MAX:
+                self._layouts.clear()
+            self._layouts[key] = lay
+        return lay
+
+    # ----------------------------------------------------------------------- from_X
+    def from_tensor(self, t, dtype=None, requires_grad=None, grad=None, return_ctype=False):
+        """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
+
+        Gradient (SPEC R10, R12, B3): ``grad`` (a tapegrad array or a tensor) is used as the
+        array's gradient when given; else, when ``requires_grad`` (default: the tensor's own
+        flag), the tensor's gradient is shared, allocated first by the framework when missing.
+        """
+        fw = self.fw
+        if not isinstance(t, fw.tensor_types):
+            raise TypeError(f"{self.from_name}: expected a {fw.name} tensor, got {type(t).__name__}")
+        lay = self._layouts.get((fw.layout_key(t), dtype)) or self.layout(t, dtype)
+        if grad is None and (fw.requires_grad(t) if requires_grad is None else requires_grad):
+            if not lay.dtype.scalar.is_float:
+                raise TypeError(f"{self.from_name}: requires_grad=True needs a floating-point tensor, "
+                                f"got elements of {lay.dtype!r} (pass requires_grad=False)")
+            grad = fw.get_grad(t)
+            if grad is None:
+                grad = fw.alloc_grad(t)
+        if lay.cuda:
+            fw.on_use(t, lay.device)
+        if return_ctype:
+            if grad is None:
+                return lay.new_ctype(fw.data_ptr(t), 0, (t,))
+            return lay.new_ctype(fw.data_ptr(t), self._grad_array(grad, lay).ptr, (t, grad))
+        a = lay.new_array(fw.data_ptr(t), t)
+        if grad is not None:
+            a.grad = self._grad_array(grad, lay)
+        return a
+
+    def _grad_array(self, grad, lay) -> array:
+        """``grad`` (an array or a tensor) as an array with exactly the layout ``lay``."""
+        fw = self.fw
+        if isinstance(grad, fw.tensor_types):
+            grad = self.from_tensor(grad, dtype=lay.dtype, requires_grad=False)
+        elif not isinstance(grad, array):
+            raise TypeError(f"{self.from_name}(grad=...): expected a tapegrad array or a {fw.name} tensor, "
+                            f"got {type(grad).__name__}")
+        have = (grad.dtype, grad.shape, grad.strides, grad.device)
+        want = (lay.dtype, lay.shape, lay.strides, lay.device)
+        if have != want:
+            raise GradLayoutError(f"{self.from_name}: the gradient must have its array's dtype, shape, byte strides "
+                                  f"and device {want}, got {have} (kernels address a gradient with its array's "
+                                  "strides)")
+        return grad
+
+    def launch_adapter(self, t, device, arg, dtype) -> ArrayCtype:
+        """``launch`` calls this for a tensor passed directly: a descriptor, no gradient (R1)."""
+        fw = self.fw
+        lay = self._layouts.get((fw.layout_key(t), dtype)) or self.layout(t, dtype, fname=arg)
+        if lay.cuda:
+            fw.on_use(t, lay.device)
+        return lay.new_ctype(fw.data_ptr(t), 0, (t,))
+
+    # ------------------------------------------------------------------------- to_X
+    def to_tensor(self, a, requires_grad=None):
+        """A framework tensor aliasing tapegrad array ``a`` (and ``a.grad`` as its gradient).
+
+        With ``requires_grad`` (default: ``a.requires_grad``) the tensor is a leaf that
+        requires grad, and its gradient is a zero-copy view of ``a.grad`` when ``a`` has one.
+        """
+        if not isinstance(a, array):
+            raise TypeError(f"{self.to_name}: expected a tapegrad array, got {type(a).__name__}")
+        t = self._wrap(a)
+        if a.requires_grad if requires_grad is None else requires_grad:
+            if not a.dtype.scalar.is_float:
+                raise TypeError(f"{self.to_name}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
+            g = a.grad
+            self.fw.set_grad(t, self._wrap(g) if g is not None else None)
+        return t
+
+    def _wrap(self, a):
+        # the hot path of to_X: array internals are read directly (no property calls)
+        dt = a.dtype
+        info = self._flat.get(dt)
+        if info is None:
+            if isinstance(dt, T.StructType):
+                raise BridgeTypeError(f"{self.to_name}: struct arrays ({dt.name}) have no {self.fw.name} equivalent")
+            inner = dt.inner_shape
+            info = self._flat[dt] = (inner, _contiguous_strides(inner, dt.scalar.size), dt.scalar.np_dtype.str)
+        if a.device is None or (not a._ptr and a.size):
+            raise ValueError(f"{self.to_name}: the array has no memory (an annotation-only array)")
+        return self.fw.wrap(a, a._shape + info[0], a._strides + info[1], info[2])
+
+
+# ------------------------------------------------------------------------ keep-alive on streams
+
+_pending: list = []          # [(event, objects)], oldest first
+_pending_lock = threading.Lock()
+
+
+def release_after(stream, *objs) -> None:
+    """Keep ``objs`` alive until the work submitted so far to ``stream`` has run.
+
+    Use it for temporaries (arrays, tensors) that work queued on a *non-blocking* stream still
+    reads after Python drops them: without it their memory could be handed out again while
+    the stream is behind. No host synchronisation: an event is recorded on ``stream`` and
+    the objects are released by a later call once the event has completed.
+
+    Args:
+        stream: a tapegrad ``Stream`` (None or a CPU stream: nothing to wait for).
+    """
+    if stream is None or not objs:
+        return
+    ev = stream.record_event()
+    with _pending_lock:
+        while _pending and _pending[0][0].is_complete:
+            _pending.pop(0)
+        _pending.append((ev, objs))
+
+
+def pending_releases() -> int:
+    """Number of keep-alive batches not yet released (for tests and diagnostics)."""
+    with _pending_lock:
+        while _pending and _pending[0][0].is_complete:
+            _pending.pop(0)
+        return len(_pending)

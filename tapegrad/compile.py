@@ -1,0 +1,370 @@
+"""Build and cache kernel binaries: the system C++ compiler for the CPU, NVRTC for CUDA.
+
+Binaries are cached on disk under a content hash of (generated source, target, arch,
+compiler identity and flags, tapegrad version) in ``$TAPEGRAD_CACHE`` or
+``~/.cache/tapegrad``. The directory is per-user (mode 0700; a world-writable or foreign-owned
+directory is refused: loading a shared library from it would run anyone's code). Builds write
+to a temporary file in the same directory and ``os.replace`` it into place, so concurrent
+processes compiling the same kernel never see a partial file.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+
+__all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "load_kernels", "build_cpu", "build_cuda",
+           "CXXFLAGS"]
+
+CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
+NVRTC_FLAGS = ["-std=c++17", "-w"]
+_lock = threading.Lock()
+_checked_dirs: set = set()
+_cxx = None
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler or NVRTC rejected generated code (names the kernel's Python file:line)."""
+
+
+class CacheDirError(PermissionError):
+    """The kernel cache directory is unsafe (world-writable or owned by another user)."""
+
+
+def _version():
+    try:
+        from . import __version__
+        return __version__
+    except ImportError:
+        return "0"
+
+
+def cache_dir() -> str:
+    """The kernel cache directory, created with mode 0700 if missing.
+
+    Raises:
+        CacheDirError: the directory is world-writable or owned by another user.
+    """
+    d = os.path.abspath(os.path.expanduser(os.environ.get("TAPEGRAD_CACHE") or "~/.cache/tapegrad"))
+    if d in _checked_dirs:
+        return d
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_mode & stat.S_IWOTH:
+        raise CacheDirError(f"refusing to use kernel cache directory {d}: it is world-writable, so anyone could "
+                            f"plant a library tapegrad would load. Run `chmod o-w {d}` or set TAPEGRAD_CACHE to a "
+                            "private directory.")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise CacheDirError(f"refusing to use kernel cache directory {d}: it is owned by uid {st.st_uid}, not you "
+                            f"(uid {os.getuid()}). Set TAPEGRAD_CACHE to a directory you own.")
+    _checked_dirs.add(d)
+    return d
+
+
+def find_cxx():
+    """The C++ compiler command (a list) and an identity string for cache keys.
+
+    Order: ``$TAPEGRAD_CXX`` (may contain arguments), ``c++``, ``g++``, ``clang++``, then
+    ``python -m ziglang c++`` when the ``ziglang`` package is installed.
+
+    Raises:
+        CompileError: no compiler found (the message says how to get one).
+    """
+    global _cxx
+    if _cxx is not None:
+        return _cxx
+    env = os.environ.get("TAPEGRAD_CXX")
+    cmd = None
+    if env:
+        cmd = shlex.split(env)
+    else:
+        for name in ("c++", "g++", "clang++"):
+            p = shutil.which(name)
+            if p:
+                cmd = [p]
+                break
+    if cmd is None:
+        try:
+            import importlib.util
+            if importlib.util.find_spec("ziglang") is not None:
+                cmd = [sys.executable, "-m", "ziglang", "c++"]
+        except (ImportError, ValueError):
+            pass
+    if cmd is None:
+        raise CompileError("no C++ compiler found for CPU kernels: install one (e.g. `apt-get install g++`), "
+                           "or `pip install ziglang` (tapegrad's [cpu] extra), or set TAPEGRAD_CXX")
+    exe = shutil.which(cmd[0]) or cmd[0]
+    try:
+        st = os.stat(os.path.realpath(exe))
+        ident = f"{' '.join(cmd)}|{os.path.realpath(exe)}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        ident = " ".join(cmd)
+    _cxx = (cmd, ident)
+    return _cxx
+
+
+def _flags_for(cmd):
+    flags = list(CXXFLAGS)
+    if "ziglang" in cmd:
+        flags.remove("-fopenmp")      # zig's clang ships no OpenMP runtime: run single-threaded
+    return flags
+
+
+def _key(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _atomic_write(path, data: bytes):
+    d = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _python_location(source: str, cpp_line: int, kernels) -> str:
+    """Map a line of generated C++ back to the nearest ``// @file:line`` marker above it."""
+    lines = source.splitlines()
+    for k in range(min(cpp_line, len(lines)) - 1, -1, -1):
+        text = lines[k].strip()
+        if text.startswith("// @"):
+            return text[4:]
+    return ", ".join(f"{k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno}" for k in kernels)
+
+
+def _compile_error(what, kernels, source, log, path_hint):
+    import re
+    loc = None
+    m = re.search(rf"{re.escape(path_hint)}\((\d+)\)|{re.escape(os.path.basename(path_hint))}:(\d+)", log)
+    if m:
+        loc = _python_location(source, int(m.group(1) or m.group(2)), kernels)
+    names = ", ".join(f"'{k.key}' ({k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno})" for k in kernels)
+    near = f"\n  nearest Python line: {loc}" if loc else ""
+    tail = log.strip()
+    if len(tail) > 6000:
+        tail = tail[:6000] + "\n... (truncated)"
+    return CompileError(f"{what} failed for kernel {names}{near}\n{tail}")
+
+
+def build_cpu(source: str, name: str, kernels=()) -> str:
+    """Compile ``source`` into a shared library (cached); returns its path.
+
+    Raises:
+        CompileError: the compiler failed or none is available.
+    """
+    cmd, ident = find_cxx()
+    flags = _flags_for(cmd)
+    key = _key(source, "cpu", ident, " ".join(flags), _version(), sys.platform)
+    d = cache_dir()
+    path = os.path.join(d, f"{name}_{key[:24]}.so")
+    if os.path.exists(path):
+        return path
+    fd, src_path = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".cpp")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    fd, out_tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
+    os.close(fd)
+    try:
+        proc = subprocess.run(cmd + flags + [src_path, "-o", out_tmp], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise _compile_error("C++ compilation", kernels, source, proc.stderr + proc.stdout, src_path)
+        os.chmod(out_tmp, 0o700)
+        os.replace(out_tmp, path)
+        os.replace(src_path, path[:-3] + ".cpp")   # kept beside the binary for debugging
+    finally:
+        for p in (out_tmp, src_path):
+            if os.path.exists(p):
+                os.unlink(p)
+    return path
+
+
+def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
+    """Compile ``source`` with NVRTC for ``sm_<arch>`` (cached); returns (image bytes, kind).
+
+    Raises:
+        CompileError: NVRTC failed.
+    """
+    from cupy_backends.cuda.libs import nvrtc   # only ever imported when compiling for CUDA
+    try:
+        ver = ".".join(map(str, nvrtc.getVersion()))
+    except Exception:
+        ver = "?"
+    key = _key(source, "cuda", str(arch), ver, " ".join(NVRTC_FLAGS), _version())
+    d = cache_dir()
+    for ext in (".cubin", ".ptx"):
+        path = os.path.join(d, f"{name}_{key[:24]}{ext}")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return f.read(), ext[1:]
+    image, kind = _nvrtc(nvrtc, source, arch, kernels)
+    _atomic_write(os.path.join(d, f"{name}_{key[:24]}.{kind}"), image)
+    return image, kind
+
+
+def _nvrtc(nvrtc, source, arch, kernels):
+    def run(opts):
+        prog = nvrtc.createProgram(source, "tapegrad_kernel.cu", (), ())
+        try:
+            try:
+                nvrtc.compileProgram(prog, tuple(opts))
+            except nvrtc.NVRTCError as e:
+                log = ""
+                try:
+                    log = nvrtc.getProgramLog(prog)
+                except Exception:
+                    pass
+                return None, f"{e}\n{log}"
+            return prog, None
+        except BaseException:
+            nvrtc.destroyProgram(prog)
+            raise
+
+    use_cubin = hasattr(nvrtc, "getCUBIN")
+    opts = NVRTC_FLAGS + [f"-arch={'sm' if use_cubin else 'compute'}_{arch}"]
+    prog, err = run(opts)
+    if prog is None and "architecture" in err.lower():
+        use_cubin = False   # this NVRTC predates the GPU: ship PTX for the driver to JIT
+        prog, err = run(NVRTC_FLAGS + [f"-arch=compute_{min(arch, 90)}"])
+    if prog is None:
+        raise _compile_error("NVRTC compilation", kernels, source, err, "tapegrad_kernel.cu")
+    try:
+        if use_cubin:
+            return bytes(nvrtc.getCUBIN(prog)), "cubin"
+        ptx = nvrtc.getPTX(prog)
+        return (ptx.encode() if isinstance(ptx, str) else bytes(ptx)), "ptx"
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+# ------------------------------------------------------------------------------ modules
+
+class CpuModule:
+    """A loaded CPU kernel: ``launch`` calls the exported entry point with OpenMP inside."""
+
+    __slots__ = ("_fwd", "_bwd", "key", "lib")
+
+    def __init__(self, lib, kernel):
+        self.lib = lib
+        self.key = kernel.key
+        self._fwd = getattr(lib, f"{kernel.symbol}_cpu_forward")
+        self._fwd.restype = None
+        self._bwd = None
+        if kernel.enable_backward:
+            self._bwd = getattr(lib, f"{kernel.symbol}_cpu_backward")
+            self._bwd.restype = None
+
+    def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
+        """Run the forward (or adjoint) over ``bounds``; ``argv`` is the packed ``void*`` array."""
+        if adjoint:
+            if self._bwd is None:
+                raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
+            self._bwd(ctypes.byref(bounds), argv)
+        else:
+            self._fwd(ctypes.byref(bounds), argv)
+
+
+class CudaModule:
+    """A loaded CUDA kernel; ``launch`` prepends the bounds and calls ``cuLaunchKernel``."""
+
+    def __init__(self, module_handle, kernel, ordinal):
+        import cupy
+        from cupy.cuda import driver, runtime
+        self._driver, self._runtime = driver, runtime
+        self.key = kernel.key
+        self.ordinal = ordinal
+        self._module = module_handle
+        with cupy.cuda.Device(ordinal):
+            self._fwd = driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_forward")
+            self._bwd = (driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_backward")
+                         if kernel.enable_backward else None)
+        self._nargs = len(kernel.arg_types)
+        self._params = {}
+
+    def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
+        """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""
+        f = self._bwd if adjoint else self._fwd
+        if f is None:
+            raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
+        size = bounds.size
+        if size <= 0:
+            return
+        n = len(argv)
+        params = (ctypes.c_void_p * (n + 1))()
+        params[0] = ctypes.addressof(bounds)
+        ctypes.memmove(ctypes.addressof(params) + ctypes.sizeof(ctypes.c_void_p), argv,
+                       n * ctypes.sizeof(ctypes.c_void_p))
+        block_dim = int(block_dim) or 256
+        blocks = (size + block_dim - 1) // block_dim
+        if max_blocks and max_blocks > 0:
+            blocks = min(blocks, int(max_blocks))
+        blocks = min(blocks, 2 ** 31 - 1)
+        rt = self._runtime
+        prev = rt.getDevice()
+        if prev != self.ordinal:
+            rt.setDevice(self.ordinal)
+        try:
+            self._driver.launchKernel(f, blocks, 1, 1, block_dim, 1, 1, 0, int(stream or 0),
+                                      ctypes.addressof(params), 0)
+        finally:
+            if prev != self.ordinal:
+                rt.setDevice(prev)
+
+
+def _module_name(kernels):
+    k = kernels[0]
+    base = k.symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{k.symbol}"
+    return base[:80]
+
+
+def load_kernels(kernels, device):
+    """Compile ``kernels`` together into one binary for ``device`` (or load it from the cache)
+    and return one module object per kernel (also memoized on each kernel).
+
+    Raises:
+        CompileError: compilation failed.
+    """
+    from .lang import emit as E
+    kernels = list(kernels)
+    seen: set = set()
+    parts = []
+    for k in kernels:
+        parts += k.cpp_parts(seen)
+    source = E.module_source(parts)
+    name = _module_name(kernels)
+    alias = getattr(device, "alias", None) or str(device)
+    is_cuda = bool(getattr(device, "is_cuda", False))
+    mods = []
+    if not is_cuda:
+        path = build_cpu(source, name, kernels)
+        with _lock:
+            lib = ctypes.CDLL(path)
+        for k in kernels:
+            mods.append(CpuModule(lib, k))
+    else:
+        image, _ = build_cuda(source, name, int(device.arch), kernels)
+        import cupy
+        from cupy.cuda import driver, runtime
+        with cupy.cuda.Device(int(device.ordinal)):
+            runtime.free(0)     # make sure the primary context exists and is current
+            handle = driver.moduleLoadData(image)
+        for k in kernels:
+            mods.append(CudaModule(handle, k, int(device.ordinal)))
+    for k, m in zip(kernels, mods):
+        k._modules[alias] = m
+    return mods

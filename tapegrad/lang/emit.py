@@ -1,0 +1,312 @@
+"""IR -> C++ source, one translation unit for both targets.
+
+The generated file is the runtime headers (inlined, so NVRTC needs no include path), the
+struct definitions, every ``@func`` as ``NAME_fwd`` / ``NAME_rep`` (replay: no side effects)
+/ ``NAME_adj``, every kernel as ``KEY_fwd`` / ``KEY_adj`` per-thread bodies, and thin entry
+points: ``KEY_cpu_forward/backward(const launch_t*, void**)`` (OpenMP over the grid) and
+``KEY_cuda_forward/backward(launch_t, args...)`` (grid-stride loop), selected by ``TG_CUDA``.
+Statements carry ``// @file:line`` comments so compiler errors map back to Python lines.
+"""
+from __future__ import annotations
+
+import os
+
+from . import typeutil as U
+from .adjoint import Reverse, param_adjoint_type
+from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Write
+
+_RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
+_RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "atomic.h", "array.h")
+_runtime_text = None
+
+OMP_MIN = 4096      # launches smaller than this stay on one thread (a parallel region costs µs)
+
+
+def runtime_source() -> str:
+    """The runtime headers concatenated (``#pragma once`` stripped: they are inlined)."""
+    global _runtime_text
+    if _runtime_text is None:
+        parts = []
+        for f in _RUNTIME_FILES:
+            with open(os.path.join(_RUNTIME_DIR, f)) as fh:
+                parts.append(f"// ---- runtime/{f}\n" + fh.read().replace("#pragma once\n", ""))
+        _runtime_text = "\n".join(parts)
+    return _runtime_text
+
+
+def adj_name(v) -> str:
+    if getattr(v, "kind", None) == "typearg":
+        return ""
+    return "adj_" + v.name
+
+
+class FunctionEmitter:
+    """Emits the forward, replay and adjoint C++ functions of one ``FunctionIR``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._last_loc = None
+
+    # -------------------------------------------------------------- forward statements
+    def fwd(self, stmts, lines, ind, replay=False):
+        pad = "    " * ind
+        for s in stmts:
+            loc = getattr(s, "loc", None)
+            if loc is not None and loc != self._last_loc:
+                lines.append(f"{pad}// @{loc.file}:{loc.line}")
+                self._last_loc = loc
+            if isinstance(s, Assign):
+                op = s.op
+                args = [a.name for a in s.args]
+                if replay and op.replay == "skip":
+                    continue
+                render = op.replay if replay and op.replay is not None else op.fwd
+                text = render(args)
+                if s.out is not None:
+                    lines.append(f"{pad}{s.out.name} = {text};")
+                    if replay and op.array_adj is not None:
+                        lines.append(f"{pad}{adj_name(s.out)} = {op.array_adj(args, [adj_name(a) for a in s.args])};")
+                else:
+                    lines.append(pad + (text if text.rstrip().endswith(";") else text + ";"))
+            elif isinstance(s, Const):
+                lines.append(f"{pad}{s.out.name} = {s.text};")
+            elif isinstance(s, Read):
+                lines.append(f"{pad}{s.out.name} = {s.var.name};")
+            elif isinstance(s, Write):
+                lines.append(f"{pad}{s.var.name} = {s.src.name};")
+            elif isinstance(s, SetFlag):
+                lines.append(f"{pad}{s.var.name} = {s.value};")
+            elif isinstance(s, If):
+                lines.append(f"{pad}if ({s.cond.name}) {{")
+                self.fwd(s.body, lines, ind + 1, replay)
+                if s.orelse:
+                    lines.append(f"{pad}}} else {{")
+                    self.fwd(s.orelse, lines, ind + 1, replay)
+                lines.append(pad + "}")
+            elif isinstance(s, Loop):
+                self.loop(s, lines, ind, replay)
+            elif isinstance(s, AdjAccum):
+                lines.append(f"{pad}tg::accum({adj_name(s.param)}, {s.src.name});")
+            elif isinstance(s, Print):
+                if replay:
+                    continue
+                vals = []
+                for v, exprs in s.args:
+                    vals += [e.format(v.name) for e in exprs]
+                tail = "".join(", " + x for x in vals)
+                lines.append(f'{pad}printf("{s.text}"{tail});')
+                lines.append("#ifndef TG_CUDA")
+                lines.append(f"{pad}fflush(stdout);")
+                lines.append("#endif")
+            else:
+                raise TypeError(f"unknown IR statement {s!r}")
+
+    def loop(self, s, lines, ind, replay):
+        pad = "    " * ind
+        inner = "    " * (ind + 1)
+        if replay and s.mode == "prefix":
+            for v, snap in s.carried:
+                lines.append(f"{pad}{snap.name} = {v.name};")
+        lines.append(f"{pad}{s.cnt.name} = 0;")
+        stop = [f.name for f in (s.brk, self.fn.ret_flag) if f is not None]
+        if s.kind == "range":
+            k = f"{s.cnt.name}_i"
+            lines.append(f"{pad}for (int64_t {k} = 0; {k} < {s.count.name}; ++{k}) {{")
+            lines.append(f"{inner}{s.cnt.name} = {k} + 1;")
+            lines.append(f"{inner}{s.brk.name} = false; {s.cont.name} = false;")
+            lines.append(f"{inner}{s.var.name} = {s.var.type.cname}({s.start.name} + {k} * {s.step.name});")
+        else:
+            lines.append(f"{pad}while (true) {{")
+            self.fwd(s.header, lines, ind + 1, replay)
+            lines.append(f"{inner}if (!({s.cond.name})) break;")
+            lines.append(f"{inner}++{s.cnt.name};")
+            lines.append(f"{inner}{s.brk.name} = false; {s.cont.name} = false;")
+        self.fwd(s.body, lines, ind + 1, replay)
+        lines.append(f"{inner}if ({' || '.join(stop)}) break;")
+        lines.append(pad + "}")
+
+    # -------------------------------------------------------------- declarations
+    def decls(self, adjoint):
+        out = []
+        for v in self.fn.vars:
+            if v.type is None:
+                continue
+            out.append(f"    {v.type.cname} {v.name}{{}};")
+            if adjoint and v.kind in ("temp", "local"):
+                out.append(f"    {v.type.cname} {adj_name(v)}{{}};")
+        return out
+
+    def params(self, with_bounds):
+        ps = [f"{p.type.cname} {p.name}" for p in self.fn.params]
+        if with_bounds:
+            ps = ["const tg::launch_t& tg_bounds", "int64_t tg_tid"] + ps
+        return ps
+
+    def adj_params(self):
+        return [f"{param_adjoint_type(p.type)} {adj_name(p)}" for p in self.fn.params]
+
+    # -------------------------------------------------------------- functions
+    def forward_function(self, name, replay=False):
+        fn = self.fn
+        kernel = fn.kind == "kernel"
+        ret = fn.ret_type.cname if fn.ret_type is not None else "void"
+        lines = [f"static TG_FUNC {ret} {name}({', '.join(self.params(kernel))}) {{"]
+        lines += self.decls(False)
+        self._last_loc = None
+        self.fwd(fn.body, lines, 1, replay)
+        if fn.ret_var is not None:
+            lines.append(f"    return {fn.ret_var.name};")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def adjoint_function(self, name):
+        fn = self.fn
+        kernel = fn.kind == "kernel"
+        ps = self.params(kernel) + self.adj_params()
+        if fn.kind == "grad":
+            # a user adjoint: its last parameter is adj_ret, its body accumulates tg.adjoint[...]
+            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{fn.params[-1].type.cname} {fn.params[-1].name}"]
+            lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
+            lines += self.decls(False)
+            self._last_loc = None
+            self.fwd(fn.body, lines, 1, False)
+            lines.append("}")
+            return "\n".join(lines)
+        if fn.ret_var is not None:
+            ps.append(f"{fn.ret_type.cname} adj_ret")
+        lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
+        lines += self.decls(True)
+        self._last_loc = None
+        self.fwd(fn.body, lines, 1, True)
+        if fn.ret_var is not None:
+            lines.append(f"    tg::accum({adj_name(fn.ret_var)}, adj_ret);")
+        rev = Reverse(self.fwd, adj_name, fn.ret_flag)
+        lines.append("    // reverse")
+        rev.emit(fn.body, lines, 1)
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def emit_func(fn, grad=None) -> str:
+    """C++ for a ``@func`` specialization: ``_fwd``, ``_rep`` when it has side effects, and
+    ``_adj`` (generated, or the user's ``@func_grad`` when ``grad`` is given)."""
+    e = FunctionEmitter(fn)
+    parts = [e.forward_function(f"{fn.name}_fwd")]
+    if fn.side_effects:
+        parts.append(e.forward_function(f"{fn.name}_rep", replay=True))
+    if grad is not None:
+        parts.append(FunctionEmitter(grad).adjoint_function(f"{fn.name}_adj"))
+    else:
+        parts.append(e.adjoint_function(f"{fn.name}_adj"))
+    return "\n\n".join(parts)
+
+
+def emit_kernel(fn, sym, enable_backward) -> str:
+    """C++ for a kernel: per-thread bodies and the CPU/CUDA entry points."""
+    e = FunctionEmitter(fn)
+    parts = [e.forward_function(f"{sym}_fwd")]
+    if enable_backward:
+        parts.append(e.adjoint_function(f"{sym}_adj"))
+    n = len(fn.params)
+    ts = [p.type.cname for p in fn.params]
+    names = [f"a{i}" for i in range(n)]
+    call = ", ".join(["tg_bounds", "tg_t"] + names)
+    # CPU
+    cpu = [f'extern "C" TG_EXPORT void {sym}_cpu_forward(const tg::launch_t* tg_b, void** tg_args) {{',
+           "    const tg::launch_t tg_bounds = *tg_b;"]
+    cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
+    cpu += ["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
+            f"    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {sym}_fwd({call});", "}"]
+    if enable_backward:
+        cpu += [f'extern "C" TG_EXPORT void {sym}_cpu_backward(const tg::launch_t* tg_b, void** tg_args) {{',
+                "    const tg::launch_t tg_bounds = *tg_b;"]
+        cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
+        acc_decls, flushes, body_decls, posts = [], [], [], []
+        for i, p in enumerate(fn.params):
+            t = ts[i]
+            if U.is_array(p.type):
+                cpu.append(f"    const {t} g{i} = *reinterpret_cast<const {t}*>(tg_args[{n + i}]);")
+                continue
+            cpu.append(f"    {t}* g{i}_out = reinterpret_cast<{t}*>(tg_args[{n + i}]);")
+            body_decls.append(f"{t} g{i}{{}};")
+            if U.float_based(p.type) and not U.is_struct(p.type):
+                # one atomic per thread, not per element
+                acc_decls.append(f"        {t} g{i}_acc{{}};")
+                posts.append(f"tg::accum(g{i}_acc, g{i});")
+                flushes.append(f"        if (g{i}_out && tg::nonzero(g{i}_acc)) tg::atomic_add_(g{i}_out, g{i}_acc);")
+        gcall = ", ".join(["tg_bounds", "tg_t"] + names + [f"g{i}" for i in range(n)])
+        cpu += ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {"]
+        cpu += acc_decls
+        cpu += ["        #pragma omp for schedule(static)",
+                "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {",
+                "            " + " ".join(body_decls),
+                f"            {sym}_adj({gcall});",
+                "            " + " ".join(posts),
+                "        }"]
+        cpu += flushes
+        cpu += ["    }", "}"]
+    # CUDA
+    kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])
+    grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
+            "tg_t += int64_t(blockDim.x) * gridDim.x)")
+    cuda = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{', grid, f"        {sym}_fwd({call});", "}"]
+    if enable_backward:
+        bparams = kparams + "".join(f", {t} g{i}_in" for i, t in enumerate(ts))
+        cuda += [f'extern "C" __global__ void {sym}_cuda_backward({bparams}) {{', grid + " {"]
+        gargs = []
+        for i, p in enumerate(fn.params):
+            if U.is_array(p.type):
+                gargs.append(f"g{i}_in")
+            else:
+                cuda.append(f"        {ts[i]} g{i}{{}};   // scalar adjoints are not returned on CUDA")
+                gargs.append(f"g{i}")
+        cuda += [f"        {sym}_adj({', '.join(['tg_bounds', 'tg_t'] + names + gargs)});", "    }", "}"]
+    parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#else\n" + "\n".join(cpu) + "\n#endif")
+    return "\n\n".join(parts)
+
+
+def emit_struct(st) -> str:
+    """The C++ definition of a ``@tg.struct`` (layout checked against ctypes) and its adjoint
+    helpers (accumulate, zero) used by the generated code."""
+    fields = [f"    {t.cname} {n};" for n, t in st.fields]
+    acc = [f"tg::accum(a.{n}, b.{n});" for n, t in st.fields if not U.is_array(t)]
+    lines = [f"struct {st.cname} {{"] + fields + ["};",
+             f'static_assert(sizeof({st.cname}) == {st.size}, "struct {st.name}: layout differs from its ctypes twin");',
+             "namespace tg {",
+             f"TG_FUNC void accum({st.cname}& a, const {st.cname}& b) {{ {' '.join(acc)} }}",
+             f"TG_FUNC void zero({st.cname}& a) {{ a = {st.cname}(); }}",
+             f"TG_FUNC bool nonzero(const {st.cname}&) {{ return true; }}",
+             "}  // namespace tg"]
+    return "\n".join(lines)
+
+
+def structs_used(fns) -> list:
+    """Every struct type reachable from the functions' variables and parameters, dependencies first."""
+    seen, order = set(), []
+
+    def visit(t):
+        if U.is_array(t):
+            return visit(t.dtype)
+        if U.is_struct(t) and t.name not in seen:
+            seen.add(t.name)
+            for _, ft in t.fields:
+                visit(ft)
+            order.append(t)
+
+    for fn in fns:
+        for p in fn.params:
+            visit(p.type)
+        for v in fn.vars:
+            if v.type is not None and not isinstance(v.type, type):
+                visit(v.type)
+    return order
+
+
+PRELUDE = f"""// generated by tapegrad: do not edit
+#define TG_OMP_MIN {OMP_MIN}
+"""
+
+
+def module_source(parts) -> str:
+    """Join the runtime and generated parts into one translation unit."""
+    return PRELUDE + runtime_source() + "\n// ---- generated\n" + "\n\n".join(parts) + "\n"

@@ -1,0 +1,747 @@
+"""Python AST -> typed IR (``ir.py``), with the user's file:line on every statement and error.
+
+The builder walks the function body once, resolving names (locals, closure cells, globals,
+Python builtins), typing every expression, adapting numeric literals to the other operand's
+type (B7), and lowering control flow: ``break``/``continue``/``return`` become flags plus
+guards around the statements that follow them, ``for`` loops over constant ranges with a
+small trip count are unrolled, other loops become ``Loop`` statements.
+"""
+from __future__ import annotations
+
+import ast
+import builtins as _pybuiltins
+import inspect
+import math
+import textwrap
+
+import numpy as np
+
+from .. import types as T
+from . import builtins as B
+from . import typeutil as U
+from .ir import (AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, Print, Read, SetFlag, Var, Write)
+
+MAX_UNROLL = 16
+
+
+class KernelError(TypeError):
+    """A kernel/function that cannot be compiled; the message names the Python file:line."""
+
+
+class Lit:
+    """A compile-time constant; ``type`` None means a weak Python literal that adapts."""
+
+    __slots__ = ("value", "type")
+
+    def __init__(self, value, type_=None):
+        self.value = value
+        self.type = type_
+
+
+class PyObj:
+    """A Python object a name resolved to (module, builtin, type, function...)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+class TupleVal:
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+
+class ShapeOf:
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+
+class _AdjointMarker:
+    """``tg.adjoint[x]`` inside a ``@func_grad`` body names the adjoint of parameter ``x``."""
+
+    def __getitem__(self, item):
+        raise RuntimeError("tapegrad.adjoint[...] is only meaningful inside a @func_grad function")
+
+
+adjoint = _AdjointMarker()
+
+
+def constant(x):
+    """Mark a module-level value as a compile-time constant (returns ``x``; as in Warp)."""
+    return x
+
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "mul", ast.BitAnd: "bit_and", ast.BitOr: "bit_or",
+           ast.BitXor: "bit_xor", ast.LShift: "lshift", ast.RShift: "rshift"}
+_CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_PYFOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: math.fmod(a, b),
+           "pow": lambda a, b: a ** b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+           "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+           "ge": lambda a, b: a >= b, "neg": lambda a: -a, "pos": lambda a: +a, "logical_not": lambda a: not a}
+_COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
+# Python builtins and math functions that map onto kernel builtins
+_PY_ALIASES = {_pybuiltins.abs: "abs", _pybuiltins.min: "min", _pybuiltins.max: "max", _pybuiltins.pow: "pow",
+               _pybuiltins.round: "round", _pybuiltins.len: "len", _pybuiltins.print: "print"}
+for _n in ("sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "exp", "log", "log2",
+           "log10", "sqrt", "floor", "ceil", "trunc", "pow", "cbrt"):
+    if hasattr(math, _n):
+        _PY_ALIASES[getattr(math, _n)] = _n
+_PY_ALIASES[math.fabs] = "abs"
+
+
+def source_of(fn):
+    """(dedented source, file, first line) of a Python function."""
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        raise KernelError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e} "
+                          "(kernels must be defined in a file, not typed into an interactive prompt)") from None
+    return textwrap.dedent(src), fn.__code__.co_filename, fn.__code__.co_firstlineno
+
+
+class Builder:
+    """Builds the ``FunctionIR`` of one kernel, function specialization or custom adjoint."""
+
+    def __init__(self, pyfunc, kind, name, param_types, ret_type=None, grad_of=None):
+        self.pyfunc = pyfunc
+        self.kind = kind
+        self.name = name
+        self.src, self.file, self.first = source_of(pyfunc)
+        self.src_lines = self.src.splitlines()
+        self.param_types = param_types
+        self.declared_ret = ret_type
+        self.grad_of = grad_of
+        self.grad_has_ret = ret_type is not None and kind == "grad"
+        if kind == "grad":
+            ret_type = None
+        self.globals = pyfunc.__globals__
+        self.closure = {}
+        if pyfunc.__closure__:
+            for n, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__):
+                try:
+                    self.closure[n] = cell.cell_contents
+                except ValueError:
+                    pass
+        self.counter = 0
+        self.vars: list = []
+        self.scope: dict = {}
+        self.block: list = []
+        self.loops: list = []          # stack of (brk, cont) flag Vars
+        self.flag_sets: dict = {}      # flag Var -> number of SetFlag emitted
+        self.callees: list = []
+        self.ret_var = None
+        self.ret_type = ret_type
+        self.ret_flag = None
+        self.side_effects = False
+        self.node = None
+
+    # ------------------------------------------------------------------ utilities
+    def loc(self, node=None):
+        node = node or self.node
+        line = getattr(node, "lineno", 1)
+        return Loc(self.file, self.first + line - 1, self.name)
+
+    def error(self, msg, node=None):
+        node = node or self.node
+        loc = self.loc(node)
+        line = getattr(node, "lineno", 1)
+        text = self.src_lines[line - 1].strip() if 0 < line <= len(self.src_lines) else ""
+        what = {"kernel": "kernel", "func": "function", "grad": "custom adjoint"}[self.kind]
+        expr = ""
+        if node is not None and hasattr(node, "col_offset") and not isinstance(node, ast.stmt):
+            try:
+                expr = f" (in `{ast.unparse(node)}`)"
+            except Exception:
+                expr = ""
+        raise KernelError(f"{loc}: {what} '{self.name}': {msg}{expr}\n    {text}")
+
+    def new_var(self, type_, kind="temp", label=""):
+        self.counter += 1
+        prefix = {"temp": "t", "local": "l_", "flag": "f_", "counter": "c", "snap": "s_"}[kind]
+        safe = "".join(ch if ch.isalnum() and ch.isascii() else "_" for ch in label)
+        name = f"{prefix}{safe}_{self.counter}" if kind != "temp" else f"t{self.counter}"
+        v = Var(name, type_, kind, label)
+        self.vars.append(v)
+        return v
+
+    def emit(self, stmt):
+        if getattr(stmt, "loc", None) is None:
+            stmt.loc = self.loc()
+        self.block.append(stmt)
+        return stmt
+
+    def set_flag(self, flag, value="true"):
+        self.flag_sets[flag] = self.flag_sets.get(flag, 0) + 1
+        self.emit(SetFlag(flag, value))
+
+    def sub_block(self):
+        return _SubBlock(self)
+
+    # ------------------------------------------------------------------ values
+    def materialize(self, v, type_=None):
+        """Turn a value into a typed temp (literals get ``type_`` or their default type)."""
+        if isinstance(v, Var):
+            return v
+        if isinstance(v, Lit):
+            t = v.type or type_ or _default_type(v.value)
+            if type_ is not None and v.type is None:
+                t = self.literal_type(v.value, type_)
+            out = self.new_var(t)
+            out.const = v.value
+            try:
+                text = U.literal(v.value, t)
+            except (TypeError, ValueError, OverflowError) as e:
+                self.error(f"cannot use constant {v.value!r} as {U.type_name(t)}: {e}")
+            self.emit(Const(out, text))
+            return out
+        if isinstance(v, TupleVal):
+            self.error("a tuple cannot be used as a value here")
+        if isinstance(v, ShapeOf):
+            self.error("a.shape must be indexed with a constant: a.shape[0]")
+        self.error(f"{_describe(v)} cannot be used as a value in a kernel")
+
+    def literal_type(self, value, anchor):
+        """The type a weak literal takes next to an operand of type ``anchor`` (B7)."""
+        s = U.scalar_of(anchor) if not isinstance(anchor, T.ScalarType) else anchor
+        if s is None:
+            return _default_type(value)
+        if isinstance(value, bool):
+            return T.bool_ if s is T.bool_ else s
+        if isinstance(value, float) and s.kind != "float":
+            if float(value).is_integer():
+                return s
+            self.error(f"float literal {value!r} used with an integer operand of type {U.type_name(s)}; "
+                       f"cast explicitly, e.g. float(x)")
+        return s
+
+    def adapt(self, values, anchor=None):
+        """Materialize ``values`` as temps, adapting weak literals to the first typed operand
+        (a bool operand, e.g. a condition, anchors only when nothing else does)."""
+        if anchor is None:
+            cands = [v.type for v in values if (isinstance(v, Var) or (isinstance(v, Lit) and v.type is not None))
+                     and (U.is_scalar(v.type) or U.is_composite(v.type))]
+            anchor = next((t for t in cands if t is not T.bool_), cands[0] if cands else None)
+        return [self.materialize(v, anchor) if isinstance(v, Lit) else self.materialize(v) for v in values]
+
+    def call_op(self, op, args, node=None):
+        out = self.new_var(op.ret) if op.ret is not None else None
+        self.emit(Assign(out, op, list(args), self.loc(node)))
+        if op.side_effect:
+            self.side_effects = True
+        return out
+
+    def builtin(self, name, values, node=None, anchor=None):
+        """Apply builtin ``name`` to values (constant folding all-literal arithmetic)."""
+        if all(isinstance(v, Lit) for v in values) and name in _PYFOLD and values:
+            try:
+                res = _PYFOLD[name](*[v.value for v in values])
+            except (ZeroDivisionError, OverflowError, ValueError) as e:
+                self.error(f"constant expression fails: {e}", node)
+            typed = next((v.type for v in values if v.type is not None), None)
+            if typed is None:
+                return Lit(res)
+            if isinstance(res, bool):
+                return Lit(res, T.bool_)
+        args = self.adapt(values, anchor)
+        try:
+            op = B.REGISTRY[name].resolve([a.type for a in args])
+        except TypeError as e:
+            self.error(str(e) + _hint(name, [a.type for a in args]), node)
+        return self.call_op(op, args, node)
+
+    # ------------------------------------------------------------------ entry
+    def build(self) -> FunctionIR:
+        tree = ast.parse(self.src)
+        fdef = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+        if fdef is None:
+            raise KernelError(f"{self.file}:{self.first}: no function definition found for '{self.name}'")
+        self.node = fdef
+        argnames = [a.arg for a in fdef.args.args]
+        if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs:
+            self.error("*args, **kwargs and keyword-only parameters are not supported", fdef)
+        if len(argnames) != len(self.param_types):
+            self.error(f"expected {len(self.param_types)} parameters, got {len(argnames)}", fdef)
+        params = []
+        for n, t in zip(argnames, self.param_types):
+            p = Var(f"p_{n}", t, "param", n)
+            params.append(p)
+        self.params = params
+        if fdef.body and any(_has_return(s) for s in fdef.body):
+            self.ret_flag = self.new_var(T.bool_, "flag", "ret")
+        for k, p in enumerate(params):
+            if self.kind == "grad" and self.grad_has_ret and k == len(params) - 1:
+                self.scope[p.label] = p      # adj_ret: read directly, never reassigned
+                continue
+            if U.is_array(p.type):
+                self.scope[p.label] = p
+            else:
+                local = self.new_var(p.type, "local", p.label)
+                self.emit(Write(local, p, self.loc(fdef)))
+                self.scope[p.label] = local
+        body = fdef.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]   # docstring
+        self.stmts(body)
+        fn = FunctionIR(self.name, self.kind, params, self.block, ret_type=self.ret_type, ret_var=self.ret_var,
+                        vars=self.vars, loc=Loc(self.file, self.first, self.name), side_effects=self.side_effects,
+                        callees=self.callees, ret_flag=self.ret_flag)
+        return fn
+
+    # ------------------------------------------------------------------ statements
+    def exit_flags(self):
+        flags = []
+        if self.loops:
+            flags += [f for f in self.loops[-1] if f is not None]
+        if self.ret_flag is not None:
+            flags.append(self.ret_flag)
+        return flags
+
+    def stmts(self, nodes):
+        for k, node in enumerate(nodes):
+            flags = self.exit_flags()
+            before = sum(self.flag_sets.get(f, 0) for f in flags)
+            self.node = node
+            self.stmt(node)
+            after = sum(self.flag_sets.get(f, 0) for f in flags)
+            if after > before and k + 1 < len(nodes):
+                # later statements run only if nothing above broke/continued/returned
+                g = self.guard(flags)
+                with self.sub_block() as body:
+                    self.stmts(nodes[k + 1:])
+                self.emit(If(g, body.stmts, [], self.loc(nodes[k + 1])))
+                return
+
+    def guard(self, flags):
+        names = [f.name for f in flags]
+        op = Op("guard", lambda a, names=names: "!(" + " || ".join(names) + ")", T.bool_)
+        return self.call_op(op, [])
+
+    def stmt(self, node):
+        method = getattr(self, "s_" + type(node).__name__, None)
+        if method is None:
+            self.error(f"unsupported statement `{type(node).__name__}`", node)
+        method(node)
+
+    def s_Pass(self, node):
+        pass
+
+    def s_Expr(self, node):
+        if isinstance(node.value, ast.Constant):
+            return
+        self.expr(node.value)
+
+    def s_Assign(self, node):
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value, node)
+
+    def s_AnnAssign(self, node):
+        if node.value is None:
+            self.error("a declaration needs a value: x: float = 0.0", node)
+        t = self.type_from_annotation(node.annotation)
+        value = self.cast(t, self.expr(node.value), node)
+        self.assign(node.target, value, node)
+
+    def s_AugAssign(self, node):
+        opname = _BINOPS.get(type(node.op))
+        if opname is None:
+            self.error(f"unsupported operator {type(node.op).__name__}=", node)
+        tgt = node.target
+        if isinstance(tgt, ast.Subscript) and self.is_adjoint_marker(tgt.value):
+            return self.adjoint_accum(tgt, node)
+        current = self.expr(tgt)
+        rhs = self.expr(node.value)
+        anchor = current.type if isinstance(current, Var) else None
+        value = self.builtin(opname, [current, rhs], node, anchor=anchor)
+        self.assign(tgt, value, node)
+
+    def assign(self, target, value, node):
+        if isinstance(target, ast.Name):
+            return self.assign_name(target.id, value, node)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, TupleVal):
+                items = value.items
+            else:
+                self.error("only tuples (e.g. from tg.tid()) can be unpacked", node)
+            if len(items) != len(target.elts):
+                self.error(f"cannot unpack {len(items)} values into {len(target.elts)} names", node)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v, node)
+            return
+        if isinstance(target, ast.Subscript):
+            base = self.expr(target.value)
+            idx = self.indices(target.slice)
+            if isinstance(base, Var) and U.is_array(base.type):
+                args = [base] + self.index_vars(idx, target) + [self.materialize(value, base.type.dtype)
+                                                               if isinstance(value, Lit) else self.materialize(value)]
+                if args[-1].type is not base.type.dtype:
+                    self.error(f"cannot store {U.type_name(args[-1].type)} into an array of "
+                               f"{U.type_name(base.type.dtype)}", node)
+                if len(idx) != base.type.ndim:
+                    self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
+                self.builtin_args("store", args, node)
+                return
+            return self.assign_component(target.value, base, idx, value, node)
+        if isinstance(target, ast.Attribute):
+            base = self.expr(target.value)
+            if isinstance(base, Var) and U.is_vec(base.type) and target.attr in _COMPONENTS:
+                return self.assign_component(target.value, base, [Lit(_COMPONENTS[target.attr])], value, node)
+            self.error(f"cannot assign to attribute '{target.attr}' here", node)
+        self.error(f"cannot assign to `{ast.unparse(target)}`", node)
+
+    def assign_component(self, base_node, base, idx, value, node):
+        if not (isinstance(base, Var) and U.is_composite(base.type)) or not isinstance(base_node, ast.Name):
+            self.error("only components of local vector/matrix variables can be assigned", node)
+        t = base.type
+        val = self.materialize(value, t.scalar) if isinstance(value, Lit) else self.materialize(value)
+        new = self.builtin_args("assign", [base] + self.index_vars(idx, node) + [val], node)
+        self.assign_name(base_node.id, new, node)
+
+    def assign_name(self, name, value, node):
+        cur = self.scope.get(name)
+        if isinstance(value, (PyObj, TupleVal, ShapeOf)) or (isinstance(value, Var) and U.is_array(value.type)):
+            if isinstance(cur, Var) and cur.kind == "local":
+                self.error(f"'{name}' is a {U.type_name(cur.type)} variable and cannot be rebound to {_describe(value)}",
+                           node)
+            self.scope[name] = value
+            return
+        if isinstance(cur, Var) and cur.kind == "local":
+            if isinstance(value, Lit):
+                value = self.materialize(value, cur.type)
+            if value.type is not cur.type:
+                self.error(f"cannot assign a {U.type_name(value.type)} to '{name}', which is a "
+                           f"{U.type_name(cur.type)}; cast it, e.g. {U.type_name(cur.type)}(...)", node)
+            self.emit(Write(cur, value, self.loc(node)))
+            return
+        value = self.materialize(value)
+        local = self.new_var(value.type, "local", name)
+        self.emit(Write(local, value, self.loc(node)))
+        self.scope[name] = local
+
+    def s_If(self, node):
+        cond = self.expr(node.test)
+        if isinstance(cond, Lit):   # static condition: build only the taken branch
+            self.stmts(node.body if cond.value else node.orelse)
+            return
+        cond = self.materialize(cond)
+        with self.sub_block() as body:
+            self.stmts(node.body)
+        with self.sub_block() as orelse:
+            self.stmts(node.orelse)
+        self.emit(If(cond, body.stmts, orelse.stmts, self.loc(node)))
+
+    def s_Break(self, node):
+        if not self.loops:
+            self.error("'break' outside a loop", node)
+        self.set_flag(self.loops[-1][0])
+
+    def s_Continue(self, node):
+        if not self.loops:
+            self.error("'continue' outside a loop", node)
+        self.set_flag(self.loops[-1][1])
+
+    def s_Return(self, node):
+        if node.value is not None:
+            if self.kind == "kernel":
+                self.error("kernels cannot return a value", node)
+            value = self.expr(node.value)
+            if self.ret_var is None:
+                if self.ret_type is None:
+                    self.ret_type = value.type if isinstance(value, Var) else (
+                        value.type or _default_type(value.value)) if isinstance(value, Lit) else None
+                    if self.ret_type is None:
+                        self.error(f"cannot return {_describe(value)}", node)
+                self.ret_var = self.new_var(self.ret_type, "local", "ret")
+            v = self.materialize(value, self.ret_type) if isinstance(value, Lit) else self.materialize(value)
+            if v.type is not self.ret_type:
+                self.error(f"returns {U.type_name(v.type)} but the function returns {U.type_name(self.ret_type)}", node)
+            self.emit(Write(self.ret_var, v, self.loc(node)))
+        elif self.ret_type is not None and self.kind != "kernel":
+            self.error("a function that returns a value must return one on every path", node)
+        self.set_flag(self.ret_flag)
+
+    def s_While(self, node):
+        if node.orelse:
+            self.error("while/else is not supported", node)
+        brk = self.new_var(T.bool_, "flag", "brk")
+        cont = self.new_var(T.bool_, "flag", "cont")
+        with self.sub_block() as header:
+            cond = self.expr(node.test)
+            cond = self.materialize(cond if not isinstance(cond, Lit) else Lit(bool(cond.value), T.bool_))
+        self.loops.append((brk, cont))
+        with self.sub_block() as body:
+            self.stmts(node.body)
+        self.loops.pop()
+        cnt = self.new_var(T.int64, "counter", "n")
+        self.emit(Loop("while", body.stmts, cnt, self.loc(node), header=header.stmts, cond=cond, brk=brk, cont=cont))
+
+    def s_For(self, node):
+        if node.orelse:
+            self.error("for/else is not supported", node)
+        it = node.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and 1 <= len(it.args) <= 3 and not it.keywords):
+            self.error("only `for i in range(...)` loops are supported", node)
+        if not isinstance(node.target, ast.Name):
+            self.error("the loop variable must be a single name", node)
+        rargs = [self.expr(a) for a in it.args]
+        if len(rargs) == 1:
+            rargs = [Lit(0)] + rargs + [Lit(1)]
+        elif len(rargs) == 2:
+            rargs = rargs + [Lit(1)]
+        if all(isinstance(a, Lit) for a in rargs):
+            values = range(*[int(a.value) for a in rargs])
+            if rargs[2].value == 0:
+                self.error("range() step must not be zero", node)
+            if len(values) <= MAX_UNROLL:
+                return self.unrolled(node, list(values), rargs)
+        self.dynamic_for(node, rargs)
+
+    def unrolled(self, node, values, rargs):
+        t = next((a.type for a in rargs if a.type is not None), None)   # weak when range() got literals
+        brk = self.new_var(T.bool_, "flag", "brk")
+        cont = self.new_var(T.bool_, "flag", "cont")
+        has_cont = _contains(node.body, ast.Continue)
+        name = node.target.id
+        stops = [brk] + ([self.ret_flag] if self.ret_flag else [])
+        if _contains(node.body, ast.Break):
+            self.emit(SetFlag(brk, "false"))
+
+        def iteration(k):
+            if k >= len(values):
+                return
+            if has_cont:
+                self.emit(SetFlag(cont, "false"))
+            self.scope[name] = Lit(values[k], t)     # a compile-time constant in each copy
+            before = sum(self.flag_sets.get(f, 0) for f in stops)
+            self.loops.append((brk, cont))
+            self.stmts(node.body)
+            self.loops.pop()
+            after = sum(self.flag_sets.get(f, 0) for f in stops)
+            if after > before and k + 1 < len(values):
+                g = self.guard(stops)
+                with self.sub_block() as rest:
+                    iteration(k + 1)
+                self.emit(If(g, rest.stmts, [], self.loc(node)))
+            else:
+                iteration(k + 1)
+
+        iteration(0)
+
+    def dynamic_for(self, node, rargs):
+        anchor = next((a.type for a in rargs if isinstance(a, Var)), None) or \
+            next((a.type for a in rargs if isinstance(a, Lit) and a.type is not None), T.int32)
+        if not U.is_int(anchor):
+            self.error(f"range() needs integer arguments, got {U.type_name(anchor)}", node)
+        start, stop, step = [self.materialize(a, anchor) if isinstance(a, Lit) else a for a in rargs]
+        for a in (start, stop, step):
+            if a.type is not anchor:
+                self.error(f"range() arguments must have one integer type, got "
+                           f"{', '.join(U.type_name(x.type) for x in (start, stop, step))}", node)
+        count = self.call_op(Op("range_count", lambda a: f"tg::range_count({a[0]}, {a[1]}, {a[2]})", T.int64),
+                             [start, stop, step], node)
+        name = node.target.id
+        cur = self.scope.get(name)
+        if isinstance(cur, Var) and cur.kind == "local" and cur.type is anchor:
+            var = cur
+        else:
+            var = self.new_var(anchor, "local", name)
+            self.scope[name] = var
+        brk = self.new_var(T.bool_, "flag", "brk")
+        cont = self.new_var(T.bool_, "flag", "cont")
+        self.loops.append((brk, cont))
+        with self.sub_block() as body:
+            self.stmts(node.body)
+        self.loops.pop()
+        cnt = self.new_var(T.int64, "counter", "n")
+        self.emit(Loop("range", body.stmts, cnt, self.loc(node), count=count, start=start, step=step, var=var,
+                       brk=brk, cont=cont))
+
+    # ------------------------------------------------------------------ expressions
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+    # ------------------------------------------------------------------ misc
+
+
+
+    def adjoint_accum(self, tgt, node):
+        if self.kind != "grad":
+            self.error("tg.adjoint[...] can only be used inside a @func_grad function", node)
+        if not isinstance(node.op, ast.Add):
+            self.error("tg.adjoint[x] only supports +=", node)
+        sl = tgt.slice
+        if not isinstance(sl, ast.Name) or sl.id not in {p.label for p in self.params}:
+            self.error("tg.adjoint[...] must name a parameter of the function", node)
+        p = next(p for p in self.params if p.label == sl.id)
+        if U.is_array(p.type):
+            self.error("adjoints of array parameters are their gradient arrays; they cannot be accumulated here",
+                       node)
+        v = self.expr(node.value)
+        v = self.materialize(v, p.type) if isinstance(v, Lit) else self.materialize(v)
+        if v.type is not p.type:
+            self.error(f"adjoint of '{p.label}' must be a {U.type_name(p.type)}, got {U.type_name(v.type)}", node)
+        self.emit(AdjAccum(p, v, self.loc(node)))
+
+
+class _TypeArg(B.TypeRef):
+    """A type as an IR argument: rendered as nothing (rules see it; C++ gets no argument)."""
+
+    def __init__(self, t):
+        super().__init__(t)
+        self.type = self
+        self.name = ""
+        self.kind = "typearg"
+
+
+class _SubBlock:
+    def __init__(self, b):
+        self.b = b
+        self.stmts = []
+
+    def __enter__(self):
+        self.saved = self.b.block
+        self.b.block = self.stmts
+        return self
+
+    def __exit__(self, *exc):
+        self.b.block = self.saved
+
+
+# tid() arity comes from the assignment target: patch s_Assign to pass it down
+_orig_s_assign = Builder.s_Assign
+
+
+def _s_assign_with_tid(self, node):
+    tgt = node.targets[0]
+    self._assign_targets = len(tgt.elts) if isinstance(tgt, (ast.Tuple, ast.List)) and len(node.targets) == 1 else None
+    try:
+        _orig_s_assign(self, node)
+    finally:
+        self._assign_targets = None
+
+
+Builder.s_Assign = _s_assign_with_tid
+
+
+def _print_format(v):
+    t = v.type
+    if U.is_float(t):
+        return "%g", ["double({})"]
+    if U.is_bool(t):
+        return "%d", ["int({})"]
+    if U.is_int(t):
+        return ("%llu" if t.kind == "uint" else "%lld"), ["(long long)({})"]
+    if U.is_vec(t) and U.is_float(t.scalar):
+        return "[" + " ".join(["%g"] * t.length_) + "]", [f"double({{}}.c[{k}])" for k in range(t.length_)]
+    if U.is_mat(t) and U.is_float(t.scalar):
+        rows = ["[" + " ".join(["%g"] * t.cols) + "]" for _ in range(t.rows)]
+        return "[" + " ".join(rows) + "]", [f"double({{}}.data[{i}][{j}])" for i in range(t.rows) for j in range(t.cols)]
+    return None, None
+
+
+def _c_string(s):
+    """Escape ``s`` for a C string literal."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif 32 <= ord(ch) < 127:
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in ch.encode("utf-8")))
+    return "".join(out)
+
+
+def _default_type(value):
+    if isinstance(value, (bool, np.bool_)):
+        return T.bool_
+    if isinstance(value, (int, np.integer)):
+        if -(1 << 31) <= int(value) < (1 << 31):
+            return T.int32
+        return T.int64
+    return T.float32
+
+
+def _describe(v):
+    if isinstance(v, PyObj):
+        o = v.obj
+        return f"'{getattr(o, '__name__', None) or getattr(o, 'name', None) or type(o).__name__}'"
+    if isinstance(v, Var):
+        return f"a {U.type_name(v.type)} value"
+    if isinstance(v, Lit):
+        return f"constant {v.value!r}"
+    if isinstance(v, TupleVal):
+        return "a tuple"
+    if isinstance(v, ShapeOf):
+        return "a shape"
+    return repr(v)
+
+
+def _hint(name, types):
+    scal = [t for t in types if U.is_scalar(t)]
+    if len({id(t) for t in scal}) > 1:
+        return " — operands have different types; cast one, e.g. tg.float64(x)"
+    return ""
+
+
+def _hashable(o):
+    try:
+        hash(o)
+        return True
+    except TypeError:
+        return False
+
+
+def _contains(nodes, kind):
+    """True if a statement list contains ``kind`` outside nested loops."""
+    for n in nodes:
+        for sub in _walk_no_loops(n):
+            if isinstance(sub, kind):
+                return True
+    return False
+
+
+def _walk_no_loops(node):
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.For, ast.While, ast.FunctionDef, ast.Lambda)):
+            continue
+        yield from _walk_no_loops(child)
+
+
+def _has_return(node):
+    return any(isinstance(n, ast.Return) for n in ast.walk(node))

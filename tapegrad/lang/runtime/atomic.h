@@ -1,0 +1,137 @@
+// tapegrad runtime: atomics for every scalar type on both targets, plus component-wise
+// versions for vectors and matrices. All return the previous value.
+#pragma once
+
+namespace tg {
+
+template <int S> struct uint_of;
+template <> struct uint_of<1> { typedef uint8_t type; };
+template <> struct uint_of<2> { typedef uint16_t type; };
+template <> struct uint_of<4> { typedef uint32_t type; };
+template <> struct uint_of<8> { typedef uint64_t type; };
+
+template <typename T> TG_FUNC typename uint_of<sizeof(T)>::type to_bits(T v) {
+    typename uint_of<sizeof(T)>::type u;
+#ifdef TG_CUDA
+    u = *reinterpret_cast<typename uint_of<sizeof(T)>::type*>(&v);
+#else
+    memcpy(&u, &v, sizeof(T));
+#endif
+    return u;
+}
+template <typename T> TG_FUNC T from_bits(typename uint_of<sizeof(T)>::type u) {
+    T v;
+#ifdef TG_CUDA
+    v = *reinterpret_cast<T*>(&u);
+#else
+    memcpy(&v, &u, sizeof(T));
+#endif
+    return v;
+}
+
+struct op_add { template <typename T> TG_FUNC T operator()(T a, T b) const { return T(a + b); } };
+struct op_min { template <typename T> TG_FUNC T operator()(T a, T b) const { return b < a ? b : a; } };
+struct op_max { template <typename T> TG_FUNC T operator()(T a, T b) const { return a < b ? b : a; } };
+
+// read-modify-write with compare-and-swap; works for any 1/2/4/8-byte type
+template <typename T, typename Op> TG_FUNC T atomic_rmw(T* p, T v, Op op) {
+#ifdef TG_CUDA
+    if (sizeof(T) == 8) {
+        unsigned long long* a = reinterpret_cast<unsigned long long*>(p);
+        unsigned long long old = *a, assumed;
+        do {
+            assumed = old;
+            T nv = op(from_bits<T>((uint64_t)assumed), v);
+            old = atomicCAS(a, assumed, (unsigned long long)to_bits(nv));
+        } while (assumed != old);
+        return from_bits<T>((uint64_t)old);
+    } else if (sizeof(T) == 4) {
+        unsigned int* a = reinterpret_cast<unsigned int*>(p);
+        unsigned int old = *a, assumed;
+        do {
+            assumed = old;
+            T nv = op(from_bits<T>((uint32_t)assumed), v);
+            old = atomicCAS(a, assumed, (unsigned int)to_bits(nv));
+        } while (assumed != old);
+        return from_bits<T>((uint32_t)old);
+    } else {
+        // sub-word: CAS on the aligned 32-bit word that holds it
+        typedef typename uint_of<sizeof(T)>::type U;
+        unsigned long long addr = reinterpret_cast<unsigned long long>(p);
+        unsigned int* a = reinterpret_cast<unsigned int*>(addr & ~3ull);
+        unsigned int shift = (unsigned int)(addr & 3) * 8u;
+        unsigned int mask = ((1u << (sizeof(T) * 8)) - 1u) << shift;
+        unsigned int old = *a, assumed;
+        do {
+            assumed = old;
+            T cur = from_bits<T>(U((assumed & mask) >> shift));
+            unsigned int nb = (unsigned int)to_bits(op(cur, v));
+            old = atomicCAS(a, assumed, (assumed & ~mask) | ((nb << shift) & mask));
+        } while (assumed != old);
+        return from_bits<T>(U((old & mask) >> shift));
+    }
+#else
+    typedef typename uint_of<sizeof(T)>::type U;
+    U* a = reinterpret_cast<U*>(p);
+    U old = __atomic_load_n(a, __ATOMIC_RELAXED);
+    while (true) {
+        U nb = to_bits(op(from_bits<T>(old), v));
+        if (__atomic_compare_exchange_n(a, &old, nb, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return from_bits<T>(old);
+    }
+#endif
+}
+
+template <typename T> TG_FUNC T atomic_add_(T* p, T v) { return atomic_rmw(p, v, op_add()); }
+template <typename T> TG_FUNC T atomic_min_(T* p, T v) { return atomic_rmw(p, v, op_min()); }
+template <typename T> TG_FUNC T atomic_max_(T* p, T v) { return atomic_rmw(p, v, op_max()); }
+TG_FUNC half atomic_add_(half* p, half v) {
+    struct f { TG_FUNC half operator()(half a, half b) const { return half(float(a) + float(b)); } };
+    return atomic_rmw(p, v, f());
+}
+TG_FUNC half atomic_min_(half* p, half v) {
+    struct f { TG_FUNC half operator()(half a, half b) const { return float(b) < float(a) ? b : a; } };
+    return atomic_rmw(p, v, f());
+}
+TG_FUNC half atomic_max_(half* p, half v) {
+    struct f { TG_FUNC half operator()(half a, half b) const { return float(a) < float(b) ? b : a; } };
+    return atomic_rmw(p, v, f());
+}
+
+// native fast paths
+#ifdef TG_CUDA
+TG_FUNC float atomic_add_(float* p, float v) { return atomicAdd(p, v); }
+TG_FUNC double atomic_add_(double* p, double v) { return atomicAdd(p, v); }
+TG_FUNC int32_t atomic_add_(int32_t* p, int32_t v) { return atomicAdd(p, v); }
+TG_FUNC uint32_t atomic_add_(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
+TG_FUNC int64_t atomic_add_(int64_t* p, int64_t v) { return (int64_t)atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+TG_FUNC uint64_t atomic_add_(uint64_t* p, uint64_t v) { return atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+TG_FUNC int32_t atomic_min_(int32_t* p, int32_t v) { return atomicMin(p, v); }
+TG_FUNC int32_t atomic_max_(int32_t* p, int32_t v) { return atomicMax(p, v); }
+TG_FUNC uint32_t atomic_min_(uint32_t* p, uint32_t v) { return atomicMin(p, v); }
+TG_FUNC uint32_t atomic_max_(uint32_t* p, uint32_t v) { return atomicMax(p, v); }
+TG_FUNC int64_t atomic_min_(int64_t* p, int64_t v) { return atomicMin((long long*)p, (long long)v); }
+TG_FUNC int64_t atomic_max_(int64_t* p, int64_t v) { return atomicMax((long long*)p, (long long)v); }
+TG_FUNC uint64_t atomic_min_(uint64_t* p, uint64_t v) { return atomicMin((unsigned long long*)p, (unsigned long long)v); }
+TG_FUNC uint64_t atomic_max_(uint64_t* p, uint64_t v) { return atomicMax((unsigned long long*)p, (unsigned long long)v); }
+#else
+#define TG_FETCH_ADD(T) TG_FUNC T atomic_add_(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+TG_FETCH_ADD(int8_t) TG_FETCH_ADD(int16_t) TG_FETCH_ADD(int32_t) TG_FETCH_ADD(int64_t)
+TG_FETCH_ADD(uint8_t) TG_FETCH_ADD(uint16_t) TG_FETCH_ADD(uint32_t) TG_FETCH_ADD(uint64_t)
+#undef TG_FETCH_ADD
+#endif
+
+// component-wise on composite values
+#define TG_ATOMIC_CW(NAME)                                                                   \
+    template <int N, typename T> TG_FUNC vec_t<N, T> NAME(vec_t<N, T>* p, const vec_t<N, T>& v) { \
+        vec_t<N, T> old; for (int i = 0; i < N; ++i) old.c[i] = NAME(&p->c[i], v.c[i]); return old; } \
+    template <int R, int C, typename T> TG_FUNC mat_t<R, C, T> NAME(mat_t<R, C, T>* p, const mat_t<R, C, T>& v) { \
+        mat_t<R, C, T> old;                                                                   \
+        for (int i = 0; i < R; ++i) for (int j = 0; j < C; ++j) old.data[i][j] = NAME(&p->data[i][j], v.data[i][j]); \
+        return old; }
+TG_ATOMIC_CW(atomic_add_)
+TG_ATOMIC_CW(atomic_min_)
+TG_ATOMIC_CW(atomic_max_)
+#undef TG_ATOMIC_CW
+
+}  // namespace tg

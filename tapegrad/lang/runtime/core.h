@@ -1,0 +1,162 @@
+// tapegrad runtime: target macros, fixed-width ints, half, scalar helpers.
+// Shared verbatim by the CPU (system C++ compiler) and CUDA (NVRTC) targets, so it may
+// only use what NVRTC offers without headers.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define TG_CUDA 1
+#define TG_FUNC __device__ inline
+#else
+#define TG_FUNC inline
+#define TG_EXPORT __attribute__((visibility("default")))
+#endif
+
+#if defined(__CUDACC_RTC__)
+// NVRTC has no <stdint.h> unless the toolkit headers are on its path.
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#endif
+
+namespace tg {
+
+TG_FUNC uint32_t float_bits(float f) {
+#ifdef TG_CUDA
+    return __float_as_uint(f);
+#else
+    uint32_t u; memcpy(&u, &f, 4); return u;
+#endif
+}
+TG_FUNC float bits_float(uint32_t u) {
+#ifdef TG_CUDA
+    return __uint_as_float(u);
+#else
+    float f; memcpy(&f, &u, 4); return f;
+#endif
+}
+
+// IEEE binary16 <-> binary32, round to nearest even. Software on the CPU (no F16C needed),
+// one PTX instruction on the GPU.
+TG_FUNC uint16_t float_to_half_bits(float f) {
+#ifdef TG_CUDA
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    uint32_t x = float_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t mant = x & 0x7fffffu;
+    int exp = int((x >> 23) & 0xffu);
+    if (exp == 0xff) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0u));
+    int e = exp - 127 + 15;
+    if (e >= 0x1f) return uint16_t(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10) return uint16_t(sign);
+        mant |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t h = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+        return uint16_t(sign | h);
+    }
+    uint32_t h = (uint32_t(e) << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;  // a carry into the exponent is correct
+    return uint16_t(sign | h);
+#endif
+}
+
+TG_FUNC float half_bits_to_float(uint16_t h) {
+#ifdef TG_CUDA
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+#else
+    uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
+    if (exp == 0) {
+        if (mant == 0) {
+            x = sign;
+        } else {
+            int e = 113;
+            while (!(mant & 0x400u)) { mant <<= 1; --e; }
+            x = sign | (uint32_t(e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else {
+        x = sign | ((exp + 112u) << 23) | (mant << 13);
+    }
+    return bits_float(x);
+#endif
+}
+
+// Storage type for float16: arithmetic promotes to float, as numpy/torch do for accuracy.
+struct half {
+    uint16_t bits;
+    TG_FUNC half() : bits(0) {}
+    template <typename U> TG_FUNC half(U f) : bits(float_to_half_bits(float(f))) {}
+    TG_FUNC operator float() const { return half_bits_to_float(bits); }
+};
+TG_FUNC half& operator+=(half& a, float b) { a = half(float(a) + b); return a; }
+TG_FUNC half& operator-=(half& a, float b) { a = half(float(a) - b); return a; }
+
+// the type math is done in: half computes in float
+template <typename T> struct compute { typedef T type; };
+template <> struct compute<half> { typedef float type; };
+
+template <typename T> TG_FUNC bool nonzero(const T& x) { return x != T(0); }
+TG_FUNC bool nonzero(const half& x) { return (x.bits & 0x7fffu) != 0; }
+
+template <typename T> TG_FUNC void zero(T& x) { x = T(0); }
+
+// adjoint accumulation; overloaded for composite types (vec, mat, structs)
+template <typename T> TG_FUNC void accum(T& a, const T& b) { a += b; }
+TG_FUNC void accum(half& a, const half& b) { a = half(float(a) + float(b)); }
+TG_FUNC void accum(bool&, const bool&) {}
+
+// launch grid and thread coordinates
+struct launch_t {
+    int64_t shape[4];
+    int32_t ndim;
+    int32_t pad;
+    int64_t size;
+};
+
+// Coordinate k of n requested outputs of tid(): with n == 1 the linear index (Warp), else
+// the row-major coordinates of the last n grid dims (leading dims folded into the first).
+TG_FUNC int32_t tid(const launch_t& b, int64_t t, int k, int n) {
+    if (n == 1) return int32_t(t);
+    int64_t rem = t;
+    int nd = b.ndim;
+    for (int d = nd - 1; d >= 0; --d) {
+        int out = n - (nd - d);
+        int64_t s = b.shape[d];
+        if (out == k) return int32_t(out == 0 ? rem : rem % s);
+        rem /= s;
+    }
+    return 0;
+}
+
+}  // namespace tg
+
+using tg::half;
+
+namespace tg {
+// trip count of range(start, stop, step), as Python computes it
+template <typename I> TG_FUNC int64_t range_count(I start, I stop, I step) {
+    int64_t a = int64_t(start), b = int64_t(stop), s = int64_t(step);
+    if (s > 0) return b > a ? (b - a + s - 1) / s : 0;
+    if (s < 0) return a > b ? (a - b - s - 1) / (-s) : 0;
+    return 0;
+}
+}  // namespace tg

@@ -1,0 +1,560 @@
+"""PyTorch bridge without kernels: conversions, dtypes, devices, strides, component dims,
+gradients, ownership, descriptors, streams and errors (R10-R14, R18, R19, B3, B4, B8)."""
+import gc
+import subprocess
+import sys
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tapegrad as tg  # noqa: E402
+from bridges._base import BridgeTypeError, GradLayoutError  # noqa: E402
+from tapegrad.launch import ArrayCtype  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
+
+needs_cuda = pytest.mark.skipif(not (tg.is_cuda_available() and torch.cuda.is_available()),
+                                reason="needs a CUDA GPU for tapegrad and torch")
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu():
+    with tg.ScopedDevice("cpu"):
+        yield
+
+
+# ----------------------------------------------------------------------------- zero-copy
+
+def test_round_trip_is_zero_copy_both_ways():
+    w = tg.array([1.0, 2.0, 3.0], dtype=float, device="cpu")
+    t = tg.to_torch(w)
+    assert t.data_ptr() == w.ptr and t.dtype == torch.float32 and t.device.type == "cpu"
+    t[1] = 7.0
+    assert w.numpy()[1] == 7.0
+    w2 = tg.from_torch(t)
+    assert w2.ptr == w.ptr and w2.shape == (3,) and w2.dtype is tg.float32
+    w2.numpy()[0] = -1.0
+    assert t[0].item() == -1.0
+
+
+@pytest.mark.parametrize("name", ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                  "uint64", "float16", "float32", "float64"])
+def test_every_scalar_dtype_round_trips(name):
+    dt = getattr(tg, name if name != "bool" else "bool")
+    tdt = tg.dtype_to_torch(dt)
+    assert tdt == getattr(torch, name)
+    assert tg.dtype_from_torch(tdt) is dt
+    a = tg.zeros(5, dtype=dt)
+    t = tg.to_torch(a)
+    assert t.dtype == tdt and t.data_ptr() == a.ptr
+    b = tg.from_torch(t)
+    assert b.dtype is dt and b.ptr == a.ptr
+
+
+def test_dtype_maps_vectors_structs_and_errors():
+    assert tg.dtype_to_torch(tg.vec3) == torch.float32
+    assert tg.dtype_to_torch(tg.mat22d) == torch.float64
+    assert tg.dtype_to_torch(float) == torch.float32
+    with pytest.raises(TypeError, match="bfloat16"):
+        tg.dtype_from_torch(torch.bfloat16)
+    with pytest.raises(TypeError, match="complex64"):
+        tg.dtype_from_torch(torch.complex64)
+    with pytest.raises(TypeError):
+        tg.dtype_from_torch("float32")
+
+    @tg.struct
+    class S:
+        x: float
+
+    with pytest.raises(TypeError):
+        tg.dtype_to_torch(S)
+    with pytest.raises(TypeError):
+        tg.dtype_to_torch("not a dtype")
+
+
+def test_bfloat16_only_as_explicit_raw_bits():
+    t = torch.tensor([1.0, -2.0, 0.5], dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="bfloat16"):
+        tg.from_torch(t)
+    a = tg.from_torch(t, dtype=tg.uint16)
+    assert a.dtype is tg.uint16 and a.ptr == t.data_ptr()
+    assert np.array_equal(a.numpy(), t.view(torch.uint16).numpy())
+    with pytest.raises(BridgeTypeError):
+        tg.from_torch(t, dtype=tg.float16)
+
+
+def test_devices():
+    cpu = tg.get_device("cpu")
+    assert tg.device_from_torch(torch.device("cpu")) is cpu
+    assert tg.device_from_torch("cpu") is cpu
+    assert tg.device_to_torch("cpu") == "cpu"
+    assert tg.device_to_torch(cpu) == "cpu"
+    assert tg.device_to_torch(torch.device("cpu")) == "cpu"
+    assert torch.device(tg.device_to_torch("cpu")) == torch.device("cpu")
+    with pytest.raises(TypeError):
+        tg.device_from_torch(3.5)
+    with pytest.raises(RuntimeError, match="meta"):
+        tg.device_from_torch(torch.device("meta"))
+    with pytest.raises(RuntimeError):
+        tg.device_from_torch("not-a-device")
+    with pytest.raises((ValueError, RuntimeError)):
+        tg.device_to_torch("gpu:7")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
+def test_cuda_device_without_cuda_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        tg.device_from_torch(torch.device("cuda"))
+
+
+# -------------------------------------------------------------------------- strides, dims
+
+def test_scalar_dtypes_keep_strides_without_copy():
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    cases = {
+        "transposed": base.t(),
+        "sliced": base[1:, ::2],
+        "expanded": torch.arange(3, dtype=torch.float32).reshape(1, 3).expand(5, 3),
+        "offset": base[2],
+        "scalar": torch.tensor(4.0),
+    }
+    for label, t in cases.items():
+        a = tg.from_torch(t)
+        assert a.ptr == t.data_ptr(), label
+        if t.dim():
+            assert a.shape == tuple(t.shape), label
+            assert a.strides == tuple(4 * s for s in t.stride()), label
+            assert np.array_equal(a.numpy(), t.numpy()), label
+        else:
+            assert a.shape == (1,) and a.numpy()[0] == 4.0
+    e = tg.from_torch(cases["expanded"])
+    assert e.strides[0] == 0 and not e.is_contiguous
+
+
+def test_vector_and_matrix_dtypes_consume_trailing_dims():
+    v = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+    a = tg.from_torch(v, dtype=tg.vec2)
+    assert a.shape == (10,) and a.dtype is tg.vec2 and a.strides == (8,)
+    assert np.array_equal(a.numpy(), v.numpy())
+    m = torch.zeros(5, 3, 3, dtype=torch.float64)
+    b = tg.from_torch(m, dtype=tg.mat33d)
+    assert b.shape == (5,) and b.strides == (72,)
+    grid = torch.zeros(4, 6, 3)
+    assert tg.from_torch(grid, dtype=tg.vec3).shape == (4, 6)
+    # outer dims may be strided; component dims must not
+    s = tg.from_torch(torch.zeros(10, 3)[::2], dtype=tg.vec3)
+    assert s.shape == (5,) and s.strides == (24,)
+    # exactly one vector
+    one = tg.from_torch(torch.zeros(3), dtype=tg.vec3)
+    assert one.shape == (1,)
+    # and back: component dims reappear
+    t = tg.to_torch(b)
+    assert t.shape == (5, 3, 3) and t.dtype == torch.float64 and t.data_ptr() == m.data_ptr()
+
+
+@pytest.mark.parametrize("t, dt", [
+    (torch.zeros(2, 10).t(), tg.vec2),          # trailing dim not contiguous
+    (torch.zeros(10, 3), tg.vec2),              # wrong inner size
+    (torch.zeros(4, 3, 3).transpose(1, 2), tg.mat33),
+    (torch.zeros(4, 2, 3), tg.mat33),
+    (torch.zeros(2), tg.vec3),
+])
+def test_bad_component_dims_raise_runtime_error(t, dt):
+    with pytest.raises(RuntimeError):
+        tg.from_torch(t, dtype=dt)
+
+
+def test_too_many_dims_and_bad_dtypes():
+    with pytest.raises(RuntimeError, match="4 dimensions"):
+        tg.from_torch(torch.zeros(1, 1, 1, 1, 2))
+    assert tg.from_torch(torch.zeros(1, 1, 1, 1, 3), dtype=tg.vec3).shape == (1, 1, 1, 1)
+    with pytest.raises(BridgeTypeError) as e:
+        tg.from_torch(torch.zeros(3, dtype=torch.float64), dtype=tg.float32)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, RuntimeError)
+    assert "float64" in str(e.value)
+    with pytest.raises(TypeError):
+        tg.from_torch(torch.zeros(3), dtype="nope")
+
+    @tg.struct
+    class S:
+        x: float
+
+    with pytest.raises(TypeError):
+        tg.from_torch(torch.zeros(3), dtype=S)
+
+
+def test_compatible_reinterpretations():
+    i = torch.tensor([-1, 2], dtype=torch.int32)
+    u = tg.from_torch(i, dtype=tg.uint32)
+    assert u.dtype is tg.uint32 and u.numpy()[0] == 2**32 - 1
+    b = tg.from_torch(torch.tensor([True, False]), dtype=tg.uint8)
+    assert b.numpy().tolist() == [1, 0]
+    assert tg.from_torch(torch.zeros(4, dtype=torch.int16), dtype=tg.uint16).dtype is tg.uint16
+
+
+def test_wrong_argument_types():
+    with pytest.raises(TypeError, match="torch tensor"):
+        tg.from_torch(np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="tapegrad array"):
+        tg.to_torch(torch.zeros(3))
+
+    @tg.struct
+    class S:
+        x: float
+
+    with pytest.raises(BridgeTypeError, match="struct"):
+        tg.to_torch(tg.zeros(2, dtype=S))
+    with pytest.raises(ValueError, match="no memory"):
+        tg.to_torch(tg.array(dtype=float, ndim=1))
+
+
+# --------------------------------------------------------------------------------- grads
+
+def test_from_torch_shares_and_allocates_the_grad_with_torch():
+    x = torch.zeros(4, requires_grad=True)
+    a = tg.from_torch(x)
+    assert a.requires_grad and a.grad is not None
+    assert x.grad is not None and a.grad.ptr == x.grad.data_ptr()
+    assert x.grad.dtype == torch.float32 and x.grad.shape == x.shape
+    # the same buffer next time: no second allocation
+    assert tg.from_torch(x).grad.ptr == x.grad.data_ptr()
+    a.grad.numpy()[:] = 3.0
+    assert x.grad.tolist() == [3.0] * 4
+
+
+def test_grad_allocation_uses_torch_not_tapegrad(monkeypatch):
+    tga = sys.modules["tapegrad.array"]   # (tg.array is the class)
+
+    def no_alloc(*args, **kwargs):
+        raise AssertionError("from_torch allocated the gradient with tapegrad's allocator")
+
+    monkeypatch.setattr(tga, "_alloc", no_alloc)
+    monkeypatch.setattr(tga, "_host_alloc", no_alloc)
+    x = torch.ones(100, requires_grad=True)
+    a = tg.from_torch(x)
+    assert x.grad is not None and a.grad.ptr == x.grad.data_ptr()
+    assert a.grad.owner is x.grad
+
+
+def test_allocated_grad_keeps_the_tensor_strides():
+    t = torch.zeros(3, 4).t().contiguous().t().requires_grad_()   # column-major leaf
+    a = tg.from_torch(t)
+    assert t.grad.stride() == t.stride() and a.grad.strides == a.strides
+    e = torch.zeros(1, 3).expand(4, 3).requires_grad_()           # an expanded leaf
+    ae = tg.from_torch(e)
+    assert e.grad.stride() == (0, 1) and ae.grad.strides == ae.strides
+
+
+def test_existing_grad_and_explicit_grads():
+    x = torch.zeros(3, requires_grad=True)
+    x.grad = torch.full((3,), 2.0)
+    assert tg.from_torch(x).grad.ptr == x.grad.data_ptr()
+    g = torch.ones(3)
+    a = tg.from_torch(torch.zeros(3), grad=g)
+    assert a.requires_grad and a.grad.ptr == g.data_ptr()
+    ga = tg.zeros(3)
+    b = tg.from_torch(torch.zeros(3), grad=ga, requires_grad=False)  # a given grad wins
+    assert b.grad is ga and b.requires_grad
+    v = torch.zeros(4, 3, requires_grad=True)
+    av = tg.from_torch(v, dtype=tg.vec3)
+    assert av.grad.dtype is tg.vec3 and av.grad.shape == (4,) and av.grad.ptr == v.grad.data_ptr()
+
+
+def test_requires_grad_false_leaves_the_tensor_alone():
+    x = torch.zeros(4, requires_grad=True)
+    a = tg.from_torch(x, requires_grad=False)
+    assert not a.requires_grad and a.grad is None and x.grad is None
+    b = tg.from_torch(x.detach())
+    assert b.grad is None and x.grad is None
+
+
+def test_requires_grad_true_on_a_plain_tensor_attaches_a_grad():
+    x = torch.zeros(3)
+    a = tg.from_torch(x, requires_grad=True)
+    assert x.grad is not None and a.grad.ptr == x.grad.data_ptr()
+
+
+def test_non_leaf_tensor_does_not_warn():
+    x = torch.ones(3, requires_grad=True)
+    y = x * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = tg.from_torch(y)
+    assert a.grad is not None
+
+
+def test_grad_errors():
+    with pytest.raises(TypeError, match="floating-point"):
+        tg.from_torch(torch.zeros(3, dtype=torch.int32), requires_grad=True)
+    with pytest.raises(GradLayoutError) as e:
+        tg.from_torch(torch.zeros(3), grad=torch.zeros(4))
+    assert isinstance(e.value, ValueError) and isinstance(e.value, RuntimeError)
+    with pytest.raises(GradLayoutError):
+        tg.from_torch(torch.zeros(3, 4), grad=torch.zeros(4, 3).t())      # other strides
+    with pytest.raises(GradLayoutError):
+        tg.from_torch(torch.zeros(3), grad=tg.zeros(3, dtype=tg.float64))
+    with pytest.raises(TypeError):
+        tg.from_torch(torch.zeros(3), grad=[0.0, 0.0, 0.0])
+    with pytest.raises(GradLayoutError):
+        tg.from_torch(torch.zeros(3, 4), grad=torch.zeros(4, 3).t(), return_ctype=True)
+
+
+def test_to_torch_grads():
+    p = tg.zeros(3, dtype=tg.float32, requires_grad=True)
+    tp = tg.to_torch(p)
+    assert tp.requires_grad and tp.is_leaf and tp.grad is not None
+    assert tp.grad.data_ptr() == p.grad.ptr
+    p.grad.numpy()[:] = 5.0
+    assert tp.grad.tolist() == [5.0, 5.0, 5.0]
+    assert tg.to_torch(p, requires_grad=False).grad is None
+    assert not tg.to_torch(p, requires_grad=False).requires_grad
+    q = tg.zeros(2)
+    tq = tg.to_torch(q, requires_grad=True)
+    assert tq.requires_grad and tq.grad is None
+    v = tg.zeros(4, dtype=tg.vec3, requires_grad=True)
+    assert tg.to_torch(v).grad.shape == (4, 3)
+    with pytest.raises(TypeError, match="gradients"):
+        tg.to_torch(tg.zeros(3, dtype=tg.int32), requires_grad=True)
+
+
+def test_torch_optimizer_steps_a_tapegrad_parameter_in_place():
+    p = tg.array(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    tp = tg.to_torch(p)
+    opt = torch.optim.SGD([tp], lr=0.5)
+    p.grad.numpy()[:] = [1.0, 1.0]
+    opt.step()
+    assert p.numpy().tolist() == [0.5, -2.5]
+
+
+# ----------------------------------------------------------------------------- ownership
+
+def test_owners_stay_alive_both_ways():
+    w = tg.zeros(1000)
+    t = tg.to_torch(w)
+    ref = weakref.ref(w)
+    del w
+    gc.collect()
+    assert ref() is not None
+    del t
+    gc.collect()
+    assert ref() is None
+
+    x = torch.ones(1000)
+    a = tg.from_torch(x)
+    tref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert tref() is not None and a.numpy().sum() == 1000
+    del a
+    gc.collect()
+    assert tref() is None
+
+
+def test_grad_views_keep_their_buffers_alive():
+    p = tg.zeros(8, requires_grad=True)
+    g = p.grad
+    gref = weakref.ref(g)
+    tp = tg.to_torch(p)
+    del p, g
+    gc.collect()
+    assert gref() is not None
+    tp.grad.fill_(2.0)
+    assert gref().numpy().sum() == 16.0
+
+
+def test_return_ctype_descriptor_keeps_tensor_and_grad_alive():
+    x = torch.zeros(6, requires_grad=True)
+    d = tg.from_torch(x, return_ctype=True)
+    assert isinstance(d, ArrayCtype)
+    assert d.data == x.data_ptr() and d.grad == x.grad.data_ptr()
+    assert d.ndim == 1 and d.shape[0] == 6 and d.strides[0] == 4 and d.flags == 0
+    assert d.tg_dtype is tg.float32 and d.tg_device is tg.get_device("cpu")
+    xref, gref = weakref.ref(x), weakref.ref(x.grad)
+    del x
+    gc.collect()
+    assert xref() is not None and gref() is not None
+    del d
+    gc.collect()
+    assert xref() is None and gref() is None
+
+
+def test_return_ctype_vectors_and_no_grad():
+    v = torch.zeros(5, 2, 2)
+    d = tg.from_torch(v, dtype=tg.mat22, return_ctype=True)
+    assert d.ndim == 1 and d.shape[0] == 5 and d.strides[0] == 16 and d.grad in (None, 0)
+    assert d.tg_dtype is tg.mat22
+    g = tg.zeros(5, dtype=tg.mat22)
+    d2 = tg.from_torch(v, dtype=tg.mat22, grad=g, return_ctype=True)
+    assert d2.grad == g.ptr
+
+
+def test_layout_cache_is_not_keyed_by_pointer():
+    """R19: tensors that reuse freed memory with another shape/dtype convert correctly."""
+    shapes = [(4,), (2, 2), (4, 1), (1, 4), (3,), (2, 3)]
+    for k in range(60):
+        shape = shapes[k % len(shapes)]
+        dtype = (torch.float32, torch.int32, torch.float64)[k % 3]
+        t = torch.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+        if k % 2:
+            t = t.t() if t.dim() == 2 else t
+        a = tg.from_torch(t)
+        assert a.ptr == t.data_ptr() and a.shape == tuple(t.shape)
+        assert a.strides == tuple(s * t.element_size() for s in t.stride())
+        assert np.array_equal(a.numpy(), t.numpy())
+        d = tg.from_torch(t, return_ctype=True)
+        assert d.data == t.data_ptr() and tuple(d.shape[:d.ndim]) == tuple(t.shape)
+        del t, a, d
+
+
+def test_in_place_metadata_changes_are_seen():
+    t = torch.zeros(3, 4)
+    assert tg.from_torch(t).shape == (3, 4)
+    t.t_()
+    assert tg.from_torch(t).shape == (4, 3) and tg.from_torch(t).strides == (4, 16)
+    t.resize_(10)
+    a = tg.from_torch(t)
+    assert a.shape == (10,) and a.ptr == t.data_ptr()
+
+
+def test_import_tapegrad_does_not_import_torch():
+    code = "import sys, tapegrad; assert 'torch' not in sys.modules; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_clean_exit_with_live_views():
+    """B8: views in both directions alive at interpreter shutdown exit cleanly."""
+    code = """
+import numpy as np, torch, tapegrad as tg
+keep = []
+for i in range(20):
+    w = tg.zeros(100, requires_grad=True, device="cpu")
+    keep.append(tg.to_torch(w))
+    t = torch.ones(100, requires_grad=True)
+    keep.append(tg.from_torch(t))
+    keep.append(tg.from_torch(t, return_ctype=True))
+keep.append(keep)   # a cycle, collected (or not) at shutdown
+print("done")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr
+
+
+# ------------------------------------------------------------------------------- streams
+
+def test_streams_on_the_cpu_are_clear_errors():
+    with pytest.raises(RuntimeError, match="not a CUDA device"):
+        tg.stream_to_torch("cpu")
+    with pytest.raises(RuntimeError, match="not a CUDA device"):
+        tg.stream_from_torch("cpu")
+    with pytest.raises(RuntimeError, match="not a CUDA device"):
+        tg.stream_from_torch(torch.device("cpu"))
+
+
+def test_release_after_without_a_stream_is_a_no_op():
+    from bridges._base import pending_releases, release_after
+    release_after(None, object())
+    assert pending_releases() == 0
+
+
+# ---------------------------------------------------------------------------------- CUDA
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_round_trip_and_grads():
+    with tg.ScopedDevice("cuda:0"):
+        w = tg.zeros(16, dtype=tg.vec3, device="cuda:0", requires_grad=True)
+        t = tg.to_torch(w)
+        assert t.is_cuda and t.shape == (16, 3) and t.data_ptr() == w.ptr
+        assert t.grad.data_ptr() == w.grad.ptr
+        t.detach().add_(1.0)
+        torch.cuda.synchronize()
+        assert np.all(w.numpy() == 1.0)
+        x = torch.zeros(8, 2, device="cuda:0", requires_grad=True)
+        a = tg.from_torch(x, dtype=tg.vec2)
+        assert a.device is tg.get_device("cuda:0") and a.ptr == x.data_ptr()
+        assert x.grad is not None and a.grad.ptr == x.grad.data_ptr()
+        d = tg.from_torch(x, dtype=tg.vec2, return_ctype=True)
+        assert d.tg_device is tg.get_device("cuda:0") and d.grad == x.grad.data_ptr()
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_devices():
+    assert tg.device_from_torch(torch.device("cuda:0")) is tg.get_device("cuda:0")
+    assert tg.device_from_torch("cuda:0") is tg.get_device("cuda:0")
+    cur = torch.cuda.current_device()
+    assert tg.device_from_torch(torch.device("cuda")) is tg.get_device(f"cuda:{cur}")
+    assert tg.device_from_torch("cuda") is tg.get_device(f"cuda:{cur}")
+    assert tg.device_to_torch("cuda:0") == "cuda:0"
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_streams_preserve_blocking_semantics():
+    ts = torch.cuda.Stream(device="cuda:0")
+    s = tg.stream_from_torch(ts)
+    assert s.cuda_stream == ts.cuda_stream and s.is_blocking is False and s.device is tg.get_device("cuda:0")
+    d = tg.stream_from_torch("cuda:0")
+    assert d.cuda_stream == torch.cuda.current_stream(0).cuda_stream and d.is_blocking is True
+    assert tg.stream_from_torch().cuda_stream == torch.cuda.current_stream().cuda_stream
+    own = tg.Stream("cuda:0")
+    t2 = tg.stream_to_torch(own)
+    assert t2.cuda_stream == own.cuda_stream and t2._tg_stream is own
+    assert tg.Stream("cuda:0").is_blocking is True
+    cur = tg.stream_to_torch("cuda:0")
+    assert cur.cuda_stream == tg.get_device("cuda:0").stream.cuda_stream
+    ref = weakref.ref(ts)
+    del ts
+    gc.collect()
+    assert ref() is not None, "the tapegrad stream keeps the torch stream alive"
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_grad_allocation_orders_tapegrad_after_torch():
+    ts = torch.cuda.Stream(device="cuda:0")
+    with torch.cuda.stream(ts), tg.ScopedDevice("cuda:0"):
+        x = torch.empty(1 << 20, device="cuda:0").requires_grad_()
+        a = tg.from_torch(x)
+        assert a.grad.ptr == x.grad.data_ptr()
+        # tapegrad's stream now waits for torch's zero fill: reading on tapegrad's stream sees zeros
+        assert float(np.abs(a.grad.numpy()).max()) == 0.0
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_release_after_keeps_objects_until_the_stream_passes():
+    from bridges._base import pending_releases, release_after
+    s = tg.Stream("cuda:0", blocking=False)
+    obj = tg.zeros(1 << 20, device="cuda:0")
+    ref = weakref.ref(obj)
+    release_after(s, obj)
+    del obj
+    s.synchronize()
+    assert pending_releases() == 0
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_to_torch_on_a_non_blocking_stream_defers_release():
+    from bridges._base import pending_releases
+    ts = torch.cuda.Stream(device="cuda:0")
+    with torch.cuda.stream(ts):
+        w = tg.zeros(1 << 20, device="cuda:0")
+        ref = weakref.ref(w)
+        t = tg.to_torch(w)
+        t.add_(1.0)
+        del w, t
+        gc.collect()
+        assert ref() is not None or pending_releases() == 0
+    ts.synchronize()
+    pending_releases()
+    gc.collect()
+    assert ref() is None
