@@ -69,11 +69,24 @@ def _warp():
                 "mat22": (make(wp.mat22), wp.mat22)}
 
 
-def _timed(fn, n):
-    fn(1)   # warm-up: compilation, caches
-    t0 = time.perf_counter_ns()
-    fn(n)
-    return (time.perf_counter_ns() - t0) / 1e6
+def _side_by_side(fa, fb, n, chunks=20):
+    """Total ms of ``fa(n)`` and ``fb(n)``, run in alternating chunks so that both see the same
+    machine load (these machines are shared and noisy). ``fb`` may be None."""
+    fa(1)   # warm-up: compilation, caches
+    if fb is not None:
+        fb(1)
+    m = max(1, n // chunks)
+    ta = tb = 0
+    for _ in range(chunks):
+        t0 = time.perf_counter_ns()
+        fa(m)
+        t1 = time.perf_counter_ns()
+        ta += t1 - t0
+        if fb is not None:
+            fb(m)
+            tb += time.perf_counter_ns() - t1
+    scale = n / (m * chunks) / 1e6
+    return ta * scale, (tb * scale if fb is not None else None)
 
 
 def _modes(lib, kernel, dtype, tensors, arrays, device):
@@ -137,17 +150,16 @@ def main():
             wp_arrays = [wp.zeros(10, dtype=wdtype, device=dev) for _ in range(5)]
             wp_modes = _modes(wp, wkernel, wdtype, tensors, wp_arrays, dev)
         for mode in tg_modes:
-            t_ms = _timed(tg_modes[mode], args.n)
-            if dev != "cpu":
-                tg.synchronize()
-            w_ms = None
-            if wp_modes is not None:
+            wfn = wp_modes[mode] if wp_modes is not None else None
+            if wfn is not None:
                 try:
-                    w_ms = _timed(wp_modes[mode], args.n)
+                    wfn(1)
                 except Exception as e:  # e.g. Warp refusing a mode on this device
                     print(f"  warp {mode} {name}: {type(e).__name__}: {e}")
-                if dev != "cpu":
-                    warp[0].synchronize()
+                    wfn = None
+            t_ms, w_ms = _side_by_side(tg_modes[mode], wfn, args.n)
+            if dev != "cpu":
+                tg.synchronize()
             rows.append({"dtype": name, "mode": mode, "tapegrad_ms": round(t_ms, 1),
                          "warp_ms": None if w_ms is None else round(w_ms, 1),
                          "ratio": None if not w_ms else round(t_ms / w_ms, 3),

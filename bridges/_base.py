@@ -12,6 +12,7 @@ with that metadata; the data and gradient pointers are read from the tensor on e
 """
 from __future__ import annotations
 
+import atexit
 import threading
 
 from tapegrad import types as T
@@ -258,8 +259,12 @@ class Bridge:
         """
         if not isinstance(a, array):
             raise TypeError(f"{self.to_name}: expected a tapegrad array, got {type(a).__name__}")
-        t = self._wrap(a)
-        if a.requires_grad if requires_grad is None else requires_grad:
+        info = self._flat.get(a.dtype)   # the hot path: _wrap inlined
+        if info is None or a.device is None or not a._ptr:
+            t = self._wrap(a)
+        else:
+            t = self.fw.wrap(a, a._shape + info[0], a._strides + info[1], info[2])
+        if a._requires_grad if requires_grad is None else requires_grad:
             if not a.dtype.scalar.is_float:
                 raise TypeError(f"{self.to_name}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
             g = a.grad
@@ -284,6 +289,7 @@ class Bridge:
 
 _pending: list = []          # [(event, objects)], oldest first
 _pending_lock = threading.Lock()
+atexit.register(_pending.clear)   # release before the CUDA runtime is torn down (clean exit, B8)
 
 
 def release_after(stream, *objs) -> None:
@@ -301,14 +307,21 @@ def release_after(stream, *objs) -> None:
         return
     ev = stream.record_event()
     with _pending_lock:
+        _purge()
+        _pending.append((ev, objs))
+
+
+def _purge():
+    """Drop the batches whose events have completed (oldest first; stop at the first pending)."""
+    try:
         while _pending and _pending[0][0].is_complete:
             _pending.pop(0)
-        _pending.append((ev, objs))
+    except Exception:  # an event query refused (e.g. during a global-mode capture): try later
+        pass
 
 
 def pending_releases() -> int:
     """Number of keep-alive batches not yet released (for tests and diagnostics)."""
     with _pending_lock:
-        while _pending and _pending[0][0].is_complete:
-            _pending.pop(0)
+        _purge()
         return len(_pending)

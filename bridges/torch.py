@@ -154,14 +154,16 @@ class _DeviceView:
     __slots__ = ("__cuda_array_interface__", "array")
 
     def __del__(self):
-        a = self.array
-        if a is None or sys.is_finalizing():
+        if sys.is_finalizing():
             return
         try:
+            a = self.array
             dev = a.device
-            handle = torch.cuda.current_stream(dev.ordinal).cuda_stream
+            ts = torch.cuda.current_stream(dev.ordinal)
             mine = dev.stream
-            if handle != mine.cuda_stream and not (handle == 0 and mine.is_blocking):
+            handle = ts.cuda_stream
+            if handle != mine.cuda_stream and not (handle == 0 and mine.is_blocking) \
+                    and not torch.cuda.is_current_stream_capturing():  # (graphs: see docs/graphs.md)
                 release_after(_tg_stream(dev, handle), a)
         except Exception:  # never raise from a finaliser (interpreter shutdown, no CUDA...)
             pass
