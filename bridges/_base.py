@@ -145,9 +145,11 @@ class FrameworkAdapter:
         raise NotImplementedError
 
     def data_ptr(self, t) -> int:
+        """The tensor's data address (may be a class attribute such as ``operator.methodcaller``)."""
         raise NotImplementedError
 
     def requires_grad(self, t) -> bool:
+        """Whether the framework tracks gradients for ``t`` (may be an ``operator.attrgetter``)."""
         raise NotImplementedError
 
     def get_grad(self, t):
@@ -174,7 +176,12 @@ class FrameworkAdapter:
 
 
 class Bridge:
-    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``."""
+    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``.
+
+    ``from_tensor``, ``to_tensor`` and ``launch_adapter`` are closures built once with every
+    lookup bound locally: they are the per-call hot paths (one Python frame per conversion).
+    A framework module publishes them under its own names with ``public(...)``.
+    """
 
     def __init__(self, fw: FrameworkAdapter):
         self.fw = fw
@@ -182,6 +189,17 @@ class Bridge:
         self.to_name = f"to_{fw.name}"
         self._layouts: dict = {}
         self._flat: dict = {}          # dtype -> (component dims, their byte strides, typestr)
+        self.from_tensor = self._make_from()
+        self.to_tensor = self._make_to()
+        self.launch_adapter = self._make_launch_adapter()
+
+    @staticmethod
+    def public(fn, name, doc, module):
+        """``fn`` under a public name, docstring and module (it is the hot-path closure itself)."""
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = doc
+        fn.__module__ = module
+        return fn
 
     # ------------------------------------------------------------------------- layouts
     def layout(self, t, dtype=None, fname=None) -> Layout:
@@ -197,34 +215,41 @@ class Bridge:
         return lay
 
     # ----------------------------------------------------------------------- from_X
-    def from_tensor(self, t, dtype=None, requires_grad=None, grad=None, return_ctype=False):
-        """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
+    def _make_from(self):
+        fw, fname = self.fw, self.from_name
+        tensor_types, key_of, requires_grad_of, ptr_of = fw.tensor_types, fw.layout_key, fw.requires_grad, fw.data_ptr
+        cached, layout, grad_array = self._layouts.get, self.layout, self._grad_array
 
-        Gradient (SPEC R10, R12, B3): ``grad`` (a tapegrad array or a tensor) is used as the
-        array's gradient when given; else, when ``requires_grad`` (default: the tensor's own
-        flag), the tensor's gradient is shared, allocated first by the framework when missing.
-        """
-        fw = self.fw
-        if not isinstance(t, fw.tensor_types):
-            raise TypeError(f"{self.from_name}: expected a {fw.name} tensor, got {type(t).__name__}")
-        lay = self._layouts.get((fw.layout_key(t), dtype)) or self.layout(t, dtype)
-        if grad is None and (fw.requires_grad(t) if requires_grad is None else requires_grad):
-            if not lay.dtype.scalar.is_float:
-                raise TypeError(f"{self.from_name}: requires_grad=True needs a floating-point tensor, "
-                                f"got elements of {lay.dtype!r} (pass requires_grad=False)")
-            grad = fw.get_grad(t)
-            if grad is None:
-                grad = fw.alloc_grad(t)
-        if lay.cuda:
-            fw.on_use(t, lay.device)
-        if return_ctype:
-            if grad is None:
-                return lay.new_ctype(fw.data_ptr(t), 0, (t,))
-            return lay.new_ctype(fw.data_ptr(t), self._grad_array(grad, lay).ptr, (t, grad))
-        a = lay.new_array(fw.data_ptr(t), t)
-        if grad is not None:
-            a.grad = self._grad_array(grad, lay)
-        return a
+        def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False):
+            """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
+
+            Gradient (SPEC R10, R12, B3): ``grad`` (a tapegrad array or a tensor) is used as
+            the array's gradient when given; else, when ``requires_grad`` (default: the
+            tensor's own flag), the tensor's gradient is shared, allocated first by the
+            framework when missing.
+            """
+            if not isinstance(t, tensor_types):
+                raise TypeError(f"{fname}: expected a {fw.name} tensor, got {type(t).__name__}")
+            lay = cached((key_of(t), dtype)) or layout(t, dtype)
+            if grad is None and (requires_grad_of(t) if requires_grad is None else requires_grad):
+                if not lay.dtype.scalar.is_float:
+                    raise TypeError(f"{fname}: requires_grad=True needs a floating-point tensor, "
+                                    f"got elements of {lay.dtype!r} (pass requires_grad=False)")
+                grad = fw.get_grad(t)
+                if grad is None:
+                    grad = fw.alloc_grad(t)
+            if lay.cuda:
+                fw.on_use(t, lay.device)
+            if return_ctype:
+                if grad is None:
+                    return lay.new_ctype(ptr_of(t), 0, (t,))
+                return lay.new_ctype(ptr_of(t), grad_array(grad, lay).ptr, (t, grad))
+            a = lay.new_array(ptr_of(t), t)
+            if grad is not None:
+                a.grad = grad_array(grad, lay)
+            return a
+
+        return from_tensor
 
     def _grad_array(self, grad, lay) -> array:
         """``grad`` (an array or a tensor) as an array with exactly the layout ``lay``."""
@@ -242,37 +267,47 @@ class Bridge:
                                   "strides)")
         return grad
 
-    def launch_adapter(self, t, device, arg, dtype) -> ArrayCtype:
-        """``launch`` calls this for a tensor passed directly: a descriptor, no gradient (R1)."""
+    def _make_launch_adapter(self):
         fw = self.fw
-        lay = self._layouts.get((fw.layout_key(t), dtype)) or self.layout(t, dtype, fname=arg)
-        if lay.cuda:
-            fw.on_use(t, lay.device)
-        return lay.new_ctype(fw.data_ptr(t), 0, (t,))
+        key_of, ptr_of, cached, layout = fw.layout_key, fw.data_ptr, self._layouts.get, self.layout
+
+        def launch_adapter(t, device, arg, dtype) -> ArrayCtype:
+            """``launch`` calls this for a tensor passed directly: a descriptor, no gradient (R1)."""
+            lay = cached((key_of(t), dtype)) or layout(t, dtype, fname=arg)
+            if lay.cuda:
+                fw.on_use(t, lay.device)
+            return lay.new_ctype(ptr_of(t), 0, (t,))
+
+        return launch_adapter
 
     # ------------------------------------------------------------------------- to_X
-    def to_tensor(self, a, requires_grad=None):
-        """A framework tensor aliasing tapegrad array ``a`` (and ``a.grad`` as its gradient).
+    def _make_to(self):
+        fw, fname, flat, wrap_slow = self.fw, self.to_name, self._flat.get, self._wrap
+        wrap = fw.wrap
 
-        With ``requires_grad`` (default: ``a.requires_grad``) the tensor is a leaf that
-        requires grad, and its gradient is a zero-copy view of ``a.grad`` when ``a`` has one.
-        """
-        if not isinstance(a, array):
-            raise TypeError(f"{self.to_name}: expected a tapegrad array, got {type(a).__name__}")
-        info = self._flat.get(a.dtype)   # the hot path: _wrap inlined
-        if info is None or a.device is None or not a._ptr:
-            t = self._wrap(a)
-        else:
-            t = self.fw.wrap(a, a._shape + info[0], a._strides + info[1], info[2])
-        if a._requires_grad if requires_grad is None else requires_grad:
-            if not a.dtype.scalar.is_float:
-                raise TypeError(f"{self.to_name}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
-            g = a.grad
-            self.fw.set_grad(t, self._wrap(g) if g is not None else None)
-        return t
+        def to_tensor(a, requires_grad=None):
+            """A framework tensor aliasing tapegrad array ``a`` (and ``a.grad`` as its gradient).
+
+            With ``requires_grad`` (default: ``a.requires_grad``) the tensor is a leaf that
+            requires grad, and its gradient is a zero-copy view of ``a.grad`` when ``a`` has one.
+            """
+            if not isinstance(a, array):
+                raise TypeError(f"{fname}: expected a tapegrad array, got {type(a).__name__}")
+            info = flat(a.dtype)   # the hot path: array internals are read directly
+            if info is None or a.device is None or not a._ptr:
+                t = wrap_slow(a)
+            else:
+                t = wrap(a, a._shape + info[0], a._strides + info[1], info[2])
+            if a._requires_grad if requires_grad is None else requires_grad:
+                if not a.dtype.scalar.is_float:
+                    raise TypeError(f"{fname}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
+                g = a.grad
+                fw.set_grad(t, wrap_slow(g) if g is not None else None)
+            return t
+
+        return to_tensor
 
     def _wrap(self, a):
-        # the hot path of to_X: array internals are read directly (no property calls)
         dt = a.dtype
         info = self._flat.get(dt)
         if info is None:

@@ -7,6 +7,7 @@ Kernel -> native custom op: ``bridges.torch_op.torch_op`` (re-exported here).
 """
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 
@@ -210,11 +211,9 @@ class TorchAdapter(FrameworkAdapter):
                 dtype_from_torch(tdt)  # raises the explanatory TypeError
         return scalar, tuple(t.shape), t.stride(), device_from_torch(t.device), str(tdt)
 
-    def data_ptr(self, t):
-        return t.data_ptr()
-
-    def requires_grad(self, t):
-        return t.requires_grad
+    # C-level accessors (no Python frame): these run once or twice per conversion
+    data_ptr = operator.methodcaller("data_ptr")
+    requires_grad = operator.attrgetter("requires_grad")
 
     def get_grad(self, t):
         # a non-leaf's .grad is only populated with retain_grad() (reading it otherwise warns)
@@ -264,8 +263,8 @@ register_launch_adapter(torch.Tensor, _bridge.launch_adapter)
 
 # ----------------------------------------------------------------------------- conversions
 
-def from_torch(t, dtype=None, requires_grad=None, grad=None, return_ctype=False):
-    """Wrap a torch tensor as a tapegrad array without copying.
+# The public conversions are the bridge's hot-path closures, published under torch's names.
+from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """Wrap a torch tensor as a tapegrad array without copying.
 
     Args:
         t: the tensor (CPU or CUDA). The array keeps it alive.
@@ -287,12 +286,9 @@ def from_torch(t, dtype=None, requires_grad=None, grad=None, return_ctype=False)
             more than 4 dims.
         GradLayoutError: (a ValueError and a RuntimeError) the gradient (``grad``, or an
             existing ``t.grad``) differs from ``t`` in dtype, shape, strides or device.
-    """
-    return _bridge.from_tensor(t, dtype, requires_grad, grad, return_ctype)
+    """, __name__)
 
-
-def to_torch(a, requires_grad=None):
-    """A torch tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
+to_torch = Bridge.public(_bridge.to_tensor, "to_torch", """A torch tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
 
     The tensor keeps ``a`` alive. With ``requires_grad`` (default: ``a.requires_grad``) it is
     a leaf requiring grad whose ``.grad`` is a zero-copy view of ``a.grad`` (clone it before
@@ -301,8 +297,7 @@ def to_torch(a, requires_grad=None):
     Raises:
         TypeError: not an array; ``requires_grad`` on a non-float array.
         BridgeTypeError: struct arrays (no torch equivalent).
-    """
-    return _bridge.to_tensor(a, requires_grad)
+    """, __name__)
 
 
 # --------------------------------------------------------------------------------- streams

@@ -361,7 +361,10 @@ def load_kernels(kernels, device):
         import cupy
         from cupy.cuda import driver, runtime
         with cupy.cuda.Device(int(device.ordinal)):
-            runtime.free(0)     # make sure the primary context exists and is current
+            if not driver.ctxGetCurrent():
+                # create the primary context; never reached during a capture (which needs
+                # one), where cudaFree would invalidate the capture
+                runtime.free(0)
             handle = driver.moduleLoadData(image)
         for k in kernels:
             mods.append(CudaModule(handle, k, int(device.ordinal)))

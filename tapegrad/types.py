@@ -326,6 +326,13 @@ def struct(cls):
         TypeError: a field's annotation is not a tapegrad type.
     """
     hints = dict(getattr(cls, "__annotations__", {}))
+    if any(isinstance(v, str) for v in hints.values()):  # `from __future__ import annotations`
+        import sys
+        ns = dict(vars(sys.modules.get(cls.__module__, None) or object()))
+        try:
+            hints = typing.get_type_hints(cls, globalns=ns)
+        except Exception as e:
+            raise TypeError(f"struct {cls.__name__}: cannot resolve string annotations: {e}") from None
     fields = []
     cfields = []
     for fname, ann in hints.items():

@@ -37,6 +37,7 @@ import atexit
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -381,7 +382,7 @@ def _compilers():
 
 def _build() -> str:
     """Compile the helper into the cache (once per source version); return the library path."""
-    tag = hashlib.sha256((C_SOURCE + sys.platform + os.uname().machine).encode()).hexdigest()[:16]
+    tag = hashlib.sha256((C_SOURCE + sys.platform + platform.machine()).encode()).hexdigest()[:16]
     ext = ".dylib" if sys.platform == "darwin" else ".so"
     d = cache_dir()
     lib = os.path.join(d, f"dlpack-{tag}{ext}")
@@ -514,6 +515,8 @@ class _CtypesBackend:
         self._cap_dtor = self._cap_dtor_t(self._on_capsule_dtor)
         self._cap_dtor_addr = ctypes.cast(self._cap_dtor, ctypes.c_void_p).value
         self._deleter_fns: dict[int, object] = {}
+        self._deleter_t = _DELETER
+        self._void_p = ctypes.c_void_p
         atexit.register(self._at_exit)
 
     def _on_delete(self, addr):
@@ -525,20 +528,20 @@ class _CtypesBackend:
         for name, off in ((b"dltensor_versioned", 16), (b"dltensor", 56)):
             if self._cap_isvalid(cap, name):
                 m = self._cap_getptr(cap, name)
-                fn = ctypes.c_void_p.from_address(m + off).value
+                fn = self._void_p.from_address(m + off).value
                 if fn:
                     self._call_deleter(fn, m)
                 return
 
     def _call_deleter(self, fn, m):
         f = self._deleter_fns.get(fn)
-        if f is None:
-            f = self._deleter_fns[fn] = _DELETER(fn)
+        if f is None:   # (no module globals here: this may run late in interpreter shutdown)
+            f = self._deleter_fns[fn] = self._deleter_t(fn)
         f(m)
 
     def _at_exit(self):
         with self._lock:
-            for addr, (owner, versioned) in self._live.items():
+            for addr, (owner, versioned) in list(self._live.items()):
                 off = 16 if versioned else 56
                 ctypes.c_void_p.from_address(addr + off).value = self._free_addr
             # owners stay referenced (leaked at exit) so views stay valid to the end
