@@ -7,6 +7,7 @@ The same holds for ``.grad``, which is itself an array.
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 
 import numpy as np
@@ -139,6 +140,8 @@ class array:
         self._strides = tuple(int(s) for s in strides)
         self.device = device
         self._owner = owner
+        self.__dict__.pop("_contig", None)
+        self.__dict__.pop("_nbytes", None)
         self._check_strides()
 
     def _check_strides(self):
@@ -293,11 +296,14 @@ class array:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._shape))
+        return math.prod(self._shape)
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.size
+        n = self.__dict__.get("_nbytes")
+        if n is None:  # layouts never change after construction: compute once (hot in zero_())
+            n = self._nbytes = math.prod(self._shape) * self.dtype.size
+        return n
 
     @property
     def capacity(self) -> int:
@@ -305,7 +311,10 @@ class array:
 
     @property
     def is_contiguous(self) -> bool:
-        return self._strides == _contiguous_strides(self._shape, self.dtype.size) or self.size <= 1
+        c = self.__dict__.get("_contig")
+        if c is None:
+            c = self._contig = self._strides == _contiguous_strides(self._shape, self.dtype.size) or self.size <= 1
+        return c
 
     @property
     def owner(self):
@@ -488,12 +497,14 @@ class array:
 
     def zero_(self):
         """Set every element to zero."""
-        self._check_writable("zero_")
-        if self.is_contiguous and self.device.is_cuda:
+        if self.readonly:
+            self._check_writable("zero_")
+        contiguous = self.is_contiguous
+        if contiguous and self.device.ordinal < 0:
+            ctypes.memset(self._ptr, 0, self.nbytes)
+        elif contiguous:
             from .cuda.memory import memset
             memset(self._ptr, 0, self.nbytes, self.device.stream.cuda_stream)
-        elif self.is_contiguous:
-            ctypes.memset(self._ptr, 0, self.nbytes)
         elif self.device.is_cpu:
             self.numpy()[...] = 0
         else:
@@ -587,6 +598,7 @@ class array:
             raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} ({self.dtype.size} bytes)")
         v = _view(self, self._ptr, self._shape, self._strides)
         v.dtype = dt
+        v.__dict__.pop("_contig", None)
         return v
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .array import array
+from .hostops import ZeroPlan
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
 
@@ -86,6 +87,7 @@ class Tape:
         self._owned: dict = {}         # id(array) -> tape-owned seed buffer
         self._readers: dict = {}       # id(array) -> (record index, label) of the first recorded read
         self._loss = None
+        self._zero_plan = None         # (ids of the buffers, (host memsets, other buffers))
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
@@ -226,11 +228,17 @@ class Tape:
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
         """Zero every gradient the tape touched (views of them stay valid)."""
-        for a, g in list(self.gradients.items()):
-            cur = a.grad if a.grad is not None else g
-            cur.zero_()
-        for buf in self._owned.values():
+        bufs = [a._grad if a._grad is not None else g for a, g in self.gradients.items()]
+        bufs += self._owned.values()
+        key = tuple(map(id, bufs))
+        plan = self._zero_plan
+        if plan is None or plan[0] != key:
+            plan = self._zero_plan = (key, _zero_plan(bufs))
+        plan[1][0].run()
+        for buf in plan[1][1]:
             buf.zero_()
+        for buf in bufs:
+            buf._version += 1
 
     def reset(self) -> None:
         """Zero the gradients and forget the records."""
@@ -245,6 +253,21 @@ class Tape:
     @property
     def launches(self) -> list:
         return [r for r in self.records if isinstance(r, LaunchRecord)]
+
+
+def _zero_plan(bufs):
+    """Split gradient buffers into raw host memsets (one ctypes call each, the common case on
+    the CPU) and buffers that need ``zero_()`` (CUDA, strided, read-only); duplicates once."""
+    host, other, seen = [], [], set()
+    for b in bufs:
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        if b.device.is_cpu and b.is_contiguous and not b.readonly and b.ptr:
+            host.append((b.ptr, b.nbytes))
+        else:
+            other.append(b)
+    return ZeroPlan(host), other
 
 
 def _copy_adjoint(rec: CopyRecord) -> None:
