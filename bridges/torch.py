@@ -160,11 +160,8 @@ class _DeviceView:
         try:
             a = self.array
             dev = a.device
-            ts = torch.cuda.current_stream(dev.ordinal)
-            mine = dev.stream
-            handle = ts.cuda_stream
-            if handle != mine.cuda_stream and not (handle == 0 and mine.is_blocking) \
-                    and not torch.cuda.is_current_stream_capturing():  # (graphs: see docs/graphs.md)
+            s, handle = _streams(dev)
+            if handle is not None and not torch.cuda.is_current_stream_capturing():  # (graphs: docs/graphs.md)
                 release_after(_tg_stream(dev, handle), a)
         except Exception:  # never raise from a finaliser (interpreter shutdown, no CUDA...)
             pass
@@ -172,6 +169,24 @@ class _DeviceView:
 
 _TG_STREAMS: dict = {}                       # (ordinal, handle) -> tapegrad Stream wrapping it
 _TORCH_STREAMS = weakref.WeakKeyDictionary()  # tapegrad Stream -> torch ExternalStream
+_BLOCKING = weakref.WeakKeyDictionary()       # tapegrad Stream -> is_blocking (fixed per stream)
+
+
+def _streams(dev: Device):
+    """``(tapegrad's current stream, torch's current stream handle)`` of a CUDA device, the
+    handle replaced by None when CUDA already orders the two: the same stream, or torch on
+    the legacy default stream and tapegrad on a blocking stream (the default setup)."""
+    s = dev.stream
+    handle = torch.cuda.current_stream(dev.ordinal).cuda_stream
+    if handle == s.cuda_stream:
+        return s, None
+    if handle == 0:
+        b = _BLOCKING.get(s)
+        if b is None:
+            b = _BLOCKING[s] = s.is_blocking
+        if b:
+            return s, None
+    return s, handle
 
 
 def _tg_stream(dev: Device, handle: int):
@@ -226,9 +241,11 @@ class TorchAdapter(FrameworkAdapter):
         t.grad = g
         if g.is_cuda:
             # tapegrad's kernels run on tapegrad's stream: order them after the zero fill
-            from tapegrad.interop import _wait_foreign_stream
             dev = device_from_torch(g.device)
-            _wait_foreign_stream(dev, torch.cuda.current_stream(dev.ordinal).cuda_stream)
+            s, handle = _streams(dev)
+            if handle is not None:
+                from tapegrad.interop import _wait_foreign_stream
+                _wait_foreign_stream(dev, handle)   # an event, no host block
         return g
 
     def wrap(self, a, shape, strides, typestr):
@@ -252,8 +269,8 @@ class TorchAdapter(FrameworkAdapter):
     def on_use(self, t, device):
         # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
         # freeing t does not let torch reuse the block before that stream has passed
-        s = device.stream
-        if torch.cuda.current_stream(device.ordinal).cuda_stream != s.cuda_stream:
+        s, handle = _streams(device)
+        if handle is not None:
             t.record_stream(_torch_stream(s))
 
 

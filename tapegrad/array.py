@@ -15,6 +15,9 @@ import numpy as np
 from . import types as T
 from .device import Device, get_device
 
+_CPU = get_device("cpu")
+_BY_NUMPY = T._BY_NUMPY
+
 __all__ = ["array", "array1d", "array2d", "array3d", "array4d", "zeros", "ones", "empty", "full",
            "zeros_like", "ones_like", "empty_like", "full_like", "from_numpy", "clone", "copy"]
 
@@ -22,6 +25,8 @@ _ALIGN = 64
 
 
 def _contiguous_strides(shape, itemsize):
+    if len(shape) == 1:
+        return (itemsize,)
     strides, s = [], itemsize
     for d in reversed(shape):
         strides.append(s)
@@ -30,6 +35,10 @@ def _contiguous_strides(shape, itemsize):
 
 
 def _normalize_shape(shape, arg="shape"):
+    if type(shape) is int and shape >= 0:
+        return (shape,)
+    if type(shape) is tuple and 0 < len(shape) <= T.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
+        return shape
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
     try:
@@ -45,12 +54,58 @@ def _normalize_shape(shape, arg="shape"):
     return shape
 
 
+class _HostBuffer:
+    """Zeroed host memory from ``calloc``, freed when the last array using it dies.
+
+    Cheaper than a numpy buffer (whose address costs microseconds to read) on the hot path of
+    small allocations; numpy views of it hold it through their base.
+    """
+
+    __slots__ = ("ptr", "raw", "nbytes", "__weakref__")
+
+    def __init__(self, nbytes):
+        # 64-byte aligned: SIMD-friendly, and JAX imports only aligned host memory zero-copy
+        raw = _calloc(1, nbytes + _ALIGN)
+        if not raw:
+            raise MemoryError(f"array: cannot allocate {nbytes} bytes of host memory")
+        self.raw = raw
+        self.ptr = (raw + _ALIGN - 1) & ~(_ALIGN - 1)
+        self.nbytes = nbytes
+
+    def __del__(self):
+        if _free is not None:
+            _free(self.raw)
+
+
+try:
+    _libc = ctypes.CDLL(None)
+    _calloc, _free = _libc.calloc, _libc.free
+    _calloc.restype, _calloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_size_t]
+    _free.restype, _free.argtypes = None, [ctypes.c_void_p]
+except (OSError, AttributeError):  # no C runtime reachable this way: numpy buffers instead
+    _calloc = _free = None
+
+
 def _host_alloc(nbytes):
-    """Zeroed, 64-byte aligned host memory; returns (owner, ptr)."""
+    """Zeroed host memory; returns (owner, ptr)."""
+    if _calloc is not None:
+        buf = _HostBuffer(nbytes)
+        return buf, buf.ptr
     raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % _ALIGN
     buf = raw[off:off + max(nbytes, 1)]
     return buf, buf.ctypes.data
+
+
+class _HostView:
+    """What ``numpy()`` wraps: the interface dict plus the memory's owner (never the array
+    itself, so the cached view creates no reference cycle)."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, iface, owner):
+        self.__array_interface__ = iface
+        self.owner = owner
 
 
 class _ArrayAnnotationGetter:
@@ -100,6 +155,15 @@ class array:
     """
 
     __array_priority__ = 10
+    # defaults shared by every instance; set per instance only when they differ
+    _grad = None
+    _requires_grad = False
+    _desc = None
+    _owner = None
+    _version = 0
+    readonly = False
+    pinned = False
+    deleter = None
 
     def __class_getitem__(cls, dtype):
         return T.ArrayType(T.resolve_dtype(dtype), 1)
@@ -107,20 +171,14 @@ class array:
     def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
                  requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,
                  ndim=None, capacity=None, readonly=False):
-        self._grad = None
-        self._requires_grad = False
-        self._desc = None
-        self._owner = None
-        self._version = 0
-        self.readonly = bool(readonly)
-        self.pinned = False
-        self.deleter = None
-        if data is not None and ptr is not None:
-            raise RuntimeError("array: pass either data= or ptr=, not both")
-        if data is None and ptr is None and shape is None:
-            self._init_annotation(dtype, ndim, device)
-        elif ptr is not None:
+        if readonly:
+            self.readonly = True
+        if ptr is not None:
+            if data is not None:
+                raise RuntimeError("array: pass either data= or ptr=, not both")
             self._init_ptr(ptr, dtype, shape, strides, device, owner, deleter, capacity)
+        elif data is None and shape is None:
+            self._init_annotation(dtype, ndim, device)
         elif data is None:
             self._init_alloc(dtype, shape, device, pinned)
         elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
@@ -133,16 +191,37 @@ class array:
             self.requires_grad = True
 
     # ----------------------------------------------------------------------- construction
-    def _set(self, ptr, dtype, shape, strides, device, owner):
-        self._ptr = int(ptr or 0)
-        self.dtype = dtype
-        self._shape = tuple(shape)
-        self._strides = tuple(int(s) for s in strides)
-        self.device = device
-        self._owner = owner
-        self.__dict__.pop("_contig", None)
-        self.__dict__.pop("_nbytes", None)
-        self._check_strides()
+    def _set(self, ptr, dtype, shape, strides, device, owner, check=True):
+        """Install the layout (``shape``/``strides``: tuples of ints); ``check=False`` for
+        strides tapegrad computed itself."""
+        d = self.__dict__
+        d["_ptr"] = ptr or 0
+        d["dtype"] = dtype
+        d["_shape"] = shape
+        d["_strides"] = strides
+        d["device"] = device
+        d["_owner"] = owner
+        d.pop("_contig", None)
+        d.pop("_nbytes", None)
+        d.pop("_npv", None)
+        if check:
+            self._check_strides()
+
+    @classmethod
+    def _wrap(cls, ptr, dtype, shape, strides, device, owner, readonly=False):
+        """Build an array around checked foreign memory with no argument normalisation (the
+        hot path of DLPack and bridge imports): shape/strides are tuples of ints in bytes."""
+        a = cls.__new__(cls)
+        d = a.__dict__
+        d["_ptr"] = ptr
+        d["dtype"] = dtype
+        d["_shape"] = shape
+        d["_strides"] = strides
+        d["device"] = device
+        d["_owner"] = owner
+        if readonly:
+            d["readonly"] = True
+        return a
 
     def _check_strides(self):
         el = self.dtype.scalar.size if self.dtype.scalar is not None else 1
@@ -167,17 +246,18 @@ class array:
             raise TypeError("array(ptr=...): dtype is required")
         if shape is None:
             raise ValueError("array(ptr=...): shape is required")
-        dt = T.resolve_dtype(dtype)
+        dt = dtype if dtype.__class__ is T.ScalarType else T.resolve_dtype(dtype)
         shape = _normalize_shape(shape)
-        strides = _contiguous_strides(shape, dt.size) if strides is None else tuple(strides)
-        if isinstance(owner, weakref.ref):
+        check = strides is not None
+        strides = _contiguous_strides(shape, dt.size) if strides is None else tuple(int(x) for x in strides)
+        if owner is not None and owner.__class__ is weakref.ref:
             target = owner()
             if target is None:
                 raise RuntimeError("array(ptr=..., owner=...): the owner of the external memory is already dead")
             owner = target
-        if not isinstance(ptr, (int, np.integer)) or ptr < 0:
+        if ptr.__class__ is not int and not isinstance(ptr, np.integer) or ptr < 0:
             raise TypeError(f"array(ptr=...): expected a non-negative int address, got {ptr!r}")
-        self._set(ptr, dt, shape, strides, get_device(device), owner)
+        self._set(int(ptr), dt, shape, strides, get_device(device), owner, check)
         if deleter is not None:
             self.deleter = deleter
             nbytes = capacity if capacity is not None else self.nbytes
@@ -188,10 +268,11 @@ class array:
         shape = _normalize_shape(shape)
         dev = get_device(device)
         strides = _contiguous_strides(shape, dt.size)
-        nbytes = int(np.prod(shape)) * dt.size
+        nbytes = math.prod(shape) * dt.size
         owner, ptr = _alloc(dev, nbytes, pinned)
-        self.pinned = bool(pinned and dev.is_cpu and owner is not None and not isinstance(owner, np.ndarray))
-        self._set(ptr, dt, shape, strides, dev, owner)
+        if pinned and dev.is_cpu and not isinstance(owner, (_HostBuffer, np.ndarray)):
+            self.pinned = True
+        self._set(ptr, dt, shape, strides, dev, owner, False)
         if dev.is_cuda:
             from .cuda.memory import memset
             memset(ptr, 0, nbytes, dev.stream.cuda_stream)
@@ -203,10 +284,21 @@ class array:
         dt, sh, st = _fold_inner_dims(base_dt, T.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
         if shape is not None and _normalize_shape(shape) != sh:
             raise ValueError(f"array: shape {tuple(shape)} does not match the CUDA array's shape {sh}")
-        self.readonly = self.readonly or ro
+        if ro:
+            self.readonly = True
         self._set(ptr, dt, sh, st, dev, data)
 
     def _init_host(self, data, dtype, shape, device, copy, pinned):
+        if (not copy and type(data) is np.ndarray and shape is None and not pinned and 0 < data.ndim <= T.MAX_DIMS
+                and (device is None or get_device(device).is_cpu)):
+            # the aliasing fast path: a scalar-typed numpy array wrapped as is
+            base = _BY_NUMPY.get(data.dtype)
+            dt = base if dtype is None else T.resolve_dtype(dtype)
+            if base is not None and dt is base and min(data.strides) >= 0:
+                self._set(data.ctypes.data, dt, data.shape, data.strides, _CPU, data)
+                if not data.flags.writeable:
+                    self.readonly = True
+                return
         dt = T.resolve_dtype(dtype) if dtype is not None else None
         dev = get_device(device) if device is not None else _data_device(data, copy)
         if isinstance(data, array):
@@ -244,13 +336,13 @@ class array:
                 copy = True
         if dt is not None and not isinstance(dt, T.StructType) and dt.inner_shape and shape is not None:
             want = _normalize_shape(shape) + dt.inner_shape
-            if arr.size != int(np.prod(want)):
+            if arr.size != math.prod(want):
                 raise ValueError(f"array: data with {arr.size} scalars does not fit shape {tuple(shape)} of {dt!r}")
             arr = arr.reshape(want)
         elif shape is not None and not (dt is not None and dt.inner_shape):
             want = _normalize_shape(shape)
             if arr.shape != want:
-                if arr.size != int(np.prod(want)):
+                if arr.size != math.prod(want):
                     raise ValueError(f"array: data of shape {arr.shape} does not fit shape {want}")
                 arr = arr.reshape(want)
         if arr.strides and min(arr.strides) < 0:
@@ -259,12 +351,14 @@ class array:
         edt, esh, est = _fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
         if dev.is_cpu and not copy and not pinned:
             self._set(arr.ctypes.data, edt, esh, est, dev, data if data is not arr and hasattr(data, "__array_interface__") else arr)
-            self.readonly = self.readonly or not arr.flags.writeable
+            if not arr.flags.writeable:
+                self.readonly = True
             return
         contiguous = np.ascontiguousarray(arr)
         nbytes = contiguous.nbytes
         owner, ptr = _alloc(dev, nbytes, pinned)
-        self.pinned = bool(pinned and dev.is_cpu and not isinstance(owner, np.ndarray))
+        if pinned and dev.is_cpu and not isinstance(owner, (_HostBuffer, np.ndarray)):
+            self.pinned = True
         self._set(ptr, edt, esh, _contiguous_strides(esh, edt.size), dev, owner)
         if dev.is_cpu:
             ctypes.memmove(ptr, contiguous.ctypes.data, nbytes)
@@ -409,12 +503,15 @@ class array:
 
     @property
     def __array_interface__(self):
-        if self.device is None or not self.device.is_cpu:
-            raise AttributeError("__array_interface__ is only available for CPU arrays")
-        shape, strides = self._flat_layout()
-        typestr, descr = self._typestr_descr()
-        return {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
-                "data": (self._ptr, self.readonly), "strides": strides}
+        iface = self.__dict__.get("_aif")
+        if iface is None:
+            if self.device is None or not self.device.is_cpu:
+                raise AttributeError("__array_interface__ is only available for CPU arrays")
+            shape, strides = self._flat_layout()
+            typestr, descr = self._typestr_descr()
+            iface = self._aif = {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
+                                 "data": (self._ptr, self.readonly), "strides": strides}
+        return iface
 
     @property
     def __cuda_array_interface__(self):
@@ -440,9 +537,17 @@ class array:
     def numpy(self) -> np.ndarray:
         """A zero-copy numpy view (CPU) or a synchronizing host copy (CUDA)."""
         if self.device.is_cpu:
-            if self._ptr == 0:
-                return np.empty(self._flat_layout()[0], dtype=self._np_elem_dtype())
-            return np.asarray(self)
+            v = self.__dict__.get("_npv")
+            if v is None:
+                if self._ptr == 0:
+                    return np.empty(self._flat_layout()[0], dtype=self._np_elem_dtype())
+                # cached base view whose base is the memory's owner, not this array (no cycle)
+                owner = self._owner if self._owner is not None else self
+                v = self._npv = np.asarray(_HostView(self.__array_interface__, owner))
+                if owner is self:  # cannot happen for host arrays, which always have an owner
+                    del self._npv
+                    return v
+            return v.view()
         return self.to("cpu").numpy()
 
     def _np_elem_dtype(self):
@@ -569,10 +674,10 @@ class array:
             shape = (int(shape),)
         shape = tuple(int(d) for d in shape)
         if shape.count(-1) == 1:
-            known = int(np.prod([d for d in shape if d != -1]))
+            known = math.prod([d for d in shape if d != -1])
             shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
         shape = _normalize_shape(shape)
-        if int(np.prod(shape)) != self.size:
+        if math.prod(shape) != self.size:
             raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
         if not self.is_contiguous:
             raise ValueError("reshape: the array is not contiguous (call .contiguous() first)")
@@ -606,15 +711,9 @@ array1d, array2d, array3d, array4d = (_ArrayAnnotationGetter(n) for n in (1, 2, 
 
 
 def _view(base: array, ptr, shape, strides) -> array:
-    v = array.__new__(array)
-    v._grad = None
-    v._requires_grad = False
-    v._desc = None
-    v._version = 0
-    v.readonly = base.readonly
-    v.pinned = base.pinned
-    v.deleter = None
-    v._set(ptr, base.dtype, shape, strides, base.device, base)
+    v = array._wrap(ptr, base.dtype, shape, strides, base.device, base, base.readonly)
+    if base.pinned:
+        v.pinned = True
     return v
 
 

@@ -127,6 +127,7 @@ class Device:
 
 
 _cpu = Device("cpu", -1)
+_BY_ALIAS = {"cpu": _cpu}   # exact strings already resolved (the hot path of every call)
 _cuda: list | None = None
 _lock = threading.Lock()
 _state = threading.local()
@@ -177,6 +178,10 @@ def get_device(ident=None) -> Device:
         return cur if cur is not None else get_preferred_device()
     if isinstance(ident, Device):
         return ident
+    if ident.__class__ is str:
+        d = _BY_ALIAS.get(ident)
+        if d is not None:
+            return d
     if isinstance(ident, int) and not isinstance(ident, bool):
         ident = f"cuda:{ident}"
     if not isinstance(ident, str):
@@ -204,6 +209,7 @@ def get_device(ident=None) -> Device:
             raise ValueError(f"device {ident!r}: expected 'cuda:N' with an integer N") from None
         if not 0 <= idx < len(devs):
             raise RuntimeError(f"device {ident!r}: only {len(devs)} CUDA device(s) exist")
+        _BY_ALIAS[ident] = devs[idx]
         return devs[idx]
     raise ValueError(f"device {ident!r}: expected 'cpu', 'cuda' or 'cuda:N'")
 

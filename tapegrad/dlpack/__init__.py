@@ -294,33 +294,8 @@ def _capsule_from(x):
         return dl()   # some producers route pinned memory through a CPU path that refuses any stream
 
 
-def _wrap_ctor(ptr, dt, shape, bstrides, dev, owner, readonly):
-    return array(ptr=ptr, dtype=dt, shape=shape, strides=bstrides, device=dev, owner=owner, readonly=readonly)
-
-
-def _make_fast_wrap():
-    """The hot-path array builder: fills the instance dict directly (what ``array(ptr=...)`` does,
-    minus argument normalisation that from_dlpack has done already). Verified against the real
-    constructor at import; if ``array`` grows new state, the plain constructor is used instead."""
-    new = array.__new__
-    ref = _wrap_ctor(0, T.float32, (1,), (4,), _CPU, None, False)
-    keys = ("_grad", "_requires_grad", "_desc", "_owner", "_version", "readonly", "pinned", "deleter",
-            "_ptr", "dtype", "_shape", "_strides", "device")
-    if set(ref.__dict__) != set(keys) or any(ref.__dict__[k] != v for k, v in
-                                            (("_grad", None), ("_requires_grad", False), ("_desc", None),
-                                             ("_version", 0), ("pinned", False), ("deleter", None))):
-        return _wrap_ctor
-
-    def wrap(ptr, dt, shape, bstrides, dev, owner, readonly):
-        a = new(array)
-        a.__dict__.update(_grad=None, _requires_grad=False, _desc=None, _owner=owner, _version=0,
-                          readonly=readonly, pinned=False, deleter=None, _ptr=ptr, dtype=dt, _shape=shape,
-                          _strides=bstrides, device=dev)
-        return a
-    return wrap
-
-
-_wrap = _make_fast_wrap()
+# the hot-path array builder: no argument normalisation (from_dlpack has checked everything)
+_wrap = array._wrap
 
 
 def _alias_ok(want, have):
