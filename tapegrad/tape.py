@@ -285,7 +285,7 @@ def _copy_adjoint(rec: CopyRecord) -> None:
         sn = sg.numpy()
         sn += dg.numpy()
     else:
-        from .array import _cupy_view
+        from .storage import _cupy_view
         import cupy
         if sg.device is not dg.device:
             dg = dg.to(sg.device)

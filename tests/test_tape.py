@@ -5,11 +5,25 @@ import pytest
 import tapegrad as tg
 from tapegrad.autograd import GradcheckError, gradcheck, jacobian, jacobian_fd
 
+@pytest.fixture(autouse=True)
+def _default_cpu():
+    """Tests without a device parameter are about the CPU (the GPU machine defaults to cuda:0)."""
+    with tg.ScopedDevice("cpu"):
+        yield
+
+
 DEVICES = ["cpu"] + (["cuda:0"] if tg.is_cuda_available() else [])
 
 
 def _devices():
     return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
+
+
+@pytest.fixture(params=_devices())
+def on_device(request):
+    """Run the test with this device as the default one (arrays are created there)."""
+    with tg.ScopedDevice(request.param):
+        yield request.param
 
 
 @tg.kernel
@@ -92,7 +106,7 @@ def square_and_sin_d(x: tg.array[tg.float64], a: tg.array[tg.float64], b: tg.arr
     b[i] = tg.sin(x[i])
 
 
-def test_struct_inputs_with_array_fields():
+def test_struct_inputs_with_array_fields(on_device):
     vals = tg.array(np.arange(5, dtype=np.float32), requires_grad=True)
     s = Scaled(values=vals, scale=3.0)
     out = tg.zeros(5, requires_grad=True)
@@ -104,7 +118,7 @@ def test_struct_inputs_with_array_fields():
     assert vals.grad.numpy().tolist() == [3.0] * 5
 
 
-def test_reset_forgets_records_and_zeroes():
+def test_reset_forgets_records_and_zeroes(on_device):
     x = tg.array(np.ones(4), dtype=float, requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
     tape = tg.Tape()
@@ -139,7 +153,7 @@ def test_record_func_runs_in_reverse_order():
     assert not y.grad.numpy().any()
 
 
-def test_repeated_backward_with_external_grads_is_reentrant():
+def test_repeated_backward_with_external_grads_is_reentrant(on_device):
     x = tg.array(np.arange(4, dtype=np.float32), requires_grad=True)
     y = tg.zeros(4)                     # no grad buffer of its own: the tape owns one
     tape = tg.Tape()
@@ -157,7 +171,7 @@ def test_repeated_backward_with_external_grads_is_reentrant():
     assert y.grad is not g, "external gradients are copied, never adopted"
 
 
-def test_backward_copies_into_an_owned_grad():
+def test_backward_copies_into_an_owned_grad(on_device):
     x = tg.array(np.ones(4, np.float32), requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
     own = y.grad
@@ -170,7 +184,7 @@ def test_backward_copies_into_an_owned_grad():
     assert g.numpy().tolist() == [3.0] * 4
 
 
-def test_copy_clone_assign_are_recorded():
+def test_copy_clone_assign_are_recorded(on_device):
     x = tg.array(np.arange(4, dtype=np.float32), requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
     s = tg.zeros(1, requires_grad=True)
@@ -183,7 +197,7 @@ def test_copy_clone_assign_are_recorded():
     assert x.grad.numpy().tolist() == [1.0] * 4
 
 
-def test_mutation_warning_names_kernel_and_array():
+def test_mutation_warning_names_kernel_and_array(on_device):
     x = tg.array(np.ones(4, np.float32), requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
     tape = tg.Tape()
@@ -193,7 +207,7 @@ def test_mutation_warning_names_kernel_and_array():
             tg.launch(double, dim=4, inputs=[y], outputs=[x])   # overwrites x, read by launch #0
 
 
-def test_inplace_kernel_warns_and_strict_mode_raises():
+def test_inplace_kernel_warns_and_strict_mode_raises(on_device):
     x = tg.array(np.ones(4, np.float32), requires_grad=True)
     tape = tg.Tape()
     with tape:
@@ -238,7 +252,7 @@ def test_nested_tapes_and_bad_calls():
         t1.record_func(42, [])
 
 
-def test_gradients_map():
+def test_gradients_map(on_device):
     x = tg.array(np.ones(4, np.float32), requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
     tape = tg.Tape()
@@ -275,7 +289,7 @@ def _rand(n, seed=0):
     return tg.array(np.random.default_rng(seed).uniform(0.1, 1.0, n), dtype=tg.float64)
 
 
-def test_gradcheck_passes_on_a_correct_kernel():
+def test_gradcheck_passes_on_a_correct_kernel(on_device):
     x, w, y = _rand(6, 1), _rand(6, 2), tg.zeros(6, dtype=tg.float64)
     assert gradcheck(smooth, 6, [x, w], [y], eps=1e-6, atol=1e-7, rtol=1e-6)
     ja = jacobian(smooth, 6, [x, w], [y])
@@ -285,14 +299,14 @@ def test_gradcheck_passes_on_a_correct_kernel():
     assert np.count_nonzero(ja[(0, 0)] - np.diag(np.diag(ja[(0, 0)]))) == 0
 
 
-def test_gradcheck_finds_a_wrong_func_grad():
+def test_gradcheck_finds_a_wrong_func_grad(on_device):
     x, y = _rand(4, 3), tg.zeros(4, dtype=tg.float64)
     with pytest.raises(GradcheckError, match=r"d y\[\d\] / d x\[\d\]: adjoint .* finite difference"):
         gradcheck(uses_wrong, 4, [x], [y], eps=1e-6)
     assert gradcheck(uses_wrong, 4, [x], [y], eps=1e-6, raise_exception=False) is False
 
 
-def test_gradcheck_handles_accumulating_outputs():
+def test_gradcheck_handles_accumulating_outputs(on_device):
     x = _rand(5, 4)
     s = tg.zeros(1, dtype=tg.float64)
     assert gradcheck(total_d, 5, [x], [s], eps=1e-6, atol=1e-8)
