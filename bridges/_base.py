@@ -16,10 +16,12 @@ import atexit
 import threading
 
 from tapegrad import types as T
-from tapegrad.array import _contiguous_strides, _fold_inner_dims, array
+from tapegrad.array import _fold_inner_dims, array
+from tapegrad.dlpack import _alias_ok   # one aliasing rule for DLPack and the bridges
 from tapegrad.launch import ArrayCtype
 
-__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible", "release_after"]
+__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
+           "release_after"]
 
 _LAYOUT_CACHE_MAX = 4096
 
@@ -44,34 +46,30 @@ class GradLayoutError(ValueError, RuntimeError):
 def check_compatible(src: T.ScalarType, dst: T.ScalarType, src_name: str, fname: str) -> None:
     """Raise unless a tensor of scalar type ``src`` may be viewed as ``dst`` (no conversion).
 
-    Allowed: the same type; signed <-> unsigned integers of one width; bool as int8/uint8.
+    The rule is DLPack's (``tapegrad.dlpack``), so every import path agrees: the same type, or
+    integer/bool types of one width (int32 as uint32, bool as uint8...).
     """
-    if src is dst:
-        return
-    if src.bits == dst.bits and {src.kind, dst.kind} == {"int", "uint"}:
-        return
-    if src.kind == "bool" and dst.kind in ("int", "uint") and dst.bits == 8:
-        return
-    raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
-                          f"(zero-copy views need the same element type; cast the tensor first)")
+    if not _alias_ok(dst, src):
+        raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
+                              f"(zero-copy views need the same element type, or an integer/bool type of "
+                              f"the same width; cast the tensor first)")
 
 
 class Layout:
     """How a tensor's memory reads as a tapegrad array: dtype, shape, byte strides, device.
 
-    Holds no pointer, so one Layout serves every tensor with the same metadata. It carries a
-    prototype array (``new_array`` clones its attributes and sets pointer and owner) and a
-    descriptor template (``new_ctype`` copies it and sets the pointers), which makes
-    conversions a dict lookup plus a few attribute stores.
+    Holds no pointer, so one Layout serves every tensor with the same metadata. The layout is
+    checked once, when the Layout is built (through the ``array`` constructor); ``new_array``
+    then uses ``array._wrap`` (no re-checking) and ``new_ctype`` copies a descriptor template,
+    which makes conversions a dict lookup plus a few attribute stores.
     """
 
-    __slots__ = ("dtype", "shape", "strides", "device", "cuda", "_proto", "_tmpl")
+    __slots__ = ("dtype", "shape", "strides", "device", "cuda", "_tmpl")
 
     def __init__(self, dtype, shape, strides, device):
-        self.dtype, self.shape, self.strides, self.device = dtype, shape, strides, device
+        proto = array(ptr=0, dtype=dtype, shape=shape, strides=strides, device=device)   # checks
+        self.dtype, self.shape, self.strides, self.device = dtype, proto.shape, proto.strides, device
         self.cuda = device.is_cuda
-        proto = array(ptr=0, dtype=dtype, shape=shape, strides=strides, device=device)
-        self._proto = dict(proto.__dict__)
         self._tmpl = bytes(proto.descriptor())
 
     @classmethod
@@ -105,11 +103,7 @@ class Layout:
 
     def new_array(self, ptr: int, owner) -> array:
         """A tapegrad array of this layout at ``ptr``, keeping ``owner`` alive."""
-        a = array.__new__(array)
-        a.__dict__.update(self._proto)
-        a._ptr = ptr
-        a._owner = owner
-        return a
+        return array._wrap(ptr, self.dtype, self.shape, self.strides, self.device, owner)
 
     def new_ctype(self, ptr: int, grad_ptr: int, refs) -> ArrayCtype:
         """A launchable descriptor of this layout; ``refs`` stay alive as long as it does."""
@@ -161,10 +155,10 @@ class FrameworkAdapter:
         gradient and return it (B3: no foreign allocation, no device-wide sync)."""
         raise NotImplementedError
 
-    def wrap(self, a: array, flat_shape, flat_strides, typestr):
-        """A framework tensor aliasing ``a`` (scalar layout: component dims appended to
-        ``flat_shape``/``flat_strides`` (bytes); ``typestr`` the numpy typestr of the scalar),
-        keeping ``a`` alive for as long as the tensor lives."""
+    def wrap(self, a: array):
+        """A framework tensor aliasing ``a`` (a scalar layout: vector/matrix component dims
+        appended, as ``a.numpy()`` and ``a._flat_layout()`` give it), keeping ``a`` alive for
+        as long as the tensor lives. ``a`` has memory and is not a struct array."""
         raise NotImplementedError
 
     def set_grad(self, t, g) -> None:
@@ -188,7 +182,6 @@ class Bridge:
         self.from_name = f"from_{fw.name}"
         self.to_name = f"to_{fw.name}"
         self._layouts: dict = {}
-        self._flat: dict = {}          # dtype -> (component dims, their byte strides, typestr)
         self.from_tensor = self._make_from()
         self.to_tensor = self._make_to()
         self.launch_adapter = self._make_launch_adapter()
@@ -282,8 +275,7 @@ class Bridge:
 
     # ------------------------------------------------------------------------- to_X
     def _make_to(self):
-        fw, fname, flat, wrap_slow = self.fw, self.to_name, self._flat.get, self._wrap
-        wrap = fw.wrap
+        fw, fname, wrap, check = self.fw, self.to_name, self.fw.wrap, self._check_wrappable
 
         def to_tensor(a, requires_grad=None):
             """A framework tensor aliasing tapegrad array ``a`` (and ``a.grad`` as its gradient).
@@ -293,31 +285,23 @@ class Bridge:
             """
             if not isinstance(a, array):
                 raise TypeError(f"{fname}: expected a tapegrad array, got {type(a).__name__}")
-            info = flat(a.dtype)   # the hot path: array internals are read directly
-            if info is None or a.device is None or not a._ptr:
-                t = wrap_slow(a)
-            else:
-                t = wrap(a, a._shape + info[0], a._strides + info[1], info[2])
+            if not a._ptr or a.dtype.__class__ is T.StructType:
+                check(a)
+            t = wrap(a)
             if a._requires_grad if requires_grad is None else requires_grad:
                 if not a.dtype.scalar.is_float:
                     raise TypeError(f"{fname}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
                 g = a.grad
-                fw.set_grad(t, wrap_slow(g) if g is not None else None)
+                fw.set_grad(t, wrap(g) if g is not None else None)
             return t
 
         return to_tensor
 
-    def _wrap(self, a):
-        dt = a.dtype
-        info = self._flat.get(dt)
-        if info is None:
-            if isinstance(dt, T.StructType):
-                raise BridgeTypeError(f"{self.to_name}: struct arrays ({dt.name}) have no {self.fw.name} equivalent")
-            inner = dt.inner_shape
-            info = self._flat[dt] = (inner, _contiguous_strides(inner, dt.scalar.size), dt.scalar.np_dtype.str)
+    def _check_wrappable(self, a):
+        if isinstance(a.dtype, T.StructType):
+            raise BridgeTypeError(f"{self.to_name}: struct arrays ({a.dtype.name}) have no {self.fw.name} equivalent")
         if a.device is None or (not a._ptr and a.size):
             raise ValueError(f"{self.to_name}: the array has no memory (an annotation-only array)")
-        return self.fw.wrap(a, a._shape + info[0], a._strides + info[1], info[2])
 
 
 # ------------------------------------------------------------------------ keep-alive on streams

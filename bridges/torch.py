@@ -11,11 +11,9 @@ import operator
 import sys
 import weakref
 
-import numpy as np
 import torch
 
 from tapegrad import types as T
-from tapegrad.array import array
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_launch_adapter
 
@@ -137,19 +135,13 @@ def dtype_from_torch(torch_dtype) -> T.ScalarType:
 
 # ------------------------------------------------------------------------------ the adapter
 
-class _HostView:
-    """Exposes an array's host memory to numpy/torch and keeps the array alive."""
-
-    __slots__ = ("__array_interface__", "array")
-
-
 class _DeviceView:
     """Exposes an array's CUDA memory to torch and keeps the array alive.
 
-    When torch drops the tensor while its current stream is not tapegrad's (a non-blocking
-    torch stream may still be using the memory), the array is released only once that torch
-    stream has passed this point (``release_after``), so tapegrad cannot hand the memory out
-    again under work that is still queued.
+    When torch drops the tensor while its current stream is not ordered with tapegrad's (a
+    non-blocking torch stream may still be using the memory), the array is released only once
+    that torch stream has passed this point (``release_after``), so tapegrad cannot hand the
+    memory out again under work that is still queued.
     """
 
     __slots__ = ("__cuda_array_interface__", "array")
@@ -194,6 +186,8 @@ def _tg_stream(dev: Device, handle: int):
     s = _TG_STREAMS.get((dev.ordinal, handle))
     if s is None:
         from tapegrad.cuda.stream import Stream
+        if len(_TG_STREAMS) >= 256:
+            _TG_STREAMS.clear()
         s = _TG_STREAMS[(dev.ordinal, handle)] = Stream(dev, cuda_stream=handle)
     return s
 
@@ -248,16 +242,16 @@ class TorchAdapter(FrameworkAdapter):
                 _wait_foreign_stream(dev, handle)   # an event, no host block
         return g
 
-    def wrap(self, a, shape, strides, typestr):
-        iface = {"version": 3, "shape": shape, "typestr": typestr, "data": (a._ptr, a.readonly), "strides": strides}
-        if a.device.ordinal < 0:  # CPU
-            v = _HostView()
-            v.__array_interface__ = iface
-            v.array = a
-            return torch.from_numpy(np.asarray(v))
+    def wrap(self, a):
+        if a.device.ordinal < 0:   # CPU: the array's cached numpy view, shared by torch
+            t = torch.from_numpy(a.numpy())
+            t._tg_array = a          # the view holds the memory's owner; this holds the array
+            return t
+        shape, strides = a._flat_layout()
         v = _DeviceView()
-        iface["version"] = 2  # no "stream": ordering is the caller's (see stream_from_torch)
-        v.__cuda_array_interface__ = iface
+        # CAI v2 (no "stream"): no synchronisation, ordering is the caller's (see stream_from_torch)
+        v.__cuda_array_interface__ = {"version": 2, "shape": shape, "typestr": a.dtype.scalar.np_dtype.str,
+                                      "data": (a.ptr, a.readonly), "strides": strides}
         v.array = a
         return torch.as_tensor(v, device=f"cuda:{a.device.ordinal}")
 

@@ -202,7 +202,10 @@ class _KernelOp:
 
     def backward_impl(self, *args):
         ins, outs, grads = self.split_backward_args(args)
-        adj = [torch.zeros_like(ins[i]) if i in self.diff else None for i in range(self.n_in)]
+        # contiguous: the adjoint must write these very tensors (desc() would copy strided
+        # component dims), and backward_fake promises the same layout
+        adj = [torch.zeros_like(ins[i], memory_format=torch.contiguous_format) if i in self.diff else None
+               for i in range(self.n_in)]
         # an adjoint may write to output gradients (`out[i] += x` reads out[i], whose adjoint
         # accumulates into adj_out): give it copies, never torch's (possibly expanded) buffers
         self.run(ins, list(outs), adj, [g.clone(memory_format=torch.contiguous_format) for g in grads])
@@ -210,7 +213,7 @@ class _KernelOp:
 
     def backward_fake(self, *args):
         ins = args[:self.n_in]
-        return _one([torch.empty_like(ins[i]) for i in self.diff])
+        return _one([torch.empty_like(ins[i], memory_format=torch.contiguous_format) for i in self.diff])
 
     # ---------------------------------------------------------------------------- building
     def build(self):

@@ -12,10 +12,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shlex
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import threading
@@ -83,6 +81,7 @@ def find_cxx():
     env = os.environ.get("TAPEGRAD_CXX")
     cmd = None
     if env:
+        import shlex
         cmd = shlex.split(env)
     else:
         for name in ("c++", "g++", "clang++"):
@@ -114,7 +113,18 @@ def _flags_for(cmd):
     flags = list(CXXFLAGS)
     if "ziglang" in cmd:
         flags.remove("-fopenmp")      # zig's clang ships no OpenMP runtime: run single-threaded
+    elif _is_gcc(cmd[0]):
+        # GCC's -O2 cost model ("very-cheap") never vectorizes a loop that needs a run-time
+        # overlap check, i.e. any kernel loop (clang's -O2 does): allow those checks
+        flags.insert(1, "-fvect-cost-model=cheap")
     return flags
+
+
+def _is_gcc(exe) -> bool:
+    """Whether ``exe`` is GCC's driver by its resolved name (``c++`` -> ``x86_64-linux-gnu-g++-12``);
+    a name that does not say (a ``c++`` that is clang, ccache) gets no GCC-only flags."""
+    name = os.path.basename(os.path.realpath(shutil.which(exe) or exe))
+    return ("g++" in name or "gcc" in name) and "clang" not in name
 
 
 def _key(*parts) -> str:
@@ -180,6 +190,7 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
         f.write(source)
     fd, out_tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
     os.close(fd)
+    import subprocess   # only when compiling: a cached load never pays for importing it
     try:
         proc = subprocess.run(cmd + flags + [src_path, "-o", out_tmp], capture_output=True, text=True)
         if proc.returncode != 0:

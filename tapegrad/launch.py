@@ -111,9 +111,36 @@ def _foreign_desc(kernel, i, ptype, obj, device):
     return d.bind(ptype.dtype, device, (obj,), ro)
 
 
+def _ndarray_desc(kernel, i, ptype, value, device, layouts):
+    """``_foreign_desc`` of a numpy array on the CPU, with the checked descriptor cached per layout.
+
+    The slow path's result depends only on the protocol's typestr, shape, strides and read-only
+    flag (numpy's ``data`` pointer already includes any offset), so a hit copies the template
+    and sets the pointer: no protocol parsing, dtype folding or checks per launch.
+    """
+    iface = value.__array_interface__
+    ptr, ro = iface["data"]
+    key = (iface["typestr"], iface["shape"], iface["strides"], ro, device)
+    tmpl = layouts.get(key)
+    if tmpl is None:
+        d = _foreign_desc(kernel, i, ptype, value, device)
+        if d.tg_dtype is not ptype.dtype or d.ndim != ptype.ndim or d.tg_device is not device:
+            _check_array(kernel, i, ptype, d.tg_dtype, d.ndim, d.tg_device, device)
+        if len(layouts) >= 64:
+            layouts.clear()
+        layouts[key] = bytes(d)
+        return d
+    d = ArrayCtype.from_buffer_copy(tmpl)
+    d.data = ptr or None
+    d.tg_dtype, d.tg_device, d.tg_refs = ptype.dtype, device, (value,)   # as ArrayCtype.bind
+    return d
+
+
 def _make_array_packer(kernel, i, ptype):
     dtype, ndim = ptype.dtype, ptype.ndim
     label = _arg_label(kernel, i)
+    layouts: dict = {}   # numpy layouts met by this parameter (see _ndarray_desc)
+    ndarray = np.ndarray
 
     def pack(value, device):
         if isinstance(value, array):
@@ -122,6 +149,8 @@ def _make_array_packer(kernel, i, ptype):
             return value.descriptor()
         if value is None:
             return T.ArrayDesc()
+        if type(value) is ndarray and device.is_cpu and _ADAPTERS.get(ndarray) is None:
+            return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
             fn = _adapter_for(value)
             value = fn(value, device, label, dtype) if fn is not None else _foreign_desc(kernel, i, ptype, value, device)

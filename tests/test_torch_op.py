@@ -174,8 +174,11 @@ def test_vector_outputs_int_scalars_and_non_contiguous_inputs():
     assert torch.autograd.gradcheck(lambda t: op(t, 0.5, 4), (v,), eps=1e-6, atol=1e-6)
     res = torch.library.opcheck(op, (v, 0.5, 4))
     assert all(x == "SUCCESS" for x in res.values()), res
-    vt = torch.randn(3, 6, dtype=torch.float64).t()              # component dim not contiguous
+    vt = torch.randn(3, 6, dtype=torch.float64).t().requires_grad_()   # component dim not contiguous
     assert torch.allclose(op(vt, 1.0, 1), vt)
+    (g,) = torch.autograd.grad(op(vt, 3.0, 1).sum(), vt)
+    assert torch.equal(g, torch.full((6, 3), 3.0, dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda t: op(t, 0.5, 2), (vt,), eps=1e-6, atol=1e-6)
 
 
 def test_expanded_output_gradient_is_not_modified():

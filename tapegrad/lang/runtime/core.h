@@ -26,6 +26,9 @@ typedef unsigned long long uint64_t;
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #endif
 
 namespace tg {
@@ -131,6 +134,19 @@ struct launch_t {
     int32_t pad;
     int64_t size;
 };
+
+#ifndef TG_CUDA
+// OpenMP chunk for a grid of n threads, inside a parallel region: about 32 chunks per thread,
+// so a thread whose core is shared with another process hands its work to the others.
+inline int64_t omp_chunk(int64_t n) {
+#ifdef _OPENMP
+    int64_t c = n / (32 * int64_t(omp_get_num_threads()));
+#else
+    int64_t c = n;
+#endif
+    return c < 1024 ? 1024 : c;
+}
+#endif
 
 // Coordinate k of n requested outputs of tid(): with n == 1 the linear index (Warp), else
 // the row-major coordinates of the last n grid dims (leading dims folded into the first).

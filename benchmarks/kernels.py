@@ -1,0 +1,473 @@
+"""Kernel launch, throughput and compile cost, side by side with NVIDIA Warp (CPU) and torch (GPU).
+
+    python benchmarks/kernels.py                     # CPU: tapegrad vs Warp (and torch, info)
+    python benchmarks/kernels.py --device cuda:0     # GPU: tapegrad vs torch (and Warp if installed)
+
+Measures (issue 3, "Done when"), each for tapegrad and its peer in the same run:
+
+    launch overhead   a 1-element launch of a kernel with 3 array parameters: tapegrad arrays vs
+                      Warp arrays; numpy arrays / torch tensors passed directly to both launchers;
+                      on the GPU also torch's smallest op (``torch.add(a, b, out=c)``, 1 element).
+                      Target: <= 0.7x Warp's time.
+    saxpy             ``y[i] = a * x[i] + y[i]``, float32: 2^24 elements on the CPU (target
+                      >= 1.5x Warp's throughput: Warp's CPU launches run on one thread, tapegrad's
+                      on all cores), 2^28 on the GPU (target >= 0.9x torch's ``y.add_(x, alpha=a)``).
+    cold compile      the first launch of a new one-kernel module in a fresh process with an empty
+                      kernel cache (``TAPEGRAD_CACHE`` / Warp's ``kernel_cache_dir``): <= 0.5x Warp's.
+    cached load       the same first launch in a fresh process once the cache holds the binary:
+                      <= 2x Warp's. (Import time is reported separately, as information.)
+
+Timing: contenders alternate within each round (the order rotates), every figure is the best of
+its rounds (noise on a shared machine only ever adds time); ``median_ratio`` in the JSON is the
+median of the per-round ratios. Peers that are not installed are skipped (on the GPU machine
+Warp is optional: the torch ratios are still printed). Fresh processes get the repository on
+``PYTHONPATH`` and a private bytecode cache (``PYTHONPYCACHEPREFIX``, warmed once per framework)
+so that neither side pays for compiling its own Python files.
+
+Results: printed as a table and merged into ``benchmarks/results/kernels.json`` under the device.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))   # benchmark this checkout, whatever `pip install -e` points at
+
+import numpy as np  # noqa: E402
+
+import tapegrad as tg  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+# ------------------------------------------------------------------------------ kernels
+
+@tg.kernel
+def tg_add3(a: tg.array[float], b: tg.array[float], c: tg.array[float]):
+    i = tg.tid()
+    c[i] = a[i] + b[i]
+
+
+@tg.kernel
+def tg_saxpy(x: tg.array[float], y: tg.array[float], a: float):
+    i = tg.tid()
+    y[i] = a * x[i] + y[i]
+
+
+def _warp():
+    try:
+        import warp as wp
+    except ImportError:
+        return None
+    wp.config.quiet = True
+    wp.init()
+    return wp
+
+
+_WARP_KERNELS = None
+
+
+def _warp_kernels(wp):
+    global _WARP_KERNELS
+    if _WARP_KERNELS is None:
+        @wp.kernel
+        def wp_add3(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
+            i = wp.tid()
+            c[i] = a[i] + b[i]
+
+        @wp.kernel
+        def wp_saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float):
+            i = wp.tid()
+            y[i] = a * x[i] + y[i]
+
+        _WARP_KERNELS = wp_add3, wp_saxpy
+    return _WARP_KERNELS
+
+
+def _torch(device):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return None
+    return torch
+
+
+# ------------------------------------------------------------------------------ timing
+
+def _rounds(contenders: dict, rounds: int) -> dict:
+    """Run every contender once per round, rotating the order; name -> list of samples."""
+    names = list(contenders)
+    samples = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            samples[n].append(contenders[n]())
+    return samples
+
+
+def _per_call(fn, calls, sync=None):
+    """A sampler: seconds per call of ``fn`` over ``calls`` calls (then ``sync()``)."""
+    def sample():
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync is not None:
+            sync()
+        return (time.perf_counter() - t0) / calls
+    return sample
+
+
+class Table:
+    def __init__(self, device):
+        self.device = device
+        self.rows = []
+
+    def add(self, measure, ours, peer_name=None, peer=None, kind="time", target=None, unit="us",
+            median_ratio=None, note=None):
+        """``ours``/``peer``: seconds (kind "time": lower is better) or bytes/s ("throughput")."""
+        ratio = ours / peer if peer else None   # time: lower is better; throughput: higher
+        ok = None
+        if ratio is not None and target is not None:
+            ok = ratio <= target if kind == "time" else ratio >= target
+        self.rows.append(dict(measure=measure, kind=kind, unit=unit, tapegrad=ours, peer=peer_name,
+                              peer_value=peer, ratio=ratio, median_ratio=median_ratio,
+                              target=(("<= " if kind == "time" else ">= ") + f"{target}x") if target else None,
+                              ok=ok, note=note))
+        self._print(self.rows[-1])
+
+    def error(self, measure, err):
+        self.rows.append(dict(measure=measure, error=f"{type(err).__name__}: {err}"))
+        print(f"{measure:46s} ERROR {type(err).__name__}: {str(err)[:200]}", flush=True)
+
+    @staticmethod
+    def _fmt(v, kind, unit):
+        if v is None:
+            return "-"
+        if kind == "throughput":
+            return f"{v / 1e9:.2f} GB/s"
+        scale = {"us": 1e6, "ms": 1e3}[unit]
+        return f"{v * scale:.2f} {unit}"
+
+    def header(self):
+        print(f"{'measure':46s} {'tapegrad':>13s} {'peer':>7s} {'peer value':>13s} {'ratio':>7s} "
+              f"{'target':>8s}  ok", flush=True)
+
+    def _print(self, r):
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+        ok = {True: "yes", False: "NO", None: ""}[r["ok"]]
+        print(f"{r['measure']:46s} {self._fmt(r['tapegrad'], r['kind'], r['unit']):>13s} {r['peer'] or '-':>7s} "
+              f"{self._fmt(r['peer_value'], r['kind'], r['unit']):>13s} {ratio:>7s} {r['target'] or '':>8s}  {ok}",
+              flush=True)
+
+
+def _record(table, measure, samples, ours_key, peer_key, peer_name, **kw):
+    best = max if kw.get("kind") == "throughput" else min
+    ours, peer = best(samples[ours_key]), (best(samples[peer_key]) if peer_key else None)
+    med = None
+    if peer_key:
+        med = statistics.median(a / b for a, b in zip(samples[ours_key], samples[peer_key]))
+    table.add(measure, ours, peer_name, peer, median_ratio=med, **kw)
+
+
+# ------------------------------------------------------------------------------ launch overhead
+
+def bench_launch(table, device, wp, torch, calls, rounds):
+    is_cuda = device.startswith("cuda")
+    sync_tg = (lambda: tg.synchronize_device(device)) if is_cuda else None
+    ta = [tg.zeros(1, dtype=float, device=device) for _ in range(3)]
+    cont = {"tg": _per_call(lambda: tg.launch(tg_add3, 1, inputs=ta[:2], outputs=ta[2:]), calls, sync_tg)}
+    if wp is not None:
+        wp_add3, _ = _warp_kernels(wp)
+        wa = [wp.zeros(1, dtype=float, device=device) for _ in range(3)]
+        sync_wp = (lambda: wp.synchronize_device(device)) if is_cuda else None
+        cont["wp"] = _per_call(lambda: wp.launch(wp_add3, 1, inputs=wa[:2], outputs=wa[2:], device=device),
+                               calls, sync_wp)
+    if torch is not None and is_cuda:
+        tt0 = [torch.zeros(1, device=device) for _ in range(3)]
+        cont["torch_op"] = _per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
+    for c in cont.values():
+        c()  # warm up (compile / load)
+    s = _rounds(cont, rounds)
+    if wp is not None:
+        _record(table, "launch, 3 arrays (tapegrad/Warp arrays)", s, "tg", "wp", "warp", target=0.7)
+    if "torch_op" in s:
+        _record(table, "launch, 3 arrays vs torch.add(a, b, out=c)", s, "tg", "torch_op", "torch")
+    if wp is None and "torch_op" not in s:
+        _record(table, "launch, 3 arrays (tapegrad arrays)", s, "tg", None, None)
+
+    # objects passed directly: numpy (CPU) and torch tensors
+    direct = []
+    if not is_cuda:
+        na = [np.zeros(1, np.float32) for _ in range(3)]
+        direct.append(("numpy", na))
+    if torch is not None:
+        tt = [torch.zeros(1, device=device) for _ in range(3)]
+        direct.append(("torch", tt))
+    for label, objs in direct:
+        cont = {"tg": _per_call(lambda o=objs: tg.launch(tg_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
+                                calls, sync_tg)}
+        if wp is not None:
+            cont["wp"] = _per_call(lambda o=objs: wp.launch(wp_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
+                                   calls, sync_wp)
+        if label == "torch" and is_cuda:
+            cont["torch_op"] = _per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
+        try:
+            for c in cont.values():
+                c()
+            s = _rounds(cont, rounds)
+        except Exception as e:  # noqa: BLE001  a peer that refuses the objects: report, go on
+            table.error(f"launch, 3 {label} arrays passed directly", e)
+            continue
+        if wp is not None:
+            _record(table, f"launch, 3 {label} arrays passed directly", s, "tg", "wp", "warp", target=0.7)
+        if "torch_op" in s:
+            _record(table, f"launch, 3 {label} tensors vs torch.add", s, "tg", "torch_op", "torch")
+        if wp is None and "torch_op" not in s:
+            _record(table, f"launch, 3 {label} arrays passed directly", s, "tg", None, None)
+
+
+# ------------------------------------------------------------------------------ saxpy
+
+def bench_saxpy(table, device, wp, torch, n, rounds):
+    is_cuda = device.startswith("cuda")
+    reps = 10 if is_cuda else 1
+    nbytes = 3 * 4 * n   # read x, read y, write y
+    x = tg.full(n, 1.0, dtype=float, device=device)
+    y = tg.zeros(n, dtype=float, device=device)
+
+    def timed(launch, sync):
+        def sample():
+            if sync is not None:
+                sync()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                launch()
+            if sync is not None:
+                sync()
+            return nbytes * reps / (time.perf_counter() - t0)   # bytes per second
+        return sample
+
+    cont = {"tg": timed(lambda: tg.launch(tg_saxpy, n, inputs=[x, y, 0.5]),
+                        (lambda: tg.synchronize_device(device)) if is_cuda else None)}
+    if wp is not None:
+        _, wp_saxpy = _warp_kernels(wp)
+        wx = wp.full(n, 1.0, dtype=float, device=device)
+        wy = wp.zeros(n, dtype=float, device=device)
+        cont["wp"] = timed(lambda: wp.launch(wp_saxpy, n, inputs=[wx, wy, 0.5], device=device),
+                           (lambda: wp.synchronize_device(device)) if is_cuda else None)
+    if torch is not None:
+        tx = torch.ones(n, device=device)
+        ty = torch.zeros(n, device=device)
+        cont["torch"] = timed(lambda: ty.add_(tx, alpha=0.5), torch.cuda.synchronize if is_cuda else None)
+    for c in cont.values():
+        c()
+    s = _rounds(cont, rounds)
+    label = f"saxpy 2^{n.bit_length() - 1} float32 throughput"
+    if is_cuda:
+        if "torch" in s:
+            _record(table, label + " vs torch add_", s, "tg", "torch", "torch", kind="throughput", target=0.9)
+        if "wp" in s:
+            _record(table, label + " vs Warp", s, "tg", "wp", "warp", kind="throughput")
+    else:
+        if "wp" in s:
+            _record(table, label + " vs Warp", s, "tg", "wp", "warp", kind="throughput", target=1.5)
+        if "torch" in s:
+            _record(table, label + " vs torch add_ (info)", s, "tg", "torch", "torch", kind="throughput")
+    if len(s) == 1:
+        _record(table, label, s, "tg", None, None, kind="throughput")
+
+
+# ------------------------------------------------------------------------------ compile / load
+
+_TG_CHILD = '''
+import json, sys, time
+t0 = time.perf_counter()
+import tapegrad as tg
+t1 = time.perf_counter()
+dev = sys.argv[1]
+
+@tg.kernel
+def cold_saxpy(x: tg.array[float], y: tg.array[float], a: float):
+    i = tg.tid()
+    y[i] = a * x[i] + y[i]
+
+if sys.argv[2] == "launch":
+    x = tg.zeros(1, dtype=float, device=dev)
+    y = tg.zeros(1, dtype=float, device=dev)
+    tg.synchronize_device(dev)
+    t2 = time.perf_counter()
+    tg.launch(cold_saxpy, 1, inputs=[x, y, 2.0], device=dev)
+    tg.synchronize_device(dev)
+    t3 = time.perf_counter()
+else:
+    t2 = t3 = t1
+print("@@BENCH " + json.dumps({"import": t1 - t0, "first_launch": t3 - t2}))
+'''
+
+_WP_CHILD = '''
+import json, os, sys, time
+t0 = time.perf_counter()
+import warp as wp
+wp.config.quiet = True
+wp.config.kernel_cache_dir = os.environ["WARP_CACHE_PATH"]
+wp.init()
+t1 = time.perf_counter()
+dev = sys.argv[1]
+
+@wp.kernel
+def cold_saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float):
+    i = wp.tid()
+    y[i] = a * x[i] + y[i]
+
+if sys.argv[2] == "launch":
+    x = wp.zeros(1, dtype=float, device=dev)
+    y = wp.zeros(1, dtype=float, device=dev)
+    wp.synchronize_device(dev)
+    t2 = time.perf_counter()
+    wp.launch(cold_saxpy, 1, inputs=[x, y, 2.0], device=dev)
+    wp.synchronize_device(dev)
+    t3 = time.perf_counter()
+else:
+    t2 = t3 = t1
+print("@@BENCH " + json.dumps({"import": t1 - t0, "first_launch": t3 - t2}))
+'''
+
+
+def _child(script, device, mode, env, cache_env, cache):
+    e = dict(env)
+    e[cache_env] = cache
+    p = subprocess.run([sys.executable, script, device, mode], env=e, capture_output=True, text=True, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("@@BENCH "):
+            return json.loads(line[8:])
+    raise RuntimeError(f"{os.path.basename(script)} failed (rc {p.returncode}): {(p.stderr or p.stdout)[-2000:]}")
+
+
+def bench_compile(table, device, have_wp, cold_rounds, cached_rounds):
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="tg-bench-compile-"))
+    try:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONDONTWRITEBYTECODE", "TAPEGRAD_CACHE", "WARP_CACHE_PATH")}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pyc")
+        sides = {"tg": (tmp / "tg_child.py", _TG_CHILD, "TAPEGRAD_CACHE")}
+        if have_wp:
+            sides["wp"] = (tmp / "wp_child.py", _WP_CHILD, "WARP_CACHE_PATH")
+        for script, text, _ in sides.values():
+            script.write_text(textwrap.dedent(text))
+        n_dirs = [0]
+
+        def new_cache():
+            n_dirs[0] += 1
+            d = tmp / f"cache{n_dirs[0]}"
+            d.mkdir(mode=0o700)
+            return str(d)
+
+        for name, (script, _, cache_env) in sides.items():   # warm the bytecode cache
+            _child(str(script), device, "import", env, cache_env, new_cache())
+
+        caches = {}
+
+        def cold(name):
+            script, _, cache_env = sides[name]
+            caches[name] = new_cache()
+            return lambda: _child(str(script), device, "launch", env, cache_env, caches[name])
+
+        def cached(name):
+            script, _, cache_env = sides[name]
+            return lambda: _child(str(script), device, "launch", env, cache_env, caches[name])
+
+        cold_s = {n: [] for n in sides}
+        for r in range(cold_rounds):   # a fresh cache per side and round
+            order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+            for n in order:
+                cold_s[n].append(cold(n)()["first_launch"])
+        cached_runs = _rounds({n: cached(n) for n in sides}, cached_rounds)
+        cached_s = {n: [r["first_launch"] for r in v] for n, v in cached_runs.items()}
+        total_s = {n: [r["first_launch"] + r["import"] for r in v] for n, v in cached_runs.items()}
+        imp_s = {n: [r["import"] for r in v] for n, v in cached_runs.items()}
+        peer = "wp" if have_wp else None
+        pname = "warp" if have_wp else None
+        _record(table, "cold compile, first launch (fresh process)", cold_s, "tg", peer, pname,
+                unit="ms", target=0.5 if have_wp else None)
+        _record(table, "cached load, first launch (fresh process)", cached_s, "tg", peer, pname,
+                unit="ms", target=2.0 if have_wp else None)
+        _record(table, "import (+ wp.init) (info)", imp_s, "tg", peer, pname, unit="ms")
+        _record(table, "import + cached first launch (info)", total_s, "tg", peer, pname, unit="ms")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu (vs Warp) or cuda:N (vs torch, and Warp when installed)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per launch-overhead measure")
+    ap.add_argument("--calls", type=int, default=2000, help="launches per launch-overhead sample")
+    ap.add_argument("--saxpy-rounds", type=int, default=15)
+    ap.add_argument("--n", type=int, default=None, help="saxpy size (default 2^24 CPU, 2^28 GPU)")
+    ap.add_argument("--cold-rounds", type=int, default=3)
+    ap.add_argument("--cached-rounds", type=int, default=5)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: launch,saxpy,compile")
+    ap.add_argument("--out", default=str(RESULTS / "kernels.json"))
+    args = ap.parse_args()
+    device = str(tg.get_device(args.device))
+    is_cuda = device.startswith("cuda")
+    skip = set(filter(None, args.skip.split(",")))
+    wp = _warp()
+    torch = _torch(device)
+    if wp is None:
+        print("warp-lang is not installed: Warp columns are skipped")
+    n = args.n or (1 << 28 if is_cuda else 1 << 24)
+
+    print(f"tapegrad kernels benchmark on {device} ({platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores; warp {getattr(wp, '__version__', '-')}, torch {getattr(torch, '__version__', '-')})")
+    table = Table(device)
+    table.header()
+    sections = [("launch", lambda: bench_launch(table, device, wp, torch, args.calls, args.rounds)),
+                ("saxpy", lambda: bench_saxpy(table, device, wp, torch, n, args.saxpy_rounds)),
+                ("compile", lambda: bench_compile(table, device, wp is not None, args.cold_rounds,
+                                                  args.cached_rounds))]
+    for name, fn in sections:
+        if name in skip:
+            continue
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  one failing section must not lose the others
+            table.error(name, e)
+
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(out.read_text())
+        if "runs" not in data:
+            data = {"runs": {}}
+    except (OSError, ValueError):
+        data = {"runs": {}}
+    data["runs"][device] = {
+        "device": device, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
+        "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "warp": getattr(wp, "__version__", None), "torch": getattr(torch, "__version__", None),
+        "args": vars(args), "rows": table.rows}
+    out.write_text(json.dumps(data, indent=2))
+    print(f"wrote {out}")
+    failed = [r["measure"] for r in table.rows if r.get("ok") is False]
+    if failed:
+        print("targets missed: " + "; ".join(failed))
+
+
+if __name__ == "__main__":
+    main()
