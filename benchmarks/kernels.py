@@ -18,8 +18,9 @@ Measures (issue 3, "Done when"), each for tapegrad and its peer in the same run:
                       <= 2x Warp's. (Import time is reported separately, as information.)
 
 Timing: contenders alternate within each round (the order rotates), every figure is the best of
-its rounds (noise on a shared machine only ever adds time); ``median_ratio`` in the JSON is the
-median of the per-round ratios. Peers that are not installed are skipped (on the GPU machine
+its rounds (noise on a shared machine only ever adds time) and "ratio" compares the bests;
+"median" (``median_ratio`` in the JSON) is the median of the per-round ratios. The "ok" column
+judges the best-of ratio against the target. Peers that are not installed are skipped (on the GPU machine
 Warp is optional: the torch ratios are still printed). Fresh processes get the repository on
 ``PYTHONPATH`` and a private bytecode cache (``PYTHONPYCACHEPREFIX``, warmed once per framework)
 so that neither side pays for compiling its own Python files.
@@ -70,9 +71,15 @@ def _warp():
         import warp as wp
     except ImportError:
         return None
-    wp.config.quiet = True
+    _quiet_warp(wp)
     wp.init()
     return wp
+
+
+def _quiet_warp(wp):
+    wp.config.quiet = True                      # Warp < 1.10
+    if hasattr(wp, "LOG_WARNING"):
+        wp.config.log_level = wp.LOG_WARNING    # newer Warp: no banner, no per-module load lines
 
 
 _WARP_KERNELS = None
@@ -149,7 +156,7 @@ class Table:
 
     def error(self, measure, err):
         self.rows.append(dict(measure=measure, error=f"{type(err).__name__}: {err}"))
-        print(f"{measure:46s} ERROR {type(err).__name__}: {str(err)[:200]}", flush=True)
+        print(f"{measure:44s} ERROR {type(err).__name__}: {str(err)[:200]}", flush=True)
 
     @staticmethod
     def _fmt(v, kind, unit):
@@ -161,15 +168,16 @@ class Table:
         return f"{v * scale:.2f} {unit}"
 
     def header(self):
-        print(f"{'measure':46s} {'tapegrad':>13s} {'peer':>7s} {'peer value':>13s} {'ratio':>7s} "
-              f"{'target':>8s}  ok", flush=True)
+        print(f"{'measure':44s} {'tapegrad':>13s} {'peer':>7s} {'peer value':>13s} {'ratio':>7s} "
+              f"{'median':>7s} {'target':>8s}  ok", flush=True)
 
     def _print(self, r):
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+        med = f"{r['median_ratio']:.2f}x" if r["median_ratio"] is not None else "-"
         ok = {True: "yes", False: "NO", None: ""}[r["ok"]]
-        print(f"{r['measure']:46s} {self._fmt(r['tapegrad'], r['kind'], r['unit']):>13s} {r['peer'] or '-':>7s} "
-              f"{self._fmt(r['peer_value'], r['kind'], r['unit']):>13s} {ratio:>7s} {r['target'] or '':>8s}  {ok}",
-              flush=True)
+        print(f"{r['measure']:44s} {self._fmt(r['tapegrad'], r['kind'], r['unit']):>13s} {r['peer'] or '-':>7s} "
+              f"{self._fmt(r['peer_value'], r['kind'], r['unit']):>13s} {ratio:>7s} {med:>7s} {r['target'] or '':>8s}"
+              f"  {ok}", flush=True)
 
 
 def _record(table, measure, samples, ours_key, peer_key, peer_name, **kw):
@@ -203,7 +211,7 @@ def bench_launch(table, device, wp, torch, calls, rounds):
     if wp is not None:
         _record(table, "launch, 3 arrays (tapegrad/Warp arrays)", s, "tg", "wp", "warp", target=0.7)
     if "torch_op" in s:
-        _record(table, "launch, 3 arrays vs torch.add(a, b, out=c)", s, "tg", "torch_op", "torch")
+        _record(table, "launch, 3 arrays vs torch.add(out=) 1 elem", s, "tg", "torch_op", "torch")
     if wp is None and "torch_op" not in s:
         _record(table, "launch, 3 arrays (tapegrad arrays)", s, "tg", None, None)
 
@@ -274,17 +282,17 @@ def bench_saxpy(table, device, wp, torch, n, rounds):
     for c in cont.values():
         c()
     s = _rounds(cont, rounds)
-    label = f"saxpy 2^{n.bit_length() - 1} float32 throughput"
+    label = f"saxpy 2^{n.bit_length() - 1} float32"
     if is_cuda:
         if "torch" in s:
-            _record(table, label + " vs torch add_", s, "tg", "torch", "torch", kind="throughput", target=0.9)
+            _record(table, label + " vs torch y.add_", s, "tg", "torch", "torch", kind="throughput", target=0.9)
         if "wp" in s:
             _record(table, label + " vs Warp", s, "tg", "wp", "warp", kind="throughput")
     else:
         if "wp" in s:
             _record(table, label + " vs Warp", s, "tg", "wp", "warp", kind="throughput", target=1.5)
         if "torch" in s:
-            _record(table, label + " vs torch add_ (info)", s, "tg", "torch", "torch", kind="throughput")
+            _record(table, label + " vs torch y.add_ (info)", s, "tg", "torch", "torch", kind="throughput")
     if len(s) == 1:
         _record(table, label, s, "tg", None, None, kind="throughput")
 
@@ -321,6 +329,8 @@ import json, os, sys, time
 t0 = time.perf_counter()
 import warp as wp
 wp.config.quiet = True
+if hasattr(wp, "LOG_WARNING"):
+    wp.config.log_level = wp.LOG_WARNING
 wp.config.kernel_cache_dir = os.environ["WARP_CACHE_PATH"]
 wp.init()
 t1 = time.perf_counter()

@@ -272,7 +272,29 @@ def _infer_device(device, stream, args):
             return a.device
         if isinstance(a, ArrayCtype):
             return a.tg_device
+    for a in args:  # no tapegrad array: the first foreign array decides (a CPU tensor -> "cpu")
+        d = _foreign_device(a)
+        if d is not None:
+            return d
     return get_device(None)
+
+
+def _foreign_device(a):
+    """Device of a foreign array object passed directly, or None when ``a`` is not one."""
+    if isinstance(a, np.ndarray):
+        return get_device("cpu")
+    d = getattr(a, "device", None)
+    kind = getattr(d, "type", None)          # torch.device and similar
+    if kind == "cpu":
+        return get_device("cpu")
+    if kind == "cuda":
+        return get_device("cuda" if d.index is None else f"cuda:{d.index}")
+    if hasattr(a, "__array_interface__"):
+        return get_device("cpu")
+    if hasattr(a, "__cuda_array_interface__"):
+        from .interop import _pointer_device
+        return _pointer_device(a.__cuda_array_interface__["data"][0])
+    return None
 
 
 def _adjoint_values(kernel, args, adj_args, device):

@@ -454,6 +454,13 @@ class Graph:
         self._retained = []
 
     def __del__(self):
+        if _registry:
+            # a graph dropped while any capture is active (e.g. `with ScopedCapture() as capture`
+            # rebinding the name of a previous capture): destroying it now frees its memory
+            # inside the capture and invalidates it, so destroy it when the capture ends
+            _deferred_graphs.append((self.device, self.graph_exec, self.graph, self._retained))
+            self.graph_exec = self.graph = 0
+            return
         self.destroy()
 
     def __repr__(self):
@@ -604,6 +611,19 @@ def capture_end(device=None, stream=None):
         return Graph(dev, exe, graph_handle, st, state.memory, state.retained)
     finally:
         allocators.flush_deferred_frees()
+        _flush_deferred_graphs()
+
+
+_deferred_graphs: list = []   # (device, exec, graph, retained) dropped during a capture
+
+
+def _flush_deferred_graphs() -> None:
+    """Destroy graphs whose destruction was put off until no capture is active."""
+    if _registry or not _deferred_graphs:
+        return
+    items, _deferred_graphs[:] = list(_deferred_graphs), []
+    for dev, exe, g, retained in items:
+        Graph(dev, exe, g, retained=retained).destroy()
 
 
 def capture_launch(graph, stream=None) -> None:
