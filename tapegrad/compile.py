@@ -306,6 +306,11 @@ class CudaModule:
                          if kernel.enable_backward else None)
         self._nargs = len(kernel.arg_types)
         self._params = {}
+        # Default grid cap (max_blocks=0): enough resident threads to fill every SM several
+        # times over, then the grid-stride loop. Measured on an H200 for a 2^28 saxpy: one
+        # thread per element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
+        sms = cupy.cuda.Device(ordinal).attributes.get("MultiProcessorCount", 0)
+        self._threads_cap = int(sms) * 2048 * 4 if sms else 0
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
         """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""
@@ -324,6 +329,8 @@ class CudaModule:
         blocks = (size + block_dim - 1) // block_dim
         if max_blocks and max_blocks > 0:
             blocks = min(blocks, int(max_blocks))
+        elif self._threads_cap:
+            blocks = min(blocks, max(1, self._threads_cap // block_dim))
         blocks = min(blocks, 2 ** 31 - 1)
         rt = self._runtime
         prev = rt.getDevice()
