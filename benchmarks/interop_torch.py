@@ -28,6 +28,7 @@ import time
 import torch
 
 import tapegrad as tg
+from _peer import warp_or_none
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 TARGETS = {"from_torch": 0.5, "return_ctype": 0.7, "direct": 0.7, "to_torch": 0.7}
@@ -52,12 +53,9 @@ def tg_mat22(a: tg.array[tg.mat22], b: tg.array[tg.mat22], c: tg.array[tg.mat22]
 
 
 def _warp():
-    try:
-        import warp as wp
-    except ImportError:
+    wp = warp_or_none()
+    if wp is None:
         return None
-    wp.config.quiet = True
-    wp.init()
 
     def make(dtype):
         def k(a: wp.array(dtype=dtype), b: wp.array(dtype=dtype), c: wp.array(dtype=dtype),

@@ -28,6 +28,7 @@ import time
 import torch
 
 import tapegrad as tg
+from _peer import warp_or_none
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 MODES = ("baseline", "A", "B", "C")
@@ -40,12 +41,9 @@ def tg_square(a: tg.array[float], out: tg.array[float]):
 
 
 def _warp():
-    try:
-        import warp as wp
-    except ImportError:
+    wp = warp_or_none()
+    if wp is None:
         return None
-    wp.config.quiet = True
-    wp.init()
 
     def square(a: wp.array(dtype=float), out: wp.array(dtype=float)):
         i = wp.tid()
