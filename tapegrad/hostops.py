@@ -9,7 +9,7 @@ __all__ = ["memset_many"]
 _SOURCE = r"""
 #include <cstddef>
 #include <cstring>
-extern "C" void tg_zero_many(void* const* ptrs, const size_t* sizes, size_t n) {
+extern "C" __attribute__((visibility("default"))) void tg_zero_many(void* const* ptrs, const size_t* sizes, size_t n) {
     for (size_t i = 0; i < n; ++i) std::memset(ptrs[i], 0, sizes[i]);
 }
 """
