@@ -247,6 +247,8 @@ def _make_bounds(dim):
     if isinstance(dim, (int, np.integer)):
         dim = (int(dim),)
     try:
+        if isinstance(dim, (str, bytes, float)) or any(isinstance(d, (str, bytes, float)) for d in dim):
+            raise TypeError
         dim = tuple(int(d) for d in dim)
     except TypeError:
         raise TypeError(f"launch: dim must be an int or a tuple of up to {T.MAX_DIMS} ints, got {dim!r}") from None
