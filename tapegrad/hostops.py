@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["memset_many"]
+__all__ = ["ZeroPlan"]
 
 _SOURCE = r"""
 #include <cstddef>

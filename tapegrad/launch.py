@@ -66,10 +66,6 @@ def _adapter_for(obj):
     return fn
 
 
-class LaunchError(TypeError):
-    pass
-
-
 def _arg_label(kernel, i):
     return f"kernel '{kernel.key}' argument {i} ('{kernel.arg_names[i]}')"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import builtins as _builtins
 from .adjoint import TapeCompileWarning
-from .frontend import KernelError, adjoint, constant
+from .values import KernelError, adjoint, constant
 from .kernel import Func, Kernel, func, func_grad, kernel
 
 _exported = _builtins.exported()

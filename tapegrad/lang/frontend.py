@@ -18,9 +18,9 @@ from .. import types as T
 from . import builtins as B
 from . import typeutil as U
 from .expressions import ExprMixin
-from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, Read, SetFlag, Var, Write
+from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, SetFlag, Var, Write
 from .values import (_BINOPS, _COMPONENTS, _PYFOLD, KernelError, Lit, PyObj, ShapeOf, TupleVal, _default_type, _describe,  # noqa: F401
-                     _hint, adjoint, constant)
+                     _hint)
 
 MAX_UNROLL = 16
 
