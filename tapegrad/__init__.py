@@ -64,11 +64,19 @@ def __getattr__(name):
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'tapegrad' has no attribute {name!r}")
-    m = importlib.import_module(mod)
+    try:
+        m = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name != mod:
+            raise  # the framework itself is missing: its own ImportError says which
+        raise AttributeError(f"tapegrad.{name}: the {mod} bridge is not part of this tapegrad "
+                             f"version yet") from None
     value = m if name == "autograd" else getattr(m, name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    import importlib.util
+    present = {n for n, mod in _LAZY.items() if importlib.util.find_spec(mod) is not None}
+    return sorted(set(globals()) | present)

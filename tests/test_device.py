@@ -112,3 +112,10 @@ def test_streams_and_events():
     assert a.numpy().sum() == 1 << 16
     with pytest.raises(TypeError, match="Event"):
         s.wait_event("nope")
+
+
+def test_lazy_names_resolve_or_say_what_is_missing():
+    assert "from_torch" in dir(tg) and "ScopedCapture" in dir(tg)
+    assert callable(tg.from_dlpack)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        tg.no_such_name
