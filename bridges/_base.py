@@ -17,7 +17,6 @@ import threading
 
 from tapegrad import types as T
 from tapegrad.array import _fold_inner_dims, array
-from tapegrad.dlpack import _alias_ok   # one aliasing rule for DLPack and the bridges
 from tapegrad.launch import ArrayCtype
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
@@ -49,7 +48,7 @@ def check_compatible(src: T.ScalarType, dst: T.ScalarType, src_name: str, fname:
     The rule is DLPack's (``tapegrad.dlpack``), so every import path agrees: the same type, or
     integer/bool types of one width (int32 as uint32, bool as uint8...).
     """
-    if not _alias_ok(dst, src):
+    if not T.can_alias(dst, src):
         raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
                               f"(zero-copy views need the same element type, or an integer/bool type of "
                               f"the same width; cast the tensor first)")

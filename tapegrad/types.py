@@ -15,7 +15,7 @@ import numpy as np
 __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "StructType", "ArrayType",
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
-    "resolve_dtype", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
+    "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "dtype_to_framework", "dtype_from_framework", "ArrayDesc", "LaunchBounds", "MAX_DIMS",
 ]
 
@@ -428,6 +428,15 @@ def type_of(ann, arg: str = "annotation", allow_array: bool = True):
     if hasattr(ann, "_tg_annotation"):
         return ann._tg_annotation()
     return resolve_dtype(ann, arg=arg)
+
+
+def can_alias(want: ScalarType, have: ScalarType) -> bool:
+    """Whether memory of scalar type ``have`` may be viewed as ``want`` without a copy: the same
+    type, or integer/bool types of the same width (uint8 data as bool, int32 as uint32...).
+    Floats never reinterpret. One rule for DLPack imports and every bridge."""
+    if want is have:
+        return True
+    return want.bits == have.bits and want.kind != "float" and have.kind != "float"
 
 
 def scalar_of(t):

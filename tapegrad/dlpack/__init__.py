@@ -298,12 +298,6 @@ def _capsule_from(x):
 _wrap = array._wrap
 
 
-def _alias_ok(want, have):
-    if want is have:
-        return True
-    return want.bits == have.bits and want.kind != "float" and have.kind != "float"
-
-
 def from_dlpack(x, dtype=None, device=None, copy=None):
     """Wrap a DLPack producer (``__dlpack__``/``__dlpack_device__``) or capsule as a tapegrad array.
 
@@ -351,7 +345,7 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
         dt = sc
     else:
         dt = T.resolve_dtype(dtype, arg="from_dlpack(dtype=...)")
-        if isinstance(dt, T.StructType) or not _alias_ok(dt.scalar, sc):
+        if isinstance(dt, T.StructType) or not T.can_alias(dt.scalar, sc):
             raise DLPackDtypeError(f"Incompatible data types: DLPack {sc.name} and tapegrad {dt!r} "
                                    "(only same-size integer/bool aliases, or vector/matrix types of the same scalar)")
     if dt.inner_shape or len(shape) > T.MAX_DIMS:
