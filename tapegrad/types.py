@@ -192,6 +192,13 @@ _MAT_CACHE: dict = {}
 _SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i"}
 
 
+def _component_scalar(dtype, who: str) -> ScalarType:
+    s = resolve_dtype(dtype, arg=f"{who}(dtype=...)")
+    if not isinstance(s, ScalarType):
+        raise TypeError(f"{who}(dtype=...) expects a scalar type, got {dtype!r}")
+    return s
+
+
 def vector(length: int, dtype=float32) -> VectorType:
     """Return the vector type of ``length`` components of ``dtype`` (cached: same args, same object).
 
@@ -199,9 +206,7 @@ def vector(length: int, dtype=float32) -> VectorType:
         TypeError: ``dtype`` is not a scalar type.
         ValueError: ``length`` is not a positive integer.
     """
-    s = resolve_dtype(dtype, arg="dtype")
-    if not isinstance(s, ScalarType):
-        raise TypeError(f"vector(dtype=...) expects a scalar type, got {dtype!r}")
+    s = _component_scalar(dtype, "vector")
     if not isinstance(length, int) or length < 1:
         raise ValueError(f"vector(length=...) expects a positive int, got {length!r}")
     key = (length, s)
@@ -217,9 +222,7 @@ def matrix(shape, dtype=float32) -> MatrixType:
         TypeError: ``dtype`` is not a scalar type.
         ValueError: ``shape`` is not two positive integers.
     """
-    s = resolve_dtype(dtype, arg="dtype")
-    if not isinstance(s, ScalarType):
-        raise TypeError(f"matrix(dtype=...) expects a scalar type, got {dtype!r}")
+    s = _component_scalar(dtype, "matrix")
     shape = tuple(shape)
     if len(shape) != 2 or not all(isinstance(d, int) and d > 0 for d in shape):
         raise ValueError(f"matrix(shape=...) expects two positive ints, got {shape!r}")
