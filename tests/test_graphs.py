@@ -74,6 +74,15 @@ def _warm(*pairs):
     tg.synchronize()
 
 
+def _warm_zeros(k):
+    """A zeroed array of N floats on which ``k.inc`` has been loaded (run once, then reset)."""
+    a = tg.zeros(N, device=DEV)
+    _warm((k.inc, [a]))
+    a.zero_()
+    tg.synchronize()
+    return a
+
+
 def _value(a, i=0):
     return float(a.numpy()[i])
 
@@ -214,10 +223,7 @@ def test_capture_begin_end_and_launch_on_a_stream():
     k = kernels()
     dev = tg.get_device(DEV)
     s = tg.Stream(dev)
-    a = tg.zeros(N, device=DEV)
-    _warm((k.inc, [a]))
-    a.zero_()
-    tg.synchronize()
+    a = _warm_zeros(k)
     with tg.ScopedStream(s):
         tg.capture_begin()
         assert G.is_capturing()
@@ -236,10 +242,7 @@ def test_scoped_capture_with_stream_makes_it_current():
     k = kernels()
     dev = tg.get_device(DEV)
     s = tg.Stream(dev)
-    a = tg.zeros(N, device=DEV)
-    _warm((k.inc, [a]))
-    a.zero_()
-    tg.synchronize()
+    a = _warm_zeros(k)
     before = dev.stream
     with tg.ScopedCapture(stream=s) as capture:
         assert dev.stream is s
