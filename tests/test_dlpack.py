@@ -15,24 +15,22 @@ import tapegrad as tg
 from tapegrad import dlpack as D
 from tapegrad.dlpack import _native as N
 
+from ._dlpack_util import Spy, capsule_name, get_name
+
 # ------------------------------------------------------------------------------ helpers
 
 _P = ctypes.PYFUNCTYPE
 _api = ctypes.pythonapi
-_get_name = _P(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
 _get_ptr = _P(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 _cap_new = _P(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(("PyCapsule_New", _api))
 _cap_valid = _P(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
 _NAMES = {n: ctypes.create_string_buffer(n) for n in (b"dltensor", b"dltensor_versioned")}
 
 
-def capsule_name(cap):
-    return _get_name(cap).decode()
-
 
 def inspect_capsule(cap):
     """Read a (not yet consumed) capsule's DLTensor without consuming it."""
-    name = _get_name(cap)
+    name = get_name(cap)
     p = _get_ptr(cap, name)
     out = {"name": name.decode()}
     if name == b"dltensor_versioned":
@@ -102,21 +100,6 @@ def backend(request):
     N.use_backend(prev)
     D._fns[0] = D._fns[1] = None
 
-
-class Spy:
-    """A consumer-side proxy: records the kwargs a consumer passes to __dlpack__ and the capsule name."""
-
-    def __init__(self, a):
-        self.a = a
-        self.calls = []
-
-    def __dlpack__(self, **kw):
-        cap = self.a.__dlpack__(**kw)
-        self.calls.append((kw, capsule_name(cap)))
-        return cap
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 class LegacyProducer:

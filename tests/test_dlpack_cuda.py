@@ -15,18 +15,19 @@ import tapegrad as tg
 from tapegrad import dlpack as D
 from tapegrad.dlpack import _native as N
 
+from ._dlpack_util import get_name
+
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device and cupy")]
 
 _P = ctypes.PYFUNCTYPE
-_get_name = _P(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
 _get_ptr = _P(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
 
 SPIN_CYCLES = 400_000_000          # ~0.2 s at 2 GHz: long enough that a missing wait reads stale data
 
 
 def inspect_capsule(cap):
-    name = _get_name(cap)
+    name = get_name(cap)
     p = _get_ptr(cap, name)
     if name == b"dltensor_versioned":
         m = N._DLManagedTensorVersioned.from_address(p)

@@ -3,7 +3,6 @@
 Both directions, protocol path (``from_dlpack(obj)``) and capsule path (``to_dlpack`` capsules),
 aliasing checked by writes on either side wherever the framework allows writes.
 """
-import ctypes
 import gc
 import weakref
 
@@ -12,25 +11,12 @@ import pytest
 
 import tapegrad as tg
 
-_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+from ._dlpack_util import Spy, capsule_name
 
 
-def capsule_name(cap):
-    return _get_name(cap).decode()
 
 
-class Spy:
-    def __init__(self, a):
-        self.a = a
-        self.calls = []
 
-    def __dlpack__(self, **kw):
-        cap = self.a.__dlpack__(**kw)
-        self.calls.append((kw, capsule_name(cap)))
-        return cap
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 def tg_arange(n, dt, shape=None):
