@@ -35,29 +35,36 @@ float_ = float32
 int_ = int32
 
 # name -> module resolved on first attribute access (keeps `import tapegrad` framework-free)
-_LAZY = {
-    "Stream": "tapegrad.cuda.stream", "Event": "tapegrad.cuda.stream", "ScopedStream": "tapegrad.cuda.stream",
-    "get_stream": "tapegrad.cuda.stream", "set_stream": "tapegrad.cuda.stream",
-    "wait_stream": "tapegrad.cuda.stream", "wait_event": "tapegrad.cuda.stream",
-    "record_event": "tapegrad.cuda.stream", "synchronize_stream": "tapegrad.cuda.stream",
-    "synchronize_event": "tapegrad.cuda.stream",
-    "ScopedCapture": "tapegrad.cuda.graph", "Graph": "tapegrad.cuda.graph", "capture_begin": "tapegrad.cuda.graph",
-    "capture_end": "tapegrad.cuda.graph", "capture_launch": "tapegrad.cuda.graph",
-    "set_allocator": "tapegrad.cuda.allocators", "ScopedAllocator": "tapegrad.cuda.allocators",
-    "from_dlpack": "tapegrad.dlpack", "to_dlpack": "tapegrad.dlpack",
-    "autograd": "tapegrad.autograd", "gradcheck": "tapegrad.autograd", "jacobian": "tapegrad.autograd",
-    "from_torch": "bridges.torch", "to_torch": "bridges.torch", "device_from_torch": "bridges.torch",
-    "device_to_torch": "bridges.torch", "dtype_from_torch": "bridges.torch", "dtype_to_torch": "bridges.torch",
-    "stream_from_torch": "bridges.torch", "stream_to_torch": "bridges.torch", "torch_op": "bridges.torch",
-    "from_paddle": "bridges.paddle", "to_paddle": "bridges.paddle", "device_from_paddle": "bridges.paddle",
-    "device_to_paddle": "bridges.paddle", "dtype_from_paddle": "bridges.paddle",
-    "dtype_to_paddle": "bridges.paddle", "stream_from_paddle": "bridges.paddle",
-    "stream_to_paddle": "bridges.paddle", "paddle_op": "bridges.paddle",
-    "from_jax": "bridges.jax", "to_jax": "bridges.jax", "device_from_jax": "bridges.jax",
-    "device_to_jax": "bridges.jax", "dtype_from_jax": "bridges.jax", "dtype_to_jax": "bridges.jax",
-    "jax_kernel": "bridges.jax", "jax_callable": "bridges.jax", "GraphMode": "bridges.jax",
-    "JaxCallableGraphMode": "bridges.jax", "clear_jax_callable_graph_cache": "bridges.jax",
-}
+_LAZY = {name: module for module, names in {
+    "tapegrad.cuda.stream": (
+        "Stream", "Event", "ScopedStream", "get_stream", "set_stream", "wait_stream", "wait_event",
+        "record_event", "synchronize_stream", "synchronize_event",
+    ),
+    "tapegrad.cuda.graph": (
+        "ScopedCapture", "Graph", "capture_begin", "capture_end", "capture_launch",
+    ),
+    "tapegrad.cuda.allocators": (
+        "set_allocator", "ScopedAllocator",
+    ),
+    "tapegrad.dlpack": (
+        "from_dlpack", "to_dlpack",
+    ),
+    "tapegrad.autograd": (
+        "autograd", "gradcheck", "jacobian",
+    ),
+    "tapegrad.bridges.torch": (
+        "from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",
+        "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op",
+    ),
+    "tapegrad.bridges.paddle": (
+        "from_paddle", "to_paddle", "device_from_paddle", "device_to_paddle", "dtype_from_paddle",
+        "dtype_to_paddle", "stream_from_paddle", "stream_to_paddle", "paddle_op",
+    ),
+    "tapegrad.bridges.jax": (
+        "from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
+        "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache",
+    ),
+}.items() for name in names}
 
 
 def __getattr__(name):

@@ -36,8 +36,8 @@ class ArrayCtype(T.ArrayDesc):
 # ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
 # object's trailing component dims). Registered adapters are consulted before the protocols.
 _ADAPTERS: dict = {}
-_ADAPTER_MODULES = {"torch": "bridges.torch", "paddle": "bridges.paddle", "jax": "bridges.jax",
-                    "jaxlib": "bridges.jax"}
+_ADAPTER_MODULES = {"torch": "tapegrad.bridges.torch", "paddle": "tapegrad.bridges.paddle", "jax": "tapegrad.bridges.jax",
+                    "jaxlib": "tapegrad.bridges.jax"}
 
 
 def register_launch_adapter(cls, fn):
