@@ -11,7 +11,7 @@ import pytest
 
 import tapegrad as tg
 
-from ._dlpack_util import Spy, capsule_name
+from .._dlpack_util import Spy, capsule_name
 
 
 

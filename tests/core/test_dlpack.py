@@ -15,7 +15,7 @@ import tapegrad as tg
 from tapegrad import dlpack as D
 from tapegrad.dlpack import _native as N
 
-from ._dlpack_util import Spy, capsule_name, get_name
+from .._dlpack_util import Spy, capsule_name, get_name
 
 # ------------------------------------------------------------------------------ helpers
 

@@ -15,7 +15,7 @@ import tapegrad as tg
 from tapegrad import dlpack as D
 from tapegrad.dlpack import _native as N
 
-from ._dlpack_util import get_name
+from .._dlpack_util import get_name
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device and cupy")]
