@@ -7,19 +7,10 @@ Median of interleaved rounds (tapegrad and Warp alternate, so machine noise hits
 as µs per call and the ratio tapegrad / Warp; JSON in benchmarks/results/array_overhead.json.
 """
 import argparse
-import json
-import pathlib
-import statistics
-import time
 
 import numpy as np
-
-
-def _per_call(fn, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n
+from _peer import warp_or_none
+from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 
 
 def cases_tapegrad(device):
@@ -36,9 +27,10 @@ def cases_tapegrad(device):
 
 
 def cases_warp(device):
-    import warp as wp
-    wp.config.quiet = True
-    wp.init()
+    """Warp's cases, as `cases_tapegrad`; None when Warp is not installed."""
+    wp = warp_or_none()
+    if wp is None:
+        return None
     host = np.zeros(1024, dtype=np.float32)
     a = wp.zeros(1024, dtype=wp.float32, device=device)
     ptr = a.ptr
@@ -58,31 +50,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     ours = cases_tapegrad(args.device)
-    try:
-        peer = cases_warp(args.device)
-    except ImportError:
-        peer = None
+    peer = cases_warp(args.device)
     results = []
     print(f"{'case':24s} {'tapegrad':>10s} {'warp':>10s} {'ratio':>7s}")
     for name, fn in ours.items():
         if fn is None:
             continue
         pfn = peer.get(name) if peer else None
-        fn(), pfn and pfn()
-        t_ours, t_peer = [], []
-        for _ in range(args.rounds):
-            t_ours.append(_per_call(fn, args.n))
-            if pfn:
-                t_peer.append(_per_call(pfn, args.n))
-        mo = statistics.median(t_ours)
-        mp = statistics.median(t_peer) if t_peer else None
-        ratio = mo / mp if mp else None
-        print(f"{name:24s} {mo * 1e6:8.2f}us {(mp * 1e6 if mp else float('nan')):8.2f}us "
-              f"{(f'{ratio:.2f}x' if ratio else '-'):>7s}")
-        results.append({"case": name, "tapegrad_s": mo, "warp_s": mp, "ratio": ratio})
-    out = pathlib.Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "array_overhead.json").write_text(json.dumps({"device": args.device, "results": results}, indent=2))
+        samples = interleave({"tapegrad": per_call(fn, args.n),
+                              "warp": per_call(pfn, args.n) if pfn else None}, args.rounds)
+        c = compare(samples, "tapegrad", "warp")
+        print(f"{name:24s} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>7s}")
+        results.append({"case": name, "tapegrad_s": c.ours, "warp_s": c.peer, "ratio": c.ratio})
+    write_results("array_overhead", {"device": args.device, "results": results})
 
 
 if __name__ == "__main__":

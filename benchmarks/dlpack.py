@@ -10,41 +10,25 @@ Target (issue 5): each ratio <= 0.7.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
-
-
-def _time(fn, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
+from _peer import warp_or_none
+from _timing import RESULTS, compare, interleave, per_call, write_results
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20000, help="conversions per round")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "dlpack.json"))
+    ap.add_argument("--out", default=str(RESULTS / "dlpack.json"))
     args = ap.parse_args()
 
     import torch
     import torch.utils.dlpack as tud
     import tapegrad as tg
-    try:
-        import contextlib
-        import io
-        import warp as wp
-        with contextlib.redirect_stdout(io.StringIO()):   # Warp's init banner
-            wp.init()
-    except ImportError:
-        wp = None
+    wp = warp_or_none()
 
     t = torch.arange(1024, dtype=torch.float32)
     a = tg.array(np.arange(1024, dtype=np.float32), device="cpu")
@@ -64,14 +48,12 @@ def main():
     for name, f_tg, f_wp in cases:
         for f in (f_tg, f_wp):
             if f is not None:
-                _time(f, max(args.n // 10, 100))       # warm-up
-        tg_t, wp_t = [], []
-        for _ in range(args.rounds):
-            tg_t.append(_time(f_tg, args.n))
-            if f_wp is not None:
-                wp_t.append(_time(f_wp, args.n))
-        tg_us = statistics.median(tg_t)
-        wp_us = statistics.median(wp_t) if wp_t else None
+                per_call(f, max(args.n // 10, 100))()   # warm-up
+        samples = interleave({"tapegrad": per_call(f_tg, args.n),
+                              "warp": per_call(f_wp, args.n) if f_wp else None}, args.rounds, warmup=0)
+        c = compare(samples, "tapegrad", "warp")
+        tg_us = c.ours * 1e6
+        wp_us = c.peer * 1e6 if c.peer else None
         rows.append({"case": name, "tapegrad_us": round(tg_us, 3), "warp_us": round(wp_us, 3) if wp_us else None,
                      "ratio": round(tg_us / wp_us, 3) if wp_us else None,
                      "primary": name in ("from_dlpack(torch tensor)", "torch.from_dlpack(array)")})
@@ -89,10 +71,7 @@ def main():
         "dlpack_backend": __import__("tapegrad.dlpack._native", fromlist=["backend"]).backend().name,
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results('dlpack', result, args.out)}")
     primary_ok = all(r["ratio"] is None or r["ratio"] <= 0.7 for r in rows if r["primary"])
     return 0 if primary_ok else 1
 

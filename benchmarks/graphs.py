@@ -13,48 +13,23 @@ GPU only: on a machine without a CUDA device it prints why and exits 0. Writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-
-def _timeit(fn, sync, iters, repeats):
-    """Median seconds of ``iters`` calls of ``fn`` followed by one ``sync`` (over ``repeats``)."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _submit_time(fn, sync, iters, repeats):
-    """Median host seconds to submit ``iters`` calls (no wait inside the timed region)."""
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        times.append(time.perf_counter() - t0)
-        sync()
-    return statistics.median(times)
+from _peer import warp_or_none  # noqa: E402
+from _timing import RESULTS, compare, interleave, per_call, write_results  # noqa: E402
 
 
 def _figures(eager, replay, sync, launches, eager_iters, replay_iters, repeats):
-    e = _timeit(eager, sync, eager_iters, repeats) / (eager_iters * launches)
-    g = _timeit(replay, sync, replay_iters, repeats) / (replay_iters * launches)
-    s = _submit_time(replay, sync, replay_iters, repeats) / (replay_iters * launches)
+    """Per-launch medians: eager, replayed (waited for) and replay submission (host side only)."""
+    samples = interleave({"eager": per_call(eager, eager_iters, sync),
+                          "graph": per_call(replay, replay_iters, sync),
+                          "submit": per_call(replay, replay_iters, sync, timed_sync=False)}, repeats)
+    e, g, s = (compare(samples, k, None).ours / launches for k in ("eager", "graph", "submit"))
     return {"eager_us_per_launch": e * 1e6, "graph_us_per_launch": g * 1e6,
             "graph_submit_us_per_launch": s * 1e6, "ratio": e / g if g > 0 else float("inf")}
 
@@ -122,13 +97,8 @@ def bench_torch(n, launches, repeats):
 
 def bench_warp(n, launches, repeats):
     try:
-        import warp as wp
-    except ImportError:
-        return None
-    try:
-        wp.config.quiet = True
-        wp.init()
-        if not wp.is_cuda_available():
+        wp = warp_or_none()
+        if wp is None or not wp.is_cuda_available():
             return None
 
         @wp.kernel
@@ -159,7 +129,7 @@ def main(argv=None):
     ap.add_argument("--launches", type=int, default=100, help="kernel launches per captured sequence")
     ap.add_argument("--n", type=int, default=256, help="threads per launch (small on purpose)")
     ap.add_argument("--repeats", type=int, default=7, help="timed repetitions (the median is kept)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "graphs.json"))
+    ap.add_argument("--out", default=str(RESULTS / "graphs.json"))
     args = ap.parse_args(argv)
 
     import tapegrad as tg
@@ -194,10 +164,7 @@ def main(argv=None):
         print(f"{name:10s} {f['eager_us_per_launch']:10.2f} {f['graph_us_per_launch']:10.2f} "
               f"{f['graph_submit_us_per_launch']:10.3f} {f['ratio']:7.1f}x")
     print(f"target: replay >= {target:.0f}x cheaper per launch -> {'met' if result['meets_target'] else 'NOT met'}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results('graphs', result, args.out)}")
     return 0
 
 

@@ -19,18 +19,15 @@ return_ctype/direct/to_torch <= 0.7). Results: ``benchmarks/results/interop_torc
 """
 
 import argparse
-import json
 import os
-import pathlib
 import platform
-import time
 
 import torch
+from _peer import warp_or_none
+from _timing import compare, interleave, per_call, write_results
 
 import tapegrad as tg
-from _peer import warp_or_none
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 TARGETS = {"from_torch": 0.5, "return_ctype": 0.7, "direct": 0.7, "to_torch": 0.7}
 
 
@@ -74,17 +71,11 @@ def _side_by_side(fa, fb, n, chunks=20):
     if fb is not None:
         fb(1)
     m = max(1, n // chunks)
-    ta = tb = 0
-    for _ in range(chunks):
-        t0 = time.perf_counter_ns()
-        fa(m)
-        t1 = time.perf_counter_ns()
-        ta += t1 - t0
-        if fb is not None:
-            fb(m)
-            tb += time.perf_counter_ns() - t1
-    scale = n / (m * chunks) / 1e6
-    return ta * scale, (tb * scale if fb is not None else None)
+    samples = interleave({"tapegrad": per_call(lambda: fa(m), 1),
+                          "warp": per_call(lambda: fb(m), 1) if fb is not None else None}, chunks, warmup=0)
+    c = compare(samples, "tapegrad", "warp", stat="mean")   # mean chunk time x chunks = the total
+    scale = n / m * 1e3
+    return c.ours * scale, (c.peer * scale if c.peer is not None else None)
 
 
 def _modes(lib, kernel, dtype, tensors, arrays, device):
@@ -169,12 +160,10 @@ def main():
             ok = "" if not target else ("ok" if r["ratio"] <= r["target"] else "MISSED")
             print(f"{name:8s} {mode:13s} tapegrad {t_ms:9.1f} ms   warp {wtxt}   {ratio:>7s} {target} {ok}", flush=True)
 
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"interop_torch_{dev.replace(':', '')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"n": args.n, "device": dev, "torch": torch.__version__, "tapegrad": tg.__version__,
             "warp": getattr(warp[0], "__version__", None) if warp else None,
             "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    out = write_results("interop_torch_" + dev.replace(":", ""), {"meta": meta, "rows": rows}, args.out)
     print(f"wrote {out}")
 
 

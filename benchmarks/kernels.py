@@ -35,7 +35,6 @@ import os
 import pathlib
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,8 +47,8 @@ sys.path.insert(0, str(ROOT))   # benchmark this checkout, whatever `pip install
 import numpy as np  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+from _peer import warp_or_none  # noqa: E402
+from _timing import RESULTS, compare, interleave, per_call  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ kernels
@@ -64,22 +63,6 @@ def tg_add3(a: tg.array[float], b: tg.array[float], c: tg.array[float]):
 def tg_saxpy(x: tg.array[float], y: tg.array[float], a: float):
     i = tg.tid()
     y[i] = a * x[i] + y[i]
-
-
-def _warp():
-    try:
-        import warp as wp
-    except ImportError:
-        return None
-    _quiet_warp(wp)
-    wp.init()
-    return wp
-
-
-def _quiet_warp(wp):
-    wp.config.quiet = True                      # Warp < 1.10
-    if hasattr(wp, "LOG_WARNING"):
-        wp.config.log_level = wp.LOG_WARNING    # newer Warp: no banner, no per-module load lines
 
 
 _WARP_KERNELS = None
@@ -113,28 +96,6 @@ def _torch(device):
 
 
 # ------------------------------------------------------------------------------ timing
-
-def _rounds(contenders: dict, rounds: int) -> dict:
-    """Run every contender once per round, rotating the order; name -> list of samples."""
-    names = list(contenders)
-    samples = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            samples[n].append(contenders[n]())
-    return samples
-
-
-def _per_call(fn, calls, sync=None):
-    """A sampler: seconds per call of ``fn`` over ``calls`` calls (then ``sync()``)."""
-    def sample():
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync is not None:
-            sync()
-        return (time.perf_counter() - t0) / calls
-    return sample
-
 
 class Table:
     def __init__(self, device):
@@ -181,12 +142,8 @@ class Table:
 
 
 def _record(table, measure, samples, ours_key, peer_key, peer_name, **kw):
-    best = max if kw.get("kind") == "throughput" else min
-    ours, peer = best(samples[ours_key]), (best(samples[peer_key]) if peer_key else None)
-    med = None
-    if peer_key:
-        med = statistics.median(a / b for a, b in zip(samples[ours_key], samples[peer_key]))
-    table.add(measure, ours, peer_name, peer, median_ratio=med, **kw)
+    c = compare(samples, ours_key, peer_key, stat="best", higher_is_better=kw.get("kind") == "throughput")
+    table.add(measure, c.ours, peer_name, c.peer, median_ratio=c.median_ratio, **kw)
 
 
 # ------------------------------------------------------------------------------ launch overhead
@@ -195,19 +152,17 @@ def bench_launch(table, device, wp, torch, calls, rounds):
     is_cuda = device.startswith("cuda")
     sync_tg = (lambda: tg.synchronize_device(device)) if is_cuda else None
     ta = [tg.zeros(1, dtype=float, device=device) for _ in range(3)]
-    cont = {"tg": _per_call(lambda: tg.launch(tg_add3, 1, inputs=ta[:2], outputs=ta[2:]), calls, sync_tg)}
+    cont = {"tg": per_call(lambda: tg.launch(tg_add3, 1, inputs=ta[:2], outputs=ta[2:]), calls, sync_tg)}
     if wp is not None:
         wp_add3, _ = _warp_kernels(wp)
         wa = [wp.zeros(1, dtype=float, device=device) for _ in range(3)]
         sync_wp = (lambda: wp.synchronize_device(device)) if is_cuda else None
-        cont["wp"] = _per_call(lambda: wp.launch(wp_add3, 1, inputs=wa[:2], outputs=wa[2:], device=device),
+        cont["wp"] = per_call(lambda: wp.launch(wp_add3, 1, inputs=wa[:2], outputs=wa[2:], device=device),
                                calls, sync_wp)
     if torch is not None and is_cuda:
         tt0 = [torch.zeros(1, device=device) for _ in range(3)]
-        cont["torch_op"] = _per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
-    for c in cont.values():
-        c()  # warm up (compile / load)
-    s = _rounds(cont, rounds)
+        cont["torch_op"] = per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
+    s = interleave(cont, rounds)   # its warm-up round compiles and loads
     if wp is not None:
         _record(table, "launch, 3 arrays (tapegrad/Warp arrays)", s, "tg", "wp", "warp", target=0.7)
     if "torch_op" in s:
@@ -224,17 +179,15 @@ def bench_launch(table, device, wp, torch, calls, rounds):
         tt = [torch.zeros(1, device=device) for _ in range(3)]
         direct.append(("torch", tt))
     for label, objs in direct:
-        cont = {"tg": _per_call(lambda o=objs: tg.launch(tg_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
+        cont = {"tg": per_call(lambda o=objs: tg.launch(tg_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
                                 calls, sync_tg)}
         if wp is not None:
-            cont["wp"] = _per_call(lambda o=objs: wp.launch(wp_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
+            cont["wp"] = per_call(lambda o=objs: wp.launch(wp_add3, 1, inputs=o[:2], outputs=o[2:], device=device),
                                    calls, sync_wp)
         if label == "torch" and is_cuda:
-            cont["torch_op"] = _per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
+            cont["torch_op"] = per_call(lambda: torch.add(tt0[0], tt0[1], out=tt0[2]), calls, torch.cuda.synchronize)
         try:
-            for c in cont.values():
-                c()
-            s = _rounds(cont, rounds)
+            s = interleave(cont, rounds)
         except Exception as e:  # noqa: BLE001  a peer that refuses the objects: report, go on
             table.error(f"launch, 3 {label} arrays passed directly", e)
             continue
@@ -256,16 +209,8 @@ def bench_saxpy(table, device, wp, torch, n, rounds):
     y = tg.zeros(n, dtype=float, device=device)
 
     def timed(launch, sync):
-        def sample():
-            if sync is not None:
-                sync()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                launch()
-            if sync is not None:
-                sync()
-            return nbytes * reps / (time.perf_counter() - t0)   # bytes per second
-        return sample
+        seconds = per_call(launch, reps, sync)
+        return lambda: nbytes / seconds()   # bytes per second
 
     cont = {"tg": timed(lambda: tg.launch(tg_saxpy, n, inputs=[x, y, 0.5]),
                         (lambda: tg.synchronize_device(device)) if is_cuda else None)}
@@ -279,9 +224,7 @@ def bench_saxpy(table, device, wp, torch, n, rounds):
         tx = torch.ones(n, device=device)
         ty = torch.zeros(n, device=device)
         cont["torch"] = timed(lambda: ty.add_(tx, alpha=0.5), torch.cuda.synchronize if is_cuda else None)
-    for c in cont.values():
-        c()
-    s = _rounds(cont, rounds)
+    s = interleave(cont, rounds)
     label = f"saxpy 2^{n.bit_length() - 1} float32"
     if is_cuda:
         if "torch" in s:
@@ -399,12 +342,9 @@ def bench_compile(table, device, have_wp, cold_rounds, cached_rounds):
             script, _, cache_env = sides[name]
             return lambda: _child(str(script), device, "launch", env, cache_env, caches[name])
 
-        cold_s = {n: [] for n in sides}
-        for r in range(cold_rounds):   # a fresh cache per side and round
-            order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-            for n in order:
-                cold_s[n].append(cold(n)()["first_launch"])
-        cached_runs = _rounds({n: cached(n) for n in sides}, cached_rounds)
+        # a fresh cache per side and round
+        cold_s = interleave({n: (lambda n=n: cold(n)()["first_launch"]) for n in sides}, cold_rounds, warmup=0)
+        cached_runs = interleave({n: cached(n) for n in sides}, cached_rounds, warmup=0)
         cached_s = {n: [r["first_launch"] for r in v] for n, v in cached_runs.items()}
         total_s = {n: [r["first_launch"] + r["import"] for r in v] for n, v in cached_runs.items()}
         imp_s = {n: [r["import"] for r in v] for n, v in cached_runs.items()}
@@ -437,7 +377,7 @@ def main():
     device = str(tg.get_device(args.device))
     is_cuda = device.startswith("cuda")
     skip = set(filter(None, args.skip.split(",")))
-    wp = _warp()
+    wp = warp_or_none()
     torch = _torch(device)
     if wp is None:
         print("warp-lang is not installed: Warp columns are skipped")

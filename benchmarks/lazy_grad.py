@@ -18,19 +18,15 @@ must stay within 1.2x of the best pattern. Results: ``benchmarks/results/lazy_gr
 """
 
 import argparse
-import json
 import os
-import pathlib
 import platform
-import statistics
-import time
 
 import torch
+from _peer import warp_or_none
+from _timing import compare, interleave, per_call, write_results
 
 import tapegrad as tg
-from _peer import warp_or_none
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 MODES = ("baseline", "A", "B", "C")
 
 
@@ -75,21 +71,15 @@ def run(lib, kernel, mode, x0, device, iters, sync):
     """ms per iteration. CUDA: the whole loop, synchronised once at the end (asynchronous work
     and any hidden device-wide sync both count). CPU: the median of per-iteration times, since
     host allocation (page faults of fresh buffers) makes single iterations noisy."""
-    step(lib, kernel, mode, x0, device)   # warm-up
+    def one():
+        return step(lib, kernel, mode, x0, device)
+
+    one()   # warm-up
     sync()
     if device != "cpu":
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            r = step(lib, kernel, mode, x0, device)
-        r.item()
-        sync()
-        return (time.perf_counter() - t0) / iters * 1e3
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        step(lib, kernel, mode, x0, device).item()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        return per_call(lambda: one().item(), iters, sync)() * 1e3
+    samples = interleave({"iteration": per_call(lambda: one().item(), 1)}, iters, warmup=0)
+    return compare(samples, "iteration", None).ours * 1e3
 
 
 def main():
@@ -115,11 +105,11 @@ def main():
     libs = {"tapegrad": (tg, tg_square)}
     if warp is not None:
         libs["warp"] = warp
-    best = {lib: {m: float("inf") for m in MODES} for lib in libs}
-    for _ in range(args.rounds):
-        for mode in MODES:
-            for name, (lib, kernel) in libs.items():
-                best[name][mode] = min(best[name][mode], run(lib, kernel, mode, x0, dev, args.iters, sync))
+    samplers = {(name, mode): (lambda lib=lib, kernel=kernel, mode=mode: run(lib, kernel, mode, x0, dev, args.iters,
+                                                                           sync))
+                for mode in MODES for name, (lib, kernel) in libs.items()}
+    samples = interleave(samplers, args.rounds, warmup=0, rotate=False)
+    best = {name: {m: min(samples[(name, m)]) for m in MODES} for name in libs}
 
     how = "median iteration" if dev == "cpu" else "mean iteration"
     print(f"N = {n:,} float32 on {dev}, {args.iters} iterations x {args.rounds} rounds (min of the {how}s), ms")
@@ -137,12 +127,11 @@ def main():
         print(f"{name}: baseline / best solution = {summary[name]['baseline/best']:.2f}x, "
               f"baseline / C = {summary[name]['baseline/C']:.2f}x" +
               ("   (target: baseline/best <= 1.2x)" if name == "tapegrad" else "   (Warp's GPU case study: 4.3x)"))
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"lazy_grad_{dev.replace(':', '')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"n": n, "device": dev, "iters": args.iters, "rounds": args.rounds, "torch": torch.__version__,
             "warp": getattr(warp[0], "__version__", None) if warp else None,
             "machine": platform.machine(), "cpus": os.cpu_count()}
-    out.write_text(json.dumps({"meta": meta, "ms_per_iter": best, "ratios": summary}, indent=1))
+    out = write_results("lazy_grad_" + dev.replace(":", ""),
+                        {"meta": meta, "ms_per_iter": best, "ratios": summary}, args.out)
     print(f"wrote {out}")
 
 

@@ -7,26 +7,17 @@ Prints a table and writes benchmarks/results/tape.json. Figures are ratios tapeg
 measured in the same run; absolute times count only from a quiet (GPU) machine.
 """
 import argparse
-import json
-import pathlib
-import time
 
 import numpy as np
+from _peer import warp_or_none
+from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 
 N_LAUNCHES = 100
 N = 64
 
 
-def _best(fn, reps):
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def bench_tapegrad(device, reps):
+def bench_tapegrad(device):
+    """tapegrad's (backward, zero) operations over a tape of N_LAUNCHES launches."""
     import tapegrad as tg
 
     @tg.kernel
@@ -50,14 +41,14 @@ def bench_tapegrad(device, reps):
         tape.zero()
         tg.synchronize_device(device)
 
-    backward()
-    return _best(backward, reps) / N_LAUNCHES, _best(zero, reps)
+    return backward, zero
 
 
-def bench_warp(device, reps):
-    import warp as wp
-    wp.config.quiet = True
-    wp.init()
+def bench_warp(device):
+    """Warp's (backward, zero) operations, as `bench_tapegrad`; None when Warp is not installed."""
+    wp = warp_or_none()
+    if wp is None:
+        return None
 
     @wp.kernel
     def step(x: wp.array(dtype=float), y: wp.array(dtype=float)):
@@ -81,8 +72,7 @@ def bench_warp(device, reps):
         tape.zero()
         wp.synchronize_device(device)
 
-    backward()
-    return _best(backward, reps) / N_LAUNCHES, _best(zero, reps)
+    return backward, zero
 
 
 def main():
@@ -90,23 +80,20 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
-    ours = bench_tapegrad(args.device, args.reps)
-    try:
-        peer, peer_name = bench_warp(args.device, args.reps), "warp"
-    except ImportError:
-        peer, peer_name = None, None
-    rows = [("backward, per launch", 0), ("tape.zero()", 1)]
+    ours = bench_tapegrad(args.device)
+    peer = bench_warp(args.device)
+    peer_name = "warp" if peer else None
+    # best of single calls, tapegrad and Warp alternating (the backward is per launch)
+    rows = [("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
     out = {"device": args.device, "peer": peer_name, "results": []}
     print(f"{'measure':24s} {'tapegrad':>12s} {peer_name or '-':>12s} {'ratio':>8s}")
-    for name, k in rows:
-        ratio = ours[k] / peer[k] if peer else None
-        print(f"{name:24s} {ours[k] * 1e6:10.2f}us {(peer[k] * 1e6 if peer else float('nan')):10.2f}us "
-              f"{(f'{ratio:.2f}x' if ratio else '-'):>8s}")
-        out["results"].append({"measure": name, "tapegrad_s": ours[k], "peer_s": peer[k] if peer else None,
-                               "ratio": ratio})
-    res = pathlib.Path(__file__).parent / "results"
-    res.mkdir(exist_ok=True)
-    (res / "tape.json").write_text(json.dumps(out, indent=2))
+    for name, k, per in rows:
+        samples = interleave({"tapegrad": per_call(ours[k], 1), "warp": per_call(peer[k], 1) if peer else None},
+                             args.reps)
+        c = compare({n: [t / per for t in v] for n, v in samples.items()}, "tapegrad", peer_name, stat="best")
+        print(f"{name:24s} {fmt_time(c.ours, width=10)} {fmt_time(c.peer, width=10)} {fmt_ratio(c.ratio):>8s}")
+        out["results"].append({"measure": name, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
+    write_results("tape", out)
 
 
 if __name__ == "__main__":
