@@ -1,0 +1,100 @@
+"""Native optimizer steps side by side: ``tg.optim.Adam`` vs Warp's ``warp.optim.Adam`` and
+``torch.optim.Adam`` (``fused=True`` on CUDA, ``foreach`` on the CPU) on the same parameters.
+
+The parameters are ``--n`` float32 values split into a few arrays of different sizes (a small
+model: 60%, 30%, 9%, 1%), gradients fixed; one sample times ``--steps`` steps and waits for the
+device at the end (execution time, not only submission).
+
+    python benchmarks/optimizers.py                    # 10^6 parameters, CPU
+    python benchmarks/optimizers.py --device cuda:0
+
+Prints a table and writes ``benchmarks/results/optimizers_<device>.json``; the figures are the
+ratios tapegrad / peer of one run.
+"""
+import argparse
+
+import numpy as np
+from _peer import warp_or_none
+from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
+
+SPLIT = (0.6, 0.3, 0.09, 0.01)
+
+
+def sizes(n):
+    s = [max(1, int(n * f)) for f in SPLIT]
+    s[0] += n - sum(s)
+    return s
+
+
+def tapegrad_step(n, device, cls="Adam"):
+    import tapegrad as tg
+    from tapegrad import optim
+    rng = np.random.default_rng(0)
+    ps = [tg.array(rng.normal(size=k).astype(np.float32), device=device, requires_grad=True) for k in sizes(n)]
+    for p in ps:
+        p.grad.assign(rng.normal(size=p.shape).astype(np.float32))
+    opt = getattr(optim, cls)(ps, lr=1e-3)
+    return opt.step, lambda: tg.synchronize_device(device)
+
+
+def warp_step(wp, n, device, cls="Adam"):
+    import warp.optim
+    rng = np.random.default_rng(0)
+    ps = [wp.array(rng.normal(size=k).astype(np.float32), device=device, requires_grad=True) for k in sizes(n)]
+    gs = [wp.array(rng.normal(size=k).astype(np.float32), device=device) for k in sizes(n)]
+    opt = getattr(warp.optim, cls)(ps, lr=1e-3)
+    return (lambda: opt.step(gs)), (lambda: wp.synchronize_device(device))
+
+
+def torch_step(n, device, cls="Adam"):
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    dev = "cpu" if device == "cpu" else device
+    ps = [torch.randn(k, device=dev, requires_grad=True) for k in sizes(n)]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    kw = {"fused": True} if dev != "cpu" else {"foreach": True}
+    opt = getattr(torch.optim, cls)(ps, lr=1e-3, **kw)
+
+    def sync():
+        if dev != "cpu":
+            torch.cuda.synchronize()
+    return opt.step, sync
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10 ** 6)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    wp = warp_or_none()
+    rows = []
+    print(f"{args.n} float32 parameters in {len(SPLIT)} arrays, {args.device}; time per step")
+    print(f"{'optimizer':<8} {'peer':<20} {'tapegrad':>12} {'peer':>12} {'ratio':>8}")
+    for cls in ("Adam", "SGD"):
+        ours, sync = tapegrad_step(args.n, args.device, cls)
+        samplers = {"tapegrad": per_call(ours, args.steps, sync)}
+        if wp is not None:
+            w, wsync = warp_step(wp, args.n, args.device, cls)
+            samplers["warp"] = per_call(w, args.steps, wsync)
+        t, tsync = torch_step(args.n, args.device, cls)
+        if t is not None:
+            samplers["torch"] = per_call(t, args.steps, tsync)
+        samples = interleave(samplers, rounds=args.rounds)
+        for peer, label in (("warp", "warp.optim"), ("torch", "torch.optim (fused/foreach)")):
+            if peer not in samples:
+                continue
+            c = compare(samples, "tapegrad", peer)
+            rows.append({"optimizer": cls, "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
+            print(f"{cls:<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
+    out = write_results(f"optimizers_{args.device.replace(':', '')}", {"n": args.n, "device": args.device,
+                                                                       "rows": rows})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Adam as one fused launch per parameter group (Warp's ``warp.optim.Adam`` signature)."""
+import functools
+
+from .. import types
+from ..lang import kernel, min, pow, sqrt, tid
+from ..array import array
+from ..types import struct
+from .multi_tensor import CHUNK
+from .optimizer import Optimizer
+
+__all__ = ["Adam"]
+
+
+@functools.lru_cache(maxsize=None)
+def _slot(scalar, state):
+    cls = type(f"AdamSlot_{scalar.name}", (), {"__annotations__": {
+        "p": array(dtype=scalar), "g": array(dtype=scalar), "m": array(dtype=state), "v": array(dtype=state),
+        "n": types.int64}})
+    return struct(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(scalar, state):
+    Slot, S, P = _slot(scalar, state), state, scalar
+
+    def adam_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
+                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
+                  lr: state, beta1: state, beta2: state, eps: state):
+        c, lane = tid()
+        s = slots[chunk_slot[c]]            # one table row read per lane, not per element
+        j = chunk_start[c] + types.int64(lane)
+        end = min(chunk_start[c] + types.int64(CHUNK), s.n)
+        t = S(step[0])
+        c1 = 1.0 - pow(beta1, t)
+        c2 = 1.0 - pow(beta2, t)
+        while j < end:
+            g = S(s.g[j])
+            m = beta1 * s.m[j] + (1.0 - beta1) * g
+            v = beta2 * s.v[j] + (1.0 - beta2) * g * g
+            s.m[j] = m
+            s.v[j] = v
+            s.p[j] = P(S(s.p[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+            j += lanes
+
+    return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), fused: one launch updates every parameter of a dtype and device.
+
+    The update is ``torch.optim.Adam``'s (and Warp's) without weight decay::
+
+        m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+        p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    float16 parameters keep their state in float32. The step count lives on the device, so a
+    step captured in a CUDA graph (``tg.ScopedCapture``) replays with the right bias
+    corrections; ``lr``, ``betas`` and ``eps`` are read when a step is launched (a captured
+    graph keeps the values it was captured with).
+
+    Args:
+        params: tapegrad arrays (contiguous, floating point) to optimize.
+        lr: learning rate.
+        betas: ``(beta1, beta2)``, the decay rates of the moment estimates.
+        eps: added to the denominator.
+    Raises:
+        TypeError, ValueError: see ``set_params`` and ``step``.
+    """
+
+    state_names = ("m", "v")
+
+    def __init__(self, params=None, lr=0.001, betas=(0.9, 0.999), eps=1e-08):
+        b1, b2 = betas
+        for name, value, lo in (("lr", lr, 0.0), ("betas[0]", b1, 0.0), ("betas[1]", b2, 0.0), ("eps", eps, 0.0)):
+            if not isinstance(value, (int, float)) or value < lo or (name.startswith("betas") and value >= 1.0):
+                raise ValueError(f"Adam({name}=...): expected a number in "
+                                 f"{'[0, 1)' if name.startswith('betas') else '[0, inf)'}, got {value!r}")
+        self.lr, self.beta1, self.beta2, self.eps = float(lr), float(b1), float(b2), float(eps)
+        super().__init__(params)
+
+    def slot_type(self, scalar, state):
+        return _slot(scalar, state)
+
+    def step_kernel(self, scalar, state):
+        return _kernel(scalar.scalar, state.scalar)
+
+    def hyperparameters(self):
+        return [self.lr, self.beta1, self.beta2, self.eps]

@@ -1,0 +1,131 @@
+"""Parameter groups for fused optimizers: many arrays updated by one launch.
+
+An optimizer step over N parameter arrays would cost N launches (Warp's ``warp.optim`` does
+that). Here the arrays of one *group* — same element type, same device — are described by a
+device-resident table of structs (one row per parameter: its flat value, gradient and state
+arrays and its length) plus a chunk table, so that one launch of a 2-D grid
+``(chunks, lanes)`` updates every element of every parameter: thread ``(c, k)`` updates
+elements ``chunk_start[c] + k, + 2 lanes...`` (up to CHUNK of them) of parameter ``chunk_slot[c]``. The tables hold descriptors
+(pointers), not data: nothing is copied per step, and a step records cleanly into a CUDA graph.
+
+The step count lives on the device too (``Group.step``, advanced by a one-thread launch), so
+bias corrections stay right when a captured step is replayed.
+"""
+import dataclasses
+
+import numpy as np
+
+from .. import types
+from ..array import array
+from ..creation import zeros
+from ..launch import launch
+from ..lang import kernel
+
+__all__ = ["CHUNK", "ParamGroup", "build_groups", "flat_view", "state_dtype"]
+
+CHUNK = 4096   # elements per chunk: large enough that the tables stay tiny, small enough to balance
+CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each); one on the CPU (a loop)
+
+
+@kernel(enable_backward=False, key="tapegrad.optim.tick")
+def _tick(step: array(dtype=types.int32)):
+    step[0] = step[0] + 1
+
+
+def state_dtype(scalar: types.ScalarType) -> types.ScalarType:
+    """The dtype optimizer state is kept in for parameters of ``scalar`` (float16 -> float32)."""
+    return types.float32 if scalar is types.float16 else scalar
+
+
+def flat_view(a: array, what: str) -> array:
+    """``a``'s memory as a 1-D array of its scalar type (vector/matrix components flattened).
+
+    Raises:
+        ValueError: ``a`` is not contiguous (a flat view would not cover its elements).
+    """
+    if not a.is_contiguous:
+        raise ValueError(f"{what}: expected a contiguous array, got one of shape {a.shape} and byte strides "
+                         f"{a.strides} (optimizers update parameters as flat memory; pass a contiguous copy)")
+    n = a.size * max(1, int(np.prod(a.dtype.inner_shape, dtype=np.int64)))
+    return array(ptr=a.ptr, dtype=a.dtype.scalar, shape=(n,), device=a.device)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamGroup:
+    """Parameters of one element type on one device, updated together by one launch.
+
+    Attributes:
+        indices: positions of the group's parameters in the optimizer's parameter list.
+        values: flat views of the parameters.
+        states: per state name (``"m"``, ``"v"``, ``"b"``...), one flat state array per parameter.
+        chunk_slot, chunk_start: the chunk table (device arrays).
+        dim: the launch grid ``(chunks, lanes)`` (no chunks: every parameter is empty).
+        step: one-element int32 device array, the number of steps taken.
+        slot_type: the struct type of a table row.
+    """
+
+    indices: tuple
+    values: tuple
+    states: dict
+    chunk_slot: array
+    chunk_start: array
+    dim: tuple
+    step: array
+    slot_type: object
+    device: object
+
+    def table(self, grads: tuple) -> array:
+        """The device table of rows ``(value, grad, *states, n)`` for the given flat gradients."""
+        st = self.slot_type._tg_struct
+        rows = []
+        for k, (v, g) in enumerate(zip(self.values, grads)):
+            row = {"p": v, "g": g, "n": v.size}
+            for name, arrs in self.states.items():
+                row[name] = arrs[k]
+            rows.append(bytes(st.to_ctype(row)))
+        host = np.frombuffer(b"".join(rows), dtype=st.np_dtype)
+        tab = zeros(len(rows), dtype=self.slot_type, device="cpu")
+        tab.numpy()[:] = host
+        return tab if self.device.is_cpu else tab.to(self.device)
+
+    def tick(self) -> None:
+        """Advance the device-side step count by one (one single-thread launch)."""
+        launch(_tick, dim=1, inputs=[self.step], device=self.device, record_tape=False)
+
+
+def build_groups(params, state_names, slot_type_for) -> list:
+    """Split ``params`` into ``ParamGroup``s by (scalar type, device) and allocate zero state.
+
+    Args:
+        params: tapegrad arrays of a floating-point dtype.
+        state_names: names of the per-element state arrays the optimizer keeps.
+        slot_type_for: ``(param scalar, state scalar) -> struct class`` of a table row.
+
+    Raises:
+        TypeError: a parameter is not a tapegrad array or not floating point.
+        ValueError: a parameter is not contiguous.
+    """
+    by_key: dict = {}
+    for i, p in enumerate(params):
+        if not isinstance(p, array):
+            raise TypeError(f"params[{i}]: expected a tapegrad array, got {type(p).__name__}")
+        if p.device is None or not p.dtype.scalar.is_float:
+            raise TypeError(f"params[{i}]: expected a floating-point array with memory, got {p.dtype!r}")
+        by_key.setdefault((p.dtype.scalar, p.device), []).append(i)
+    groups = []
+    for (scalar, device), idx in by_key.items():
+        values = tuple(flat_view(params[i], f"params[{i}]") for i in idx)
+        sdt = state_dtype(scalar)
+        states = {name: tuple(zeros(v.size, dtype=sdt, device=device) for v in values) for name in state_names}
+        cslot, cstart = [], []
+        for k, v in enumerate(values):
+            for start in range(0, v.size, CHUNK):
+                cslot.append(k)
+                cstart.append(start)
+        groups.append(ParamGroup(
+            indices=tuple(idx), values=values, states=states,
+            chunk_slot=array(np.asarray(cslot, np.int32), dtype=types.int32, device=device),
+            chunk_start=array(np.asarray(cstart, np.int64), dtype=types.int64, device=device),
+            dim=(len(cslot), 1 if device.is_cpu else CUDA_LANES), step=zeros(1, dtype=types.int32, device=device),
+            slot_type=slot_type_for(scalar, sdt), device=device))
+    return groups

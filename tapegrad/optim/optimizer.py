@@ -1,0 +1,120 @@
+"""What every fused optimizer shares: parameters, gradients, groups, the step protocol.
+
+A concrete optimizer (``Adam``, ``SGD``) names its per-element state arrays and supplies one
+kernel per (parameter, state) element type; ``Optimizer.step`` launches it once per
+parameter group.
+"""
+from ..array import array
+from ..launch import launch
+from .multi_tensor import build_groups, flat_view
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer:
+    """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
+
+    Subclasses define ``state_names``, ``slot_type(param scalar, state scalar)``,
+    ``step_kernel(param scalar, state scalar)`` and ``hyperparameters()`` (the kernel's
+    scalar arguments after the tables, as a list).
+    """
+
+    state_names: tuple = ()
+
+    def __init__(self, params=None):
+        self.params = None
+        self.groups = []
+        self._tables: dict = {}
+        if params is not None:
+            self.set_params(params)
+
+    def set_params(self, params) -> None:
+        """Use ``params`` (a list of tapegrad arrays) from now on; state starts at zero.
+
+        Raises:
+            TypeError: not a list of floating-point tapegrad arrays.
+            ValueError: a parameter is not contiguous.
+        """
+        if isinstance(params, array):
+            raise TypeError(f"{type(self).__name__}(params=...): expected a list of arrays, got one array "
+                            "(wrap it in a list)")
+        params = list(params)
+        self.groups = build_groups(params, self.state_names, self.slot_type)
+        self.params = params
+        self._tables = {}
+
+    def reset_internal_state(self) -> None:
+        """Zero the optimizer state and the step count (the parameters are left as they are)."""
+        for g in self.groups:
+            for arrs in g.states.values():
+                for a in arrs:
+                    a.zero_()
+            g.step.zero_()
+
+    def _grads(self, grad):
+        name = type(self).__name__
+        if self.params is None:
+            raise RuntimeError(f"{name}.step: no parameters (pass params= or call set_params first)")
+        if grad is None:
+            grad = [p.grad for p in self.params]
+            missing = [i for i, g in enumerate(grad) if g is None]
+            if missing:
+                raise ValueError(f"{name}.step: params[{missing[0]}] has no gradient (create it with "
+                                 "requires_grad=True, or pass grad=[...])")
+        else:
+            grad = list(grad)
+            if len(grad) != len(self.params):
+                raise ValueError(f"{name}.step(grad): expected {len(self.params)} gradient arrays, got {len(grad)}")
+        for i, (p, g) in enumerate(zip(self.params, grad)):
+            if not isinstance(g, array):
+                raise TypeError(f"{name}.step: the gradient of params[{i}] must be a tapegrad array, "
+                                f"got {type(g).__name__}")
+            if (g.dtype, g.shape, g.device) != (p.dtype, p.shape, p.device):
+                raise ValueError(f"{name}.step: the gradient of params[{i}] must match the parameter's dtype, shape "
+                                 f"and device {(p.dtype, p.shape, str(p.device))}, got "
+                                 f"{(g.dtype, g.shape, str(g.device))}")
+        return grad
+
+    def _table(self, gi, group, grads):
+        flat = tuple(flat_view(grads[i], f"{type(self).__name__}.step: the gradient of params[{i}]")
+                     for i in group.indices)
+        # a row is (pointers, lengths); lengths and dtypes are checked above, so equal pointers
+        # mean a byte-identical table even if a gradient buffer was freed and reallocated
+        key = tuple(g.ptr for g in flat)
+        hit = self._tables.get(gi)
+        if hit is None or hit[0] != key:
+            hit = self._tables[gi] = (key, group.table(flat), flat)
+        return hit[1]
+
+    def step(self, grad=None) -> None:
+        """One optimizer step: one launch per parameter group, plus one to advance its step count.
+
+        Args:
+            grad: gradient arrays matching ``params`` (Warp's signature); default: each
+                parameter's ``.grad`` (what ``tape.backward`` wrote).
+
+        Raises:
+            RuntimeError: no parameters set.
+            ValueError: a missing gradient, or one whose dtype/shape/device differ from its parameter's.
+            TypeError: a gradient that is not a tapegrad array.
+        """
+        grads = self._grads(grad)
+        hyper = self.hyperparameters()
+        for gi, group in enumerate(self.groups):
+            if not group.dim[0]:
+                continue
+            table = self._table(gi, group, grads)
+            group.tick()
+            k = self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
+            launch(k, dim=group.dim, inputs=[table, group.chunk_slot, group.chunk_start, group.step, group.dim[1], *hyper],
+                   device=group.device, record_tape=False)
+
+    # subclasses -------------------------------------------------------------------------
+    def slot_type(self, scalar, state):
+        raise NotImplementedError
+
+    def step_kernel(self, scalar, state):
+        raise NotImplementedError
+
+    def hyperparameters(self) -> list:
+        raise NotImplementedError

@@ -1,0 +1,88 @@
+"""SGD with momentum as one fused launch per parameter group (Warp's ``warp.optim.SGD``)."""
+import functools
+
+from .. import types
+from ..array import array
+from ..lang import kernel, min, tid
+from ..types import struct
+from .multi_tensor import CHUNK
+from .optimizer import Optimizer
+
+__all__ = ["SGD"]
+
+
+@functools.lru_cache(maxsize=None)
+def _slot(scalar, state):
+    cls = type(f"SGDSlot_{scalar.name}", (), {"__annotations__": {
+        "p": array(dtype=scalar), "g": array(dtype=scalar), "b": array(dtype=state), "n": types.int64}})
+    return struct(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(scalar, state):
+    Slot, S, P = _slot(scalar, state), state, scalar
+
+    def sgd_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
+                 chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
+                 lr: state, momentum: state, dampening: state, weight_decay: state, nesterov: types.int32):
+        c, lane = tid()
+        s = slots[chunk_slot[c]]            # one table row read per lane, not per element
+        j = chunk_start[c] + types.int64(lane)
+        end = min(chunk_start[c] + types.int64(CHUNK), s.n)
+        first = step[0] == 1
+        while j < end:
+            p = S(s.p[j])
+            g = S(s.g[j]) + weight_decay * p
+            if momentum != 0.0:
+                b = g
+                if not first:
+                    b = momentum * s.b[j] + (1.0 - dampening) * g
+                s.b[j] = b
+                if nesterov != 0:
+                    g = g + momentum * b
+                else:
+                    g = b
+            s.p[j] = P(p - lr * g)
+            j += lanes
+
+    return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, fused (``torch.optim.SGD``'s update).
+
+    ``g += weight_decay * p``; with momentum, ``b = g`` on the first step, then
+    ``b = momentum * b + (1 - dampening) * g``, and ``g = g + momentum * b`` (Nesterov) or
+    ``g = b``; finally ``p -= lr * g``. The step count lives on the device (CUDA-graph safe).
+
+    Args:
+        params: tapegrad arrays (contiguous, floating point) to optimize.
+        lr: learning rate.
+        momentum, dampening, weight_decay: as in ``torch.optim.SGD``.
+        nesterov: Nesterov momentum (needs ``momentum > 0`` and ``dampening == 0``).
+    Raises:
+        ValueError: a negative hyperparameter, or ``nesterov`` without momentum / with dampening.
+    """
+
+    state_names = ("b",)
+
+    def __init__(self, params=None, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        for name, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
+                            ("weight_decay", weight_decay)):
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"SGD({name}=...): expected a number >= 0, got {value!r}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError(f"SGD(nesterov=True): needs momentum > 0 and dampening == 0, got momentum={momentum}, "
+                             f"dampening={dampening}")
+        self.lr, self.momentum, self.dampening = float(lr), float(momentum), float(dampening)
+        self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
+        super().__init__(params)
+
+    def slot_type(self, scalar, state):
+        return _slot(scalar, state)
+
+    def step_kernel(self, scalar, state):
+        return _kernel(scalar.scalar, state.scalar)
+
+    def hyperparameters(self):
+        return [self.lr, self.momentum, self.dampening, self.weight_decay, int(self.nesterov)]

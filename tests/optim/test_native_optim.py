@@ -1,0 +1,142 @@
+"""tg.optim.Adam / SGD: fused steps checked against torch.optim on the same numbers."""
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.optim import SGD, Adam
+from tapegrad.optim.multi_tensor import CHUNK
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+SHAPES = [(3,), (2 * CHUNK + 5,), (7, 3), (0,)]
+
+
+def _params(rng, dtype=np.float32, shapes=SHAPES, device="cpu"):
+    tg_dtype = tg.dtype_from_numpy(dtype)
+    return [tg.array(rng.normal(size=s).astype(dtype), dtype=tg_dtype, requires_grad=True, device=device)
+            for s in shapes]
+
+
+def _run_pair(make_tg, make_torch, dtype=np.float32, steps=6, device="cpu", tol=1e-6):
+    rng = np.random.default_rng(0)
+    ps = _params(rng, dtype, device=device)
+    tps = [torch.tensor(p.numpy().copy(), dtype=torch.float64, requires_grad=True) for p in ps]
+    opt, topt = make_tg(ps), make_torch(tps)
+    for _ in range(steps):
+        for p, t in zip(ps, tps):
+            g = rng.normal(size=p.shape).astype(dtype)
+            p.grad.assign(g)
+            t.grad = torch.tensor(g, dtype=torch.float64)
+        opt.step()
+        topt.step()
+    for i, (p, t) in enumerate(zip(ps, tps)):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=tol, atol=tol, err_msg=f"params[{i}]")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_matches_torch(dtype):
+    _run_pair(lambda ps: Adam(ps, lr=0.01, betas=(0.8, 0.99), eps=1e-6),
+              lambda ts: torch.optim.Adam(ts, lr=0.01, betas=(0.8, 0.99), eps=1e-6),
+              dtype=dtype, tol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.3),
+                                dict(momentum=0.9, nesterov=True, weight_decay=0.01), dict(weight_decay=0.1)])
+def test_sgd_matches_torch(kw):
+    _run_pair(lambda ps: SGD(ps, lr=0.05, **kw), lambda ts: torch.optim.SGD(ts, lr=0.05, **kw),
+              dtype=np.float64, tol=1e-12)
+
+
+def test_float16_params_keep_float32_state():
+    rng = np.random.default_rng(1)
+    p = tg.array(rng.normal(size=100).astype(np.float16), dtype=tg.float16, requires_grad=True)
+    ref = p.numpy().astype(np.float64)
+    opt = Adam([p], lr=0.01)
+    assert opt.groups[0].states["m"][0].dtype is tg.float32
+    g = rng.normal(size=100).astype(np.float16)
+    p.grad.assign(g)
+    opt.step()
+    gd = g.astype(np.float64)
+    m, v = 0.1 * gd, 0.001 * gd * gd
+    expect = ref - 0.01 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8)
+    np.testing.assert_allclose(p.numpy().astype(np.float64), expect, atol=2e-3)
+
+
+def test_one_launch_per_group(monkeypatch):
+    """Parameters of one dtype and device share a launch; a second dtype is a second group."""
+    import tapegrad.optim.optimizer as optimizer_module
+    calls = []
+    real = optimizer_module.launch
+    monkeypatch.setattr(optimizer_module, "launch", lambda k, **kw: (calls.append(k), real(k, **kw)))
+    rng = np.random.default_rng(2)
+    ps = _params(rng, np.float32, shapes=[(10,), (20,), (30,)]) + _params(rng, np.float64, shapes=[(4,)])
+    opt = Adam(ps)
+    assert len(opt.groups) == 2
+    opt.step()
+    assert len(calls) == 2
+
+
+def test_vector_params_and_explicit_grads():
+    """Vector dtypes update component-wise; step(grad) takes Warp's explicit gradient list."""
+    x = tg.array(np.ones((4, 3), np.float32), dtype=tg.vec3)
+    g = tg.array(np.full((4, 3), 2.0, np.float32), dtype=tg.vec3)
+    SGD([x], lr=0.25).step([g])
+    np.testing.assert_allclose(x.numpy(), 0.5)
+
+
+def test_reset_internal_state_restarts_bias_correction():
+    p = tg.array(np.zeros(5, np.float32), requires_grad=True)
+    opt = Adam([p], lr=0.1)
+    p.grad.fill_(1.0)
+    opt.step()
+    first = p.numpy().copy()
+    opt.step()
+    p.assign(np.zeros(5, np.float32))
+    opt.reset_internal_state()
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), first)
+
+
+def test_minimises_a_tape_loss():
+    @tg.kernel
+    def sq(x: tg.array[float], out: tg.array[float]):
+        i = tg.tid()
+        tg.atomic_add(out, 0, (x[i] - 3.0) * (x[i] - 3.0))
+
+    x = tg.zeros(16, dtype=tg.float32, requires_grad=True)
+    out = tg.zeros(1, dtype=tg.float32, requires_grad=True)
+    opt = Adam([x], lr=0.1)
+    for _ in range(300):
+        out.zero_()
+        tape = tg.Tape()
+        with tape:
+            tg.launch(sq, dim=16, inputs=[x], outputs=[out])
+        tape.backward(loss=out)
+        opt.step()
+        tape.zero()
+    np.testing.assert_allclose(x.numpy(), 3.0, atol=1e-2)
+
+
+def test_errors_name_the_parameter():
+    p = tg.array(np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match=r"params\[0\] has no gradient"):
+        Adam([p]).step()
+    with pytest.raises(ValueError, match=r"gradient of params\[0\] must match"):
+        Adam([p]).step([tg.zeros(4)])
+    with pytest.raises(ValueError, match="expected 1 gradient arrays, got 2"):
+        Adam([p]).step([tg.zeros(5), tg.zeros(5)])
+    with pytest.raises(TypeError, match=r"params\[1\]: expected a floating-point array"):
+        Adam([p, tg.zeros(3, dtype=tg.int32)])
+    with pytest.raises(TypeError, match=r"params\[0\]: expected a tapegrad array, got ndarray"):
+        Adam([np.zeros(3)])
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        Adam(p)
+    with pytest.raises(ValueError, match=r"params\[0\]: expected a contiguous array"):
+        Adam([tg.zeros((4, 4)).transpose()])
+    with pytest.raises(ValueError, match=r"betas\[1\]"):
+        Adam([p], betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="nesterov"):
+        SGD([p], nesterov=True)
+    with pytest.raises(RuntimeError, match="no parameters"):
+        Adam().step()
