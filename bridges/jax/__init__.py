@@ -1,0 +1,20 @@
+"""JAX bridge: zero-copy conversions, kernels as XLA FFI primitives, callables, graph modes.
+
+- ``convert``: ``from_jax``/``to_jax`` (DLPack, CPU and CUDA), device and dtype maps.
+- ``kernel``: ``jax_kernel`` (a kernel as a JAX primitive; vmap, ``enable_backward``).
+- ``callable``: ``jax_callable`` (a Python function launching kernels; graph modes).
+- ``ffi``/``plan``/``entry``: the C handler library, the per-call plans it reads, and the
+  compiled entry points they point at.
+
+Imported lazily by ``tapegrad`` (``tg.from_jax``, ``tg.jax_kernel``...): ``import tapegrad``
+never imports JAX.
+"""
+from .convert import (device_from_jax, device_to_jax, dtype_from_jax, dtype_to_jax, from_jax,  # noqa: F401
+                      to_jax)
+from .entry import ModulePreloadMode  # noqa: F401
+from .kernel import JaxKernel, jax_kernel  # noqa: F401
+
+JaxModulePreloadMode = ModulePreloadMode
+
+__all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
+           "jax_kernel", "JaxKernel", "ModulePreloadMode", "JaxModulePreloadMode"]

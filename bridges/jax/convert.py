@@ -1,0 +1,209 @@
+"""JAX arrays <-> tapegrad arrays without copies, device and dtype maps.
+
+Both directions go through DLPack, CPU included (tapegrad's host memory is 64-byte aligned,
+so XLA aliases it instead of copying). On the CPU the capsule is exchanged directly with
+jaxlib's DLPack entry points when this jaxlib has them (``jax.dlpack.from_dlpack`` spends
+most of its time in Python argument handling); otherwise, and on CUDA (where the stream
+handshake matters), the public protocol path runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from tapegrad import types as T
+from tapegrad.array import array
+from tapegrad.device import Device, get_device
+from tapegrad.dlpack import from_dlpack as _tg_from_dlpack
+from tapegrad.launch import register_launch_adapter
+
+from .._base import Bridge, DtypeMap, FrameworkAdapter
+
+__all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax", "DTYPES",
+           "jax_scalar"]
+
+
+def _normalize(x):
+    try:
+        return np.dtype(x)
+    except TypeError:
+        return None
+
+
+DTYPES = DtypeMap("jax", jnp, normalize=_normalize)   # from the scalar table's jax_name column
+
+
+def dtype_to_jax(dtype):
+    """The JAX dtype of a tapegrad dtype (vector/matrix types: their component type).
+
+    Raises:
+        TypeError: not a tapegrad dtype, a struct, or a type JAX lacks.
+    """
+    return DTYPES.to_framework(dtype)
+
+
+def dtype_from_jax(jax_dtype) -> T.ScalarType:
+    """The tapegrad scalar type of a JAX dtype (``jnp.float32``, ``np.dtype``, ``"float32"``...).
+
+    Raises:
+        TypeError: the dtype has no tapegrad equivalent (complex, fp8...).
+    """
+    return DTYPES.from_framework(jax_dtype)
+
+
+def jax_scalar(jax_dtype):
+    """``dtype_from_jax`` that returns None instead of raising (for argument checks)."""
+    return DTYPES.lookup(jax_dtype)
+
+
+# --------------------------------------------------------------------------------- devices
+
+def device_from_jax(jax_device) -> Device:
+    """The tapegrad device of a JAX device (``x.device``, ``jax.devices()[i]``).
+
+    Raises:
+        TypeError: not a JAX device.
+        RuntimeError: a platform tapegrad does not support (TPU...), or a GPU tapegrad
+            cannot see.
+    """
+    platform = getattr(jax_device, "platform", None)
+    if platform is None:
+        raise TypeError(f"device_from_jax: expected a jax Device, got {type(jax_device).__name__}")
+    if platform == "cpu":
+        return get_device("cpu")
+    if platform in ("gpu", "cuda"):
+        ordinal = getattr(jax_device, "local_hardware_id", None)
+        return get_device(f"cuda:{jax_device.id if ordinal is None else ordinal}")
+    raise RuntimeError(f"device_from_jax: unsupported JAX platform {platform!r} (tapegrad supports cpu and cuda)")
+
+
+def device_to_jax(device=None):
+    """The JAX device of a tapegrad device (None: tapegrad's current device).
+
+    Raises:
+        RuntimeError: JAX has no such device (no CUDA-enabled jaxlib, or fewer GPUs).
+    """
+    d = get_device(device)
+    try:
+        if d.is_cuda:
+            gpus = [g for g in jax.devices("gpu") if getattr(g, "local_hardware_id", g.id) == d.ordinal]
+            if gpus:
+                return gpus[0]
+        else:
+            return jax.devices("cpu")[0]
+    except RuntimeError:
+        pass
+    raise RuntimeError(f"device_to_jax: JAX has no device corresponding to tapegrad device {d} "
+                       f"(JAX devices: {jax.devices()})")
+
+
+# -------------------------------------------------------------------------- conversions
+
+try:  # jaxlib's own DLPack entry points (CPU fast path); any change here falls back to jax.dlpack
+    from jax._src.lib import _jax as _xla_ext
+    from jax._src.lib import jaxlib_extension_version as _EXT_VERSION
+    _TO_CAPSULE = _xla_ext.buffer_to_dlpack_managed_tensor
+    _FROM_CAPSULE = _xla_ext.dlpack_managed_tensor_to_buffer
+except (ImportError, AttributeError):
+    _TO_CAPSULE = _FROM_CAPSULE = None
+    _EXT_VERSION = 0
+
+_ArrayImpl = type(jnp.zeros(1))
+_CPU = get_device("cpu")
+_jax_cpu = None
+
+
+def from_jax(x, dtype=None) -> array:
+    """A tapegrad array sharing ``x``'s memory (through DLPack; no copy).
+
+    Args:
+        x: a single-device ``jax.Array``.
+        dtype: view the elements as this tapegrad dtype (a vector/matrix type consumes the
+            trailing component dims: ``(n, 3)`` float32 -> ``(n,)`` vec3).
+
+    Returns:
+        An array that keeps ``x``'s buffer alive. JAX treats arrays as immutable: write to it
+        only when nothing in JAX reads ``x`` afterwards (or ``tg.clone`` it first).
+
+    Raises:
+        TypeError: not a JAX array; dtype mismatch. BufferError: a sharded array.
+    """
+    if type(x) is _ArrayImpl and _TO_CAPSULE is not None:
+        try:
+            devs = x.sharding.device_set
+            if len(devs) == 1 and next(iter(devs)).platform == "cpu":
+                return _tg_from_dlpack(_TO_CAPSULE(x, stream=None), dtype=dtype)
+        except (AttributeError, TypeError):
+            pass
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"from_jax: expected a jax.Array, got {type(x).__name__}")
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError("from_jax: got a traced value (inside jax.jit/grad/vmap): a tracer has no memory; use "
+                        "tg.jax_kernel or tg.jax_callable to run kernels inside JAX transformations")
+    return _tg_from_dlpack(x, dtype=dtype)
+
+
+def to_jax(a):
+    """A ``jax.Array`` sharing tapegrad array ``a``'s memory (through DLPack; no copy).
+
+    Vector/matrix elements appear as trailing dims (``(n,)`` vec3 -> ``(n, 3)``). The JAX
+    array keeps ``a``'s memory alive.
+
+    Raises:
+        TypeError: not a tapegrad array; a struct array.
+    """
+    global _jax_cpu
+    if not isinstance(a, array):
+        raise TypeError(f"to_jax: expected a tapegrad array, got {type(a).__name__}")
+    if isinstance(a.dtype, T.StructType):
+        raise TypeError(f"to_jax: struct arrays ({a.dtype.name}) have no JAX equivalent")
+    if a.device is _CPU and _FROM_CAPSULE is not None and (a.dtype.scalar.bits < 64 or jax.config.jax_enable_x64):
+        if _jax_cpu is None:
+            _jax_cpu = jax.devices("cpu")[0]
+        cap = a.__dlpack__()
+        if _EXT_VERSION >= 467:
+            return _FROM_CAPSULE(cap, _jax_cpu, None, None, 1)
+        return _FROM_CAPSULE(cap, _jax_cpu, None, None)
+    return jax.dlpack.from_dlpack(a)
+
+
+# ------------------------------------------------------------------ launch(): JAX arrays directly
+
+class _JaxAdapter(FrameworkAdapter):
+    """What ``launch`` needs to take a concrete JAX array as a kernel argument (no gradient)."""
+
+    name = "jax"
+    tensor_types = (jax.Array,)
+
+    def layout_key(self, t):
+        return (t.dtype, t.shape, t.sharding)
+
+    def describe(self, t, dtype):
+        if isinstance(t, jax.core.Tracer):
+            raise TypeError("launch: got a traced JAX value: use tg.jax_kernel inside jax.jit/grad/vmap")
+        scalar = dtype_from_jax(t.dtype)
+        shape = tuple(t.shape)
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        return scalar, shape, tuple(reversed(strides)), device_from_jax(next(iter(t.devices()))), str(t.dtype)
+
+    @staticmethod
+    def data_ptr(t):
+        return t.unsafe_buffer_pointer()
+
+    def requires_grad(self, t):
+        return False
+
+    def get_grad(self, t):
+        return None
+
+    def wrap(self, a):
+        return to_jax(a)
+
+
+_bridge = Bridge(_JaxAdapter())
+register_launch_adapter(_ArrayImpl, _bridge.launch_adapter)

@@ -1,0 +1,158 @@
+"""Compiled entry points for the FFI handler, and the registry of live plans.
+
+A plan needs the kernel's CPU entry point (``<symbol>_cpu_forward/backward``) or, per CUDA
+device, its ``CUfunction``. They are filled in at trace time for the devices the module
+preload mode names; a plan run on another device asks ``load`` (through a ctypes callback,
+once per plan and device) — the only time an execution reaches Python.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from enum import IntEnum
+
+from tapegrad.device import get_device
+
+from . import plan as P
+
+__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry"]
+
+
+class ModulePreloadMode(IntEnum):
+    """When kernels are compiled and loaded for a ``jax_kernel`` call (Warp's names).
+
+    NONE: on the first execution on each device. CURRENT_DEVICE (default): at trace time,
+    for JAX's default device. ALL_DEVICES: at trace time, for every local JAX device.
+    """
+
+    NONE = 0
+    CURRENT_DEVICE = 1
+    ALL_DEVICES = 2
+
+
+_lock = threading.RLock()
+_plans: dict = {}            # plan address -> Plan (plans live as long as the process)
+_cpu: dict = {}              # (kernel, adjoint) -> address
+_cuda: dict = {}             # (kernel, ordinal, adjoint) -> (CUfunction, blocks cap)
+
+
+def _build():
+    try:
+        from tapegrad import build
+    except ImportError:
+        from tapegrad import compile as build
+    return build
+
+
+def cpu_entry(kernel, adjoint: bool) -> int:
+    """Address of the kernel's CPU entry point (compiled and loaded on first use)."""
+    key = (kernel, adjoint)
+    addr = _cpu.get(key)
+    if addr is None:
+        lib = kernel.module(get_device("cpu")).lib
+        fn = getattr(lib, f"{kernel.symbol}_cpu_{'backward' if adjoint else 'forward'}")
+        addr = _cpu[key] = ctypes.cast(fn, ctypes.c_void_p).value
+    return addr
+
+
+def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
+    """``(CUfunction, block cap)`` of the kernel on CUDA device ``ordinal``.
+
+    The module is built by tapegrad's build module (same source, name and cache as a
+    ``tg.launch``) and loaded once per device for the FFI path. The block cap mirrors
+    ``tg.launch``'s default grid (a few resident waves per SM, then the grid-stride loop).
+    """
+    key = (kernel, ordinal, adjoint)
+    hit = _cuda.get(key)
+    if hit is None:
+        with _lock:
+            hit = _cuda.get(key)
+            if hit is None:
+                import cupy
+                from cupy.cuda import driver
+                build = _build()
+                dev = get_device(f"cuda:{ordinal}")
+                image, _ = build.build_cuda(kernel.source(), kernel.symbol, int(dev.arch), [kernel])
+                handle = build.load_cuda_image(image, ordinal)
+                with cupy.cuda.Device(ordinal):
+                    fwd = driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_forward")
+                    bwd = (driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_backward")
+                           if kernel.enable_backward else None)
+                    sms = int(cupy.cuda.Device(ordinal).attributes.get("MultiProcessorCount", 0))
+                threads_cap = sms * 2048 * 4
+                _cuda[(kernel, ordinal, False)] = (fwd, threads_cap)
+                _cuda[(kernel, ordinal, True)] = (bwd, threads_cap)
+                hit = _cuda[key]
+    fn, threads_cap = hit
+    if fn is None:
+        raise RuntimeError(f"kernel '{kernel.key}' was built with enable_backward=False")
+    return fn, (max(1, threads_cap // block_dim) if threads_cap else 0)
+
+
+def _fill(plan, platform: int, ordinal: int) -> None:
+    spec, c = plan.spec, plan.c
+    if platform == 0:
+        c.cpu_entry = cpu_entry(spec.kernel, spec.adjoint)
+    else:
+        if not 0 <= ordinal < P.MAX_DEVICES:
+            raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({P.MAX_DEVICES})")
+        fn, cap = cuda_entry(spec.kernel, ordinal, spec.adjoint, spec.block_dim)
+        c.cuda_blocks_cap[ordinal] = min(cap, 2 ** 31 - 1)
+        c.cuda_fn[ordinal] = fn
+
+
+def _load(plan_ptr, platform, ordinal, msg, msglen):
+    """The C handler's callback for an entry point missing at execution (first run only)."""
+    try:
+        plan = _plans[ctypes.addressof(plan_ptr.contents)]
+        with plan.lock:
+            _fill(plan, platform, ordinal)
+        return 0
+    except BaseException as e:  # never let an exception cross into XLA
+        text = f"tapegrad jax_kernel: loading the kernel failed: {type(e).__name__}: {e}".encode()[:max(0, msglen - 1)]
+        ctypes.memmove(msg, text + b"\0", len(text) + 1)
+        return 1
+
+
+_LOADER = P.LOADER(_load)
+
+
+def register(spec: P.PlanSpec) -> P.Plan:
+    """The plan for ``spec`` (built once; equal specs share it)."""
+    with _lock:
+        plan = _by_spec.get(spec)
+        if plan is None:
+            plan = P.Plan(spec, _LOADER)
+            _plans[plan.address] = plan
+            _by_spec[spec] = plan
+    return plan
+
+
+_by_spec: dict = {}
+
+
+def preload(plan: P.Plan, mode: ModulePreloadMode) -> None:
+    """Compile/load ``plan``'s kernel at trace time for the devices ``mode`` names.
+
+    Compile errors propagate (a clear Python exception at trace time); devices tapegrad
+    cannot use are skipped (the first execution there reports it).
+    """
+    if mode == ModulePreloadMode.NONE:
+        return
+    import jax
+    if mode == ModulePreloadMode.ALL_DEVICES:
+        devices = jax.local_devices()
+    else:
+        d = jax.config.jax_default_device
+        devices = [d if d is not None and not isinstance(d, str) else jax.local_devices()[0]]
+    for d in devices:
+        platform = 0 if d.platform == "cpu" else (1 if d.platform in ("gpu", "cuda") else None)
+        if platform is None:
+            continue
+        ordinal = getattr(d, "local_hardware_id", None) if platform else 0
+        ordinal = d.id if ordinal is None else ordinal
+        c = plan.c
+        if (platform == 0 and c.cpu_entry) or (platform == 1 and ordinal < P.MAX_DEVICES and c.cuda_fn[ordinal]):
+            continue
+        with plan.lock:
+            _fill(plan, platform, ordinal)

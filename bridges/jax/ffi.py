@@ -1,0 +1,127 @@
+"""The XLA FFI handler library: built once per machine, registered with JAX once per process.
+
+``ffi_handler.cpp`` (shipped beside this module) is compiled by tapegrad's build module
+(``tapegrad.build.build_cpu``: same compiler, flags and on-disk cache as kernels) with the
+running jaxlib's ``xla/ffi/api/c_api.h`` prepended, so the handler reads XLA's call frame
+through the real header and a jaxlib upgrade rebuilds it. Targets (one name each, a handler
+per platform: ``"cpu"`` and ``"CUDA"``):
+
+- ``tapegrad_kernel``: a ``jax_kernel`` call (no Python per execution);
+- ``tapegrad_callable`` / ``tapegrad_callable_graphable``: a ``jax_callable`` call (the second
+  advertises command-buffer compatibility: graph mode JAX).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+__all__ = ["handler_library", "KERNEL_TARGET", "CALLABLE_TARGET", "CALLABLE_GRAPHABLE_TARGET", "ensure_registered",
+           "set_callable_target"]
+
+KERNEL_TARGET = "tapegrad_kernel"
+CALLABLE_TARGET = "tapegrad_callable"
+CALLABLE_GRAPHABLE_TARGET = "tapegrad_callable_graphable"
+
+_lock = threading.Lock()
+_lib = None
+_registered = False
+_callable_cb = None      # the CFUNCTYPE object handed to C: must stay alive
+
+CALLABLE_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+# A private binding of PyCapsule_New: jax.ffi.pycapsule sets argtypes on the shared
+# ctypes.pythonapi object, which other code in the process may rely on.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+
+
+def _build_module():
+    try:
+        from tapegrad import build
+    except ImportError:  # older layout
+        from tapegrad import build
+    return build
+
+
+def handler_library():
+    """The loaded handler library (built on first use, then from the cache).
+
+    Raises:
+        tapegrad.CompileError: the C++ compiler failed; RuntimeError: no XLA FFI header.
+    """
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        import jax
+        import jax.ffi
+        header = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
+        if not os.path.exists(header):
+            raise RuntimeError(f"tapegrad.jax_kernel: this jaxlib ({jax.__version__}) ships no XLA FFI header at "
+                               f"{header}; jaxlib >= 0.5 is needed")
+        with open(header) as f:
+            head = f.read()
+        with open(os.path.join(os.path.dirname(__file__), "ffi_handler.cpp")) as f:
+            body = f.read()
+        source = f"// xla/ffi/api/c_api.h of jaxlib {jax.__version__}\n{head}\n// ffi_handler.cpp\n{body}"
+        build = _build_module()
+        path = build.build_cpu(source, "tapegrad_xla_ffi")
+        load = getattr(build, "load_cpu_library", ctypes.CDLL)
+        lib = load(path)
+        for name in ("tgx_kernel_cpu", "tgx_kernel_cuda", "tgx_callable_cpu", "tgx_callable_cuda",
+                     "tgx_callable_cuda_graphable"):
+            getattr(lib, name).restype = ctypes.c_void_p
+        lib.tgx_abi_version.restype = ctypes.c_int64
+        lib.tgx_set_callable_target.argtypes = [CALLABLE_FN]
+        lib.tgx_set_callable_target.restype = None
+        _lib = lib
+    return _lib
+
+
+def _capsule(fn):
+    return _capsule_new(ctypes.cast(fn, ctypes.c_void_p).value, None, None)
+
+
+def ensure_registered() -> None:
+    """Register tapegrad's FFI targets with JAX for the CPU and (when JAX has it) CUDA."""
+    global _registered
+    if _registered:
+        return
+    lib = handler_library()
+    with _lock:
+        if _registered:
+            return
+        import jax.ffi
+        platforms = [("cpu", "cpu")]
+        try:
+            import jax
+            if any(d.platform == "gpu" for d in jax.devices()):
+                platforms.append(("CUDA", "cuda"))
+        except RuntimeError:
+            pass
+        for xla_platform, suffix in platforms:
+            jax.ffi.register_ffi_target(KERNEL_TARGET, _capsule(getattr(lib, f"tgx_kernel_{suffix}")),
+                                        platform=xla_platform)
+            jax.ffi.register_ffi_target(CALLABLE_TARGET, _capsule(getattr(lib, f"tgx_callable_{suffix}")),
+                                        platform=xla_platform)
+            graphable = "tgx_callable_cuda_graphable" if suffix == "cuda" else "tgx_callable_cpu"
+            jax.ffi.register_ffi_target(CALLABLE_GRAPHABLE_TARGET, _capsule(getattr(lib, graphable)),
+                                        platform=xla_platform)
+        _registered = True
+
+
+def set_callable_target(fn) -> None:
+    """Install the Python function every ``jax_callable`` execution is routed to:
+    ``fn(call_id, record_address, msg_address, msg_len) -> 0 | 1`` (see ffi_handler.cpp)."""
+    global _callable_cb
+    cb = CALLABLE_FN(fn)
+    handler_library().tgx_set_callable_target(cb)
+    _callable_cb = cb
+
+
+def function_address(name: str) -> int:
+    """Address of an exported function of the handler library (for tests and diagnostics)."""
+    return ctypes.cast(getattr(handler_library(), name), ctypes.c_void_p).value

@@ -1,0 +1,546 @@
+// tapegrad's XLA FFI handlers: a tapegrad kernel (and a jax_callable) as an XLA custom call.
+//
+// Built once per machine with tapegrad's own build module (tapegrad.compile.build_cpu) and
+// cached; the real `xla/ffi/api/c_api.h` of the running jaxlib is prepended to this file by
+// bridges/jax/ffi.py (so a jaxlib upgrade rebuilds it).
+//
+// Per call, no Python runs for a kernel: the handler reads the call frame, finds the "plan"
+// attribute (the address of a tgx_plan built at trace time by bridges/jax/plan.py, which holds
+// every static fact of the call: slots, expected dtypes and dims, packed scalar values, the
+// launch grid, the compiled entry point), builds the kernel's array descriptors from XLA's
+// buffers and calls the kernel's CPU entry point, or cuLaunchKernel on XLA's stream.
+//
+// vmap: buffers may carry leading batch dims (XLA's ffi_call batching puts them first). The
+// handler runs the launch once per batch element with offset pointers, so a batched call is
+// exactly the stack of unbatched calls; inputs with fewer or size-1 batch dims broadcast.
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TGX_EXPORT extern "C" __attribute__((visibility("default")))
+#define TGX_MAX_SLOTS 128
+#define TGX_MAX_BATCH 8
+#define TGX_MAX_DEVICES 16
+#define TGX_MAGIC 0x7467786A61786B31LL   // "tgxjaxk1"
+
+// ----------------------------------------------------------- the kernel ABI (tapegrad runtime)
+struct tgx_launch { int64_t shape[4]; int32_t ndim; int32_t pad; int64_t size; };
+struct tgx_array { void* data; void* grad; int64_t shape[4]; int64_t strides[4]; int32_t ndim; uint32_t flags; };
+
+// ------------------------------------------------------ the plan (ctypes twin: bridges/jax/plan.py)
+enum {
+    TGX_IN = 0,          // array read from call-frame argument `arg`
+    TGX_OUT = 1,         // array written to call-frame result `ret` (zeroed first)
+    TGX_INOUT = 2,       // argument `arg` aliased to (or copied into) result `ret`
+    TGX_VALUE = 3,       // a static value packed in plan->values
+    TGX_NULL_ARRAY = 4,  // an array slot with no buffer (no gradient wanted)
+    TGX_NULL_VALUE = 5,  // a scalar adjoint slot: NULL on the CPU, zero bytes (in plan->values) on CUDA
+};
+
+struct tgx_slot {
+    int32_t kind;
+    int32_t arg;
+    int32_t ret;
+    int32_t ndim;         // tapegrad array ndim
+    int32_t rank;         // XLA rank of one unbatched buffer (ndim + vector/matrix inner dims)
+    int32_t dtype;        // expected XLA_FFI_DataType
+    int64_t dims[6];      // expected unbatched XLA dims
+    int64_t elem_size;    // bytes of one tapegrad element (vec3: 12)
+    int64_t value_offset;
+    int64_t value_size;
+    const char* name;
+};
+
+struct tgx_plan;
+typedef int32_t (*tgx_loader)(tgx_plan* plan, int32_t platform, int32_t ordinal, char* msg, int64_t msglen);
+
+struct tgx_plan {
+    int64_t magic;
+    int32_t nslots, nargs, nrets, adjoint;
+    tgx_launch bounds;
+    void* cpu_entry;                       // void (*)(const tgx_launch*, void**)
+    void* cuda_fn[TGX_MAX_DEVICES];        // CUfunction per device ordinal
+    int32_t cuda_blocks_cap[TGX_MAX_DEVICES];
+    int32_t block_dim;
+    int32_t batch_parallel_max;            // CPU: run batch elements in parallel below this launch size
+    tgx_loader loader;                     // loads a missing entry point (Python, first call only)
+    const char* kernel;
+    tgx_slot* slots;
+    unsigned char* values;
+};
+
+typedef void (*tgx_cpu_entry)(const tgx_launch*, void**);
+
+// --------------------------------------------------------------------------------- errors
+static XLA_FFI_Error* tgx_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const char* msg) {
+    XLA_FFI_Error_Create_Args a;
+    memset(&a, 0, sizeof(a));
+    a.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+    a.message = msg;
+    a.errc = code;
+    return api->XLA_FFI_Error_Create(&a);
+}
+
+// Answer XLA's metadata query (first call of a registered handler). Returns 1 when answered.
+static int tgx_metadata(XLA_FFI_CallFrame* frame, XLA_FFI_Handler_Traits traits) {
+    XLA_FFI_Extension_Base* ext = frame->extension_start;
+    for (; ext; ext = ext->next) {
+        if (ext->type == XLA_FFI_Extension_Metadata) {
+            XLA_FFI_Metadata_Extension* m = (XLA_FFI_Metadata_Extension*)ext;
+            m->metadata->api_version.major_version = XLA_FFI_API_MAJOR;
+            m->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
+            m->metadata->traits = traits;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// The int64 scalar attribute named `name`, or -1 when absent.
+static int tgx_attr_i64(XLA_FFI_CallFrame* frame, const char* name, int64_t* out) {
+    size_t n = strlen(name);
+    for (int64_t i = 0; i < frame->attrs.size; ++i) {
+        XLA_FFI_ByteSpan* s = frame->attrs.names[i];
+        if (s->len == n && memcmp(s->ptr, name, n) == 0 && frame->attrs.types[i] == XLA_FFI_AttrType_SCALAR) {
+            XLA_FFI_Scalar* sc = (XLA_FFI_Scalar*)frame->attrs.attrs[i];
+            if (sc->dtype == XLA_FFI_DataType_S64) { *out = *(int64_t*)sc->value; return 0; }
+            if (sc->dtype == XLA_FFI_DataType_U64) { *out = (int64_t)*(uint64_t*)sc->value; return 0; }
+        }
+    }
+    return -1;
+}
+
+static int tgx_dtype_size(int32_t dt) {
+    switch (dt) {
+        case XLA_FFI_DataType_PRED: case XLA_FFI_DataType_S8: case XLA_FFI_DataType_U8: return 1;
+        case XLA_FFI_DataType_S16: case XLA_FFI_DataType_U16: case XLA_FFI_DataType_F16:
+        case XLA_FFI_DataType_BF16: return 2;
+        case XLA_FFI_DataType_S32: case XLA_FFI_DataType_U32: case XLA_FFI_DataType_F32: return 4;
+        case XLA_FFI_DataType_S64: case XLA_FFI_DataType_U64: case XLA_FFI_DataType_F64:
+        case XLA_FFI_DataType_C64: return 8;
+        case XLA_FFI_DataType_C128: return 16;
+        default: return 0;
+    }
+}
+
+static void tgx_dims_text(char* out, size_t n, const int64_t* d, int64_t rank) {
+    size_t k = 0;
+    k += snprintf(out + k, n - k, "(");
+    for (int64_t i = 0; i < rank && k < n; ++i) k += snprintf(out + k, n - k, i ? ", %lld" : "%lld", (long long)d[i]);
+    if (k < n) snprintf(out + k, n - k, rank == 1 ? ",)" : ")");
+}
+
+// -------------------------------------------------------------------------- call geometry
+// Everything one call needs once the buffers are checked: per slot, the buffer pointers and
+// the byte stride of each batch dim (0: broadcast), and the batch shape.
+struct tgx_geom {
+    int64_t brank;
+    int64_t bshape[TGX_MAX_BATCH];
+    int64_t nbatch;
+    void* in_ptr[TGX_MAX_SLOTS];
+    void* out_ptr[TGX_MAX_SLOTS];
+    int64_t in_bstride[TGX_MAX_SLOTS][TGX_MAX_BATCH];
+    int64_t out_bstride[TGX_MAX_SLOTS][TGX_MAX_BATCH];
+    int64_t item_bytes[TGX_MAX_SLOTS];
+};
+
+// Check one buffer against its slot; returns its number of batch dims or -1 (msg filled).
+static int64_t tgx_check_buffer(const tgx_plan* p, const tgx_slot* s, const XLA_FFI_Buffer* b, const char* role,
+                                char* msg, size_t msglen) {
+    int64_t extra = b->rank - s->rank;
+    int ok = b->dtype == s->dtype && extra >= 0 && extra <= TGX_MAX_BATCH;
+    for (int32_t k = 0; ok && k < s->rank; ++k) ok = b->dims[extra + k] == s->dims[k];
+    if (ok) return extra;
+    char want[160], got[160];
+    tgx_dims_text(want, sizeof(want), s->dims, s->rank);
+    tgx_dims_text(got, sizeof(got), b->dims, b->rank);
+    snprintf(msg, msglen, "tapegrad jax_kernel '%s': %s '%s': expected an XLA buffer of dtype %d and shape %s "
+             "(after any leading vmap batch dims), got dtype %d and shape %s", p->kernel, role, s->name, (int)s->dtype,
+             want, (int)b->dtype, got);
+    return -1;
+}
+
+static void tgx_batch_strides(const tgx_geom* g, const XLA_FFI_Buffer* b, int64_t extra, int64_t item, int64_t* st) {
+    // right-align the buffer's batch dims with the call's; missing and size-1 dims broadcast
+    int64_t acc = item;
+    for (int64_t k = g->brank - 1; k >= 0; --k) {
+        int64_t j = k - (g->brank - extra);
+        if (j < 0) { st[k] = 0; continue; }
+        int64_t n = b->dims[j];
+        st[k] = n == 1 ? 0 : acc;
+        acc *= n;
+    }
+}
+
+static int tgx_geometry(const tgx_plan* p, XLA_FFI_CallFrame* f, tgx_geom* g, char* msg, size_t msglen) {
+    if (f->args.size != p->nargs || f->rets.size != p->nrets) {
+        snprintf(msg, msglen, "tapegrad jax_kernel '%s': the call has %lld operands and %lld results, the plan "
+                 "expects %d and %d", p->kernel, (long long)f->args.size, (long long)f->rets.size, p->nargs, p->nrets);
+        return -1;
+    }
+    if (p->nslots > TGX_MAX_SLOTS) {
+        snprintf(msg, msglen, "tapegrad jax_kernel '%s': too many parameters (%d)", p->kernel, p->nslots);
+        return -1;
+    }
+    // the batch shape: results always carry every batch dim
+    g->brank = -1;
+    for (int32_t i = 0; i < p->nslots; ++i) {
+        const tgx_slot* s = &p->slots[i];
+        if (s->kind != TGX_OUT && s->kind != TGX_INOUT) continue;
+        const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->rets.rets[s->ret];
+        int64_t extra = tgx_check_buffer(p, s, b, "output", msg, msglen);
+        if (extra < 0) return -1;
+        if (g->brank < 0) {
+            g->brank = extra;
+            for (int64_t k = 0; k < extra; ++k) g->bshape[k] = b->dims[k];
+        } else if (extra != g->brank || memcmp(g->bshape, b->dims, extra * sizeof(int64_t)) != 0) {
+            snprintf(msg, msglen, "tapegrad jax_kernel '%s': output '%s' has other batch dims than the first output",
+                     p->kernel, s->name);
+            return -1;
+        }
+    }
+    if (g->brank < 0) g->brank = 0;
+    g->nbatch = 1;
+    for (int64_t k = 0; k < g->brank; ++k) g->nbatch *= g->bshape[k];
+    for (int32_t i = 0; i < p->nslots; ++i) {
+        const tgx_slot* s = &p->slots[i];
+        g->in_ptr[i] = g->out_ptr[i] = 0;
+        if (s->kind > TGX_INOUT) continue;
+        int64_t item = s->elem_size;
+        for (int32_t k = 0; k < s->ndim; ++k) item *= s->dims[k];
+        g->item_bytes[i] = item;
+        if (s->kind == TGX_IN || s->kind == TGX_INOUT) {
+            const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->args.args[s->arg];
+            int64_t extra = tgx_check_buffer(p, s, b, "argument", msg, msglen);
+            if (extra < 0) return -1;
+            if (extra > g->brank) {
+                snprintf(msg, msglen, "tapegrad jax_kernel '%s': argument '%s' has %lld batch dims, the outputs %lld",
+                         p->kernel, s->name, (long long)extra, (long long)g->brank);
+                return -1;
+            }
+            for (int64_t j = 0; j < extra; ++j) {
+                int64_t n = b->dims[j], want = g->bshape[g->brank - extra + j];
+                if (n != 1 && n != want) {
+                    snprintf(msg, msglen, "tapegrad jax_kernel '%s': argument '%s': batch dim %lld has size %lld, the "
+                             "outputs' has %lld", p->kernel, s->name, (long long)j, (long long)n, (long long)want);
+                    return -1;
+                }
+            }
+            g->in_ptr[i] = b->data;
+            tgx_batch_strides(g, b, extra, item, g->in_bstride[i]);
+        }
+        if (s->kind == TGX_OUT || s->kind == TGX_INOUT) {
+            const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->rets.rets[s->ret];
+            g->out_ptr[i] = b->data;
+            tgx_batch_strides(g, b, g->brank, item, g->out_bstride[i]);
+        }
+    }
+    return 0;
+}
+
+// one per thread: a handler call is never re-entered on its own thread
+static thread_local tgx_geom tgx_tls_geom;
+
+static inline int64_t tgx_offset(const tgx_geom* g, const int64_t* st, int64_t b) {
+    int64_t off = 0;
+    for (int64_t k = g->brank - 1; k >= 0; --k) {
+        int64_t n = g->bshape[k];
+        off += (b % n) * st[k];
+        b /= n;
+    }
+    return off;
+}
+
+// The kernel-ABI values of batch element `b`: descriptors into `arrs`, argument pointers into `argv`.
+static void tgx_fill(const tgx_plan* p, const tgx_geom* g, int64_t b, tgx_array* arrs, void** argv, int cuda) {
+    for (int32_t i = 0; i < p->nslots; ++i) {
+        const tgx_slot* s = &p->slots[i];
+        switch (s->kind) {
+            case TGX_VALUE: argv[i] = p->values + s->value_offset; continue;
+            case TGX_NULL_VALUE: argv[i] = cuda ? p->values + s->value_offset : 0; continue;
+            default: break;
+        }
+        tgx_array* a = &arrs[i];
+        memset(a, 0, sizeof(*a));
+        a->ndim = s->ndim;
+        if (s->kind != TGX_NULL_ARRAY) {
+            char* base = (char*)(s->kind == TGX_IN ? g->in_ptr[i] : g->out_ptr[i]);
+            const int64_t* st = s->kind == TGX_IN ? g->in_bstride[i] : g->out_bstride[i];
+            a->data = base + tgx_offset(g, st, b);
+            int64_t stride = s->elem_size;
+            for (int32_t k = s->ndim - 1; k >= 0; --k) {
+                a->shape[k] = s->dims[k];
+                a->strides[k] = stride;
+                stride *= s->dims[k];
+            }
+            if (s->kind == TGX_IN) a->flags = 1;   // XLA's operands are read-only
+        } else {
+            for (int32_t k = 0; k < s->ndim; ++k) a->shape[k] = s->dims[k];
+        }
+        argv[i] = a;
+    }
+}
+
+static const tgx_plan* tgx_get_plan(XLA_FFI_CallFrame* f, char* msg, size_t msglen) {
+    int64_t addr = 0;
+    if (tgx_attr_i64(f, "tapegrad_plan", &addr) != 0 || !addr) {
+        snprintf(msg, msglen, "tapegrad FFI handler: the call carries no 'tapegrad_plan' attribute (not built by "
+                 "tapegrad.jax_kernel?)");
+        return 0;
+    }
+    const tgx_plan* p = (const tgx_plan*)addr;
+    if (p->magic != TGX_MAGIC) {
+        snprintf(msg, msglen, "tapegrad FFI handler: attribute 'tapegrad_plan' does not point at a tapegrad plan");
+        return 0;
+    }
+    return p;
+}
+
+// ---------------------------------------------------------------------------------- CPU
+
+static void tgx_cpu_copy_in(const tgx_plan* p, const tgx_geom* g) {
+    // in-out arrays that XLA did not alias (vmap with expand_dims/legacy_vectorized): copy, broadcasting
+    for (int32_t i = 0; i < p->nslots; ++i) {
+        const tgx_slot* s = &p->slots[i];
+        if (s->kind == TGX_OUT && g->item_bytes[i]) memset(g->out_ptr[i], 0, (size_t)(g->item_bytes[i] * g->nbatch));
+        if (s->kind != TGX_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
+        for (int64_t b = 0; b < g->nbatch; ++b)
+            memcpy((char*)g->out_ptr[i] + tgx_offset(g, g->out_bstride[i], b),
+                   (char*)g->in_ptr[i] + tgx_offset(g, g->in_bstride[i], b), (size_t)g->item_bytes[i]);
+    }
+}
+
+static void tgx_cpu_run(const tgx_plan* p, const tgx_geom* g) {
+    tgx_cpu_entry entry = (tgx_cpu_entry)p->cpu_entry;
+    int parallel = g->nbatch > 1 && p->bounds.size < p->batch_parallel_max;
+    // a small launch per batch element: run the elements in parallel (each launch then runs on
+    // one thread: OpenMP does not nest by default); a large one parallelises inside itself
+    #pragma omp parallel for schedule(dynamic, 1) if (parallel)
+    for (int64_t b = 0; b < g->nbatch; ++b) {
+        tgx_array arrs[TGX_MAX_SLOTS];
+        void* argv[TGX_MAX_SLOTS];
+        tgx_fill(p, g, b, arrs, argv, 0);
+        entry(&p->bounds, argv);
+    }
+}
+
+TGX_EXPORT XLA_FFI_Error* tgx_kernel_cpu(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, 0)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    char msg[1024];
+    const tgx_plan* p = tgx_get_plan(f, msg, sizeof(msg));
+    if (!p) return tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
+    if (!p->cpu_entry) {
+        if (!p->loader || p->loader((tgx_plan*)p, 0, 0, msg, sizeof(msg)) != 0 || !p->cpu_entry) {
+            if (!p->loader) snprintf(msg, sizeof(msg), "tapegrad jax_kernel '%s': not compiled for the CPU", p->kernel);
+            return tgx_error(f->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, msg);
+        }
+    }
+    tgx_geom* g = &tgx_tls_geom;
+    XLA_FFI_Error* err = 0;
+    if (tgx_geometry(p, f, g, msg, sizeof(msg)) != 0) {
+        err = tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
+    } else {
+        tgx_cpu_copy_in(p, g);
+        if (p->bounds.size > 0) tgx_cpu_run(p, g);
+    }
+    return err;
+}
+
+// --------------------------------------------------------------------------------- CUDA
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr_t;
+static struct {
+    CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+    CUresult (*memset8)(CUdeviceptr_t, unsigned char, size_t, void*);
+    CUresult (*memcpy_dd)(CUdeviceptr_t, CUdeviceptr_t, size_t, void*);
+    CUresult (*error_string)(CUresult, const char**);
+    CUresult (*ctx_device)(int*);
+    int ok;
+    char why[256];
+} tgx_cu;
+static pthread_once_t tgx_cu_once = PTHREAD_ONCE_INIT;
+
+static void tgx_cu_init(void) {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) { snprintf(tgx_cu.why, sizeof(tgx_cu.why), "cannot load libcuda.so.1: %s", dlerror()); return; }
+    *(void**)&tgx_cu.launch = dlsym(h, "cuLaunchKernel");
+    *(void**)&tgx_cu.memset8 = dlsym(h, "cuMemsetD8Async");
+    *(void**)&tgx_cu.memcpy_dd = dlsym(h, "cuMemcpyDtoDAsync_v2");
+    *(void**)&tgx_cu.error_string = dlsym(h, "cuGetErrorString");
+    *(void**)&tgx_cu.ctx_device = dlsym(h, "cuCtxGetDevice");
+    tgx_cu.ok = tgx_cu.launch && tgx_cu.memset8 && tgx_cu.memcpy_dd;
+    if (!tgx_cu.ok) snprintf(tgx_cu.why, sizeof(tgx_cu.why), "libcuda.so.1 lacks cuLaunchKernel/cuMemsetD8Async");
+}
+
+static const char* tgx_cu_text(CUresult r) {
+    const char* s = 0;
+    if (tgx_cu.error_string) tgx_cu.error_string(r, &s);
+    return s ? s : "unknown CUDA error";
+}
+
+static int tgx_stream_ordinal(XLA_FFI_CallFrame* f, void** stream, int32_t* ordinal) {
+    XLA_FFI_Stream_Get_Args sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
+    sa.ctx = f->ctx;
+    XLA_FFI_Error* e = f->api->XLA_FFI_Stream_Get(&sa);
+    if (e) {
+        XLA_FFI_Error_Destroy_Args d = {XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, 0, e};
+        f->api->XLA_FFI_Error_Destroy(&d);
+        return -1;
+    }
+    *stream = sa.stream;
+    *ordinal = -1;
+    if (f->api->struct_size >= offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get) + sizeof(void*) &&
+        f->api->XLA_FFI_DeviceOrdinal_Get) {
+        XLA_FFI_DeviceOrdinal_Get_Args oa;
+        memset(&oa, 0, sizeof(oa));
+        oa.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+        oa.ctx = f->ctx;
+        e = f->api->XLA_FFI_DeviceOrdinal_Get(&oa);
+        if (!e) *ordinal = oa.device_ordinal;
+        else {
+            XLA_FFI_Error_Destroy_Args d = {XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, 0, e};
+            f->api->XLA_FFI_Error_Destroy(&d);
+        }
+    }
+    if (*ordinal < 0 && tgx_cu.ctx_device) {
+        int dev = 0;
+        if (tgx_cu.ctx_device(&dev) == 0) *ordinal = dev;
+    }
+    return *ordinal < 0 ? -1 : 0;
+}
+
+TGX_EXPORT XLA_FFI_Error* tgx_kernel_cuda(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    char msg[1024];
+    const tgx_plan* p = tgx_get_plan(f, msg, sizeof(msg));
+    if (!p) return tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
+    pthread_once(&tgx_cu_once, tgx_cu_init);
+    if (!tgx_cu.ok) return tgx_error(f->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, tgx_cu.why);
+    void* stream = 0;
+    int32_t ordinal = 0;
+    if (tgx_stream_ordinal(f, &stream, &ordinal) != 0 || ordinal >= TGX_MAX_DEVICES) {
+        snprintf(msg, sizeof(msg), "tapegrad jax_kernel '%s': cannot get XLA's CUDA stream and device", p->kernel);
+        return tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, msg);
+    }
+    if (!p->cuda_fn[ordinal]) {
+        if (!p->loader || p->loader((tgx_plan*)p, 1, ordinal, msg, sizeof(msg)) != 0 || !p->cuda_fn[ordinal]) {
+            if (!p->loader) snprintf(msg, sizeof(msg), "tapegrad jax_kernel '%s': not loaded on cuda:%d", p->kernel, ordinal);
+            return tgx_error(f->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, msg);
+        }
+    }
+    tgx_geom* g = &tgx_tls_geom;
+    XLA_FFI_Error* err = 0;
+    CUresult r = 0;
+    if (tgx_geometry(p, f, g, msg, sizeof(msg)) != 0) {
+        err = tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
+            return err;
+    }
+    for (int32_t i = 0; i < p->nslots && !r; ++i) {
+        const tgx_slot* s = &p->slots[i];
+        if (s->kind == TGX_OUT && g->item_bytes[i])
+            r = tgx_cu.memset8((CUdeviceptr_t)g->out_ptr[i], 0, (size_t)(g->item_bytes[i] * g->nbatch), stream);
+        if (s->kind != TGX_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
+        for (int64_t b = 0; b < g->nbatch && !r; ++b)
+            r = tgx_cu.memcpy_dd((CUdeviceptr_t)((char*)g->out_ptr[i] + tgx_offset(g, g->out_bstride[i], b)),
+                                 (CUdeviceptr_t)((char*)g->in_ptr[i] + tgx_offset(g, g->in_bstride[i], b)),
+                                 (size_t)g->item_bytes[i], stream);
+    }
+    if (!r && p->bounds.size > 0) {
+        int64_t bd = p->block_dim > 0 ? p->block_dim : 256;
+        int64_t blocks = (p->bounds.size + bd - 1) / bd;
+        int64_t cap = p->cuda_blocks_cap[ordinal];
+        if (cap > 0 && blocks > cap) blocks = cap;
+        if (blocks > 0x7fffffff) blocks = 0x7fffffff;
+        tgx_launch bounds = p->bounds;
+        tgx_array arrs[TGX_MAX_SLOTS];
+        void* argv[TGX_MAX_SLOTS];
+        void* params[TGX_MAX_SLOTS + 1];
+        params[0] = &bounds;
+        for (int64_t b = 0; b < g->nbatch && !r; ++b) {
+            tgx_fill(p, g, b, arrs, argv, 1);
+            for (int32_t i = 0; i < p->nslots; ++i) params[i + 1] = argv[i];
+            r = tgx_cu.launch(p->cuda_fn[ordinal], (unsigned)blocks, 1, 1, (unsigned)bd, 1, 1, 0, stream, params, 0);
+        }
+    }
+    if (r) {
+        snprintf(msg, sizeof(msg), "tapegrad jax_kernel '%s': CUDA error %d (%s)", p->kernel, r, tgx_cu_text(r));
+        err = tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, msg);
+    }
+    return err;
+}
+
+// ------------------------------------------------------------------------- jax_callable
+// A callable runs Python by nature: the handler marshals the call frame into a flat int64
+// record and calls the Python function registered for the call (one ctypes call).
+// Record: [platform, ordinal, stream, nargs, nrets, then per buffer: data, rank, dims[8]].
+
+typedef int32_t (*tgx_callable_fn)(int64_t call_id, const int64_t* record, char* msg, int64_t msglen);
+static tgx_callable_fn tgx_callable_target = 0;
+
+TGX_EXPORT void tgx_set_callable_target(tgx_callable_fn fn) { tgx_callable_target = fn; }
+
+static XLA_FFI_Error* tgx_callable(XLA_FFI_CallFrame* f, int platform) {
+    char msg[2048];
+    int64_t call_id = -1;
+    if (tgx_attr_i64(f, "tapegrad_call", &call_id) != 0 || !tgx_callable_target)
+        return tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                         "tapegrad jax_callable handler: no 'tapegrad_call' attribute or no Python target");
+    int64_t n = f->args.size + f->rets.size;
+    int64_t* rec = (int64_t*)malloc(sizeof(int64_t) * (5 + 10 * n));
+    if (!rec) return tgx_error(f->api, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "tapegrad jax_callable: out of memory");
+    void* stream = 0;
+    int32_t ordinal = 0;
+    if (platform == 1) {
+        pthread_once(&tgx_cu_once, tgx_cu_init);
+        if (tgx_stream_ordinal(f, &stream, &ordinal) != 0) {
+            free(rec);
+            return tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, "tapegrad jax_callable: no XLA CUDA stream");
+        }
+    }
+    rec[0] = platform;
+    rec[1] = ordinal;
+    rec[2] = (int64_t)stream;
+    rec[3] = f->args.size;
+    rec[4] = f->rets.size;
+    for (int64_t i = 0; i < n; ++i) {
+        const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)(i < f->args.size ? f->args.args[i] : f->rets.rets[i - f->args.size]);
+        int64_t* r = rec + 5 + 10 * i;
+        r[0] = (int64_t)b->data;
+        r[1] = b->rank;
+        for (int64_t k = 0; k < 8; ++k) r[2 + k] = k < b->rank ? b->dims[k] : 0;
+    }
+    msg[0] = 0;
+    int32_t rc = tgx_callable_target(call_id, rec, msg, sizeof(msg));
+    free(rec);
+    if (rc != 0) return tgx_error(f->api, XLA_FFI_Error_Code_UNKNOWN, msg[0] ? msg : "tapegrad jax_callable failed");
+    return 0;
+}
+
+TGX_EXPORT XLA_FFI_Error* tgx_callable_cpu(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, 0)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    return tgx_callable(f, 0);
+}
+
+// graph mode JAX: XLA may record the call into a command buffer (CUDA graph)
+TGX_EXPORT XLA_FFI_Error* tgx_callable_cuda_graphable(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    return tgx_callable(f, 1);
+}
+
+TGX_EXPORT XLA_FFI_Error* tgx_callable_cuda(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, 0)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    return tgx_callable(f, 1);
+}
+
+TGX_EXPORT int64_t tgx_abi_version(void) { return (int64_t)sizeof(tgx_plan) * 1000 + (int64_t)sizeof(tgx_slot); }

@@ -1,0 +1,380 @@
+"""``jax_kernel``: a tapegrad kernel as a JAX primitive (XLA FFI), with vmap and autodiff.
+
+The Python side runs at trace time only: it checks the arguments, resolves the launch grid
+and output shapes, and builds (once per distinct configuration) a *plan* — the static facts
+of the call in C memory (``plan.py``) — whose address becomes the ``tapegrad_plan`` attribute
+of a ``jax.ffi.ffi_call`` to tapegrad's C handler (``ffi_handler.cpp``). An execution runs
+no Python: the handler wraps XLA's buffers in the kernel's array descriptors and calls the
+compiled entry point (CPU) or ``cuLaunchKernel`` on XLA's stream (CUDA).
+
+vmap (every ``vmap_method`` of ``ffi_call``): the handler sees the batch as leading buffer
+dims and runs the launch once per batch element, so a batched call equals the stack of the
+unbatched calls for every kernel (Warp folds the batch into the first launch dimension
+instead, which is wrong for kernels writing fixed elements or reducing with atomics).
+
+``enable_backward=True``: a ``jax.custom_vjp`` whose backward is a second FFI call that
+launches the kernel's generated adjoint over the same grid as the forward.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import jax
+
+from .._op import KernelSignature, config_key, dims_of
+from . import entry as E
+from . import plan as P
+from .convert import dtype_to_jax, jax_scalar
+from .ffi import KERNEL_TARGET, ensure_registered
+
+__all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
+
+VMAP_METHODS = ("broadcast_all", "expand_dims", "sequential", "sequential_unrolled", "legacy_vectorized")
+# methods under which an in-out operand always has its result's shape, so XLA may alias them;
+# under the others the handler copies the operand into the result (broadcasting batch dims)
+_ALIASING = ("broadcast_all", "sequential", "sequential_unrolled")
+_TID_MAX = 2 ** 31 - 1
+_WHO = "jax_kernel"
+
+_registry: dict = {}
+_registry_lock = threading.Lock()
+
+
+def _check_vmap_method(m, who=_WHO):
+    if m not in VMAP_METHODS:
+        raise ValueError(f"{who}: vmap_method must be one of {list(VMAP_METHODS)}, got {m!r}")
+    return m
+
+
+def _check_block_dim(block_dim):
+    if block_dim is None:
+        return 256
+    if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)):
+        raise TypeError(f"{_WHO}: block_dim must be an int, got {type(block_dim).__name__}")
+    if not 0 < int(block_dim) <= 1024:
+        raise ValueError(f"{_WHO}: block_dim must be in 1..1024 (CUDA threads per block), got {block_dim}")
+    return int(block_dim)
+
+
+def output_metadata(values) -> dict:
+    """``ShapeDtypeStruct.update`` keywords giving outputs the varying manual axes of the
+    inputs (needed inside ``shard_map``; JAX cannot see what an FFI output depends on)."""
+    if not hasattr(jax, "typeof") or not hasattr(jax.ShapeDtypeStruct, "update"):
+        return {}
+    axes, manual_type, mesh = set(), False, None
+    for v in values:
+        t = jax.typeof(v)
+        mat = getattr(t, "manual_axis_type", None)
+        if mat is not None:
+            manual_type, vma = True, mat.varying
+        else:
+            vma = getattr(t, "vma", None)
+        if vma:
+            axes.update(vma)
+            mesh = getattr(getattr(t, "sharding", None), "mesh", mesh)
+    if not axes:
+        return {}
+    vma = frozenset(axes)
+    meta = {"manual_axis_type": jax.sharding.ManualAxisType(varying=vma)} if manual_type else {"vma": vma}
+    if hasattr(jax.sharding, "get_abstract_mesh"):
+        mesh = jax.sharding.get_abstract_mesh()
+    if mesh is not None:
+        meta["sharding"] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return meta
+
+
+class JaxKernel:
+    """The callable ``jax_kernel`` returns (one per distinct configuration).
+
+    Call it with the kernel's inputs (arrays as JAX arrays, scalars as static Python values)
+    followed by its in-out arrays; it returns a list of the outputs (in-out ones first).
+    Attributes mirror the constructor arguments (``block_dim``, ``vmap_method``...).
+    """
+
+    def __init__(self, kernel, num_outputs, vmap_method, launch_dims, output_dims, in_out_argnames,
+                 module_preload_mode, enable_backward, has_side_effect, block_dim):
+        if enable_backward and in_out_argnames:
+            raise NotImplementedError(f"{_WHO}: in_out_argnames cannot be combined with enable_backward=True (the "
+                                      "gradient of an array the kernel updates in place is not defined by its adjoint)")
+        if enable_backward and not kernel.enable_backward:
+            raise ValueError(f"{_WHO}: enable_backward=True needs a kernel with an adjoint; kernel '{kernel.key}' "
+                             "was built with @tg.kernel(enable_backward=False)")
+        self.kernel = kernel
+        self.sig = KernelSignature.of(kernel, num_outputs, in_out_argnames=in_out_argnames or (),
+                                      launch_dims=launch_dims, output_dims=output_dims, who=_WHO)
+        self.num_outputs = num_outputs
+        self.vmap_method = _check_vmap_method(vmap_method)
+        self.launch_dims = launch_dims
+        self.output_dims = output_dims
+        self.in_out_argnames = tuple(in_out_argnames) if in_out_argnames else None
+        self.module_preload_mode = E.ModulePreloadMode(module_preload_mode)
+        self.enable_backward = bool(enable_backward)
+        self.has_side_effect = bool(has_side_effect)
+        self.block_dim = _check_block_dim(block_dim)
+        self.call_params = self.sig.inputs + self.sig.in_out     # what the caller passes, in order
+        self.label = f"{_WHO} '{kernel.key}'"
+        self._calls: dict = {}     # call configuration -> (ffi callable, plan)
+        self._vjps: dict = {}      # static configuration -> custom_vjp function
+        ensure_registered()
+
+    def __repr__(self):
+        return f"<tapegrad jax_kernel {self.kernel.key}>"
+
+    # ----------------------------------------------------------------------- arguments
+    def _split(self, args):
+        """``(array values, static values by param index)``, checked."""
+        if len(args) != len(self.call_params):
+            names = ", ".join(p.name for p in self.call_params)
+            raise ValueError(f"{self.label}: expected {len(self.call_params)} inputs ({names}), got {len(args)}")
+        arrays, statics = [], {}
+        for p, v in zip(self.call_params, args):
+            if p.is_array:
+                shape, dt = getattr(v, "shape", None), getattr(v, "dtype", None)
+                if shape is None or dt is None:
+                    raise TypeError(f"{self.label} argument '{p.name}': expected a JAX array for {p.type!r}, got "
+                                    f"{type(v).__name__}")
+                self.sig.check_array(p, jax_scalar(dt), str(dt), shape, self.label)
+                arrays.append(v)
+            else:
+                if isinstance(v, jax.core.Tracer):
+                    raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value (a Python "
+                                     "number known at trace time), got a traced value; under jax.jit pass it through "
+                                     f"static_argnames/static_argnums or a closure")
+                statics[p.index] = P.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
+        return arrays, statics
+
+    def _grid(self, args, launch_dims):
+        spec = self.launch_dims if launch_dims is None else launch_dims
+        if spec is not None:
+            grid = dims_of(spec, args, "launch_dims", self.label)
+        else:
+            first = next((k for k, p in enumerate(self.call_params) if p.is_array), None)
+            if first is None:
+                raise RuntimeError(f"{self.label}: cannot determine the launch dimensions: the kernel has no array "
+                                   "input; pass launch_dims")
+            p = self.call_params[first]
+            grid = tuple(args[first].shape)[:p.type.ndim]
+        try:
+            grid = tuple(int(d) for d in grid)
+        except (TypeError, ValueError):
+            raise TypeError(f"{self.label}: launch_dims must be ints, got {grid!r}") from None
+        if not 1 <= len(grid) <= 4 or any(d < 0 for d in grid):
+            raise ValueError(f"{self.label}: launch_dims must have 1..4 non-negative entries, got {grid}")
+        if any(d > _TID_MAX for d in grid):
+            raise ValueError(f"{self.label}: launch_dims {grid} exceed the tid() range (each dimension at most "
+                             f"{_TID_MAX})")
+        return grid
+
+    def _output_shapes(self, args, grid, output_dims):
+        spec = self.output_dims if output_dims is None else output_dims
+        shapes = []
+        for k, p in enumerate(self.sig.in_out):
+            shapes.append(tuple(args[len(self.sig.inputs) + k].shape))
+        for p in self.sig.pure_outputs:
+            if isinstance(spec, dict):
+                if p.name not in spec:
+                    raise ValueError(f"{self.label}: output_dims has no entry for output '{p.name}' (the dict needs "
+                                     f"every output: {[q.name for q in self.sig.pure_outputs]})")
+                d = spec[p.name]
+            else:
+                d = spec
+            dims = grid if d is None else dims_of(d, args, f"output_dims of '{p.name}'", self.label)
+            dims = tuple(int(x) for x in dims)
+            inner = p.inner_shape
+            if inner and len(dims) == p.framework_ndim and dims[len(dims) - len(inner):] == inner:
+                dims = dims[:p.type.ndim]
+            if len(dims) != p.type.ndim or any(x < 0 for x in dims):
+                raise ValueError(f"{self.label}: output '{p.name}' ({p.type!r}) needs {p.type.ndim} non-negative "
+                                 f"output dims, got {dims}")
+            shapes.append(dims + inner)
+        return shapes
+
+    # --------------------------------------------------------------------------- calls
+    def __call__(self, *args, output_dims=None, launch_dims=None, vmap_method=None):
+        """Run the kernel on ``args`` (inputs, then in-out arrays); returns the list of outputs.
+
+        Args:
+            output_dims, launch_dims, vmap_method: per-call overrides of the constructor's.
+
+        Raises:
+            ValueError: wrong input count; a traced scalar; bad launch/output dims.
+            TypeError: an argument's dtype, dims or type does not fit its parameter.
+        """
+        vm = self.vmap_method if vmap_method is None else _check_vmap_method(vmap_method)
+        arrays, statics = self._split(args)
+        grid = self._grid(args, launch_dims)
+        shapes = self._output_shapes(args, grid, output_dims)
+        if not self.enable_backward:
+            return self._forward(arrays, statics, grid, shapes, vm)
+        key = (tuple(sorted(statics.items())), grid, tuple(shapes), vm,
+               tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
+        fn = self._vjps.get(key)
+        if fn is None:
+            fn = self._vjps[key] = self._make_vjp(statics, grid, shapes, vm)
+        return fn(*arrays)
+
+    def _forward(self, arrays, statics, grid, shapes, vm):
+        slots, arg_of = [], {}
+        k = 0
+        for p in self.call_params:
+            if p.is_array:
+                arg_of[p.index] = k
+                k += 1
+        n_io = len(self.sig.in_out)
+        for p in self.sig.inputs:
+            if p.is_array:
+                a = arrays[arg_of[p.index]]
+                slots.append(P.Slot(P.IN, p.name, arg=arg_of[p.index], dtype=p.dtype,
+                                    dims=tuple(a.shape)[:p.type.ndim], xla=P.xla_dtype(jax_scalar(a.dtype))))
+            else:
+                slots.append(P.Slot(P.VALUE, p.name, value=statics[p.index]))
+        for j, p in enumerate(self.sig.outputs):
+            dims = shapes[j][:p.type.ndim]
+            if j < n_io:
+                a = arrays[arg_of[p.index]]
+                slots.append(P.Slot(P.INOUT, p.name, arg=arg_of[p.index], ret=j, dtype=p.dtype, dims=dims,
+                                    xla=P.xla_dtype(jax_scalar(a.dtype))))
+            else:
+                slots.append(P.Slot(P.OUT, p.name, ret=j, dtype=p.dtype, dims=dims))
+        out_dtypes = [dtype_to_jax(p.dtype) for p in self.sig.outputs]
+        aliases = {arg_of[p.index]: j for j, p in enumerate(self.sig.in_out)} if vm in _ALIASING else None
+        return self._ffi(slots, arrays, list(zip(shapes, out_dtypes)), grid, False, vm, aliases)
+
+    def _ffi(self, slots, operands, results, grid, adjoint, vm, aliases):
+        spec = P.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
+        ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None)
+        hit = self._calls.get(ckey)
+        meta = output_metadata(operands)
+        if hit is None or meta:
+            plan = E.register(spec)
+            E.preload(plan, self.module_preload_mode)
+            out_types = [jax.ShapeDtypeStruct(s, d) for s, d in results]
+            if meta:
+                out_types = [t.update(**meta) for t in out_types]
+            call = jax.ffi.ffi_call(KERNEL_TARGET, out_types, vmap_method=vm, input_output_aliases=aliases or None,
+                                    has_side_effect=self.has_side_effect)
+            hit = (call, np.int64(plan.address))
+            if not meta:
+                self._calls[ckey] = hit
+        call, addr = hit
+        return call(*operands, tapegrad_plan=addr)
+
+    # ------------------------------------------------------------------------ autodiff
+    def _make_vjp(self, statics, grid, shapes, vm):
+        forward = lambda *arrays: self._forward(list(arrays), statics, grid, shapes, vm)  # noqa: E731
+
+        @jax.custom_vjp
+        def fn(*arrays):
+            return forward(*arrays)
+
+        def fwd(*arrays):
+            outs = forward(*arrays)
+            return outs, (arrays, outs)
+
+        def bwd(res, cts):
+            arrays, outs = res
+            return self._backward(list(arrays), list(outs), list(cts), statics, grid, vm)
+
+        fn.defvjp(fwd, bwd)
+        return fn
+
+    def _backward(self, arrays, outs, cts, statics, grid, vm):
+        """The adjoint launch: gradients for the float array inputs (None for the others)."""
+        sig = self.sig
+        n_arr, n_out = len(arrays), len(outs)
+        diff = [p for p in sig.inputs if p.is_differentiable]
+        primal, adjoint, results = [], [], []
+        k = 0
+        for p in sig.inputs:
+            if p.is_array:
+                a = arrays[k]
+                dims = tuple(a.shape)[:p.type.ndim]
+                primal.append(P.Slot(P.IN, p.name, arg=k, dtype=p.dtype, dims=dims,
+                                     xla=P.xla_dtype(jax_scalar(a.dtype))))
+                if p.is_differentiable:
+                    adjoint.append(P.Slot(P.OUT, f"adj_{p.name}", ret=len(results), dtype=p.dtype, dims=dims))
+                    results.append((tuple(a.shape), a.dtype))
+                else:
+                    adjoint.append(P.Slot(P.NULL_ARRAY, f"adj_{p.name}", dtype=p.dtype, dims=dims))
+                k += 1
+            else:
+                primal.append(P.Slot(P.VALUE, p.name, value=statics[p.index]))
+                adjoint.append(P.Slot(P.NULL_VALUE, f"adj_{p.name}", value=bytes(len(statics[p.index]))))
+        aliases = {}
+        for j, p in enumerate(sig.outputs):
+            dims = tuple(outs[j].shape)[:p.type.ndim]
+            primal.append(P.Slot(P.IN, p.name, arg=n_arr + j, dtype=p.dtype, dims=dims))
+            # the adjoint may write the output gradients it reads: a result of its own, seeded from the cotangent
+            adjoint.append(P.Slot(P.INOUT, f"adj_{p.name}", arg=n_arr + n_out + j, ret=len(diff) + j, dtype=p.dtype,
+                                  dims=dims))
+            aliases[n_arr + n_out + j] = len(diff) + j
+            results.append((tuple(outs[j].shape), outs[j].dtype))
+        cts = [c.astype(o.dtype) if c.dtype != o.dtype else c for c, o in zip(cts, outs)]
+        got = self._ffi(primal + adjoint, arrays + outs + cts, results, grid, True, vm,
+                        aliases if vm in _ALIASING else None)
+        grads, it = [], iter(got[:len(diff)])
+        for p in sig.inputs:
+            if p.is_array:
+                grads.append(next(it) if p.is_differentiable else None)
+        return tuple(grads)
+
+
+def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
+               in_out_argnames=None, module_preload_mode=E.ModulePreloadMode.CURRENT_DEVICE, enable_backward=False,
+               has_side_effect=False, block_dim=None) -> JaxKernel:
+    """A tapegrad kernel as a JAX primitive (XLA FFI), usable inside ``jax.jit`` on CPU and CUDA.
+
+    The kernel's last ``num_outputs`` parameters are outputs (arrays); the others are
+    inputs: JAX arrays for array parameters (vector/matrix dtypes as trailing dims), static
+    Python values for scalar/vector/struct parameters. Outputs are new arrays, zeroed before
+    the launch; in-out parameters (``in_out_argnames``, the first outputs) are also passed,
+    after the inputs, and come back updated.
+
+    Args:
+        kernel: a ``@tg.kernel``.
+        num_outputs: number of output parameters (in-out ones included), >= 1.
+        vmap_method: ``jax.ffi.ffi_call``'s: "broadcast_all" (default), "expand_dims",
+            "sequential", "sequential_unrolled", "legacy_vectorized". Under every method a
+            batched call equals the stack of unbatched calls.
+        launch_dims: the launch grid (int, tuple or callable of the inputs); default: the
+            tapegrad shape of the first array argument. Excludes vmap batch dims.
+        output_dims: output shapes (tapegrad shapes): int, tuple, callable, or a dict with an
+            entry for every pure output; default: the launch grid. In-out outputs keep their
+            input's shape.
+        in_out_argnames: names of outputs that are also inputs (updated in place).
+        module_preload_mode: ``ModulePreloadMode`` (NONE, CURRENT_DEVICE, ALL_DEVICES).
+        enable_backward: differentiable with ``jax.grad``/``vjp`` through the kernel's adjoint
+            (float array inputs get gradients; static scalars and integer arrays none).
+        has_side_effect: keep the call even when its results are unused.
+        block_dim: CUDA threads per block (default 256).
+
+    Returns:
+        A ``JaxKernel``; equal configurations return the same object.
+
+    Raises:
+        ValueError: bad ``num_outputs``, ``in_out_argnames``, ``vmap_method``, ``block_dim``.
+        TypeError: an output that is not an array; a bad ``block_dim`` type.
+        NotImplementedError: ``in_out_argnames`` with ``enable_backward``.
+    """
+    if isinstance(in_out_argnames, str):
+        in_out_argnames = [in_out_argnames]
+    if in_out_argnames is not None and len(set(in_out_argnames)) != len(in_out_argnames):
+        raise ValueError(f"{_WHO}: in_out_argnames has duplicates: {list(in_out_argnames)}")
+    key = config_key(kernel, num_outputs, vmap_method, launch_dims, output_dims,
+                     tuple(in_out_argnames) if in_out_argnames else None, int(module_preload_mode),
+                     bool(enable_backward), bool(has_side_effect), block_dim)
+    if key is not None:
+        hit = _registry.get(key)
+        if hit is not None:
+            return hit
+    with _registry_lock:
+        hit = _registry.get(key) if key is not None else None
+        if hit is None:
+            hit = JaxKernel(kernel, num_outputs, vmap_method, launch_dims, output_dims, in_out_argnames,
+                            module_preload_mode, enable_backward, has_side_effect, block_dim)
+            if key is not None:
+                _registry[key] = hit
+    return hit
+

@@ -1,0 +1,169 @@
+"""The static half of a ``jax_kernel`` call, as the C handler reads it (``ffi_handler.cpp``).
+
+A *plan* holds every fact of one traced call that does not change between executions: the
+kernel-ABI slots (which call-frame operand or result each kernel parameter takes, expected
+XLA dtype and unbatched dims), the packed static scalar values, the launch grid, block size
+and the compiled entry points. It is built once per distinct call configuration at trace
+time and its address is passed to XLA as the ``tapegrad_plan`` attribute, so an execution
+needs no Python. Plans are kept for the life of the process: a compiled XLA executable may
+run them at any later time.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+from tapegrad import types as T
+
+__all__ = ["Slot", "PlanSpec", "Plan", "IN", "OUT", "INOUT", "VALUE", "NULL_ARRAY", "NULL_VALUE", "MAX_DEVICES",
+           "xla_dtype"]
+
+IN, OUT, INOUT, VALUE, NULL_ARRAY, NULL_VALUE = range(6)
+MAX_DEVICES = 16
+MAGIC = 0x7467786A61786B31
+# below this many threads per launch, batch elements run in parallel on the CPU
+BATCH_PARALLEL_MAX = 1 << 15
+
+# XLA_FFI_DataType codes by tapegrad scalar name (xla/ffi/api/c_api.h)
+_XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
+               "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "bfloat16": 16}
+
+
+def xla_dtype(scalar) -> int:
+    """The XLA FFI data type code of a tapegrad scalar type."""
+    return _XLA_DTYPES[scalar.name]
+
+
+class _Launch(ctypes.Structure):
+    _fields_ = [("shape", ctypes.c_int64 * 4), ("ndim", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("size", ctypes.c_int64)]
+
+
+class _CSlot(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("arg", ctypes.c_int32), ("ret", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("rank", ctypes.c_int32), ("dtype", ctypes.c_int32), ("dims", ctypes.c_int64 * 6),
+                ("elem_size", ctypes.c_int64), ("value_offset", ctypes.c_int64), ("value_size", ctypes.c_int64),
+                ("name", ctypes.c_char_p)]
+
+
+class _CPlan(ctypes.Structure):
+    pass
+
+
+LOADER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(_CPlan), ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
+                          ctypes.c_int64)
+
+_CPlan._fields_ = [
+    ("magic", ctypes.c_int64), ("nslots", ctypes.c_int32), ("nargs", ctypes.c_int32), ("nrets", ctypes.c_int32),
+    ("adjoint", ctypes.c_int32), ("bounds", _Launch), ("cpu_entry", ctypes.c_void_p),
+    ("cuda_fn", ctypes.c_void_p * MAX_DEVICES), ("cuda_blocks_cap", ctypes.c_int32 * MAX_DEVICES),
+    ("block_dim", ctypes.c_int32), ("batch_parallel_max", ctypes.c_int32), ("loader", LOADER),
+    ("kernel", ctypes.c_char_p), ("slots", ctypes.POINTER(_CSlot)), ("values", ctypes.c_void_p)]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One kernel-ABI parameter of a call.
+
+    Attributes:
+        kind: IN, OUT, INOUT, VALUE, NULL_ARRAY or NULL_VALUE.
+        name: the kernel parameter's name (``adj_<name>`` for adjoint slots), for messages.
+        arg, ret: call-frame operand / result index (-1: none).
+        dtype: the tapegrad dtype of the array's elements or of the value.
+        dims: the unbatched tapegrad shape of the array (inner vector/matrix dims excluded).
+        value: for VALUE slots, the packed bytes.
+        xla: the XLA dtype code the buffer must have (0: the one of ``dtype``).
+    """
+
+    kind: int
+    name: str
+    arg: int = -1
+    ret: int = -1
+    dtype: object = None
+    dims: tuple = ()
+    value: bytes = b""
+    xla: int = 0
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """Everything a plan is built from (hashable: equal specs share one plan)."""
+
+    kernel: object
+    slots: tuple
+    nargs: int
+    nrets: int
+    launch: tuple
+    adjoint: bool
+    block_dim: int
+
+
+class Plan:
+    """A C ``tgx_plan`` and the memory it points into, alive as long as this object."""
+
+    def __init__(self, spec: PlanSpec, loader):
+        self.spec = spec
+        n = len(spec.slots)
+        self._slots = (_CSlot * max(n, 1))()
+        self._names = [s.name.encode() for s in spec.slots]
+        self._kernel_name = spec.kernel.key.encode()
+        blob = bytearray()
+        for i, s in enumerate(spec.slots):
+            c = self._slots[i]
+            c.kind, c.arg, c.ret, c.name = s.kind, s.arg, s.ret, self._names[i]
+            if s.kind in (IN, OUT, INOUT, NULL_ARRAY):
+                inner = s.dtype.inner_shape
+                xdims = tuple(s.dims) + tuple(inner)
+                c.ndim, c.rank, c.dtype = len(s.dims), len(xdims), s.xla or xla_dtype(s.dtype.scalar)
+                for k, d in enumerate(xdims):
+                    c.dims[k] = d
+                c.elem_size = s.dtype.size
+            elif s.kind in (VALUE, NULL_VALUE):
+                while len(blob) % 16:
+                    blob.append(0)
+                c.value_offset, c.value_size = len(blob), len(s.value)
+                blob += s.value
+        self._values = (ctypes.c_char * max(len(blob), 16)).from_buffer_copy(bytes(blob) + b"\0" * 16)
+        p = self._c = _CPlan()
+        p.magic, p.nslots, p.nargs, p.nrets, p.adjoint = MAGIC, n, spec.nargs, spec.nrets, int(spec.adjoint)
+        dims = spec.launch
+        size = 1
+        for k, d in enumerate(dims):
+            p.bounds.shape[k] = d
+            size *= d
+        p.bounds.ndim, p.bounds.size = len(dims), size
+        p.block_dim = spec.block_dim
+        p.batch_parallel_max = BATCH_PARALLEL_MAX
+        p.loader = loader
+        p.kernel = self._kernel_name
+        p.slots = ctypes.cast(self._slots, ctypes.POINTER(_CSlot))
+        p.values = ctypes.addressof(self._values)
+        self.address = ctypes.addressof(p)
+        self.lock = threading.Lock()
+
+    @property
+    def c(self):
+        """The ``ctypes`` structure (entry points are filled in by the loader)."""
+        return self._c
+
+
+def pack_value(ptype, value, label) -> bytes:
+    """The kernel-ABI bytes of static value ``value`` for parameter type ``ptype``.
+
+    Raises:
+        TypeError: the value does not convert (message names the argument).
+    """
+    import numpy as np
+    try:
+        if isinstance(ptype, T.StructType):
+            return bytes(ptype.to_ctype(value))
+        if isinstance(value, (str, bytes)) or (ptype.scalar.kind in ("int", "uint") and isinstance(value, (float, np.floating))
+                                               and not float(value).is_integer()):
+            raise TypeError
+        flat = np.asarray(value, dtype=ptype.scalar.np_dtype).reshape(-1)
+        if flat.size != ptype.length:
+            raise TypeError
+        return flat.tobytes()
+    except (TypeError, ValueError, AttributeError):
+        raise TypeError(f"{label}: expected a static value of {ptype!r}, got {value!r}") from None
