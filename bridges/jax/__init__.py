@@ -11,10 +11,13 @@ never imports JAX.
 """
 from .convert import (device_from_jax, device_to_jax, dtype_from_jax, dtype_to_jax, from_jax,  # noqa: F401
                       to_jax)
+from .callable import (DEFAULT_GRAPH_CACHE_MAX, GraphMode, JaxCallable, JaxCallableGraphMode,  # noqa: F401
+                       clear_jax_callable_graph_cache, jax_callable)
 from .entry import ModulePreloadMode  # noqa: F401
 from .kernel import JaxKernel, jax_kernel  # noqa: F401
 
 JaxModulePreloadMode = ModulePreloadMode
 
 __all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
-           "jax_kernel", "JaxKernel", "ModulePreloadMode", "JaxModulePreloadMode"]
+           "jax_kernel", "JaxKernel", "ModulePreloadMode", "JaxModulePreloadMode", "jax_callable", "JaxCallable",
+           "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache", "DEFAULT_GRAPH_CACHE_MAX"]
