@@ -141,7 +141,6 @@ def test_read_only_arrays_refuse_kernel_writes():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device")
 def test_device_mismatch_names_both_devices():
     with pytest.raises(RuntimeError, match=r"argument 0 \('x'\).*cpu.*cuda:0"):
         tg.launch(axpy, dim=3, inputs=[tg.zeros(3, device="cpu"), tg.zeros(3, device="cuda:0"), 1.0],

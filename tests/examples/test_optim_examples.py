@@ -12,8 +12,8 @@ def test_fit_curve_recovers_the_parameters():
     assert abs(params[0] - 1.5) < 0.05 and abs(params[1] - 2.0) < 0.05 and abs(params[2] - 0.3) < 0.05
 
 
+@pytest.mark.torch
 def test_torch_adam_descends():
-    pytest.importorskip("torch")
     from optim_examples import torch_adam
     first, last = torch_adam.main(steps=300, device="cpu")
     assert last < 0.05 * first
