@@ -2,7 +2,6 @@
 vector/matrix kernels and multi-dimensional launches."""
 
 import numpy as np
-import pytest
 
 import tapegrad as tg
 
