@@ -22,11 +22,10 @@ import os
 import platform
 
 import torch
-
-import tapegrad as tg
-
 from _peer import warp_or_none
 from _timing import compare, interleave, per_call, write_results
+
+import tapegrad as tg
 
 MODES = ("baseline", "A", "B", "C")
 

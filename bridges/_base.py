@@ -1,10 +1,20 @@
 """What every framework bridge shares: layouts, vector/matrix component dims, grad wiring,
 fast descriptors and stream-ordered keep-alive.
 
-A bridge (``bridges.torch``, ``bridges.paddle``...) supplies a small *framework adapter* (see
-``FrameworkAdapter``) saying how to read a tensor's layout, pointer and gradient, and how to
-make a tensor that aliases tapegrad memory. ``Bridge`` turns that into ``from_X`` / ``to_X`` /
-the launch adapter, so the framework modules hold only what differs between frameworks.
+A bridge (``tapegrad.bridges.torch``, ``.paddle``, ``.jax``) supplies a small *framework
+adapter* (see ``FrameworkAdapter``) saying how to read a tensor's layout, pointer and gradient,
+and how to make a tensor that aliases tapegrad memory. ``Bridge`` turns that into ``from_X`` /
+``to_X`` / the launch adapter, so the framework modules hold only what differs between
+frameworks. The other framework-neutral pieces a bridge builds on:
+
+- ``DtypeMap(framework, module)``: the two dtype maps, derived once from the scalar table's
+  ``<framework>_name`` column (``tapegrad.types``), with Warp-style errors.
+- ``DeviceMap(framework, parse, ...)``: ``device_from_X``/``device_to_X`` around a parser of
+  the framework's device objects.
+- ``wrap_stream_handle``/``unordered_handle``: tapegrad streams for a framework's raw CUDA
+  stream handles, and whether CUDA already orders the two sides.
+- ``CudaView``: a ``__cuda_array_interface__`` owner of an array's CUDA memory whose release
+  is ordered after the framework's stream (``release_after``).
 
 Caches here never key on pointers (SPEC R19): a ``Layout`` is keyed by the tensor's dtype,
 shape, element strides and device, holds no address, and is therefore valid for any tensor
@@ -13,16 +23,22 @@ with that metadata; the data and gradient pointers are read from the tensor on e
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
+import weakref
 
 from tapegrad import types as T
-from tapegrad.array import _fold_inner_dims, array
+from tapegrad.array import _fold_inner_dims as fold_inner_dims, array
+from tapegrad.device import Device, get_device
 from tapegrad.launch import ArrayCtype
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
-           "release_after"]
+           "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr", "CudaView", "release_after",
+           "pending_releases"]
 
 _LAYOUT_CACHE_MAX = 4096
+_RAW_BF16 = (T.uint16, T.int16)   # dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)
+
 
 
 class BridgeTypeError(TypeError, RuntimeError):
@@ -92,12 +108,13 @@ class Layout:
             dt = T.resolve_dtype(dtype, arg=f"{fname}(dtype=...)")
             if isinstance(dt, T.StructType):
                 raise BridgeTypeError(f"{fname}: struct dtype {dt.name} cannot view a tensor")
-            check_compatible(scalar, dt.scalar, src_name, fname)
+            if not (scalar is T.bfloat16 and dt.scalar in _RAW_BF16):   # raw bits, asked for explicitly
+                check_compatible(scalar, dt.scalar, src_name, fname)
         if not shape:                              # 0-d tensor: one element
             shape, strides = (1,), (size,)
         if dt.inner_shape and shape == dt.inner_shape:
             shape, strides = (1,) + shape, (dt.size,) + strides  # exactly one vector/matrix
-        dt, shape, strides = _fold_inner_dims(dt.scalar, dt, shape, strides, f"{fname}: tensor of shape {shape}")
+        dt, shape, strides = fold_inner_dims(dt.scalar, dt, shape, strides, f"{fname}: tensor of shape {shape}")
         return cls(dt, shape, strides, device)
 
     def new_array(self, ptr: int, owner) -> array:
@@ -132,8 +149,8 @@ class FrameworkAdapter:
     def describe(self, t, dtype):
         """``(scalar ScalarType, shape, element strides, tapegrad Device, dtype name)`` of ``t``.
 
-        ``dtype`` is the tapegrad dtype asked for (None when inferred), so that raw-bit views
-        (bfloat16 as uint16) can be allowed only when asked for.
+        ``dtype`` is the tapegrad dtype asked for (None when inferred). Raises the bridge's
+        TypeError for element types tapegrad lacks.
         """
         raise NotImplementedError
 
@@ -169,15 +186,21 @@ class FrameworkAdapter:
 
 
 class Bridge:
-    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``.
+    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``, and the bundle of
+    what a framework's other modules (its op builder) need: ``dtypes`` (a ``DtypeMap``),
+    ``devices`` (a ``DeviceMap``), ``stream_handle(ordinal)`` and ``layout``.
 
     ``from_tensor``, ``to_tensor`` and ``launch_adapter`` are closures built once with every
     lookup bound locally: they are the per-call hot paths (one Python frame per conversion).
     A framework module publishes them under its own names with ``public(...)``.
     """
 
-    def __init__(self, fw: FrameworkAdapter):
+    def __init__(self, fw: FrameworkAdapter, dtypes: "DtypeMap" = None, devices: "DeviceMap" = None,
+                 stream_handle=None):
         self.fw = fw
+        self.dtypes, self.devices = dtypes, devices
+        # f(ordinal) -> raw handle of the framework's current CUDA stream (None: no CUDA streams)
+        self.stream_handle = stream_handle
         self.from_name = f"from_{fw.name}"
         self.to_name = f"to_{fw.name}"
         self._layouts: dict = {}
@@ -301,6 +324,255 @@ class Bridge:
             raise BridgeTypeError(f"{self.to_name}: struct arrays ({a.dtype.name}) have no {self.fw.name} equivalent")
         if a.device is None or (not a._ptr and a.size):
             raise ValueError(f"{self.to_name}: the array has no memory (an annotation-only array)")
+
+
+# ------------------------------------------------------------------------------- dtype maps
+
+class DtypeMap:
+    """A framework's two dtype maps, derived once from one column of the scalar table.
+
+    The column is ``<framework>_name`` of ``tapegrad.types.ScalarType`` (``torch_name``,
+    ``paddle_name``, ``jax_name``): the attribute of ``module`` naming that type. Rows whose
+    name is None, or which ``module`` lacks, have no mapping.
+
+    Args:
+        framework: "torch", "paddle", "jax"...; used in messages (``dtype_to_<framework>``).
+        module: where the framework's dtype objects live (``torch``, ``paddle``, ``jax.numpy``).
+        column: the table column to read (default ``"<framework>_name"``).
+        normalize: optional ``f(x) -> key`` applied to a foreign dtype whose direct lookup
+            missed (JAX: ``numpy.dtype``), returning None when ``x`` is no dtype at all.
+
+    Attributes:
+        to_fw: ``{ScalarType: framework dtype}``.
+        from_fw: ``{framework dtype (and normalised key): ScalarType}``.
+    """
+
+    __slots__ = ("framework", "to_fw", "from_fw", "_normalize", "_to_cache")
+
+    def __init__(self, framework: str, module, column: str | None = None, normalize=None):
+        self.framework = framework
+        self._normalize = normalize
+        column = column or f"{framework}_name"
+        self.to_fw: dict = {}
+        self.from_fw: dict = {}
+        for s in T.SCALARS.values():
+            name = getattr(s, column)
+            fd = getattr(module, name, None) if name is not None else None
+            if fd is None:
+                continue
+            self.to_fw[s] = fd
+            self.from_fw.setdefault(fd, s)
+            if normalize is not None:
+                key = normalize(fd)
+                if key is not None:
+                    self.from_fw.setdefault(key, s)
+        self._to_cache: dict = dict(self.to_fw)   # any hashable dtype-like the user passed -> result
+
+    def to_framework(self, dtype):
+        """The framework dtype of a tapegrad dtype (vector/matrix types: their component type).
+
+        Raises:
+            TypeError: not a tapegrad dtype; a struct; a type the framework does not have.
+        """
+        try:
+            r = self._to_cache.get(dtype)
+        except TypeError:       # unhashable input: resolve_dtype says what is wrong
+            r = None
+        if r is not None:
+            return r
+        fname = f"dtype_to_{self.framework}"
+        t = T.resolve_dtype(dtype, arg=fname)
+        if isinstance(t, T.StructType):
+            raise TypeError(f"{fname}: struct dtype {t.name} has no {self.framework} equivalent")
+        r = self.to_fw.get(t.scalar)
+        if r is None:
+            raise TypeError(f"{fname}: {t.scalar!r} has no {self.framework} dtype")
+        try:
+            self._to_cache[dtype] = r
+        except TypeError:
+            pass
+        return r
+
+    def lookup(self, fdtype):
+        """The tapegrad scalar type of a framework dtype, or None (never raises)."""
+        try:
+            s = self.from_fw.get(fdtype)
+        except TypeError:
+            return None
+        if s is None and self._normalize is not None:
+            try:
+                key = self._normalize(fdtype)
+                s = self.from_fw.get(key) if key is not None else None
+            except Exception:  # normalisers may reject arbitrary objects in their own ways
+                s = None
+        return s
+
+    def from_framework(self, fdtype) -> T.ScalarType:
+        """The tapegrad scalar type of a framework dtype.
+
+        Raises:
+            TypeError: the dtype has no tapegrad equivalent (complex, fp8...).
+        """
+        s = self.lookup(fdtype)
+        if s is None:
+            raise TypeError(f"dtype_from_{self.framework}: {self.framework} dtype {fdtype!r} has no tapegrad "
+                            f"equivalent (supported: {', '.join(str(d) for d in self.to_fw.values())})")
+        return s
+
+
+# ---------------------------------------------------------------------------------- devices
+
+class DeviceMap:
+    """``device_from_X`` / ``device_to_X`` around a parser of the framework's device objects.
+
+    Args:
+        framework: "torch", "paddle"...; used in messages.
+        parse: ``f(x) -> (kind, index, shown)``: ``kind`` is the framework's device type
+            ("cpu", "cuda", or anything else, which is refused), ``index`` the CUDA ordinal or
+            None for "the framework's current CUDA device", ``shown`` the text for messages.
+            It raises TypeError for objects that are no device at all.
+        current_cuda: ``f() -> ordinal`` of the framework's current CUDA device; raises
+            RuntimeError when the framework sees none.
+        cuda_prefix: the framework's CUDA device name ("cuda" for torch, "gpu" for paddle).
+        native_types: the framework's device classes, accepted by ``to_framework`` too.
+    """
+
+    __slots__ = ("framework", "_parse", "_current", "_prefix", "_native", "_cache")
+
+    def __init__(self, framework: str, parse, current_cuda, cuda_prefix: str = "cuda", native_types: tuple = ()):
+        self.framework = framework
+        self._parse, self._current, self._prefix, self._native = parse, current_cuda, cuda_prefix, native_types
+        self._cache: dict = {}   # framework device -> Device (explicit names only: stable)
+
+    def from_framework(self, fdev) -> Device:
+        """The tapegrad device of a framework device.
+
+        Raises:
+            TypeError: ``fdev`` is no device of this framework.
+            RuntimeError: a device type tapegrad does not support, or a CUDA device that does
+                not exist here.
+        """
+        try:
+            d = self._cache.get(fdev)
+        except TypeError:
+            d = None
+        if d is not None:
+            return d
+        kind, index, shown = self._parse(fdev)
+        fname = f"device_from_{self.framework}"
+        if kind == "cpu":
+            d = get_device("cpu")
+        elif kind == "cuda":
+            if index is None:                 # the framework's current device: it can change
+                return get_device(f"cuda:{self._current()}")
+            d = get_device(f"cuda:{index}")
+        else:
+            raise RuntimeError(f"{fname}: unsupported {self.framework} device {shown!r} "
+                               "(tapegrad supports cpu and cuda)")
+        try:
+            self._cache[fdev] = d
+        except TypeError:
+            pass
+        return d
+
+    def to_framework(self, device=None) -> str:
+        """The framework's device string ("cpu", "<prefix>:N") of a tapegrad device (None: current).
+
+        Raises:
+            ValueError, RuntimeError: unknown device name / a CUDA device that does not exist.
+        """
+        if self._native and isinstance(device, self._native):
+            device = self.from_framework(device)
+        d = get_device(device)
+        return "cpu" if d.is_cpu else f"{self._prefix}:{d.ordinal}"
+
+
+# ---------------------------------------------------------------------------------- streams
+
+_TG_STREAMS: dict = {}                        # (ordinal, handle) -> tapegrad Stream wrapping it
+_BLOCKING = weakref.WeakKeyDictionary()       # tapegrad Stream -> is_blocking (fixed per stream)
+
+
+def wrap_stream_handle(dev: Device, handle: int):
+    """A tapegrad Stream wrapping a framework's raw stream handle on ``dev`` (cached, not owned)."""
+    s = _TG_STREAMS.get((dev.ordinal, handle))
+    if s is None:
+        from tapegrad.cuda.stream import Stream
+        if len(_TG_STREAMS) >= 256:
+            _TG_STREAMS.clear()
+        s = _TG_STREAMS[(dev.ordinal, handle)] = Stream(dev, cuda_stream=handle)
+    return s
+
+
+def unordered_handle(dev: Device, handle: int):
+    """``(tapegrad's current stream on dev, handle or None)``: None when CUDA already orders
+    the framework's stream ``handle`` with tapegrad's: the same stream, or the framework on
+    the legacy default stream (0) and tapegrad on a blocking stream (the default setup)."""
+    s = dev.stream
+    if handle == s.cuda_stream:
+        return s, None
+    if handle == 0:
+        b = _BLOCKING.get(s)
+        if b is None:
+            b = _BLOCKING[s] = s.is_blocking
+        if b:
+            return s, None
+    return s, handle
+
+
+def wait_for_handle(dev: Device, handle: int) -> None:
+    """Order tapegrad's current stream on ``dev`` after the framework's stream ``handle``
+    (an event, no host block; nothing when CUDA already orders the two)."""
+    s, handle = unordered_handle(dev, handle)
+    if handle is not None:
+        from tapegrad.interop import _wait_foreign_stream as wait_foreign_stream
+        wait_foreign_stream(dev, handle)
+
+
+def cai_typestr(dtype) -> str:
+    """The ``__cuda_array_interface__`` typestr of a dtype's components (bfloat16: its raw
+    bits, ``<u2``, which the framework re-views as its bfloat16)."""
+    s = dtype.scalar
+    return "<u2" if s is T.bfloat16 else s.np_dtype.str
+
+
+class CudaView:
+    """Exposes an array's CUDA memory through ``__cuda_array_interface__`` (v2, no stream: no
+    synchronisation, ordering is the caller's) and keeps the array alive.
+
+    When the framework drops its tensor while its current stream is not ordered with
+    tapegrad's (a non-blocking framework stream may still be using the memory), the array is
+    released only once that stream has passed this point (``release_after``), so tapegrad
+    cannot hand the memory out again under work still queued.
+
+    Args:
+        a: the array (CUDA, with memory; a scalar layout with component dims appended).
+        current_handle: ``f(ordinal) -> handle`` of the framework's current stream, or None
+            when no stream-ordered release is possible (a graph capture is running).
+    """
+
+    __slots__ = ("__cuda_array_interface__", "array", "_current")
+
+    def __init__(self, a, current_handle):
+        shape, strides = a._flat_layout()
+        self.__cuda_array_interface__ = {"version": 2, "shape": shape, "typestr": cai_typestr(a.dtype),
+                                         "data": (a.ptr, a.readonly), "strides": strides}
+        self.array = a
+        self._current = current_handle
+
+    def __del__(self):
+        if sys.is_finalizing():
+            return
+        try:
+            a = self.array
+            dev = a.device
+            handle = self._current(dev.ordinal)
+            if handle is not None:
+                s, handle = unordered_handle(dev, handle)
+                if handle is not None:
+                    release_after(wrap_stream_handle(dev, handle), a)
+        except Exception:  # never raise from a finaliser (interpreter shutdown, no CUDA...)
+            pass
 
 
 # ------------------------------------------------------------------------ keep-alive on streams

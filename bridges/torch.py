@@ -2,30 +2,54 @@
 
 Imported lazily (``tg.from_torch`` or a torch tensor met by ``launch``), so ``import
 tapegrad`` never imports torch. The logic shared with the other bridges (layouts, component
-dims, grad wiring, descriptors) is in ``bridges._base``; this module holds what is torch's.
-Kernel -> native custom op: ``bridges.torch_op.torch_op`` (re-exported here).
+dims, grad wiring, descriptors, dtype/device maps, stream handles) is in ``_base``; this
+module holds what is torch's. Kernel -> native custom op: ``tapegrad.bridges.torch_op``
+(``tg.torch_op``).
 """
 from __future__ import annotations
 
 import operator
-import sys
 import weakref
 
+import numpy as np
 import torch
 
 from tapegrad import types as T
+
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_launch_adapter
 
-from ._base import Bridge, BridgeTypeError, FrameworkAdapter, release_after
+from ._base import (Bridge, CudaView, DeviceMap, DtypeMap, FrameworkAdapter, release_after, unordered_handle,
+                    wait_for_handle)
+from .torch_op import make_torch_op
 
 __all__ = ["from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",
-           "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op", "release_after"]
+           "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op", "current_stream_handle", "DTYPES",
+           "release_after"]
 
 
 # --------------------------------------------------------------------------------- devices
 
-_DEV_FROM: dict = {}     # torch.device / str -> Device (only explicit, stable names)
+def _parse_device(x):
+    if isinstance(x, str):
+        try:
+            td = torch.device(x)
+        except RuntimeError:
+            raise RuntimeError(f"device_from_torch: unsupported torch device {x!r}") from None
+    elif isinstance(x, torch.device):
+        td = x
+    else:
+        raise TypeError(f"device_from_torch: expected a torch.device or a str, got {type(x).__name__}")
+    return td.type, td.index, str(td)
+
+
+def _current_cuda() -> int:
+    if not torch.cuda.is_available():
+        raise RuntimeError("device_from_torch: 'cuda' names torch's current CUDA device, but torch sees no CUDA device")
+    return torch.cuda.current_device()
+
+
+_DEVICES = DeviceMap("torch", _parse_device, _current_cuda, "cuda", (torch.device,))
 
 
 def device_from_torch(torch_device) -> Device:
@@ -38,35 +62,7 @@ def device_from_torch(torch_device) -> Device:
         RuntimeError: a device type tapegrad does not support (mps, meta...), or a CUDA
             device that does not exist here.
     """
-    try:
-        d = _DEV_FROM.get(torch_device)
-    except TypeError:
-        d = None
-    if d is not None:
-        return d
-    if isinstance(torch_device, str):
-        try:
-            td = torch.device(torch_device)
-        except RuntimeError:
-            raise RuntimeError(f"device_from_torch: unsupported torch device {torch_device!r}") from None
-    elif isinstance(torch_device, torch.device):
-        td = torch_device
-    else:
-        raise TypeError(f"device_from_torch: expected a torch.device or a str, got {type(torch_device).__name__}")
-    if td.type == "cpu":
-        d = get_device("cpu")
-    elif td.type == "cuda":
-        idx = td.index
-        if idx is None:
-            if not torch.cuda.is_available():
-                raise RuntimeError(f"device_from_torch: {torch_device!r} names torch's current CUDA device, "
-                                   "but torch sees no CUDA device")
-            return get_device(f"cuda:{torch.cuda.current_device()}")  # not cached: it can change
-        d = get_device(f"cuda:{idx}")
-    else:
-        raise RuntimeError(f"device_from_torch: unsupported torch device {str(td)!r} (tapegrad supports cpu and cuda)")
-    _DEV_FROM[torch_device] = d
-    return d
+    return _DEVICES.from_framework(torch_device)
 
 
 def device_to_torch(device=None) -> str:
@@ -75,121 +71,51 @@ def device_to_torch(device=None) -> str:
     Raises:
         ValueError, RuntimeError: unknown device name / a CUDA device that does not exist.
     """
-    if isinstance(device, torch.device):
-        device = device_from_torch(device)
-    d = get_device(device)
-    return "cpu" if d.is_cpu else f"cuda:{d.ordinal}"
+    return _DEVICES.to_framework(device)
 
 
 # ---------------------------------------------------------------------------------- dtypes
 
-_TO_TORCH: dict = {}
-_FROM_TORCH: dict = {}
-
-
-def _from_torch_table() -> dict:
-    if not _FROM_TORCH:
-        for s in T.SCALARS.values():
-            if s.torch_name is not None and hasattr(torch, s.torch_name):
-                _FROM_TORCH[getattr(torch, s.torch_name)] = s
-    return _FROM_TORCH
+DTYPES = DtypeMap("torch", torch)   # both maps, from the scalar table's torch_name column
+_lookup = DTYPES.from_fw.get
 
 
 def dtype_to_torch(dtype) -> torch.dtype:
     """The torch dtype of a tapegrad dtype (vector/matrix types: their component type).
 
-    ``uint16/32/64`` map to torch's ``uint16/32/64`` (not to signed aliases as in Warp).
+    ``uint16/32/64`` map to torch's ``uint16/32/64`` (not to signed aliases as in Warp);
+    ``bfloat16`` to ``torch.bfloat16``.
 
     Raises:
         TypeError: struct dtypes, or a dtype torch does not have.
     """
-    try:
-        r = _TO_TORCH.get(dtype)
-    except TypeError:
-        r = None
-    if r is None:
-        r = T.dtype_to_framework(dtype, "torch")
-        try:
-            _TO_TORCH[dtype] = r
-        except TypeError:
-            pass
-    return r
+    return DTYPES.to_framework(dtype)
 
 
-def dtype_from_torch(torch_dtype) -> T.ScalarType:
-    """The tapegrad scalar type of a torch dtype.
+def dtype_from_torch(torch_dtype) -> "tapegrad.ScalarType":  # noqa: F821
+    """The tapegrad scalar type of a torch dtype (``torch.bfloat16`` -> ``tg.bfloat16``).
+
+    ``from_torch(t, dtype=tg.uint16)`` (or ``int16``) still views a bfloat16 tensor's raw bits.
 
     Raises:
-        TypeError: the dtype has no tapegrad equivalent. ``torch.bfloat16`` is one of them:
-            tapegrad has no bfloat16 type. Its raw bits can still be viewed without a copy
-            with ``from_torch(t, dtype=tg.uint16)`` (or ``int16``).
+        TypeError: the dtype has no tapegrad equivalent (complex, float8...).
     """
-    s = _from_torch_table().get(torch_dtype) if isinstance(torch_dtype, torch.dtype) else None
-    if s is not None:
-        return s
-    if torch_dtype is torch.bfloat16:
-        raise TypeError("dtype_from_torch: torch.bfloat16 has no tapegrad dtype (tapegrad has no bfloat16 type); "
-                        "view its raw bits with from_torch(t, dtype=tg.uint16), or convert with t.float()")
-    raise TypeError(f"dtype_from_torch: torch dtype {torch_dtype!r} has no tapegrad equivalent")
+    return DTYPES.from_framework(torch_dtype)
 
 
-# ------------------------------------------------------------------------------ the adapter
+# --------------------------------------------------------------------------------- streams
 
-class _DeviceView:
-    """Exposes an array's CUDA memory to torch and keeps the array alive.
-
-    When torch drops the tensor while its current stream is not ordered with tapegrad's (a
-    non-blocking torch stream may still be using the memory), the array is released only once
-    that torch stream has passed this point (``release_after``), so tapegrad cannot hand the
-    memory out again under work that is still queued.
-    """
-
-    __slots__ = ("__cuda_array_interface__", "array")
-
-    def __del__(self):
-        if sys.is_finalizing():
-            return
-        try:
-            a = self.array
-            dev = a.device
-            s, handle = _streams(dev)
-            if handle is not None and not torch.cuda.is_current_stream_capturing():  # (graphs: docs/graphs.md)
-                release_after(_tg_stream(dev, handle), a)
-        except Exception:  # never raise from a finaliser (interpreter shutdown, no CUDA...)
-            pass
+def current_stream_handle(ordinal: int) -> int:
+    """The raw handle of torch's current CUDA stream on device ``ordinal``."""
+    return torch.cuda.current_stream(ordinal).cuda_stream
 
 
-_TG_STREAMS: dict = {}                       # (ordinal, handle) -> tapegrad Stream wrapping it
+def _release_handle(ordinal: int):
+    # a graph capture forbids event queries: no stream-ordered release then (docs/graphs.md)
+    return None if torch.cuda.is_current_stream_capturing() else current_stream_handle(ordinal)
+
+
 _TORCH_STREAMS = weakref.WeakKeyDictionary()  # tapegrad Stream -> torch ExternalStream
-_BLOCKING = weakref.WeakKeyDictionary()       # tapegrad Stream -> is_blocking (fixed per stream)
-
-
-def _streams(dev: Device):
-    """``(tapegrad's current stream, torch's current stream handle)`` of a CUDA device, the
-    handle replaced by None when CUDA already orders the two: the same stream, or torch on
-    the legacy default stream and tapegrad on a blocking stream (the default setup)."""
-    s = dev.stream
-    handle = torch.cuda.current_stream(dev.ordinal).cuda_stream
-    if handle == s.cuda_stream:
-        return s, None
-    if handle == 0:
-        b = _BLOCKING.get(s)
-        if b is None:
-            b = _BLOCKING[s] = s.is_blocking
-        if b:
-            return s, None
-    return s, handle
-
-
-def _tg_stream(dev: Device, handle: int):
-    """A tapegrad Stream wrapping a torch stream handle (a plain handle wrapper, cached)."""
-    s = _TG_STREAMS.get((dev.ordinal, handle))
-    if s is None:
-        from tapegrad.cuda.stream import Stream
-        if len(_TG_STREAMS) >= 256:
-            _TG_STREAMS.clear()
-        s = _TG_STREAMS[(dev.ordinal, handle)] = Stream(dev, cuda_stream=handle)
-    return s
 
 
 def _torch_stream(s):
@@ -198,6 +124,8 @@ def _torch_stream(s):
         ts = _TORCH_STREAMS[s] = torch.cuda.ExternalStream(s.cuda_stream, device=f"cuda:{s.device.ordinal}")
     return ts
 
+
+# ------------------------------------------------------------------------------ the adapter
 
 class TorchAdapter(FrameworkAdapter):
     name = "torch"
@@ -208,16 +136,7 @@ class TorchAdapter(FrameworkAdapter):
 
     def describe(self, t, dtype):
         tdt = t.dtype
-        scalar = _from_torch_table().get(tdt)
-        if scalar is None:
-            want = getattr(dtype, "scalar", None)
-            if tdt is torch.bfloat16 and want in (T.uint16, T.int16):
-                scalar = T.uint16  # raw bits, asked for explicitly
-            elif tdt is torch.bfloat16 and want is not None:
-                raise BridgeTypeError(f"from_torch: cannot view a torch.bfloat16 tensor as {dtype!r}; tapegrad has "
-                                      "no bfloat16 type, only its raw bits are viewable (dtype=tg.uint16 or tg.int16)")
-            else:
-                dtype_from_torch(tdt)  # raises the explanatory TypeError
+        scalar = _lookup(tdt) or dtype_from_torch(tdt)   # the latter raises the explanatory TypeError
         return scalar, tuple(t.shape), t.stride(), device_from_torch(t.device), str(tdt)
 
     # C-level accessors (no Python frame): these run once or twice per conversion
@@ -233,27 +152,21 @@ class TorchAdapter(FrameworkAdapter):
         # address a gradient with its array's strides), 0-strides and gaps included
         g = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
         t.grad = g
-        if g.is_cuda:
-            # tapegrad's kernels run on tapegrad's stream: order them after the zero fill
+        if g.is_cuda:   # tapegrad's kernels run on tapegrad's stream: order them after the zero fill
             dev = device_from_torch(g.device)
-            s, handle = _streams(dev)
-            if handle is not None:
-                from tapegrad.interop import _wait_foreign_stream
-                _wait_foreign_stream(dev, handle)   # an event, no host block
+            wait_for_handle(dev, current_stream_handle(dev.ordinal))
         return g
 
     def wrap(self, a):
+        bf16 = a.dtype.scalar is T.bfloat16   # travels as its raw bits (numpy/CAI have no bfloat16)
         if a.device.ordinal < 0:   # CPU: the array's cached numpy view, shared by torch
-            t = torch.from_numpy(a.numpy())
+            n = a.numpy()
+            t = torch.from_numpy(n.view(np.uint16)).view(torch.bfloat16) if bf16 else torch.from_numpy(n)
             t._tg_array = a          # the view holds the memory's owner; this holds the array
             return t
-        shape, strides = a._flat_layout()
-        v = _DeviceView()
         # CAI v2 (no "stream"): no synchronisation, ordering is the caller's (see stream_from_torch)
-        v.__cuda_array_interface__ = {"version": 2, "shape": shape, "typestr": a.dtype.scalar.np_dtype.str,
-                                      "data": (a.ptr, a.readonly), "strides": strides}
-        v.array = a
-        return torch.as_tensor(v, device=f"cuda:{a.device.ordinal}")
+        t = torch.as_tensor(CudaView(a, _release_handle), device=f"cuda:{a.device.ordinal}")
+        return t.view(torch.bfloat16) if bf16 else t
 
     def set_grad(self, t, g):
         t.requires_grad_(True)
@@ -263,13 +176,14 @@ class TorchAdapter(FrameworkAdapter):
     def on_use(self, t, device):
         # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
         # freeing t does not let torch reuse the block before that stream has passed
-        s, handle = _streams(device)
+        s, handle = unordered_handle(device, current_stream_handle(device.ordinal))
         if handle is not None:
             t.record_stream(_torch_stream(s))
 
 
-_bridge = Bridge(TorchAdapter())
+_bridge = Bridge(TorchAdapter(), DTYPES, _DEVICES, current_stream_handle)
 register_launch_adapter(torch.Tensor, _bridge.launch_adapter)
+torch_op = make_torch_op(_bridge)   # the op builder is its own module; it gets the bridge, not an import
 
 
 # ----------------------------------------------------------------------------- conversions
@@ -366,11 +280,3 @@ def stream_to_torch(stream_or_device=None):
     ts = torch.cuda.ExternalStream(s.cuda_stream, device=f"cuda:{s.device.ordinal}")
     ts._tg_stream = s
     return ts
-
-
-def __getattr__(name):
-    if name == "torch_op":  # the op builder lives in its own module (imports torch.library)
-        from .torch_op import torch_op
-        globals()["torch_op"] = torch_op
-        return torch_op
-    raise AttributeError(f"module 'bridges.torch' has no attribute {name!r}")

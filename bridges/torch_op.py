@@ -10,24 +10,39 @@ with ``register_autograd``. The result works in eager mode, under
 from __future__ import annotations
 
 import itertools
-import re
 
 import torch
 
 from tapegrad import types as T
-from tapegrad.launch import launch
 
-from ._base import check_compatible
-from .torch import _bridge, _from_torch_table, _tg_stream, device_from_torch, dtype_to_torch
+from ._base import Bridge, check_compatible, wrap_stream_handle
+from ._op import KernelSignature, config_key
 
-__all__ = ["torch_op"]
+__all__ = ["make_torch_op"]
 
-_OPS: dict = {}                 # configuration -> the op already built for it
 _counter = itertools.count()
 
 
-def torch_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
-    """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a fake impl.
+def make_torch_op(bridge: Bridge):
+    """The public ``torch_op`` over the torch ``bridge`` (``tapegrad.bridges.torch`` calls this:
+    the op module gets the conversions it needs as an argument, so it imports no bridge)."""
+    ops: dict = {}                 # configuration -> the op already built for it
+
+    def torch_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
+        key = config_key(kernel, num_outputs, launch_dims, output_dims, name)
+        op = ops.get(key) if key is not None else None
+        if op is None:
+            op = _KernelOp(bridge, kernel, num_outputs, launch_dims, output_dims, name).build()
+            if key is not None:
+                ops[key] = op
+        return op
+
+    torch_op.__doc__ = _DOC
+    torch_op.__module__ = "tapegrad.bridges.torch"
+    return torch_op
+
+
+_DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a fake impl.
 
     The op's arguments are the kernel's first ``len(params) - num_outputs`` parameters, in
     order: array parameters take tensors (vector/matrix dtypes: trailing component dims, e.g.
@@ -61,21 +76,6 @@ def torch_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None
             with no array argument.
         ValueError: ``num_outputs`` out of range, or an unknown name in ``output_dims``.
     """
-    key = None
-    try:
-        key = (kernel, num_outputs, _freeze(launch_dims), _freeze(output_dims), name)
-        op = _OPS.get(key)
-    except TypeError:  # unhashable configuration: build, do not cache
-        op = None
-    if op is None:
-        op = _KernelOp(kernel, num_outputs, launch_dims, output_dims, name).build()
-        if key is not None:
-            _OPS[key] = op
-    return op
-
-
-def _freeze(x):
-    return tuple(sorted(x.items())) if isinstance(x, dict) else (tuple(x) if isinstance(x, list) else x)
 
 
 def _schema_type(t, label):
@@ -88,112 +88,67 @@ def _schema_type(t, label):
     return "float[]" if t.scalar.kind == "float" else "int[]"   # vector/matrix values: lists
 
 
-def _dims(spec, args, what):
-    d = spec(*args) if callable(spec) else spec
-    if isinstance(d, (int, torch.SymInt)):
-        return (d,)
-    try:
-        return tuple(d)
-    except TypeError:
-        raise TypeError(f"torch_op: {what} must be an int or a tuple of ints, got {d!r}") from None
-
-
 class _KernelOp:
-    def __init__(self, kernel, num_outputs, launch_dims, output_dims, name):
-        types_, names = list(kernel.arg_types), list(kernel.arg_names)
-        if not 1 <= num_outputs <= len(types_):
-            raise ValueError(f"torch_op: num_outputs must be 1..{len(types_)} for kernel '{kernel.key}', got {num_outputs}")
+    """The torch.library half of ``torch_op``; the kernel's signature is a ``KernelSignature``."""
+
+    def __init__(self, bridge, kernel, num_outputs, launch_dims, output_dims, name):
+        self.bridge = bridge
+        sig = self.sig = KernelSignature.of(kernel, num_outputs, launch_dims=launch_dims, output_dims=output_dims,
+                                            who="torch_op")
         self.kernel = kernel
-        self.n_in = len(types_) - num_outputs
-        self.in_types, self.in_names = types_[:self.n_in], names[:self.n_in]
-        self.out_types, self.out_names = types_[self.n_in:], names[self.n_in:]
-        for t, n in zip(self.out_types, self.out_names):
-            if not isinstance(t, T.ArrayType):
-                raise TypeError(f"torch_op: output parameter '{n}' of kernel '{kernel.key}' must be an array, got {t!r}")
-        self.schema_in = [_schema_type(t, f"parameter '{n}' of kernel '{kernel.key}'")
-                          for t, n in zip(self.in_types, self.in_names)]
-        self.arrays = [i for i, t in enumerate(self.in_types) if isinstance(t, T.ArrayType)]
-        if not self.arrays:
-            raise TypeError(f"torch_op: kernel '{kernel.key}' has no array input to take the device from")
-        # differentiable inputs: float arrays (their gradients are the backward op's results)
-        self.diff = [i for i in self.arrays if self.in_types[i].dtype.scalar.is_float]
-        self.launch_dims = launch_dims
-        if isinstance(output_dims, dict):
-            unknown = set(output_dims) - set(self.out_names)
-            if unknown:
-                raise ValueError(f"torch_op: output_dims names {sorted(unknown)}, kernel '{kernel.key}' outputs "
-                                 f"are {self.out_names}")
-            self.output_dims = [output_dims.get(n) for n in self.out_names]
-        else:
-            self.output_dims = [output_dims] * len(self.out_names)
-        base = re.sub(r"\W", "_", kernel.key.rsplit(".", 1)[-1]) or "kernel"
-        qual = name or f"tapegrad::{base}_{next(_counter)}"
+        self.n_in = len(sig.inputs)
+        self.in_names = [p.name for p in sig.inputs]
+        self.out_names = [p.name for p in sig.outputs]
+        self.out_types = [p.type for p in sig.outputs]
+        self.schema_in = [_schema_type(p.type, f"parameter '{p.name}' of kernel '{kernel.key}'") for p in sig.inputs]
+        self.arrays = list(sig.array_inputs)
+        sig.first_array()   # raises for kernels with no array input
+        self.diff = list(sig.differentiable)
+        qual = name or f"tapegrad::{sig.kernel_name}_{next(_counter)}"
         self.qualname = qual if "::" in qual else f"tapegrad::{qual}"
-
-    # ------------------------------------------------------------------------------ shapes
-    def grid(self, args):
-        if self.launch_dims is not None:
-            return _dims(self.launch_dims, args, "launch_dims")
-        i = self.arrays[0]
-        k = len(self.in_types[i].dtype.inner_shape)
-        shape = tuple(args[i].shape)
-        return shape[:len(shape) - k] if k else shape
-
-    def out_shapes(self, args, grid):
-        return [(_dims(spec, args, "output_dims") if spec is not None else grid) + t.dtype.inner_shape
-                for spec, t in zip(self.output_dims, self.out_types)]
 
     def check_inputs(self, args):
         """Argument count, dtypes and dims (also at trace time, on fake tensors)."""
-        if len(args) != self.n_in:
-            raise TypeError(f"{self.qualname}: expected {self.n_in} arguments ({', '.join(self.in_names)}), got {len(args)}")
-        table = _from_torch_table()
+        sig = self.sig
+        sig.check_count(args, self.qualname)
         for i in self.arrays:
-            t, ptype, label = args[i], self.in_types[i], f"{self.qualname} argument '{self.in_names[i]}'"
+            t, p = args[i], sig.inputs[i]
+            label = f"{self.qualname} argument '{p.name}'"
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{label}: expected a tensor, got {type(t).__name__}")
-            src = table.get(t.dtype)
-            if src is None:
-                raise TypeError(f"{label}: torch dtype {t.dtype} has no tapegrad equivalent")
-            check_compatible(src, ptype.dtype.scalar, str(t.dtype), label)
-            want = ptype.ndim + len(ptype.dtype.inner_shape)
-            if t.dim() != want:
-                raise TypeError(f"{label}: expected a {want}-D tensor for {ptype!r}, got {t.dim()}-D of shape {tuple(t.shape)}")
+            src = self.bridge.dtypes.lookup(t.dtype)
+            if src is not None:   # a BridgeTypeError (TypeError and RuntimeError), as from_torch
+                check_compatible(src, p.dtype.scalar, str(t.dtype), label)
+            sig.check_array(p, src, str(t.dtype), t.shape, self.qualname)
 
     # ---------------------------------------------------------------------------- launching
-    def desc(self, t, ptype, device):
-        if ptype.dtype.inner_shape and not t.is_contiguous():
+    def desc(self, t, p, device):
+        if p.inner_shape and not t.is_contiguous():
             t = t.contiguous()  # component dims must be contiguous: the op is functional, copy
-        return _bridge.layout(t, ptype.dtype, fname=self.qualname).new_ctype(t.data_ptr(), 0, (t,))
+        return self.bridge.layout(t, p.dtype, fname=self.qualname).new_ctype(t.data_ptr(), 0, (t,))
 
     def run(self, args, outs, adj_ins=None, adj_outs=None):
-        t0 = args[self.arrays[0]]
-        dev = device_from_torch(t0.device)
-        stream = _tg_stream(dev, torch.cuda.current_stream(dev.ordinal).cuda_stream) if dev.is_cuda else None
-        ins = [self.desc(a, t, dev) if isinstance(t, T.ArrayType) else (list(a) if isinstance(a, (list, tuple)) else a)
-               for a, t in zip(args, self.in_types)]
-        out_d = [self.desc(o, t, dev) for o, t in zip(outs, self.out_types)]
-        kw = {}
-        if adj_outs is not None:
-            kw = dict(adjoint=True,
-                      adj_inputs=[self.desc(g, self.in_types[i], dev) if g is not None else None for i, g in enumerate(adj_ins)],
-                      adj_outputs=[self.desc(g, t, dev) for g, t in zip(adj_outs, self.out_types)])
-        launch(self.kernel, self.grid(args), inputs=ins, outputs=out_d, device=dev, stream=stream,
-               record_tape=False, **kw)
+        b = self.bridge
+        dev = b.devices.from_framework(args[self.arrays[0]].device)
+        stream = wrap_stream_handle(dev, b.stream_handle(dev.ordinal)) if dev.is_cuda else None
+        self.sig.launch(args, outs, self.desc, dev, stream, adj_ins, adj_outs)
+
+    def out_shapes(self, args):
+        return self.sig.output_shapes(args)
 
     def forward(self, *args):
         self.check_inputs(args)
         t0 = args[self.arrays[0]]
-        outs = [torch.zeros(s, dtype=dtype_to_torch(t.dtype), device=t0.device)
-                for s, t in zip(self.out_shapes(args, self.grid(args)), self.out_types)]
+        outs = [torch.zeros(s, dtype=self.bridge.dtypes.to_framework(t.dtype), device=t0.device)
+                for s, t in zip(self.out_shapes(args), self.out_types)]
         self.run(args, outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def forward_fake(self, *args):
         self.check_inputs(args)
         t0 = args[self.arrays[0]]
-        outs = [t0.new_empty(s, dtype=dtype_to_torch(t.dtype))
-                for s, t in zip(self.out_shapes(args, self.grid(args)), self.out_types)]
+        outs = [t0.new_empty(s, dtype=self.bridge.dtypes.to_framework(t.dtype))
+                for s, t in zip(self.out_shapes(args), self.out_types)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def split_backward_args(self, args):

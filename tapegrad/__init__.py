@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 from .types import (  # noqa: F401
     ScalarType, VectorType, MatrixType, QuatType, StructType, ArrayType,
     bool_ as bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-    float16, float32, float64, half, double,
+    float16, bfloat16, float32, float64, half, double,
     vec2, vec3, vec4, vec2d, vec3d, vec4d, vec2h, vec3h, vec4h, vec2i, vec3i, vec4i,
     mat22, mat33, mat44, mat22d, mat33d, mat44d, quat, quatd,
     vector, matrix, struct, dtype_to_numpy, dtype_from_numpy,

@@ -234,7 +234,7 @@ class array:
             except (TypeError, ValueError) as e:
                 raise TypeError(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
             copy = True
-        if arr.dtype.kind in "OUSVMmc":
+        if arr.dtype.kind in "OUSVMmc" and arr.dtype != T.bfloat16.np_dtype:   # ml_dtypes' bfloat16 is kind V
             raise TypeError(f"array(data=...): numpy dtype {arr.dtype} is not supported")
         if arr.ndim == 0:
             arr = arr.reshape(1)
@@ -459,7 +459,10 @@ class array:
                     return np.empty(self._flat_layout()[0], dtype=self._np_elem_dtype())
                 # cached base view whose base is the memory's owner, not this array (no cycle)
                 owner = self._owner if self._owner is not None else self
-                v = self._npv = np.asarray(_HostView(self.__array_interface__, owner))
+                v = np.asarray(_HostView(self.__array_interface__, owner))
+                if v.dtype != self._np_elem_dtype():   # bfloat16: the interface says raw 2-byte void
+                    v = v.view(self._np_elem_dtype())
+                self._npv = v
                 if owner is self:  # cannot happen for host arrays, which always have an owner
                     del self._npv
                     return v

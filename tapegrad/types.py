@@ -1,8 +1,10 @@
 """Data types: scalars, vectors, matrices, structs and array annotations.
 
 One declarative table (``_SCALAR_TABLE``) describes every scalar type; every mapping to a
-foreign framework (numpy, DLPack, torch, paddle, jax) and to C (ctypes, C++ type names) is
-derived from it, so there are no hand-written twins to drift apart.
+foreign framework (numpy, DLPack, and the torch/paddle/jax name columns the bridges' dtype
+maps are built from: ``tapegrad.bridges._base.DtypeMap``) and to C (ctypes, C++ type names) is
+derived from it, so there are no hand-written twins to drift apart. This module imports no
+framework.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "StructType", "ArrayType",
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
-    "dtype_to_framework", "dtype_from_framework", "ArrayDesc", "LaunchBounds", "MAX_DIMS",
+    "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED",
 ]
 
 MAX_DIMS = 4
@@ -32,7 +34,7 @@ class ScalarType:
     name: str
     kind: str            # "bool" | "int" | "uint" | "float"
     bits: int
-    np_name: str         # numpy dtype name
+    np_name: str         # numpy dtype name ("bfloat16": ml_dtypes' type when importable, else raw uint16)
     cname: str           # C++ type name in generated code
     ctype: typing.Any    # ctypes type used to pack launch arguments
     dl_code: int
@@ -46,7 +48,7 @@ class ScalarType:
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(self.np_name)
+        return _np_dtype(self.np_name)
 
     @property
     def scalar(self) -> "ScalarType":
@@ -79,6 +81,28 @@ class _F16(ctypes.c_uint16):
     """float16 travels as raw bits in ctypes (ctypes has no half type)."""
 
 
+class _BF16(ctypes.c_uint16):
+    """bfloat16 travels as raw bits in ctypes."""
+
+
+def _np_dtype(name: str) -> np.dtype:
+    d = _NP_DTYPES.get(name)
+    if d is None:
+        if name == "bfloat16":
+            try:   # ml_dtypes (a JAX dependency) gives numpy a real bfloat16; imported only when asked
+                import ml_dtypes
+                d = np.dtype(ml_dtypes.bfloat16)
+            except ImportError:
+                d = np.dtype(np.uint16)   # raw bits
+        else:
+            d = np.dtype(name)
+        _NP_DTYPES[name] = d
+    return d
+
+
+_NP_DTYPES: dict = {}
+
+
 # name, kind, bits, numpy, C++, ctypes, DLPack code, torch, paddle, jax
 _SCALAR_TABLE = [
     ("bool",    "bool",  8,  "bool",    "bool",     ctypes.c_bool,   DL_BOOL,  "bool",    "bool",    "bool"),
@@ -91,6 +115,7 @@ _SCALAR_TABLE = [
     ("uint32",  "uint",  32, "uint32",  "uint32_t", ctypes.c_uint32, DL_UINT,  "uint32",  None,      "uint32"),
     ("uint64",  "uint",  64, "uint64",  "uint64_t", ctypes.c_uint64, DL_UINT,  "uint64",  None,      "uint64"),
     ("float16", "float", 16, "float16", "half",     _F16,            DL_FLOAT, "float16", "float16", "float16"),
+    ("bfloat16", "float", 16, "bfloat16", "tg::bfloat16_t", _BF16,  DL_BFLOAT, "bfloat16", "bfloat16", "bfloat16"),
     ("float32", "float", 32, "float32", "float",    ctypes.c_float,  DL_FLOAT, "float32", "float32", "float32"),
     ("float64", "float", 64, "float64", "double",   ctypes.c_double, DL_FLOAT, "float64", "float64", "float64"),
 ]
@@ -100,9 +125,15 @@ bool_ = SCALARS["bool"]
 int8, int16, int32, int64 = (SCALARS[n] for n in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (SCALARS[n] for n in ("uint8", "uint16", "uint32", "uint64"))
 float16, float32, float64 = (SCALARS[n] for n in ("float16", "float32", "float64"))
+bfloat16 = SCALARS["bfloat16"]
 half, float_, double = float16, float32, float64
 
-_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values()}
+# Scalar types kernels cannot compute with yet (bfloat16 arithmetic: issue 15). Arrays of them
+# convert zero-copy with every framework; a kernel parameter of one is a clear TypeError.
+KERNEL_UNSUPPORTED = frozenset({bfloat16})
+
+# bfloat16 is left out: looking its numpy type up would import ml_dtypes (see resolve_dtype)
+_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values() if s is not bfloat16}
 _BY_DLPACK = {(s.dl_code, s.bits): s for s in SCALARS.values()}
 
 
@@ -418,19 +449,30 @@ def resolve_dtype(dtype, arg: str = "dtype"):
         nd = np.dtype(dtype)
     except TypeError:
         nd = None
-    if nd is not None and nd in _BY_NUMPY and dtype is not None:
-        return _BY_NUMPY[nd]
+    if nd is not None and dtype is not None:
+        s = _by_numpy(nd)
+        if s is not None:
+            return s
     raise TypeError(f"{arg}: expected a tapegrad dtype (e.g. tg.float32, tg.vec3, float), got {dtype!r}")
 
 
 def type_of(ann, arg: str = "annotation", allow_array: bool = True):
-    """Resolve a kernel/struct annotation (dtype or array annotation) to a tapegrad type."""
+    """Resolve a kernel/struct annotation (dtype or array annotation) to a tapegrad type.
+
+    Raises:
+        TypeError: not a tapegrad type, or one kernels cannot compute with yet (bfloat16).
+    """
     if isinstance(ann, ArrayType):
-        return ann
-    # an array *instance* used as annotation: tg.array(dtype=float, ndim=2)
-    if hasattr(ann, "_tg_annotation"):
-        return ann._tg_annotation()
-    return resolve_dtype(ann, arg=arg)
+        t = ann
+    elif hasattr(ann, "_tg_annotation"):   # an array *instance* used as annotation: tg.array(dtype=float, ndim=2)
+        t = ann._tg_annotation()
+    else:
+        t = resolve_dtype(ann, arg=arg)
+    s = getattr(t.dtype if isinstance(t, ArrayType) else t, "scalar", None)
+    if s in KERNEL_UNSUPPORTED:
+        raise TypeError(f"{arg}: {t!r} cannot be a kernel or struct field type yet: kernels have no {s.name} "
+                        f"arithmetic (arrays of {s.name} still convert zero-copy; cast to float32 for kernels)")
+    return t
 
 
 def can_alias(want: ScalarType, have: ScalarType) -> bool:
@@ -485,9 +527,17 @@ def dtype_from_numpy(np_dtype) -> ScalarType:
         nd = np.dtype(np_dtype)
     except TypeError as e:
         raise TypeError(f"dtype_from_numpy: {np_dtype!r} is not a numpy dtype") from e
-    if nd not in _BY_NUMPY:
+    s = _by_numpy(nd)
+    if s is None:
         raise TypeError(f"dtype_from_numpy: numpy dtype {nd} has no tapegrad type")
-    return _BY_NUMPY[nd]
+    return s
+
+
+def _by_numpy(nd: np.dtype):
+    s = _BY_NUMPY.get(nd)
+    if s is None and nd.name == "bfloat16" and nd.itemsize == 2:   # ml_dtypes.bfloat16 (already imported)
+        s = bfloat16
+    return s
 
 
 def dtype_to_dlpack(dtype) -> tuple[int, int, int]:
@@ -506,70 +556,12 @@ def dtype_from_dlpack(code: int, bits: int) -> ScalarType:
     """Return the tapegrad scalar type for a DLPack ``(code, bits)``.
 
     Raises:
-        TypeError: no matching scalar type (bfloat16, complex, sub-byte types...).
+        TypeError: no matching scalar type (complex, fp8, sub-byte types...).
     """
     key = (code, bits)
     if key not in _BY_DLPACK:
         raise TypeError(f"DLPack dtype (code={code}, bits={bits}) has no tapegrad equivalent")
     return _BY_DLPACK[key]
-
-
-def dtype_to_framework(dtype, framework: str):
-    """Return the dtype object of ``framework`` ('torch' | 'paddle' | 'jax') for a tapegrad dtype.
-
-    Vector/matrix types map to their component type. Imports the framework lazily.
-
-    Raises:
-        TypeError: the framework has no such dtype, or ``dtype`` is a struct.
-    """
-    t = resolve_dtype(dtype)
-    if isinstance(t, StructType):
-        raise TypeError(f"struct dtype {t.name} has no {framework} equivalent")
-    s = t.scalar
-    name = getattr(s, f"{framework}_name")
-    if name is None:
-        raise TypeError(f"{s!r} has no {framework} dtype")
-    return getattr(_framework_dtype_module(framework), name)
-
-
-def dtype_from_framework(fdtype, framework: str) -> ScalarType:
-    """Return the tapegrad scalar type for a torch/paddle/jax dtype.
-
-    Raises:
-        TypeError: the dtype has no tapegrad equivalent (bfloat16, complex...).
-    """
-    mod = _framework_dtype_module(framework)
-    for s in SCALARS.values():
-        name = getattr(s, f"{framework}_name")
-        if name is None:
-            continue
-        cand = getattr(mod, name, None)
-        if cand is None:
-            continue
-        try:
-            if cand == fdtype:
-                return s
-        except Exception:  # some frameworks' dtypes raise on == with foreign objects
-            continue
-    if framework == "jax":
-        try:
-            return dtype_from_numpy(np.dtype(fdtype))
-        except TypeError:
-            pass
-    raise TypeError(f"{framework} dtype {fdtype!r} has no tapegrad equivalent")
-
-
-def _framework_dtype_module(framework: str):
-    if framework == "torch":
-        import torch
-        return torch
-    if framework == "paddle":
-        import paddle
-        return paddle
-    if framework == "jax":
-        import jax.numpy as jnp
-        return jnp
-    raise ValueError(f"framework must be 'torch', 'paddle' or 'jax', got {framework!r}")
 
 
 # ----------------------------------------------------------------------------- kernel ABI

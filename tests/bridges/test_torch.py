@@ -59,8 +59,7 @@ def test_dtype_maps_vectors_structs_and_errors():
     assert tg.dtype_to_torch(tg.vec3) == torch.float32
     assert tg.dtype_to_torch(tg.mat22d) == torch.float64
     assert tg.dtype_to_torch(float) == torch.float32
-    with pytest.raises(TypeError, match="bfloat16"):
-        tg.dtype_from_torch(torch.bfloat16)
+    assert tg.dtype_from_torch(torch.bfloat16) is tg.bfloat16 and tg.dtype_to_torch(tg.bfloat16) is torch.bfloat16
     with pytest.raises(TypeError, match="complex64"):
         tg.dtype_from_torch(torch.complex64)
     with pytest.raises(TypeError):
@@ -76,11 +75,14 @@ def test_dtype_maps_vectors_structs_and_errors():
         tg.dtype_to_torch("not a dtype")
 
 
-def test_bfloat16_only_as_explicit_raw_bits():
-    t = torch.tensor([1.0, -2.0, 0.5], dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match="bfloat16"):
-        tg.from_torch(t)
-    a = tg.from_torch(t, dtype=tg.uint16)
+def test_bfloat16_zero_copy_both_ways_and_as_raw_bits():
+    t = torch.tensor([1.0, -2.0, 0.5], dtype=torch.bfloat16, requires_grad=True)
+    b = tg.from_torch(t)
+    assert b.dtype is tg.bfloat16 and b.ptr == t.data_ptr() and b.grad.ptr == t.grad.data_ptr()
+    back = tg.to_torch(b)
+    assert back.dtype is torch.bfloat16 and back.data_ptr() == t.data_ptr() and back.grad.data_ptr() == b.grad.ptr
+    assert torch.equal(back.detach(), t.detach())
+    a = tg.from_torch(t.detach(), dtype=tg.uint16)
     assert a.dtype is tg.uint16 and a.ptr == t.data_ptr()
     assert np.array_equal(a.numpy(), t.view(torch.uint16).numpy())
     with pytest.raises(BridgeTypeError):

@@ -12,11 +12,18 @@ def _default_cpu():
         yield
 
 
-@pytest.fixture
-def on_device(device):
+DEVICES = ["cpu"] + (["cuda:0"] if tg.is_cuda_available() else [])
+
+
+def _devices():
+    return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
+
+
+@pytest.fixture(params=_devices())
+def on_device(request):
     """Run the test with this device as the default one (arrays are created there)."""
-    with tg.ScopedDevice(device):
-        yield device
+    with tg.ScopedDevice(request.param):
+        yield request.param
 
 
 @tg.kernel
@@ -56,6 +63,7 @@ def struct_scale(s: Scaled, out: tg.array[float]):
     out[i] = s.values[i] * s.scale
 
 
+@pytest.mark.parametrize("device", _devices())
 def test_chain_of_16_launches(device):
     n = 8
     arrays = [tg.array(np.ones(n), dtype=float, device=device, requires_grad=True)]
@@ -73,6 +81,7 @@ def test_chain_of_16_launches(device):
     assert np.all(arrays[0].grad.numpy() == 2.0 ** 16)
 
 
+@pytest.mark.parametrize("device", _devices())
 def test_multiple_outputs_zero_between_passes(device):
     xn = np.linspace(-1, 1, 16)
     x = tg.array(xn, dtype=tg.float64, device=device, requires_grad=True)
