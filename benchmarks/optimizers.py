@@ -1,5 +1,10 @@
-"""Native optimizer steps side by side: ``tg.optim.Adam`` vs Warp's ``warp.optim.Adam`` and
-``torch.optim.Adam`` (``fused=True`` on CUDA, ``foreach`` on the CPU) on the same parameters.
+"""Optimizer steps side by side on the same parameters:
+
+- native: ``tg.optim.Adam``/``SGD`` vs Warp's ``warp.optim`` and ``torch.optim`` (``fused=True``
+  on CUDA, ``foreach`` on the CPU);
+- optax: one step of ``tg.optax_optimizer`` vs the manual pattern of scenario s20 (``to_jax``
+  views, ``tx.update``, ``apply_updates``, ``assign``; target <= 0.5x) and vs
+  ``torch.optim.Adam`` stepping ``to_torch`` views of the same tapegrad parameters.
 
 The parameters are ``--n`` float32 values split into a few arrays of different sizes (a small
 model: 60%, 30%, 9%, 1%), gradients fixed; one sample times ``--steps`` steps and waits for the
@@ -12,8 +17,10 @@ Prints a table and writes ``benchmarks/results/optimizers_<device>.json``; the f
 ratios tapegrad / peer of one run.
 """
 import argparse
+import importlib.util
 
 import numpy as np
+
 from _peer import warp_or_none
 from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 
@@ -64,6 +71,41 @@ def torch_step(n, device, cls="Adam"):
     return opt.step, sync
 
 
+def optax_steps(n, device):
+    """``(one-call step, manual s20 step, torch-on-to_torch step, sync)`` over tapegrad parameters."""
+    import optax
+
+    import tapegrad as tg
+    rng = np.random.default_rng(0)
+    tx = optax.adam(1e-3)
+
+    def params():
+        ps = [tg.array(rng.normal(size=k).astype(np.float32), device=device, requires_grad=True) for k in sizes(n)]
+        for p in ps:
+            p.grad.assign(rng.normal(size=p.shape).astype(np.float32))
+        return ps
+
+    one_call = tg.optax_optimizer(tx, params())
+    manual_ps = params()
+    state = [tx.init([tg.to_jax(p) for p in manual_ps])]
+
+    def manual():
+        vals, grads = [tg.to_jax(p) for p in manual_ps], [tg.to_jax(p.grad) for p in manual_ps]
+        updates, state[0] = tx.update(grads, state[0], vals)
+        for p, v in zip(manual_ps, optax.apply_updates(vals, updates)):
+            p.assign(v)
+
+    torch_step = None
+    try:
+        import torch
+        tps = params()
+        topt = torch.optim.Adam([tg.to_torch(p) for p in tps], lr=1e-3)
+        torch_step = topt.step
+    except ImportError:
+        pass
+    return one_call.step, manual, torch_step, (lambda: tg.synchronize_device(device))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10 ** 6)
@@ -91,6 +133,18 @@ def main():
             c = compare(samples, "tapegrad", peer)
             rows.append({"optimizer": cls, "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
             print(f"{cls:<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
+    if importlib.util.find_spec("optax") is not None:
+        one_call, manual, torch_adam, sync = optax_steps(args.n, args.device)
+        samplers = {"one_call": per_call(one_call, args.steps, sync), "manual": per_call(manual, args.steps, sync)}
+        if torch_adam is not None:
+            samplers["torch"] = per_call(torch_adam, args.steps, sync)
+        samples = interleave(samplers, rounds=args.rounds)
+        for peer, label in (("manual", "manual s20 pattern"), ("torch", "torch Adam, to_torch")):
+            if peer in samples:
+                c = compare(samples, "one_call", peer)
+                rows.append({"optimizer": "optax_optimizer", "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer,
+                             "ratio": c.ratio})
+                print(f"{'optax':<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
     out = write_results(f"optimizers_{args.device.replace(':', '')}", {"n": args.n, "device": args.device,
                                                                        "rows": rows})
     print(f"wrote {out}")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from tapegrad.array import array
-from tapegrad.array import copy
+from tapegrad.array import array, copy
 
 from .jax import from_jax, to_jax
 

@@ -1,2 +1,2 @@
-"""Runnable optimizer showcases: ``python -m optim_examples`` runs them all,
-``python -m optim_examples.<name>`` one of them."""
+"""Runnable optimizer showcases: ``python -m optim_examples`` runs the declarer-by-optimizer
+matrix, ``python -m optim_examples NAME`` one example (``--help`` lists them)."""

@@ -1,5 +1,5 @@
-"""Fit y = a * sin(b * x) + c with a tapegrad kernel, its generated adjoint and a small Adam
-written on tapegrad arrays (no framework needed).
+"""Fit y = a * sin(b * x) + c with a tapegrad kernel, its generated adjoint and tapegrad's own
+fused ``tg.optim.Adam`` (no framework needed).
 
     python -m optim_examples.fit_curve
 """
@@ -16,14 +16,6 @@ def sq_error(x: tg.array[float], y: tg.array[float], p: tg.array[float], loss: t
     tg.atomic_add(loss, 0, d * d / float(len(x)))
 
 
-def adam_step(p, m, v, t, lr=0.05, b1=0.9, b2=0.999, eps=1e-8):
-    g = p.grad.numpy()
-    m[:] = b1 * m + (1 - b1) * g
-    v[:] = b2 * v + (1 - b2) * g * g
-    mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
-    p.assign((p.numpy() - lr * mh / (np.sqrt(vh) + eps)).astype(np.float32))
-
-
 def main(steps=300, device=None):
     rng = np.random.default_rng(0)
     xs = np.linspace(-3, 3, 256).astype(np.float32)
@@ -32,14 +24,14 @@ def main(steps=300, device=None):
     y = tg.array(ys, dtype=float, device=device)
     p = tg.array(np.array([1.0, 1.8, 0.0], np.float32), dtype=float, device=device, requires_grad=True)
     loss = tg.zeros(1, dtype=float, device=device, requires_grad=True)
-    m, v = np.zeros(3), np.zeros(3)
+    opt = tg.optim.Adam([p], lr=0.05)
     for t in range(1, steps + 1):
         loss.zero_()
         tape = tg.Tape()
         with tape:
             tg.launch(sq_error, dim=len(xs), inputs=[x, y, p], outputs=[loss])
         tape.backward(loss=loss)
-        adam_step(p, m, v, t)
+        opt.step()                                 # reads p.grad, updates p in place
         tape.zero()
         if t % 100 == 0 or t == 1:
             print(f"  step {t:4d}  loss {loss.numpy()[0]:.5f}  params {np.round(p.numpy(), 3)}")

@@ -2,8 +2,8 @@
 import functools
 
 from .. import types
-from ..lang import kernel, min, pow, sqrt, tid
 from ..array import array
+from ..lang import kernel, min, pow, sqrt, tid
 from ..types import struct
 from .multi_tensor import CHUNK
 from .optimizer import Optimizer

@@ -4,9 +4,9 @@ An optimizer step over N parameter arrays would cost N launches (Warp's ``warp.o
 that). Here the arrays of one *group* — same element type, same device — are described by a
 device-resident table of structs (one row per parameter: its flat value, gradient and state
 arrays and its length) plus a chunk table, so that one launch of a 2-D grid
-``(chunks, lanes)`` updates every element of every parameter: thread ``(c, k)`` updates
-elements ``chunk_start[c] + k, + 2 lanes...`` (up to CHUNK of them) of parameter ``chunk_slot[c]``. The tables hold descriptors
-(pointers), not data: nothing is copied per step, and a step records cleanly into a CUDA graph.
+``(chunks, lanes)`` updates every element of every parameter: thread ``(c, k)`` updates elements
+``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... (CHUNK of them at most) of parameter
+``chunk_slot[c]``. The tables hold descriptors (pointers), not data: nothing is copied per step, and a step records cleanly into a CUDA graph.
 
 The step count lives on the device too (``Group.step``, advanced by a one-thread launch), so
 bias corrections stay right when a captured step is replayed.
@@ -18,8 +18,8 @@ import numpy as np
 from .. import types
 from ..array import array
 from ..creation import zeros
-from ..launch import launch
 from ..lang import kernel
+from ..launch import launch
 
 __all__ = ["CHUNK", "ParamGroup", "build_groups", "flat_view", "state_dtype"]
 

@@ -106,8 +106,8 @@ class Optimizer:
             table = self._table(gi, group, grads)
             group.tick()
             k = self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
-            launch(k, dim=group.dim, inputs=[table, group.chunk_slot, group.chunk_start, group.step, group.dim[1], *hyper],
-                   device=group.device, record_tape=False)
+            tables = [table, group.chunk_slot, group.chunk_start, group.step, group.dim[1]]
+            launch(k, dim=group.dim, inputs=tables + hyper, device=group.device, record_tape=False)
 
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):

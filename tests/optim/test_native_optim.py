@@ -1,9 +1,9 @@
 """tg.optim.Adam / SGD: fused steps checked against torch.optim on the same numbers."""
 import numpy as np
 import pytest
+import torch
 
 import tapegrad as tg
-import torch
 from tapegrad.optim import SGD, Adam
 from tapegrad.optim.multi_tensor import CHUNK
 
