@@ -6,9 +6,10 @@ device-resident table of structs (one row per parameter: its flat value, gradien
 arrays and its length) plus a chunk table, so that one launch of a 2-D grid
 ``(chunks, lanes)`` updates every element of every parameter: thread ``(c, k)`` updates elements
 ``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... (CHUNK of them at most) of parameter
-``chunk_slot[c]``. The tables hold descriptors (pointers), not data: nothing is copied per step, and a step records cleanly into a CUDA graph.
+``chunk_slot[c]``. The tables hold descriptors (pointers), not data: nothing is copied per
+step, and a step records cleanly into a CUDA graph.
 
-The step count lives on the device too (``Group.step``, advanced by a one-thread launch), so
+The step count lives on the device too (``ParamGroup.step``, advanced by a one-thread launch), so
 bias corrections stay right when a captured step is replayed.
 """
 import dataclasses
