@@ -9,6 +9,7 @@ as µs per call and the ratio tapegrad / Warp; JSON in benchmarks/results/array_
 import argparse
 
 import numpy as np
+
 from _peer import warp_or_none
 from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 

@@ -23,10 +23,11 @@ import os
 import platform
 
 import torch
-from _peer import warp_or_none
-from _timing import compare, interleave, per_call, write_results
 
 import tapegrad as tg
+
+from _peer import warp_or_none
+from _timing import compare, interleave, per_call, write_results
 
 TARGETS = {"from_torch": 0.5, "return_ctype": 0.7, "direct": 0.7, "to_torch": 0.7}
 

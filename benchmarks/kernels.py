@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))   # benchmark this checkout, whatever `pip install
 import numpy as np  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
+
 from _peer import warp_or_none  # noqa: E402
 from _timing import RESULTS, compare, interleave, per_call  # noqa: E402
-
 
 # ------------------------------------------------------------------------------ kernels
 
@@ -384,7 +384,8 @@ def main():
     n = args.n or (1 << 28 if is_cuda else 1 << 24)
 
     print(f"tapegrad kernels benchmark on {device} ({platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores; warp {getattr(wp, '__version__', '-')}, torch {getattr(torch, '__version__', '-')})")
+          f"{os.cpu_count()} cores; warp {getattr(wp, '__version__', '-')}, "
+          f"torch {getattr(torch, '__version__', '-')})")
     table = Table(device)
     table.header()
     sections = [("launch", lambda: bench_launch(table, device, wp, torch, args.calls, args.rounds)),

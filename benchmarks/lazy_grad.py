@@ -22,10 +22,11 @@ import os
 import platform
 
 import torch
-from _peer import warp_or_none
-from _timing import compare, interleave, per_call, write_results
 
 import tapegrad as tg
+
+from _peer import warp_or_none
+from _timing import compare, interleave, per_call, write_results
 
 MODES = ("baseline", "A", "B", "C")
 

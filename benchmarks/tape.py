@@ -9,6 +9,7 @@ measured in the same run; absolute times count only from a quiet (GPU) machine.
 import argparse
 
 import numpy as np
+
 from _peer import warp_or_none
 from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 

@@ -77,6 +77,10 @@ def handler_library():
         lib.tgx_abi_version.restype = ctypes.c_int64
         lib.tgx_set_callable_target.argtypes = [CALLABLE_FN]
         lib.tgx_set_callable_target.restype = None
+        from .plan import abi_version
+        if lib.tgx_abi_version() != abi_version():
+            raise RuntimeError(f"tapegrad jax bridge: the FFI handler library {path} has plan layout "
+                               f"{lib.tgx_abi_version()}, bridges/jax/plan.py {abi_version()} (stale build?)")
         _lib = lib
     return _lib
 

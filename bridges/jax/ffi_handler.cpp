@@ -65,7 +65,7 @@ struct tgx_plan {
     void* cuda_fn[TGX_MAX_DEVICES];        // CUfunction per device ordinal
     int32_t cuda_blocks_cap[TGX_MAX_DEVICES];
     int32_t block_dim;
-    int32_t batch_parallel_max;            // CPU: run batch elements in parallel below this launch size
+    int32_t pad;
     tgx_loader loader;                     // loads a missing entry point (Python, first call only)
     const char* kernel;
     tgx_slot* slots;
@@ -314,14 +314,12 @@ static void tgx_cpu_copy_in(const tgx_plan* p, const tgx_geom* g) {
 }
 
 static void tgx_cpu_run(const tgx_plan* p, const tgx_geom* g) {
+    // one launch per batch element, in order (each launch parallelises inside itself; an
+    // OpenMP region over the batch would spawn a thread team per XLA worker thread)
     tgx_cpu_entry entry = (tgx_cpu_entry)p->cpu_entry;
-    int parallel = g->nbatch > 1 && p->bounds.size < p->batch_parallel_max;
-    // a small launch per batch element: run the elements in parallel (each launch then runs on
-    // one thread: OpenMP does not nest by default); a large one parallelises inside itself
-    #pragma omp parallel for schedule(dynamic, 1) if (parallel)
+    tgx_array arrs[TGX_MAX_SLOTS];
+    void* argv[TGX_MAX_SLOTS];
     for (int64_t b = 0; b < g->nbatch; ++b) {
-        tgx_array arrs[TGX_MAX_SLOTS];
-        void* argv[TGX_MAX_SLOTS];
         tgx_fill(p, g, b, arrs, argv, 0);
         entry(&p->bounds, argv);
     }

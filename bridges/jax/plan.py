@@ -22,8 +22,6 @@ __all__ = ["Slot", "PlanSpec", "Plan", "IN", "OUT", "INOUT", "VALUE", "NULL_ARRA
 IN, OUT, INOUT, VALUE, NULL_ARRAY, NULL_VALUE = range(6)
 MAX_DEVICES = 16
 MAGIC = 0x7467786A61786B31
-# below this many threads per launch, batch elements run in parallel on the CPU
-BATCH_PARALLEL_MAX = 1 << 15
 
 # XLA_FFI_DataType codes by tapegrad scalar name (xla/ffi/api/c_api.h)
 _XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
@@ -58,8 +56,14 @@ _CPlan._fields_ = [
     ("magic", ctypes.c_int64), ("nslots", ctypes.c_int32), ("nargs", ctypes.c_int32), ("nrets", ctypes.c_int32),
     ("adjoint", ctypes.c_int32), ("bounds", _Launch), ("cpu_entry", ctypes.c_void_p),
     ("cuda_fn", ctypes.c_void_p * MAX_DEVICES), ("cuda_blocks_cap", ctypes.c_int32 * MAX_DEVICES),
-    ("block_dim", ctypes.c_int32), ("batch_parallel_max", ctypes.c_int32), ("loader", LOADER),
+    ("block_dim", ctypes.c_int32), ("pad", ctypes.c_int32), ("loader", LOADER),
     ("kernel", ctypes.c_char_p), ("slots", ctypes.POINTER(_CSlot)), ("values", ctypes.c_void_p)]
+
+
+def abi_version() -> int:
+    """The struct sizes the C handler must report (``tgx_abi_version``): a mismatch means
+    ffi_handler.cpp and this module disagree on the plan layout."""
+    return ctypes.sizeof(_CPlan) * 1000 + ctypes.sizeof(_CSlot)
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,6 @@ class Plan:
             size *= d
         p.bounds.ndim, p.bounds.size = len(dims), size
         p.block_dim = spec.block_dim
-        p.batch_parallel_max = BATCH_PARALLEL_MAX
         p.loader = loader
         p.kernel = self._kernel_name
         p.slots = ctypes.cast(self._slots, ctypes.POINTER(_CSlot))

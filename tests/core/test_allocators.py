@@ -2,7 +2,6 @@
 graph-owned memory, and — on a GPU — CuPy's pool, the stream-ordered pool and PyTorch's caching
 allocator."""
 import gc
-import importlib.util
 
 import numpy as np
 import pytest
@@ -12,17 +11,6 @@ from tapegrad.cuda import allocators as A
 
 HAS_CUDA = tg.is_cuda_available()
 cuda = pytest.mark.cuda
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and cupy")
-HAS_TORCH = importlib.util.find_spec("torch") is not None
-
-
-def _torch_cuda():
-    if not HAS_TORCH:
-        pytest.skip("needs PyTorch")
-    import torch
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA-enabled PyTorch")
-    return torch
 
 
 # ------------------------------------------------------------------------ CPU: validation
@@ -189,7 +177,6 @@ def test_allocator_module_does_not_import_frameworks(tmp_path):
 # ------------------------------------------------------------------------------- CUDA
 
 @cuda
-@needs_cuda
 def test_async_allocator_round_trip_and_owner_type():
     dev = tg.get_device("cuda:0")
     data = np.arange(1000, dtype=np.float32)
@@ -212,7 +199,6 @@ def test_async_allocator_round_trip_and_owner_type():
 
 
 @cuda
-@needs_cuda
 def test_set_allocator_switches_and_resets():
     dev = tg.get_device("cuda:0")
     try:
@@ -229,7 +215,6 @@ def test_set_allocator_switches_and_resets():
 
 
 @cuda
-@needs_cuda
 def test_custom_allocator_object_is_used():
     import cupy
     dev = tg.get_device("cuda:0")
@@ -248,10 +233,9 @@ def test_custom_allocator_object_is_used():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.torch
 def test_torch_allocator_memory_shows_in_torch_and_is_released():
-    torch = _torch_cuda()
+    import torch
     dev = tg.get_device("cuda:0")
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated(0)
@@ -268,10 +252,9 @@ def test_torch_allocator_memory_shows_in_torch_and_is_released():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.torch
 def test_set_allocator_torch_checks_torch():
-    torch = _torch_cuda()
+    import torch
     dev = tg.get_device("cuda:0")
     try:
         tg.set_allocator("torch", device=dev)

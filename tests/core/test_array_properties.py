@@ -88,7 +88,6 @@ _copy_kernels = {tg.float32: _copy32, tg.float64: _copy64}
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device")
 @settings(max_examples=40, deadline=None)
 @given(strided_arrays())
 def test_cuda_array_interface_round_trips(case):
@@ -106,12 +105,12 @@ def test_cuda_array_interface_round_trips(case):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device")
+@pytest.mark.torch
 @settings(max_examples=20, deadline=None)
 @given(st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint8]),
        hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=6))
 def test_torch_cuda_array_interface(npdt, shape):
-    torch = pytest.importorskip("torch")
+    import torch
     t = torch.from_numpy(np.arange(int(np.prod(shape))).astype(npdt).reshape(shape)).cuda()
     a = tg.array(t)
     assert a.ptr == t.data_ptr() and a.shape == tuple(t.shape)

@@ -17,8 +17,7 @@ from tapegrad.dlpack import _native as N
 
 from .._dlpack_util import get_name
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not tg.is_cuda_available(), reason="needs a CUDA device and cupy")]
+pytestmark = pytest.mark.cuda
 
 _P = ctypes.PYFUNCTYPE
 _get_ptr = _P(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
@@ -43,14 +42,14 @@ def inspect_capsule(cap):
 
 @pytest.fixture(scope="module")
 def cp():
-    return pytest.importorskip("cupy")
+    import cupy
+    return cupy
 
 
 @pytest.fixture(scope="module")
 def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
+    """torch with CUDA: tests taking it are marked ``torch`` (with the module's ``cuda``)."""
+    import torch
     return torch
 
 
@@ -95,6 +94,7 @@ def test_stream_argument_validation():
             a.__dlpack__(stream=bad)
 
 
+@pytest.mark.torch
 def test_torch_cuda_both_directions(torch):
     import torch.utils.dlpack as tud
     a = tg.array(np.arange(16, dtype=np.float32), device="cuda:0")
@@ -145,6 +145,7 @@ def test_numba_cai(cp):
 
 # --------------------------------------------------------------------------- stream handshake
 
+@pytest.mark.torch
 def test_export_handshake_orders_consumer_stream(cp, torch):
     """tapegrad producer on a non-blocking stream, torch consumer on its own side stream."""
     a = tg.zeros(1 << 16, device="cuda:0")
@@ -160,6 +161,7 @@ def test_export_handshake_orders_consumer_stream(cp, torch):
     assert bool((out == 7.0).all())
 
 
+@pytest.mark.torch
 def test_import_handshake_orders_tapegrad_stream(cp, torch):
     """torch producer on a side stream, tapegrad consumer on a non-blocking stream."""
     if not hasattr(torch.cuda, "_sleep"):
@@ -177,6 +179,7 @@ def test_import_handshake_orders_tapegrad_stream(cp, torch):
     assert (b.numpy() == 5.0).all()
 
 
+@pytest.mark.torch
 def test_to_dlpack_orders_legacy_stream(cp, torch):
     """The capsule path makes the legacy default stream wait for tapegrad's current stream."""
     a = tg.zeros(1 << 16, device="cuda:0")
@@ -208,6 +211,7 @@ def test_dl_device_cpu_copies(cp):
         tg.from_dlpack(a, device="cpu", copy=False)
 
 
+@pytest.mark.torch
 def test_copy_true_cuda(torch):
     a = tg.array(np.arange(6, dtype=np.float32), device="cuda:0")
     info = inspect_capsule(a.__dlpack__(max_version=(1, 0), copy=True))
@@ -234,12 +238,9 @@ def test_pinned(cp):
 
 # ------------------------------------------------------------------------------- frameworks
 
+@pytest.mark.jax
 def test_jax_gpu():
-    jax = pytest.importorskip("jax")
-    try:
-        jax.devices("gpu")
-    except RuntimeError:
-        pytest.skip("jax without a GPU backend")
+    import jax
     import jax.dlpack
     import jax.numpy as jnp
     a = tg.array(np.arange(8, dtype=np.float32), device="cuda:0")
@@ -250,10 +251,9 @@ def test_jax_gpu():
     assert b.device.is_cuda and b.ptr == x.unsafe_buffer_pointer()
 
 
+@pytest.mark.paddle
 def test_paddle_gpu():
-    paddle = pytest.importorskip("paddle")
-    if not paddle.device.is_compiled_with_cuda():
-        pytest.skip("paddle without CUDA")
+    import paddle
     a = tg.array(np.arange(8, dtype=np.float32), device="cuda:0")
     p = paddle.from_dlpack(a)
     assert p.data_ptr() == a.ptr
@@ -279,6 +279,7 @@ EXIT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch
 def test_exit_with_cuda_views_alive(cp, torch):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     for _ in range(5):
@@ -286,6 +287,7 @@ def test_exit_with_cuda_views_alive(cp, torch):
         assert r.returncode == 0 and not r.stderr.strip(), (r.returncode, r.stderr[-2000:])
 
 
+@pytest.mark.torch
 def test_no_leak_cuda_100k_cycles(cp, torch):
     def rss():
         with open("/proc/self/statm") as f:

@@ -3,7 +3,6 @@ allocation inside a capture, a captured tape.backward(), joining torch.cuda.grap
 errors on the CPU and without a GPU."""
 import functools
 import gc
-import importlib.util
 import subprocess
 import sys
 
@@ -15,8 +14,6 @@ from tapegrad.cuda import graph as G
 
 HAS_CUDA = tg.is_cuda_available()
 cuda = pytest.mark.cuda
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and cupy")
-HAS_TORCH = importlib.util.find_spec("torch") is not None
 N = 1024
 DEV = "cuda:0"
 
@@ -56,15 +53,6 @@ def kernels():
     k = K()
     k.inc, k.add_into, k.scale, k.double, k.sum_squares = inc, add_into, scale, double, sum_squares
     return k
-
-
-def _torch_cuda():
-    if not HAS_TORCH:
-        pytest.skip("needs PyTorch")
-    import torch
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA-enabled PyTorch")
-    return torch
 
 
 def _warm(*pairs):
@@ -163,7 +151,6 @@ def test_importing_graph_support_does_not_import_cupy_or_torch():
 # ------------------------------------------------------------------------------ CUDA
 
 @cuda
-@needs_cuda
 def test_capture_records_without_running_and_replays():
     k = kernels()
     a = tg.zeros(N, device=DEV)
@@ -181,7 +168,6 @@ def test_capture_records_without_running_and_replays():
 
 
 @cuda
-@needs_cuda
 def test_kernel_never_launched_is_loaded_before_the_capture():
     @tg.kernel
     def fresh(a: tg.array[float]):
@@ -198,7 +184,6 @@ def test_kernel_never_launched_is_loaded_before_the_capture():
 
 
 @cuda
-@needs_cuda
 def test_kernel_first_compiled_and_loaded_inside_a_capture():
     def make():
         @tg.kernel
@@ -218,7 +203,6 @@ def test_kernel_first_compiled_and_loaded_inside_a_capture():
 
 
 @cuda
-@needs_cuda
 def test_capture_begin_end_and_launch_on_a_stream():
     k = kernels()
     dev = tg.get_device(DEV)
@@ -237,7 +221,6 @@ def test_capture_begin_end_and_launch_on_a_stream():
 
 
 @cuda
-@needs_cuda
 def test_scoped_capture_with_stream_makes_it_current():
     k = kernels()
     dev = tg.get_device(DEV)
@@ -254,7 +237,6 @@ def test_scoped_capture_with_stream_makes_it_current():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
 def test_capture_modes(mode):
     k = kernels()
@@ -270,7 +252,6 @@ def test_capture_modes(mode):
 
 
 @cuda
-@needs_cuda
 def test_nested_capture_and_end_without_begin_are_errors():
     with pytest.raises(RuntimeError, match="not active"):
         tg.capture_end(device=DEV)
@@ -281,7 +262,6 @@ def test_nested_capture_and_end_without_begin_are_errors():
 
 
 @cuda
-@needs_cuda
 def test_illegal_call_inside_capture_fails_cleanly_and_stream_recovers():
     k = kernels()
     a = tg.zeros(N, device=DEV)
@@ -300,7 +280,6 @@ def test_illegal_call_inside_capture_fails_cleanly_and_stream_recovers():
 
 
 @cuda
-@needs_cuda
 def test_exception_in_block_discards_the_capture():
     k = kernels()
     a = tg.zeros(N, device=DEV)
@@ -314,7 +293,6 @@ def test_exception_in_block_discards_the_capture():
 
 
 @cuda
-@needs_cuda
 def test_destroyed_graph_cannot_be_launched():
     k = kernels()
     a = tg.zeros(N, device=DEV)
@@ -327,7 +305,6 @@ def test_destroyed_graph_cannot_be_launched():
 
 
 @cuda
-@needs_cuda
 def test_capture_launch_on_another_device_is_an_error():
     if tg.get_cuda_device_count() < 2:
         pytest.skip("needs 2 GPUs")
@@ -341,7 +318,6 @@ def test_capture_launch_on_another_device_is_an_error():
 
 
 @cuda
-@needs_cuda
 def test_allocation_inside_capture_is_graph_memory_and_is_freed():
     k = kernels()
     a = tg.zeros(N, device=DEV)
@@ -399,7 +375,6 @@ def test_allocation_inside_capture_is_graph_memory_and_is_freed():
 
 
 @cuda
-@needs_cuda
 def test_graph_result_buffer_outlives_the_graph():
     k = kernels()
     _warm((k.inc, [tg.zeros(N, device=DEV)]))
@@ -421,7 +396,6 @@ def test_graph_result_buffer_outlives_the_graph():
 
 
 @cuda
-@needs_cuda
 def test_captured_backward_accumulates_per_replay():
     k = kernels()
     x = tg.array(np.arange(N, dtype=np.float32), device=DEV, requires_grad=True)
@@ -446,7 +420,6 @@ def test_captured_backward_accumulates_per_replay():
 
 
 @cuda
-@needs_cuda
 def test_captured_backward_from_a_loss():
     k = kernels()
     x = tg.array(np.full(N, 3.0, np.float32), device=DEV, requires_grad=True)
@@ -466,10 +439,9 @@ def test_captured_backward_from_a_loss():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.torch
 def test_external_capture_inside_torch_cuda_graph():
-    torch = _torch_cuda()
+    import torch
     k = kernels()
     dev = tg.get_device(DEV)
     a = tg.zeros(N, device=DEV)
@@ -497,7 +469,6 @@ def test_external_capture_inside_torch_cuda_graph():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.torch
 def test_external_capture_requires_a_capturing_stream():
     with pytest.raises(RuntimeError, match="not capturing"):
@@ -506,10 +477,9 @@ def test_external_capture_requires_a_capturing_stream():
 
 
 @cuda
-@needs_cuda
 @pytest.mark.torch
 def test_torch_and_tapegrad_on_one_stream_both_directions():
-    torch = _torch_cuda()
+    import torch
     k = kernels()
     dev = tg.get_device(DEV)
     # 1) a torch stream used by tapegrad, captured by tapegrad

@@ -12,18 +12,11 @@ def _default_cpu():
         yield
 
 
-DEVICES = ["cpu"] + (["cuda:0"] if tg.is_cuda_available() else [])
-
-
-def _devices():
-    return [pytest.param(d, marks=pytest.mark.cuda) if d.startswith("cuda") else d for d in DEVICES]
-
-
-@pytest.fixture(params=_devices())
-def on_device(request):
+@pytest.fixture
+def on_device(device):
     """Run the test with this device as the default one (arrays are created there)."""
-    with tg.ScopedDevice(request.param):
-        yield request.param
+    with tg.ScopedDevice(device):
+        yield device
 
 
 @tg.kernel
@@ -63,7 +56,6 @@ def struct_scale(s: Scaled, out: tg.array[float]):
     out[i] = s.values[i] * s.scale
 
 
-@pytest.mark.parametrize("device", _devices())
 def test_chain_of_16_launches(device):
     n = 8
     arrays = [tg.array(np.ones(n), dtype=float, device=device, requires_grad=True)]
@@ -81,7 +73,6 @@ def test_chain_of_16_launches(device):
     assert np.all(arrays[0].grad.numpy() == 2.0 ** 16)
 
 
-@pytest.mark.parametrize("device", _devices())
 def test_multiple_outputs_zero_between_passes(device):
     xn = np.linspace(-1, 1, 16)
     x = tg.array(xn, dtype=tg.float64, device=device, requires_grad=True)

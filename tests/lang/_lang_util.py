@@ -57,14 +57,3 @@ def check_grad(kernel, dim, inputs, outputs, device="cpu", rtol=1e-5, atol=1e-7,
 def _dtype(x):
     return {np.dtype(np.float64): tg.float64, np.dtype(np.float32): tg.float32,
             np.dtype(np.int32): tg.int32, np.dtype(np.int64): tg.int64}[np.asarray(x).dtype]
-
-
-def devices():
-    import pytest
-    devs = ["cpu"]
-    try:
-        if tg.is_cuda_available():
-            devs.append(pytest.param("cuda:0", marks=pytest.mark.cuda))
-    except Exception:
-        pass
-    return devs

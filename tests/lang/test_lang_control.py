@@ -10,9 +10,8 @@ import pytest
 import tapegrad as tg
 from tapegrad.lang import TapeCompileWarning
 
-from ._lang_util import check_grad, devices, run
+from ._lang_util import check_grad, run
 
-pytestmark = pytest.mark.parametrize("device", devices())
 F64 = tg.array(dtype=tg.float64)
 I32 = tg.array(dtype=tg.int32)
 

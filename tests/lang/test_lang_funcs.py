@@ -2,13 +2,11 @@
 vector/matrix kernels and multi-dimensional launches."""
 
 import numpy as np
-import pytest
 
 import tapegrad as tg
 
-from ._lang_util import check_grad, devices, run
+from ._lang_util import check_grad, run
 
-pytestmark = pytest.mark.parametrize("device", devices())
 F64 = tg.array(dtype=tg.float64)
 
 

@@ -1,0 +1,110 @@
+"""Test configuration: markers that skip by themselves, and the ``device`` fixture.
+
+Markers (set them per test, or per module with ``pytestmark = pytest.mark.torch``):
+
+    cuda     needs a CUDA GPU and cupy (``tg.is_cuda_available()``)
+    torch    needs PyTorch            } with ``cuda`` as well: the framework's CUDA build
+    paddle   needs PaddlePaddle       } (``torch.cuda.is_available()``, a paddle compiled with
+    jax      needs JAX                }  CUDA, a JAX GPU backend)
+    slow     long-running; runs by default, deselect with ``-m "not slow"``
+
+A test carrying a marker whose requirement is missing is skipped with the reason, so test files
+hold no ``importorskip``/``skipif`` lines of their own for these. The checks import nothing
+until a collected test carries the marker (``import tapegrad`` imports no framework either).
+
+``device``: a test taking a ``device`` argument runs once per device, "cpu" and, on a machine
+with a GPU, "cuda:0" (marked ``cuda``); the value is the device name.
+
+``TAPEGRAD_CHECK_IR=1`` is set for the whole session: the kernel-language compiler checks its IR
+between passes (`tapegrad.lang.check`), which production compiles skip.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import pytest
+
+os.environ.setdefault("TAPEGRAD_CHECK_IR", "1")
+
+import tapegrad as tg  # noqa: E402  (after TAPEGRAD_CHECK_IR: the language reads it at import)
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda() -> bool:
+    try:
+        return bool(tg.is_cuda_available())
+    except Exception:  # noqa: BLE001  a broken driver/cupy means "no GPU" for the tests
+        return False
+
+
+def _torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _paddle_cuda() -> bool:
+    import paddle
+    return paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def _jax_cuda() -> bool:
+    import jax
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:   # no GPU backend
+        return False
+
+
+# marker -> (available?, reason when not, the framework's own CUDA check for "marker + cuda")
+_FRAMEWORKS = {
+    "torch": (lambda: _importable("torch"), "needs PyTorch", _torch_cuda),
+    "paddle": (lambda: _importable("paddle"), "needs PaddlePaddle", _paddle_cuda),
+    "jax": (lambda: _importable("jax"), "needs JAX", _jax_cuda),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _check(marker: str) -> str | None:
+    """Why tests with ``marker`` cannot run here (None: they can). ``marker`` may be
+    "<framework>+cuda" for the framework's CUDA build."""
+    if marker == "cuda":
+        return None if _cuda() else "needs a CUDA GPU and cupy"
+    name, _, cuda = marker.partition("+")
+    available, reason, cuda_check = _FRAMEWORKS[name]
+    if not available():
+        return reason
+    if cuda and not cuda_check():
+        return f"needs a CUDA-enabled {name}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        needs = [m for m in ("cuda", "torch", "paddle", "jax") if m in names]
+        if "cuda" in names:
+            needs += [f"{m}+cuda" for m in ("torch", "paddle", "jax") if m in names]
+        for need in needs:
+            reason = _check(need)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
+
+
+def _devices():
+    devs = ["cpu"]
+    if _cuda():
+        devs.append(pytest.param("cuda:0", marks=pytest.mark.cuda))
+    return devs
+
+
+@pytest.fixture(params=_devices())
+def device(request) -> str:
+    """The device a test runs on: "cpu", and "cuda:0" where a GPU is present."""
+    return request.param
