@@ -1,0 +1,83 @@
+"""mkdocs hooks for the documentation site (``mkdocs build --strict``).
+
+- ``api/builtins.md`` is generated from the kernel language's builtin table, so the reference
+  of every builtin is the table itself (name, what it does, whether it has an adjoint).
+- Bridge functions are documented from the live objects (``force_inspection``; see ``on_config``).
+- The build fails when a public name of ``tapegrad`` (``tapegrad.__all__``) is documented on no
+  API reference page: a name is documented by a ``::: tapegrad...`` block whose last part is the
+  name, by a mention as ``tg.<name>`` on an API page, or as a kernel builtin.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File
+
+_API_PREFIX = "api/"
+
+
+def on_config(config):
+    """Let mkdocstrings import modules (``force_inspection`` blocks) with the full ``sys.path``.
+
+    Bridge functions are closures published under framework names (``from_torch`` is the
+    bridge's hot-path closure), so their docstrings exist only at run time: their API blocks
+    are inspected, which imports the repository's ``bridges/`` package. Griffe replaces
+    ``sys.path`` by the handler's ``paths`` while importing, so the paths must include it.
+    """
+    handler = config["plugins"]["mkdocstrings"].config["handlers"].setdefault("python", {})
+    handler["paths"] = list(dict.fromkeys([*handler.get("paths", ["."]), *sys.path]))
+    return config
+
+
+def _builtin_rows():
+    from tapegrad.lang.builtins import exported
+    rows = []
+    for name, b in sorted(exported().items()):
+        doc = " ".join((b.__doc__ or "").split()) or "-"
+        adj = "yes" if any(ov.differentiable for ov in b.overloads) else "no"
+        rows.append(f"| `tg.{name}` | {doc.replace('|', '&#124;')} | {adj} |")
+    return rows
+
+
+def on_files(files, config):
+    """Add the generated builtin reference page."""
+    text = ["# Kernel builtins", "",
+            "Generated from the builtin table (`tapegrad/lang/builtins.py`) when the site is built: every",
+            "name below is callable inside `@tg.kernel` and `@tg.func` bodies; *adjoint* says whether it is",
+            "differentiable (each differentiable overload is checked against finite differences by",
+            "`tests/lang/test_builtins_grad.py`). The language itself is described in",
+            "[Kernels](../kernels.md).", "",
+            "| builtin | what it does | adjoint |", "|---|---|---|", *_builtin_rows(), ""]
+    files.append(File.generated(config, "api/builtins.md", content="\n".join(text)))
+    return files
+
+
+def _public_names():
+    import tapegrad
+    names = getattr(tapegrad, "__all__", None)
+    if names is None:
+        raise PluginError("docs: tapegrad has no __all__: the API reference check needs the public names")
+    return set(names)
+
+
+_documented: set = set()
+
+
+def on_page_markdown(markdown, page, config, files):
+    """Collect the names an API page documents."""
+    if page.file.src_uri.startswith(_API_PREFIX):
+        for ident in re.findall(r"^:::\s*([\w.]+)", markdown, flags=re.M):
+            _documented.add(ident.rsplit(".", 1)[-1])
+        _documented.update(re.findall(r"`tg\.(\w+)", markdown))
+    return markdown
+
+
+def on_post_build(config):
+    """Fail the build if a public name is documented nowhere in the API reference."""
+    missing = sorted(_public_names() - _documented)
+    _documented.clear()
+    if missing:
+        raise PluginError(f"docs: {len(missing)} public names of tapegrad are on no API reference page: "
+                          f"{', '.join(missing)}")
