@@ -68,7 +68,7 @@ def main():
         "benchmark": "dlpack", "device": "cpu", "n_per_round": args.n, "rounds": args.rounds, "stat": "median",
         "python": sys.version.split()[0], "platform": platform.platform(), "torch": torch.__version__,
         "warp": getattr(wp, "__version__", None) if wp else None, "numpy": np.__version__,
-        "dlpack_backend": __import__("tapegrad.dlpack._native", fromlist=["backend"]).backend().name,
+        "dlpack_backend": __import__("tapegrad.dlpack.capsules", fromlist=["backend"]).backend().name,
         "rows": rows,
     }
     print(f"wrote {write_results('dlpack', result, args.out)}")

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .array import array, clone, zeros
+from .array import array, clone
+from .creation import zeros
+from .errors import GradcheckError
 from .launch import launch
 
 __all__ = ["jacobian", "jacobian_fd", "gradcheck", "GradcheckError", "GradcheckEntry"]
 
 
-class GradcheckError(AssertionError):
-    """Adjoint and finite-difference Jacobians disagree; the message lists the worst entries."""
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
-"""Array factories (zeros, ones, full, ..._like, from_numpy), clone and copy."""
+"""Array factories: zeros, ones, empty, full, their ``_like`` forms, from_numpy.
+
+``clone`` and ``copy`` live with the array (``array.to``/``assign`` use them)."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import types as T
-from .array import array, _view
-from .device import get_device
-from .storage import _cupy_view
+from .array import array
 
 __all__ = ["zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
-           "from_numpy", "clone", "copy"]
+           "from_numpy"]
 
 def empty(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
     """A new array (zeroed, as allocation is cheap and garbage is a footgun)."""
@@ -83,82 +83,3 @@ def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False) ->
         else:
             dtype = base
     return array(arr, dtype=dtype, shape=shape, device=device, requires_grad=requires_grad, copy=True)
-
-
-def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
-    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad."""
-    if not isinstance(src, array):
-        raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
-    dev = src.device if device is None else get_device(device)
-    out = array(shape=src.shape, dtype=src.dtype, device=dev, pinned=pinned)
-    copy(out, src)
-    rg = src.requires_grad if requires_grad is None else requires_grad
-    if rg:
-        if src.grad is not None:
-            out.grad = clone(src.grad, device=dev, requires_grad=False)
-        else:
-            out.requires_grad = True
-    return out
-
-
-def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, count: int = 0) -> None:
-    """Copy elements from ``src`` into ``dest`` (any devices; on the current stream).
-
-    With offsets/count the arrays are treated as flat (both must be contiguous). Recorded on
-    an active Tape with its adjoint.
-
-    Raises:
-        TypeError: arguments are not arrays of matching dtype.
-        ValueError: shapes/sizes do not match.
-    """
-    for name, a in (("dest", dest), ("src", src)):
-        if not isinstance(a, array):
-            raise TypeError(f"copy: {name} must be a tapegrad array, got {type(a).__name__}")
-    if dest.dtype.size != src.dtype.size or (dest.dtype.scalar is not src.dtype.scalar):
-        raise TypeError(f"copy: dtypes differ (dest {dest.dtype!r}, src {src.dtype!r})")
-    dest._check_writable("copy")
-    if dest_offset or src_offset or count:
-        if not (dest.is_contiguous and src.is_contiguous):
-            raise ValueError("copy with offsets/count needs contiguous arrays")
-        count = count or min(dest.size - dest_offset, src.size - src_offset)
-        if dest_offset + count > dest.size or src_offset + count > src.size or count < 0:
-            raise ValueError(f"copy: range out of bounds (count={count}, dest size {dest.size}, src size {src.size})")
-        d = _view(dest, dest.ptr + dest_offset * dest.dtype.size, (count,), (dest.dtype.size,))
-        s = _view(src, src.ptr + src_offset * src.dtype.size, (count,), (src.dtype.size,))
-        _copy_raw(d, s)
-    else:
-        if dest.size != src.size:
-            raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
-        if dest.shape != src.shape:
-            if not (dest.is_contiguous and src.is_contiguous):
-                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are not contiguous")
-            _copy_raw(dest.reshape((dest.size,)), src.reshape((src.size,)))
-        else:
-            _copy_raw(dest, src)
-    dest._bump()
-    from .tape import _record_copy
-    _record_copy(dest, src, dest_offset, src_offset, count)
-
-
-def _copy_raw(dest: array, src: array) -> None:
-    if dest.size == 0:
-        return
-    if dest.device.is_cpu and src.device.is_cpu:
-        np.copyto(dest.numpy(), src.numpy(), casting="no")
-        return
-    from .cuda.memory import memcpy
-    cuda_dev = dest.device if dest.device.is_cuda else src.device
-    stream = cuda_dev.stream
-    if dest.is_contiguous and src.is_contiguous:
-        memcpy(dest.ptr, src.ptr, dest.nbytes, stream.cuda_stream)
-        if dest.device.is_cpu or src.device.is_cpu:
-            stream.synchronize()  # host memory is pageable: make the copy visible before returning
-        return
-    import cupy
-    with cupy.cuda.Device(cuda_dev.ordinal), stream._cp:
-        if dest.device.is_cuda and src.device.is_cuda:
-            cupy.copyto(_cupy_view(dest), _cupy_view(src))
-        elif dest.device.is_cuda:
-            _cupy_view(dest)[...] = cupy.asarray(np.ascontiguousarray(src.numpy()))
-        else:
-            np.copyto(dest.numpy(), cupy.asnumpy(_cupy_view(src)))

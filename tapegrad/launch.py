@@ -6,14 +6,22 @@ built once (``_packers``), so a launch is one packer call per argument plus one 
 from __future__ import annotations
 
 import ctypes
+import importlib
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import types as T
 from .array import array
 from .device import get_device
+from .frameworks import bridge_for_type_module
+from .lang.kernel import Kernel
+from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
+from .recording import Access, active_tape
+from .storage import fold_inner_dims
 
-__all__ = ["launch", "ArrayCtype", "register_launch_adapter"]
+__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "LaunchRecord"]
 
 
 class ArrayCtype(T.ArrayDesc):
@@ -36,8 +44,6 @@ class ArrayCtype(T.ArrayDesc):
 # ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
 # object's trailing component dims). Registered adapters are consulted before the protocols.
 _ADAPTERS: dict = {}
-_ADAPTER_MODULES = {"torch": "tapegrad.bridges.torch", "paddle": "tapegrad.bridges.paddle", "jax": "tapegrad.bridges.jax",
-                    "jaxlib": "tapegrad.bridges.jax"}
 
 
 def register_launch_adapter(cls, fn):
@@ -53,9 +59,8 @@ def _adapter_for(obj):
     if fn is not _ADAPTERS:
         return fn
     fn = None
-    mod = _ADAPTER_MODULES.get(cls.__module__.split(".")[0])
+    mod = bridge_for_type_module(cls.__module__.split(".")[0])
     if mod is not None:
-        import importlib
         try:
             importlib.import_module(mod)
         except ImportError:
@@ -81,8 +86,6 @@ def _check_array(kernel, i, ptype, dtype, ndim, device, launch_device):
 
 def _foreign_desc(kernel, i, ptype, obj, device):
     """Descriptor for an object passed directly through its array protocol (R1)."""
-    from .array import _fold_inner_dims
-    from .interop import interface_layout, parse_cuda_array_interface
     label = _arg_label(kernel, i)
     if device.is_cuda and hasattr(obj, "__cuda_array_interface__"):
         _, ptr, dt, shape, strides, ro = parse_cuda_array_interface(obj.__cuda_array_interface__, device, label)
@@ -97,7 +100,7 @@ def _foreign_desc(kernel, i, ptype, obj, device):
                         f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
     if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, T.StructType):
         raise TypeError(f"{label}: expected an array of {ptype.dtype!r}, got elements of {dt!r}")
-    edt, shape, strides = _fold_inner_dims(dt, ptype.dtype, shape, strides, label)
+    edt, shape, strides = fold_inner_dims(dt, ptype.dtype, shape, strides, label)
     d = ArrayCtype()
     d.data = ptr or None
     for k, (n, s) in enumerate(zip(shape, strides)):
@@ -165,7 +168,7 @@ def _make_scalar_packer(kernel, i, ptype):
             raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {type(value).__name__}")
         try:
             if kind == "float":
-                return ctype(T._scalar_to_ctype(ptype, value))
+                return ctype(T.scalar_to_ctype(ptype, value))
             if kind == "bool":
                 return ctype(bool(value))
             if isinstance(value, (float, np.floating)) and not float(value).is_integer():
@@ -290,8 +293,7 @@ def _foreign_device(a):
     if hasattr(a, "__array_interface__"):
         return get_device("cpu")
     if hasattr(a, "__cuda_array_interface__"):
-        from .interop import _pointer_device
-        return _pointer_device(a.__cuda_array_interface__["data"][0])
+        return pointer_device(a.__cuda_array_interface__["data"][0])
     return None
 
 
@@ -346,7 +348,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         RuntimeError: device mismatch, or a write to a read-only array.
     """
     args = list(inputs) + list(outputs)
-    if not isinstance(kernel, _Kernel or _kernel_class()):
+    if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
     packers = _packers(kernel)
     if len(args) != len(packers):
@@ -382,10 +384,10 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         adj_vals = _adjoint_values(kernel, args, adj_given, dev)
         vals = vals + [_grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
     elif record_tape:
-        tape = _active_tape()
+        tape = active_tape()
         if tape is not None:
-            tape._record_launch(kernel, dim, list(inputs), list(outputs), dev, stream, block_dim, max_blocks,
-                                kernel.arg_access, args)
+            tape.record(LaunchRecord(kernel, tuple(dim), tuple(inputs), tuple(outputs), dev, stream, block_dim,
+                                     max_blocks))
     argv = _argv_type(len(vals))(*[ctypes.addressof(v) for v in vals])
     kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
     if not adjoint:
@@ -394,20 +396,43 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
                 args[i]._version += 1
 
 
-_Kernel = None
+@dataclass(frozen=True)
+class LaunchRecord:
+    """A forward launch recorded on a Tape (built by ``launch`` when a tape is active).
 
+    Attributes:
+        kernel: the ``Kernel``. dim: the grid. inputs, outputs: the arguments as passed.
+        device: the launch device. stream: the stream given to ``launch`` (None: current).
+        block_dim, max_blocks: the CUDA launch shape.
+    """
 
-def _kernel_class():
-    global _Kernel
-    from .lang import Kernel  # imported on first launch: tapegrad.lang imports this module's package
-    _Kernel = Kernel
-    return Kernel
+    kernel: Any
+    dim: tuple
+    inputs: tuple
+    outputs: tuple
+    device: Any
+    stream: Any
+    block_dim: int
+    max_blocks: int
 
+    def accesses(self) -> tuple:
+        """The tapegrad arrays among the arguments, with the kernel's reads and writes of each
+        (an array the kernel neither reads nor writes counts as read: its adjoint may be)."""
+        k = self.kernel
+        out = []
+        for i, ((r, w), a) in enumerate(zip(k.arg_access, self.inputs + self.outputs)):
+            if isinstance(a, array):
+                name = k.arg_names[i]
+                out.append(Access(a, name, r or not w, w, f"kernel '{k.key}' writing '{name}'", f"{k.key}.{name}"))
+        return tuple(out)
 
-def _active_tape():
-    from .tape import _active_tape as fn
-    globals()["_active_tape"] = fn  # resolve once; later launches call tape._active_tape directly
-    return fn()
+    def label(self, index: int) -> str:
+        return f"launch #{index} of kernel '{self.kernel.key}'"
+
+    def replay(self) -> None:
+        """Launch the kernel's adjoint with the recorded arguments (gradients: each array's .grad)."""
+        launch(self.kernel, self.dim, self.inputs, self.outputs, device=self.device, stream=self.stream,
+               adjoint=True, record_tape=False, block_dim=self.block_dim, max_blocks=self.max_blocks)
 
 
 _ARGV: dict = {}

@@ -1,5 +1,6 @@
 """Where array memory comes from, and layout helpers: aligned host buffers (calloc), CUDA
-allocations through the allocator setting, pinned memory, contiguous strides, CuPy views."""
+allocations through the allocator setting, pinned memory, contiguous strides, shape checks and
+the folding of trailing component dimensions into vector/matrix dtypes."""
 from __future__ import annotations
 
 import ctypes
@@ -7,11 +8,17 @@ import ctypes
 import numpy as np
 
 from . import types as T
+from .cuda import memory as cuda_memory   # imports CuPy only when CUDA memory is asked for
+from .device import is_cuda_available
+
+__all__ = ["contiguous_strides", "normalize_shape", "fold_inner_dims", "HostBuffer", "HostView", "host_alloc",
+           "alloc"]
 
 _ALIGN = 64
 
 
-def _contiguous_strides(shape, itemsize):
+def contiguous_strides(shape, itemsize):
+    """Row-major byte strides of ``shape`` for elements of ``itemsize`` bytes."""
     if len(shape) == 1:
         return (itemsize,)
     strides, s = [], itemsize
@@ -21,7 +28,13 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
-def _normalize_shape(shape, arg="shape"):
+def normalize_shape(shape, arg="shape"):
+    """``shape`` as a tuple of 1..MAX_DIMS non-negative ints.
+
+    Raises:
+        TypeError: not an int or a sequence of ints.
+        ValueError: too many or too few dimensions, or a negative one.
+    """
     if type(shape) is int and shape >= 0:
         return (shape,)
     if type(shape) is tuple and 0 < len(shape) <= T.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
@@ -41,7 +54,7 @@ def _normalize_shape(shape, arg="shape"):
     return shape
 
 
-class _HostBuffer:
+class HostBuffer:
     """Zeroed host memory from ``calloc``, freed when the last array using it dies.
 
     Cheaper than a numpy buffer (whose address costs microseconds to read) on the hot path of
@@ -73,10 +86,10 @@ except (OSError, AttributeError):  # no C runtime reachable this way: numpy buff
     _calloc = _free = None
 
 
-def _host_alloc(nbytes):
+def host_alloc(nbytes):
     """Zeroed host memory; returns (owner, ptr)."""
     if _calloc is not None:
-        buf = _HostBuffer(nbytes)
+        buf = HostBuffer(nbytes)
         return buf, buf.ptr
     raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % _ALIGN
@@ -84,7 +97,7 @@ def _host_alloc(nbytes):
     return buf, buf.ctypes.data
 
 
-class _HostView:
+class HostView:
     """What ``numpy()`` wraps: the interface dict plus the memory's owner (never the array
     itself, so the cached view creates no reference cycle)."""
 
@@ -95,25 +108,45 @@ class _HostView:
         self.owner = owner
 
 
-def _alloc(dev, nbytes, pinned=False):
+def alloc(dev, nbytes, pinned=False):
+    """Zeroed memory of ``nbytes`` on ``dev`` (host memory is pinned when asked and CUDA exists);
+    returns (owner, ptr). CUDA memory is zeroed by the caller, on its stream."""
     if dev.is_cuda:
-        from .cuda.memory import alloc
-        owner = alloc(dev, nbytes)
+        owner = cuda_memory.alloc(dev, nbytes)
         return owner, int(owner.ptr)
     if pinned:
-        from .device import is_cuda_available
         if is_cuda_available():
-            from .cuda.memory import alloc_pinned
-            owner = alloc_pinned(nbytes)
+            owner = cuda_memory.alloc_pinned(nbytes)
             ctypes.memset(owner.ptr, 0, max(nbytes, 1))
             return owner, int(owner.ptr)
-    return _host_alloc(nbytes)
+    return host_alloc(nbytes)
 
 
-def _cupy_view(a):
-    """A CuPy ndarray aliasing a CUDA array (scalar layout, component dims appended)."""
-    import cupy
-    shape, strides = a._flat_layout()
-    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + a.dtype.scalar.size if a.size else 0
-    mem = cupy.cuda.UnownedMemory(a.ptr, max(extent, 1), a, a.device.ordinal)
-    return cupy.ndarray(shape, dtype=a.dtype.scalar.np_dtype, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
+def fold_inner_dims(base, dt, shape, strides, arg):
+    """Fold trailing component dims of a scalar layout into a vector/matrix dtype.
+
+    Args:
+        base: the scalar type of the memory. dt: the wanted dtype (None: ``base``).
+        shape, strides: the scalar layout (byte strides). arg: names the value in errors.
+    Returns:
+        (dtype, shape, strides) with the component dims removed.
+    Raises:
+        RuntimeError: the trailing dims do not match or are not contiguous; too many dims.
+    """
+    shape, strides = tuple(shape), tuple(strides)
+    if dt is None or isinstance(dt, T.StructType) or not dt.inner_shape:
+        out = dt or base
+        if len(shape) > T.MAX_DIMS:
+            raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape}")
+        return out, shape, strides
+    inner = dt.inner_shape
+    k = len(inner)
+    if shape[-k:] != inner or len(shape) <= k:
+        raise RuntimeError(f"{arg}: dtype {dt!r} needs trailing dimensions {inner}, got shape {shape}")
+    want = contiguous_strides(inner, dt.scalar.size)
+    if strides[-k:] != want:
+        raise RuntimeError(f"{arg}: the trailing component dimensions of {dt!r} must be contiguous "
+                           f"(strides {want}), got strides {strides[-k:]}")
+    if len(shape) - k > T.MAX_DIMS:
+        raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
+    return dt, shape[:-k], strides[:-k]

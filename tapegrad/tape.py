@@ -7,20 +7,17 @@ modifies ``g`` — so re-running backward with the same ``g`` gives the same res
 """
 from __future__ import annotations
 
-import threading
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
+from . import recording
 from .array import array
-from .hostops import ZeroPlan
+from .errors import TapeWarning
+from .launch import LaunchRecord
+from .memory_ops import ZeroPlan
+from .recording import CopyRecord, FuncRecord
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
-
-
-class TapeWarning(UserWarning):
-    """A recorded launch overwrote data an earlier recorded launch read: the replayed adjoint
-    would see the new values, so its gradient may be wrong."""
 
 
 class _Config:
@@ -31,51 +28,6 @@ class _Config:
 
 
 config = _Config()
-
-
-@dataclass(frozen=True)
-class LaunchRecord:
-    kernel: Any
-    dim: tuple
-    inputs: tuple
-    outputs: tuple
-    device: Any
-    stream: Any
-    block_dim: int
-    max_blocks: int
-    index: int
-
-
-@dataclass(frozen=True)
-class CopyRecord:
-    dest: array
-    src: array
-    dest_offset: int
-    src_offset: int
-    count: int
-    index: int
-
-
-@dataclass(frozen=True)
-class FuncRecord:
-    backward: Callable[[], None]
-    arrays: tuple
-    index: int
-
-
-_tls = threading.local()
-
-
-def _active_tape():
-    return getattr(_tls, "tape", None)
-
-
-def _record_copy(dest, src, dest_offset, src_offset, count):
-    tape = _active_tape()
-    if tape is not None:
-        tape._check_write(dest, f"copy into array of shape {dest.shape}", len(tape.records))
-        tape._note_read(src, len(tape.records), "copy")
-        tape.records.append(CopyRecord(dest, src, dest_offset, src_offset, count, len(tape.records)))
 
 
 class Tape:
@@ -91,21 +43,18 @@ class Tape:
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
-        if _active_tape() is not None:
+        if recording.active_tape() is not None:
             raise RuntimeError("Tape: another Tape is already recording on this thread (nested tapes are not supported)")
-        _tls.tape = self
+        recording.set_active_tape(self)
         return self
 
     def __exit__(self, *exc):
-        _tls.tape = None
+        recording.set_active_tape(None)
         return False
 
     def _label(self, rec_index):
-        r = self.records[rec_index] if rec_index < len(self.records) else None
-        if isinstance(r, LaunchRecord):
-            return f"launch #{rec_index} of kernel '{r.kernel.key}'"
-        if isinstance(r, CopyRecord):
-            return f"copy #{rec_index}"
+        if rec_index < len(self.records):
+            return self.records[rec_index].label(rec_index)
         return f"record #{rec_index}"
 
     def _warn(self, msg):
@@ -132,25 +81,23 @@ class Tape:
         if a.requires_grad and a.grad is not None:
             self.gradients[a] = a.grad
 
-    def _record_launch(self, kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks, access, args):
+    def record(self, rec) -> None:
+        """Append ``rec`` (a ``LaunchRecord`` built by ``launch``, a ``CopyRecord`` built by
+        ``copy``) after checking its accesses: a write to an array an earlier record read, or a
+        read and write of one array that needs gradients, warns (``TapeWarning``)."""
         index = len(self.records)
-        for i, ((r, w), a) in enumerate(zip(access, args)):
-            if not isinstance(a, array):
-                continue
-            name = kernel.arg_names[i]
-            if w:
-                self._check_write(a, f"kernel '{kernel.key}' writing '{name}'", index)
-                if r and a.requires_grad:
-                    self._warn(f"Tape: kernel '{kernel.key}' (launch #{index}) reads and writes array '{name}' "
-                               "in place; the adjoint replays the forward with the overwritten values, "
+        accesses = rec.accesses()
+        for acc in accesses:
+            if acc.writes:
+                self._check_write(acc.array, acc.what, index)
+                if acc.reads and acc.array.requires_grad:
+                    self._warn(f"Tape: {rec.label(index)} reads and writes array '{acc.name}' in place; "
+                               "the adjoint replays the forward with the overwritten values, "
                                "so gradients through it are wrong. Write to a separate output array.")
-        for i, ((r, w), a) in enumerate(zip(access, args)):
-            if isinstance(a, array) and (r or not w):
-                self._note_read(a, index, f"{kernel.key}.{kernel.arg_names[i]}")
-            elif isinstance(a, array):
-                self._track(a)
-        self.records.append(LaunchRecord(kernel, tuple(dim), tuple(inputs), tuple(outputs), device, stream,
-                                         block_dim, max_blocks, index))
+        for acc in accesses:
+            if acc.reads:
+                self._note_read(acc.array, index, acc.label)
+        self.records.append(rec)
 
     def record_func(self, backward: Callable[[], None], arrays) -> None:
         """Record a Python callback run (in reverse order) during ``backward``.
@@ -167,7 +114,7 @@ class Tape:
         for a in arrays:
             if isinstance(a, array):
                 self._track(a)
-        self.records.append(FuncRecord(backward, arrays, len(self.records)))
+        self.records.append(FuncRecord(backward, arrays))
 
     # --------------------------------------------------------------------------- backward
     def backward(self, loss: array | None = None, grads: dict | None = None) -> None:
@@ -183,7 +130,7 @@ class Tape:
         """
         if (loss is None) == (grads is None):
             raise ValueError("Tape.backward: pass exactly one of loss= or grads=")
-        if _active_tape() is self:
+        if recording.active_tape() is self:
             raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with tape:' block first)")
         if loss is not None:
             if not isinstance(loss, array):
@@ -196,12 +143,7 @@ class Tape:
             for a, g in grads.items():
                 self._seed(a, g)
         for rec in reversed(self.records):
-            if isinstance(rec, LaunchRecord):
-                self._replay_launch(rec)
-            elif isinstance(rec, CopyRecord):
-                _copy_adjoint(rec)
-            else:
-                rec.backward()
+            rec.replay()
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -219,11 +161,6 @@ class Tape:
         if a.grad is not g:
             a.grad.assign(g)
         self._track(a)
-
-    def _replay_launch(self, rec: LaunchRecord):
-        from .launch import launch
-        launch(rec.kernel, rec.dim, rec.inputs, rec.outputs, device=rec.device, stream=rec.stream,
-               adjoint=True, record_tape=False, block_dim=rec.block_dim, max_blocks=rec.max_blocks)
 
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
@@ -268,36 +205,3 @@ def _zero_plan(bufs):
         else:
             other.append(b)
     return ZeroPlan(host), other
-
-
-def _copy_adjoint(rec: CopyRecord) -> None:
-    """d(src) += d(dest) over the copied range; d(dest) is consumed (the old dest was overwritten)."""
-    dest, src = rec.dest, rec.src
-    if dest.grad is None or src.grad is None:
-        if dest.grad is not None:
-            _region(dest.grad, rec.dest_offset, rec.count, src.size).zero_()
-        return
-    dg = _region(dest.grad, rec.dest_offset, rec.count, src.size)
-    sg = _region(src.grad, rec.src_offset, rec.count, dest.size)
-    if dg.shape != sg.shape:
-        dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
-    if sg.device.is_cpu and dg.device.is_cpu:
-        sn = sg.numpy()
-        sn += dg.numpy()
-    else:
-        from .storage import _cupy_view
-        import cupy
-        if sg.device is not dg.device:
-            dg = dg.to(sg.device)
-        with cupy.cuda.Device(sg.device.ordinal), sg.device.stream._cp:
-            v = _cupy_view(sg)
-            v += _cupy_view(dg)
-    dg.zero_()
-
-
-def _region(g: array, offset: int, count: int, other_size: int) -> array:
-    if not (offset or count):
-        return g
-    count = count or min(g.size - offset, other_size)
-    return g.flatten()[offset:offset + count]
-

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
 import sys
 import threading
 
 from ..device import ScopedDevice, get_device, is_cuda_available
 from . import allocators
+from .preload import preload
 from .stream import ScopedStream, Stream
 
 __all__ = ["Graph", "ScopedCapture", "capture_begin", "capture_end", "capture_launch",
@@ -187,68 +187,31 @@ def capture_retain(obj, device=None, stream=None) -> None:
         s.retained.append(obj)
 
 
-def _kernel_class():
-    lang = sys.modules.get("tapegrad.lang")
-    K = getattr(lang, "Kernel", None) if lang is not None else None
-    return K if isinstance(K, type) else None
-
-
-def _caller_kernels(K):
-    """Kernels visible where the capture is begun: the calling module's globals and the calling
-    function's locals (the first frame outside this module)."""
+def _caller_scopes():
+    """The namespaces visible where the capture is begun: the locals and the module globals of
+    the first frame outside this module (what ``force_module_load`` searches for kernels)."""
     try:
         f = sys._getframe(1)
     except ValueError:
-        return []
+        return ()
     while f is not None and f.f_globals.get("__name__") == __name__:
         f = f.f_back
     if f is None:
-        return []
-    found, seen = [], set()
-    for scope in (f.f_locals, f.f_globals):
-        for v in list(scope.values()):
-            if isinstance(v, K) and id(v) not in seen:
-                seen.add(id(v))
-                found.append(v)
-    return found
-
-
-def _loaded_elsewhere(K):
-    """Kernels already loaded for some device (only worth a heap scan with several GPUs)."""
-    from ..device import get_cuda_device_count
-    if get_cuda_device_count() < 2:
-        return []
-    return [o for o in gc.get_objects() if isinstance(o, K) and getattr(o, "_modules", None)]
+        return ()
+    return (f.f_locals, f.f_globals)
 
 
 def _preload_modules(device) -> None:
-    """Compile and load, for ``device``, the kernels a capture is likely to launch, before it
-    begins: the kernels visible where the capture is begun (module globals, function locals)
-    and, with several GPUs, every kernel already loaded for another device.
+    """Load, for ``device``, what the capture will likely launch before it begins: every
+    preloader registered in ``tapegrad.cuda.preload`` (the kernel layer's loads the kernels
+    visible where the capture is begun and, with several GPUs, every kernel already loaded for
+    another device).
 
-    CUDA forbids some calls a first kernel load may make (``cudaFree(0)`` to create the
-    context; module loading itself before CUDA 12.3) while a stream is captured. A kernel
-    first launched inside a capture that is not found here is compiled on the host (NVRTC
-    never touches the stream) and loaded at that launch, before its launch is recorded.
+    A kernel that is not found this way and is first launched inside the capture is compiled
+    on the host (NVRTC never touches the stream) and loaded at that launch, before its launch
+    is recorded.
     """
-    lang = sys.modules.get("tapegrad.lang")
-    if lang is None:
-        return
-    force = getattr(lang, "force_load", None)
-    if callable(force):
-        force(device=device)
-        return
-    K = _kernel_class()
-    if K is None:
-        return
-    kernels = _caller_kernels(K)
-    seen = {id(k) for k in kernels}
-    kernels += [k for k in _loaded_elsewhere(K) if id(k) not in seen]
-    for k in kernels:
-        try:
-            k.module(device)
-        except Exception:  # a kernel that does not build fails at its own launch, with its own error
-            pass
+    preload(device, _caller_scopes())
 
 
 def _driver():

@@ -51,6 +51,11 @@ class Stream:
         self.cuda_stream = int(self._cp.ptr)
 
     @property
+    def cupy_stream(self):
+        """The CuPy stream object (a context manager making this stream current for CuPy)."""
+        return self._cp
+
+    @property
     def is_blocking(self) -> bool:
         """False for streams created non-blocking (they do not sync with the legacy default stream)."""
         if self.cuda_stream in (0, 1, 2):

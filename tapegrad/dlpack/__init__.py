@@ -12,226 +12,36 @@ Producer side (``array.__dlpack__`` / ``__dlpack_device__``, ``to_dlpack``) and 
 * ``from_dlpack`` asks producers for a versioned capsule first, passing tapegrad's current
   stream for CUDA memory, and wraps the memory without copying (READ_ONLY -> read-only array).
 
-The capsule machinery (structs, deleters) lives in ``_native`` (a small C helper; see
+This package face holds the consumer side (``from_dlpack``) and ``to_dlpack``; the producer
+side is ``export`` (below ``tapegrad.array``, which calls it), the capsule machinery
+(structs, deleters) is ``capsules`` with its C helper ``capsule_helper.c`` (see
 docs/dlpack.md for why the deleter must not be a Python callback).
 """
 from __future__ import annotations
 
-import struct
-import threading
-from enum import IntEnum
-
 from .. import types as T
-from ..array import array, clone, _fold_inner_dims
+from ..array import array, clone
 from ..device import get_device, get_cuda_devices
-from ._native import backend, use_backend, ConsumedCapsuleError, DLPackDtypeError  # noqa: F401
+from ..errors import ConsumedCapsuleError, DLPackDtypeError, DLPackStreamError  # noqa: F401
+from ..memory_ops import on_current_stream
+from ..storage import fold_inner_dims
+from . import capsules
+from .capsules import backend, use_backend  # noqa: F401
+from .export import (  # noqa: F401
+    DLPACK_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, DLDeviceType, array_device, export_array,
+    DEVICE_CPU as _kDLCPU, DEVICE_CUDA as _kDLCUDA, DEVICE_CUDA_HOST as _kDLCUDAHost,
+    DEVICE_CUDA_MANAGED as _kDLCUDAManaged,
+)
 
 __all__ = ["from_dlpack", "to_dlpack", "export_array", "array_device", "DLDeviceType", "DLPackStreamError",
            "DLPackDtypeError", "ConsumedCapsuleError", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "DLPACK_VERSION"]
 
 
-class DLDeviceType(IntEnum):
-    """dlpack.h ``DLDeviceType``."""
-
-    kDLCPU = 1
-    kDLCUDA = 2
-    kDLCUDAHost = 3
-    kDLOpenCL = 4
-    kDLVulkan = 7
-    kDLMetal = 8
-    kDLVPI = 9
-    kDLROCM = 10
-    kDLROCMHost = 11
-    kDLExtDev = 12
-    kDLCUDAManaged = 13
-    kDLOneAPI = 14
-    kDLWebGPU = 15
-    kDLHexagon = 16
-    kDLMAIA = 17
-    kDLTrn = 18
-
-
-class DLPackStreamError(TypeError, BufferError):
-    """A ``stream`` argument the producer cannot honour (TypeError, as Warp; also BufferError)."""
-
-
-FLAG_READ_ONLY = 1 << 0
-FLAG_IS_COPIED = 1 << 1
-DLPACK_VERSION = (1, 2)   # newest version tapegrad stamps (strides always filled, no sub-byte types)
-
-_kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
 _CPU = get_device("cpu")
-_DEV_CPU = (DLDeviceType.kDLCPU, 0)
-_DEV_PINNED = (DLDeviceType.kDLCUDAHost, 0)
 _V10 = (1, 0)
-
-# dtype -> (code, bits, scalar size, inner shape, inner strides in elements); struct dtypes raise
-_EXPORT_DT: dict = {}
-_DESC: dict = {}          # ndim -> struct.Struct of the export descriptor
 _BY_DL = {(s.dl_code, s.bits): s for s in T.SCALARS.values()}
 _ACCEPT = bytes(b for key in _BY_DL for b in key)
 _CAPSULE = type(__import__("datetime").datetime_CAPI)
-_tls = threading.local()
-_fns = [None, None]       # cached backend entry points (export, import_)
-
-
-def _backend_fns():
-    b = backend()
-    _fns[0], _fns[1] = b.export, b.import_
-    return _fns
-
-
-# -------------------------------------------------------------------------------- export
-
-def array_device(a) -> tuple:
-    """``__dlpack_device__``: ``(kDLCPU, 0)``, ``(kDLCUDAHost, 0)`` for pinned memory, ``(kDLCUDA, ordinal)``.
-
-    Raises:
-        BufferError: an annotation-only array (no memory, no device).
-    """
-    dev = a.device
-    if dev is None:
-        raise BufferError("__dlpack_device__: this array has no memory (an annotation-only array)")
-    if dev.is_cpu:
-        return _DEV_PINNED if a.pinned else _DEV_CPU
-    return (DLDeviceType.kDLCUDA, dev.ordinal)
-
-
-def _export_dtype(dt):
-    r = _EXPORT_DT.get(dt)
-    if r is None:
-        if isinstance(dt, T.StructType):
-            raise DLPackDtypeError(f"DLPack export: struct dtype {dt.name} has no DLPack form "
-                                   "(export each field as its own array)")
-        code, bits, _ = T.dtype_to_dlpack(dt)
-        inner = tuple(dt.inner_shape)
-        inner_st, s = [], 1
-        for d in reversed(inner):
-            inner_st.append(s)
-            s *= d
-        r = _EXPORT_DT[dt] = (code, bits, dt.scalar.size, inner, tuple(reversed(inner_st)))
-    return r
-
-
-def _desc_struct(ndim):
-    s = _DESC.get(ndim)
-    if s is None:
-        s = _DESC[ndim] = struct.Struct(f"<{10 + 2 * ndim}q")
-    return s
-
-
-def _check_stream(stream, what):
-    if stream is None or stream == -1 and type(stream) is int:
-        return
-    if type(stream) is not int or stream < -1:
-        raise DLPackStreamError(f"{what}: DLPack stream must be None or an integer >= -1, got {stream!r}")
-
-
-def _sync_consumer(dev, stream):
-    """Make the consumer's stream wait for tapegrad's current stream of ``dev`` (event, no host block)."""
-    h = 1 if stream is None else stream       # None: the consumer uses the legacy default stream
-    ch = dev.stream.cuda_stream
-    if h == ch or (ch == 0 and h in (0, 1)):
-        return
-    import cupy
-    rt = cupy.cuda.runtime
-    evs = getattr(_tls, "events", None)
-    if evs is None:
-        evs = _tls.events = {}
-    prev = rt.getDevice()
-    if prev != dev.ordinal:
-        rt.setDevice(dev.ordinal)
-    try:
-        ev = evs.get(dev.ordinal)
-        if ev is None:
-            ev = evs[dev.ordinal] = cupy.cuda.Event(block=False, disable_timing=True)
-        rt.eventRecord(ev.ptr, ch)
-        rt.streamWaitEvent(h, ev.ptr, 0)      # 0/1 = legacy default, 2 = per-thread default, else a handle
-    finally:
-        if prev != dev.ordinal:
-            rt.setDevice(prev)
-
-
-def _target_copy(a, req, copy):
-    """Honour ``dl_device``: returns (array to export, its (type, id), copied)."""
-    try:
-        kind, ident = int(req[0]), int(req[1])
-    except (TypeError, ValueError, IndexError):
-        raise TypeError(f"__dlpack__: dl_device must be a (device_type, device_id) pair, got {req!r}") from None
-    dev = a.device
-    if kind == _kDLCPU and ident == 0 and a.pinned:
-        return a, _DEV_CPU, False                    # pinned memory is host memory: no copy
-    if kind == _kDLCPU and ident == 0:
-        target = _CPU
-    elif kind == _kDLCUDA and 0 <= ident < len(get_cuda_devices()):
-        target = get_cuda_devices()[ident]
-    else:
-        raise BufferError(f"__dlpack__: cannot export an array on {dev} to dl_device {(kind, ident)}")
-    if copy is False:
-        raise BufferError(f"__dlpack__: exporting an array on {dev} to dl_device {(kind, ident)} needs a copy, "
-                          "but copy=False")
-    out = clone(a, device=target, requires_grad=False)   # device->host copies synchronise before returning
-    return out, array_device(out), True
-
-
-def export_array(a, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """``array.__dlpack__``: a DLPack capsule viewing ``a`` (see the module doc).
-
-    Raises:
-        DLPackStreamError: ``stream`` invalid for the array's device (TypeError/BufferError).
-        DLPackDtypeError: struct dtype (TypeError/RuntimeError).
-        BufferError: ``dl_device``/``copy`` cannot be honoured; a read-only array asked for a legacy
-            capsule (legacy capsules cannot carry the read-only flag).
-        TypeError: malformed ``max_version`` or ``dl_device``.
-    """
-    dev = a.device
-    if dev is None:
-        raise BufferError("__dlpack__: this array has no memory (an annotation-only array)")
-    if max_version is None:
-        versioned, vmin = False, 0
-    else:
-        try:
-            major, minor = int(max_version[0]), int(max_version[1])
-        except (TypeError, ValueError, IndexError):
-            raise TypeError(f"__dlpack__: max_version must be a (major, minor) pair, got {max_version!r}") from None
-        versioned = major >= 1
-        vmin = min(minor, DLPACK_VERSION[1]) if major == 1 else DLPACK_VERSION[1]
-    pinned = a.pinned
-    if dev.is_cpu and not pinned and stream is not None and stream != -1:
-        raise DLPackStreamError(f"__dlpack__: DLPack stream must be None or -1 for CPU device, got {stream!r}")
-    _check_stream(stream, "__dlpack__")
-    code, bits, isz, inner, inner_st = _export_dtype(a.dtype)
-    copied = False
-    if dl_device is not None and tuple(dl_device) != array_device(a):
-        a, (dl_type, dl_id), copied = _target_copy(a, dl_device, copy)
-        dev = a.device
-    elif dev.is_cpu:
-        dl_type, dl_id = (_kDLCUDAHost if pinned else _kDLCPU), 0
-    else:
-        dl_type, dl_id = _kDLCUDA, dev.ordinal
-    if copy and not copied:
-        a = clone(a, requires_grad=False)
-        copied = True
-    flags = FLAG_IS_COPIED if copied else 0
-    if a.readonly and not copied:
-        if not versioned:
-            raise BufferError("__dlpack__: cannot export a read-only array as a legacy DLPack capsule (it cannot "
-                              "signal read-only); ask for max_version=(1, 0) or pass copy=True")
-        flags |= FLAG_READ_ONLY
-    if stream != -1:
-        if dev.is_cuda:
-            _sync_consumer(dev, stream)
-        elif dl_type == _kDLCUDAHost and stream is not None:
-            _sync_consumer(get_device("cuda"), stream)
-    shape, bstrides = a.shape, a.strides
-    if inner:
-        st = tuple(s // isz for s in bstrides) + inner_st
-        shape = shape + inner
-    else:
-        st = tuple(s // isz for s in bstrides)
-    n = len(shape)
-    desc = _desc_struct(n).pack(a.ptr, dl_type, dl_id, code, bits, 1, n, flags, 1, vmin, *shape, *st)
-    return (_fns[0] or _backend_fns()[0])(a, desc, 1 if versioned else 0)
 
 
 def to_dlpack(a):
@@ -295,7 +105,7 @@ def _capsule_from(x):
 
 
 # the hot-path array builder: no argument normalisation (from_dlpack has checked everything)
-_wrap = array._wrap
+_wrap = array.wrap_memory
 
 
 def from_dlpack(x, dtype=None, device=None, copy=None):
@@ -319,7 +129,7 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
         ValueError: a copy is needed but ``copy=False``.
     """
     cap = x if type(x) is _CAPSULE else _capsule_from(x)
-    owner, ptr, kind, ident, code, bits, lanes, flags, shape, strides, _ = (_fns[1] or _backend_fns()[1])(cap, _ACCEPT)
+    owner, ptr, kind, ident, code, bits, lanes, flags, shape, strides, _ = (capsules.ENTRY_POINTS[1] or capsules.entry_points()[1])(cap, _ACCEPT)
     sc = _BY_DL[(code, bits)]
     isz = sc.size
     if kind == _kDLCPU or kind == _kDLCUDAHost:
@@ -349,7 +159,7 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
             raise DLPackDtypeError(f"Incompatible data types: DLPack {sc.name} and tapegrad {dt!r} "
                                    "(only same-size integer/bool aliases, or vector/matrix types of the same scalar)")
     if dt.inner_shape or len(shape) > T.MAX_DIMS:
-        dt, shape, bstrides = _fold_inner_dims(sc, dt, shape, bstrides, "from_dlpack")
+        dt, shape, bstrides = fold_inner_dims(sc, dt, shape, bstrides, "from_dlpack")
     if min(bstrides) < 0:
         a = _copy_negative(owner, ptr, dt, shape, bstrides, dev, copy)
     else:
@@ -386,6 +196,6 @@ def _copy_negative(owner, ptr, dt, shape, bstrides, dev, copy):
         return array(np.ascontiguousarray(np.asarray(holder)), dtype=dt, device=dev)
     import cupy
     holder = type("_View", (), {"__cuda_array_interface__": {**iface, "stream": None}, "_owner": owner})()
-    with cupy.cuda.Device(dev.ordinal), dev.stream._cp:
+    with on_current_stream(dev):
         c = cupy.ascontiguousarray(cupy.asarray(holder))
     return array(c, dtype=dt, device=dev)

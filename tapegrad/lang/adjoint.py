@@ -23,8 +23,7 @@ from . import typeutil as U
 from .ir import AdjAccum, Assign, Const, If, Loop, Op, Print, Read, SetFlag, Var, Write, walk
 
 
-class TapeCompileWarning(UserWarning):
-    """The adjoint of a kernel is exact but costly (or limited); the message says where and why."""
+from ..errors import TapeCompileWarning  # noqa: E402  (every error class lives in tapegrad.errors)
 
 
 _COPY = Op("copy", lambda a: a[0], None, lambda a, aa, g: f"tg::accum({aa[0]}, {g});", linear=frozenset({0}))

@@ -9,8 +9,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import threading
+import weakref
 
+from .. import build
 from .. import types as T
+from ..cuda.preload import register_capture_preloader
+from ..device import get_cuda_device_count
 from .adjoint import plan as _plan_loops
 from . import emit as E
 from . import typeutil as U
@@ -203,7 +207,7 @@ class Kernel:
             An object with ``launch(bounds, argv, adjoint, stream, block_dim, max_blocks)``.
         Raises:
             KernelError: the kernel does not type-check.
-            tapegrad.compile.CompileError: the C++ compiler / NVRTC failed.
+            tapegrad.CompileError: the C++ compiler / NVRTC failed.
         """
         hit = self._by_id.get(id(device))
         if hit is not None and hit[0] is device:
@@ -211,13 +215,73 @@ class Kernel:
         alias = getattr(device, "alias", None) or str(device)
         m = self._modules.get(alias)
         if m is None:
-            from .. import compile as C
             with _lock:
                 m = self._modules.get(alias)
                 if m is None:
-                    m = C.load_kernels([self], device)[0]
+                    m = load_kernels([self], device)[0]
         self._by_id[id(device)] = (device, m)   # keeps device alive: its id cannot be reused
         return m
+
+    def memoize_module(self, device, module) -> None:
+        """Remember the loaded ``module`` for ``device`` (``load_kernels`` calls it)."""
+        self._modules[getattr(device, "alias", None) or str(device)] = module
+        _LOADED.add(self)
+
+
+def _module_name(kernels):
+    k = kernels[0]
+    base = k.symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{k.symbol}"
+    return base[:80]
+
+
+def load_kernels(kernels, device):
+    """Compile ``kernels`` together into one binary for ``device`` (or load it from the cache)
+    and return one module object per kernel (also memoized on each kernel).
+
+    Raises:
+        CompileError: compilation failed.
+    """
+    kernels = list(kernels)
+    seen: set = set()
+    parts = []
+    for k in kernels:
+        parts += k.cpp_parts(seen)
+    source = E.module_source(parts)
+    name = _module_name(kernels)
+    if not getattr(device, "is_cuda", False):
+        lib = build.load_cpu_library(build.build_cpu(source, name, kernels))
+        mods = [build.CpuModule(lib, k) for k in kernels]
+    else:
+        image, _ = build.build_cuda(source, name, int(device.arch), kernels)
+        handle = build.load_cuda_image(image, int(device.ordinal))
+        mods = [build.CudaModule(handle, k, int(device.ordinal)) for k in kernels]
+    for k, m in zip(kernels, mods):
+        k.memoize_module(device, m)
+    return mods
+
+
+_LOADED: "weakref.WeakSet" = weakref.WeakSet()   # kernels loaded for some device
+
+
+def preload_for_capture(device, scopes) -> None:
+    """Compile and load, for ``device``, the kernels a CUDA graph capture is likely to launch:
+    the kernels found in ``scopes`` (the namespaces where the capture begins) and, with several
+    GPUs, every kernel already loaded for another device. Registered with
+    ``tapegrad.cuda.preload.register_capture_preloader``.
+    """
+    found, ids = [], set()
+    for scope in scopes:
+        for v in list(scope.values()):
+            if isinstance(v, Kernel) and id(v) not in ids:
+                ids.add(id(v))
+                found.append(v)
+    if get_cuda_device_count() >= 2:
+        found += [k for k in list(_LOADED) if id(k) not in ids]
+    for k in found:
+        try:
+            k.module(device)
+        except Exception:  # a kernel that does not build fails at its own launch, with its own error
+            pass
 
 
 def _callee_order(fn):
@@ -429,3 +493,6 @@ def func_grad(f):
         target.specs.clear()
         return g
     return wrap
+
+
+register_capture_preloader(preload_for_capture)

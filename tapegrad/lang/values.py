@@ -14,8 +14,7 @@ from . import typeutil as U
 from .ir import Var
 
 
-class KernelError(TypeError):
-    """A kernel/function that cannot be compiled; the message names the Python file:line."""
+from ..errors import KernelError  # noqa: E402,F401  (every error class lives in tapegrad.errors)
 
 
 class Lit:

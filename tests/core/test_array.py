@@ -75,7 +75,7 @@ def test_masked_interface_is_rejected():
             self.buf = np.zeros(3, dtype=np.float32)
             self.__array_interface__ = dict(self.buf.__array_interface__, mask=np.ones(3, bool))
 
-    from tapegrad.interop import interface_layout
+    from tapegrad.protocols import interface_layout
     with pytest.raises(ValueError, match="mask"):
         interface_layout(Masked().__array_interface__, "data")
 

@@ -13,7 +13,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import dlpack as D
-from tapegrad.dlpack import _native as N
+from tapegrad.dlpack import capsules as N
 
 from .._dlpack_util import get_name
 
@@ -70,7 +70,7 @@ extern "C" __global__ void spin_write(float* x, int n, long long cycles, float v
 def spin_write(cp, a, value, stream):
     """A slow kernel on ``stream`` (a tapegrad Stream) that writes ``value`` into ``a`` at its end."""
     k = cp.RawKernel(_SPIN_SRC, "spin_write")
-    with cp.cuda.Device(a.device.ordinal), stream._cp:
+    with cp.cuda.Device(a.device.ordinal), stream.cupy_stream:
         k((4,), (256,), (cupy_view(cp, a), np.int32(a.size), np.int64(SPIN_CYCLES), np.float32(value)))
 
 

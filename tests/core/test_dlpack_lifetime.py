@@ -141,7 +141,7 @@ LEAK_SCRIPT = textwrap.dedent("""
     import gc, sys
     import numpy as np
     import tapegrad as tg
-    from tapegrad.dlpack import _native
+    from tapegrad.dlpack import capsules
 
     def rss():
         with open("/proc/self/statm") as f:
@@ -171,7 +171,7 @@ LEAK_SCRIPT = textwrap.dedent("""
         cycle()
     gc.collect()
     r1, o1 = rss(), len(gc.get_objects())
-    print(r0, r1, o0, o1, _native.backend().name)
+    print(r0, r1, o0, o1, capsules.backend().name)
 """)
 
 

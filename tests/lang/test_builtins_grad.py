@@ -16,7 +16,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import types as T
-from tapegrad.compile import load_kernels
+from tapegrad.lang.kernel import load_kernels
 from tapegrad.lang import builtins as B
 
 N = 5   # threads per case

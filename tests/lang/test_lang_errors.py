@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import compile as C
+from tapegrad import build
 from tapegrad.lang import KernelError
 
 F32 = tg.array(dtype=tg.float32)
@@ -93,7 +93,7 @@ def test_cxx_failure_raises_compile_error(tmp_path, monkeypatch):
             "t5 = ", "t5 = this_does_not_compile + ", 1)]
     monkeypatch.setattr(k, "cpp_parts", broken)
     monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(C.CompileError) as e:
+    with pytest.raises(build.CompileError) as e:
         k.module(tg.get_device("cpu"))
     msg = str(e.value)
     assert "C++ compilation failed" in msg and HERE in msg, msg
@@ -104,14 +104,14 @@ def test_world_writable_cache_is_refused(tmp_path, monkeypatch):
     d.mkdir()
     os.chmod(d, 0o777)
     monkeypatch.setenv("TAPEGRAD_CACHE", str(d))
-    with pytest.raises(C.CacheDirError, match="world-writable"):
-        C.cache_dir()
+    with pytest.raises(build.CacheDirError, match="world-writable"):
+        build.cache_dir()
 
 
 def test_cache_dir_is_private(tmp_path, monkeypatch):
     d = tmp_path / "fresh"
     monkeypatch.setenv("TAPEGRAD_CACHE", str(d))
-    assert C.cache_dir() == str(d)
+    assert build.cache_dir() == str(d)
     assert (os.stat(d).st_mode & 0o777) == 0o700
 
 

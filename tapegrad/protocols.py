@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import types as T
+from .cuda.stream import external_stream
 from .device import get_device
 
-__all__ = ["parse_array_interface", "parse_cuda_array_interface", "interface_layout"]
+__all__ = ["parse_array_interface", "parse_cuda_array_interface", "interface_layout", "pointer_device",
+           "wait_foreign_stream"]
 
 
 def interface_layout(iface: dict, arg: str):
@@ -58,18 +60,19 @@ def parse_cuda_array_interface(iface: dict, device=None, arg: str = "data"):
         RuntimeError: the pointer lives on another device than ``device``.
     """
     ptr, dt, shape, strides, ro = interface_layout(iface, arg)
-    dev = _pointer_device(ptr) if device is None else get_device(device)
+    dev = pointer_device(ptr) if device is None else get_device(device)
     if not dev.is_cuda:
         raise RuntimeError(f"{arg}: a __cuda_array_interface__ object cannot live on device {dev}")
     stream = iface.get("stream")
     if stream is not None and iface.get("version", 0) >= 3:
         if not isinstance(stream, int) or stream == 0:
             raise ValueError(f"{arg}: CAI 'stream' must be None or a non-zero int handle, got {stream!r}")
-        _wait_foreign_stream(dev, stream)
+        wait_foreign_stream(dev, stream)
     return dev, ptr, dt, shape, strides, ro
 
 
-def _pointer_device(ptr: int):
+def pointer_device(ptr: int):
+    """The CUDA device holding the memory at ``ptr`` (the current CUDA device for NULL)."""
     import cupy
     if ptr == 0:
         return get_device("cuda")
@@ -77,15 +80,14 @@ def _pointer_device(ptr: int):
     return get_device(f"cuda:{attrs.device}")
 
 
-def _wait_foreign_stream(dev, handle: int):
+def wait_foreign_stream(dev, handle: int):
     """Order tapegrad's current stream after ``handle`` (an event, no host block)."""
     cur = dev.stream
     if handle == cur.cuda_stream:
         return
     import cupy
-    from .cuda.stream import external_stream
     h = 0 if handle == 1 else handle  # 1 = legacy default stream in CAI v3; 2 = per-thread default
-    with cupy.cuda.Device(dev.ordinal):
+    with dev.context_guard():
         ev = cupy.cuda.Event(block=False, disable_timing=True)
         ev.record(external_stream(h, dev.ordinal))
-        cur._cp.wait_event(ev)
+        cur.cupy_stream.wait_event(ev)

@@ -1,4 +1,9 @@
-"""Build and cache kernel binaries: the system C++ compiler for the CPU, NVRTC for CUDA.
+"""Build, cache and load native binaries: the system C++ compiler for the CPU, NVRTC for CUDA.
+
+The one native build path of tapegrad: kernels (``tapegrad.lang.kernel``), the batched host
+helpers (``tapegrad.memory_ops``) and the DLPack capsule helper (``tapegrad.dlpack.capsules``)
+all compile here. This module knows toolchains, the cache and how to load a binary; it knows
+nothing about kernels beyond the names of their entry points.
 
 Binaries are cached on disk under a content hash of (generated source, target, arch,
 compiler identity and flags, tapegrad version) in ``$TAPEGRAD_CACHE`` or
@@ -18,8 +23,8 @@ import sys
 import tempfile
 import threading
 
-__all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "load_kernels", "build_cpu", "build_cuda",
-           "CXXFLAGS"]
+__all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "build_cpu", "build_cuda", "load_cpu_library",
+           "load_cuda_image", "CpuModule", "CudaModule", "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
@@ -28,20 +33,8 @@ _checked_dirs: set = set()
 _cxx = None
 
 
-class CompileError(RuntimeError):
-    """The C++ compiler or NVRTC rejected generated code (names the kernel's Python file:line)."""
-
-
-class CacheDirError(PermissionError):
-    """The kernel cache directory is unsafe (world-writable or owned by another user)."""
-
-
-def _version():
-    try:
-        from . import __version__
-        return __version__
-    except ImportError:
-        return "0"
+from .errors import CacheDirError, CompileError
+from .version import __version__
 
 
 def cache_dir() -> str:
@@ -180,7 +173,7 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
     """
     cmd, ident = find_cxx()
     flags = _flags_for(cmd)
-    key = _key(source, "cpu", ident, " ".join(flags), _version(), sys.platform)
+    key = _key(source, "cpu", ident, " ".join(flags), __version__, sys.platform)
     d = cache_dir()
     path = os.path.join(d, f"{name}_{key[:24]}.so")
     if os.path.exists(path):
@@ -216,7 +209,7 @@ def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
         ver = ".".join(map(str, nvrtc.getVersion()))
     except Exception:
         ver = "?"
-    key = _key(source, "cuda", str(arch), ver, " ".join(NVRTC_FLAGS), _version())
+    key = _key(source, "cuda", str(arch), ver, " ".join(NVRTC_FLAGS), __version__)
     d = cache_dir()
     for ext in (".cubin", ".ptx"):
         path = os.path.join(d, f"{name}_{key[:24]}{ext}")
@@ -344,48 +337,26 @@ class CudaModule:
                 rt.setDevice(prev)
 
 
-def _module_name(kernels):
-    k = kernels[0]
-    base = k.symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{k.symbol}"
-    return base[:80]
+def load_cpu_library(path: str, python_api: bool = False):
+    """Load a shared library built by ``build_cpu`` (serialised: concurrent ``dlopen`` of one new
+    library from several threads is not safe on every libc).
 
-
-def load_kernels(kernels, device):
-    """Compile ``kernels`` together into one binary for ``device`` (or load it from the cache)
-    and return one module object per kernel (also memoized on each kernel).
-
-    Raises:
-        CompileError: compilation failed.
+    Args:
+        python_api: load with ``ctypes.PyDLL`` (calls keep the GIL and propagate Python errors),
+            for helpers that call the Python C API.
     """
-    from .lang import emit as E
-    kernels = list(kernels)
-    seen: set = set()
-    parts = []
-    for k in kernels:
-        parts += k.cpp_parts(seen)
-    source = E.module_source(parts)
-    name = _module_name(kernels)
-    alias = getattr(device, "alias", None) or str(device)
-    is_cuda = bool(getattr(device, "is_cuda", False))
-    mods = []
-    if not is_cuda:
-        path = build_cpu(source, name, kernels)
-        with _lock:
-            lib = ctypes.CDLL(path)
-        for k in kernels:
-            mods.append(CpuModule(lib, k))
-    else:
-        image, _ = build_cuda(source, name, int(device.arch), kernels)
-        import cupy
-        from cupy.cuda import driver, runtime
-        with cupy.cuda.Device(int(device.ordinal)):
-            if not driver.ctxGetCurrent():
-                # create the primary context; never reached during a capture (which needs
-                # one), where cudaFree would invalidate the capture
-                runtime.free(0)
-            handle = driver.moduleLoadData(image)
-        for k in kernels:
-            mods.append(CudaModule(handle, k, int(device.ordinal)))
-    for k, m in zip(kernels, mods):
-        k._modules[alias] = m
-    return mods
+    with _lock:
+        return (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
+
+
+def load_cuda_image(image: bytes, ordinal: int):
+    """Load a cubin/PTX image built by ``build_cuda`` on CUDA device ``ordinal``; returns the
+    ``CUmodule`` handle."""
+    import cupy
+    from cupy.cuda import driver, runtime
+    with cupy.cuda.Device(int(ordinal)):
+        if not driver.ctxGetCurrent():
+            # create the primary context; never reached during a capture (which needs
+            # one), where cudaFree would invalidate the capture
+            runtime.free(0)
+        return driver.moduleLoadData(image)

@@ -1,0 +1,76 @@
+"""Every error and warning tapegrad raises, in one place, all exported as ``tg.<Name>``.
+
+The classes follow one policy: a TypeError for types and dtypes, a ValueError for shapes and
+values, a RuntimeError for state. Where NVIDIA Warp raises a different built-in for the same
+problem, the class derives from both, so code written for Warp keeps catching it.
+
+This module imports nothing: every layer may raise these.
+"""
+from __future__ import annotations
+
+__all__ = ["KernelError", "CompileError", "CacheDirError", "TapeWarning", "TapeCompileWarning",
+           "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
+           "BridgeTypeError", "GradLayoutError"]
+
+
+# ------------------------------------------------------------------------- kernels and builds
+
+class KernelError(TypeError):
+    """A kernel or function that cannot be compiled; the message names the Python file:line."""
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler or NVRTC rejected generated code (names the kernel's Python file:line),
+    or no compiler is available."""
+
+
+class CacheDirError(PermissionError):
+    """The kernel cache directory is unsafe (world-writable or owned by another user)."""
+
+
+class TapeCompileWarning(UserWarning):
+    """The adjoint of a kernel is exact but costly (or limited); the message says where and why."""
+
+
+# ---------------------------------------------------------------------------------- gradients
+
+class TapeWarning(UserWarning):
+    """A recorded launch overwrote data an earlier recorded launch read: the replayed adjoint
+    would see the new values, so its gradient may be wrong."""
+
+
+class GradcheckError(AssertionError):
+    """Adjoint and finite-difference Jacobians disagree; the message lists the worst entries."""
+
+
+# ------------------------------------------------------------------------------------- DLPack
+
+class DLPackStreamError(TypeError, BufferError):
+    """A ``stream`` argument the producer cannot honour (TypeError, as Warp; also BufferError)."""
+
+
+class DLPackDtypeError(TypeError, RuntimeError):
+    """A dtype has no DLPack form (TypeError; also RuntimeError, as Warp raises)."""
+
+
+class ConsumedCapsuleError(RuntimeError):
+    """A DLPack capsule was consumed already (capsules are single-use)."""
+
+
+# ------------------------------------------------------------------------------------ bridges
+
+class BridgeTypeError(TypeError, RuntimeError):
+    """A dtype the other side of a framework bridge cannot represent or reinterpret.
+
+    A ``TypeError`` (tapegrad's policy for type problems) that is also a ``RuntimeError``, so
+    code written for Warp (which raises RuntimeError here) keeps working.
+    """
+
+
+class GradLayoutError(ValueError, RuntimeError):
+    """A gradient whose dtype, shape, strides or device differ from its array's.
+
+    Kernels address a gradient with its array's strides, so they must be equal. A
+    ``ValueError`` (tapegrad's policy, and Warp's for arrays) that is also a ``RuntimeError``
+    (Warp's for ``return_ctype`` descriptors).
+    """

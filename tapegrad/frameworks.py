@@ -1,0 +1,57 @@
+"""The one table of framework bridges: where each lives and which public names it gives ``tg``.
+
+The core never imports a bridge by an import statement. It reads this table: ``tapegrad``'s
+package face resolves ``tg.from_torch`` and friends on first access, and ``launch`` imports
+the bridge of a foreign tensor's framework the first time it meets one (the bridge then
+registers its launch adapter with ``launch.register_launch_adapter``). Adding a bridge means
+adding one row here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Bridge", "BRIDGES", "bridge_for_type_module", "public_names"]
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """One framework bridge.
+
+    Attributes:
+        framework: the framework's name ("torch").
+        module: the bridge module (``tapegrad.bridges.torch``).
+        type_modules: top-level module names of the framework's tensor types (``type(x).__module__``
+            split at the first dot): meeting such an object in ``launch`` imports the bridge.
+        names: the public names the bridge gives the ``tapegrad`` namespace.
+    """
+
+    framework: str
+    module: str
+    type_modules: tuple
+    names: tuple
+
+
+BRIDGES = (
+    Bridge("torch", "tapegrad.bridges.torch", ("torch",), (
+        "from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",
+        "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op")),
+    Bridge("paddle", "tapegrad.bridges.paddle", ("paddle",), (
+        "from_paddle", "to_paddle", "device_from_paddle", "device_to_paddle", "dtype_from_paddle",
+        "dtype_to_paddle", "stream_from_paddle", "stream_to_paddle", "paddle_op")),
+    Bridge("jax", "tapegrad.bridges.jax", ("jax", "jaxlib"), (
+        "from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
+        "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache")),
+    Bridge("optax", "tapegrad.bridges.optax", (), ("optax_optimizer", "OptaxOptimizer")),
+)
+
+_BY_TYPE_MODULE = {m: b.module for b in BRIDGES for m in b.type_modules}
+
+
+def bridge_for_type_module(top_module: str):
+    """The bridge module for objects whose type lives in ``top_module`` ("torch"), or None."""
+    return _BY_TYPE_MODULE.get(top_module)
+
+
+def public_names() -> dict:
+    """``{public name: bridge module}`` for the package face's lazy attributes."""
+    return {name: b.module for b in BRIDGES for name in b.names}

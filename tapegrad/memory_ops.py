@@ -1,0 +1,165 @@
+"""The memory operations that branch on the device: fill, zero, copy, accumulate.
+
+One home for them, used by arrays (``fill_``, ``zero_``, ``assign``, ``copy``), by the tape's
+copy adjoints and by DLPack, so the CUDA rules live in one function each:
+
+* **stream order**: every CUDA operation runs on the device's *current* tapegrad stream (a
+  ``cudaMemcpyAsync``/``cudaMemsetAsync`` on its handle, or a CuPy operation inside
+  ``on_current_stream``), so it is ordered with the kernels launched there and is recorded into
+  a CUDA graph while that stream is captured;
+* **capture safety**: CuPy temporaries allocated inside ``on_current_stream`` during a capture
+  come from the capture-safe allocator ``tapegrad.cuda.graph`` installs; copies that touch
+  pageable host memory synchronise the stream before returning (they are not capturable, and
+  the host side must see the data).
+
+The functions take tapegrad arrays but only use their public attributes (``device``, ``ptr``,
+``nbytes``, ``is_contiguous``, ``dtype``, ``size``, ``numpy()``, ``flat_layout()``), so this
+module sits below ``array``. ``ZeroPlan`` zeroes many host buffers in one native call
+(``Tape.zero()``).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+import numpy as np
+
+from . import build
+from .cuda import memory as cuda_memory   # imports CuPy only when a CUDA operation runs
+
+__all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "load_zero_many"]
+
+
+@contextlib.contextmanager
+def on_current_stream(device):
+    """Make CUDA ``device`` and its current tapegrad stream current for CuPy inside the block.
+
+    The one place that states tapegrad's ordering rule for CuPy work: it runs where the
+    device's kernels run (and is captured with them). Never call ``cupy.cuda.Device`` directly.
+    """
+    with device.context_guard(), device.stream.cupy_stream:
+        yield
+
+
+def cupy_view(a):
+    """A CuPy ndarray aliasing a CUDA array (scalar layout, component dims appended)."""
+    import cupy
+    shape, strides = a.flat_layout()
+    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + a.dtype.scalar.size if a.size else 0
+    mem = cupy.cuda.UnownedMemory(a.ptr, max(extent, 1), a, a.device.ordinal)
+    return cupy.ndarray(shape, dtype=a.dtype.scalar.np_dtype, memptr=cupy.cuda.MemoryPointer(mem, 0), strides=strides)
+
+
+def fill(a, value) -> None:
+    """Set every element of ``a`` to ``value`` (a scalar, or a vector/matrix value)."""
+    if a.device.is_cpu:
+        a.numpy()[...] = value
+        return
+    with on_current_stream(a.device):
+        cupy_view(a)[...] = np.asarray(value, dtype=a.dtype.scalar.np_dtype)
+
+
+def zero(a) -> None:
+    """Set every byte of ``a`` to zero (one memset when contiguous)."""
+    dev = a.device
+    if a.is_contiguous:
+        if dev.is_cpu:
+            ctypes.memset(a.ptr, 0, a.nbytes)
+        else:
+            cuda_memory.memset(a.ptr, 0, a.nbytes, dev.stream.cuda_stream)
+    elif dev.is_cpu:
+        a.numpy()[...] = 0
+    else:
+        with on_current_stream(dev):
+            cupy_view(a)[...] = 0
+
+
+def copy(dest, src) -> None:
+    """Copy the elements of ``src`` into ``dest`` (same shape and scalar type, any devices).
+
+    CUDA copies are ordered on the current stream of the CUDA side; a copy to or from host
+    memory synchronises that stream before returning.
+    """
+    if dest.size == 0:
+        return
+    if dest.device.is_cpu and src.device.is_cpu:
+        np.copyto(dest.numpy(), src.numpy(), casting="no")
+        return
+    cuda_dev = dest.device if dest.device.is_cuda else src.device
+    stream = cuda_dev.stream
+    if dest.is_contiguous and src.is_contiguous:
+        cuda_memory.memcpy(dest.ptr, src.ptr, dest.nbytes, stream.cuda_stream)
+        if dest.device.is_cpu or src.device.is_cpu:
+            stream.synchronize()  # host memory is pageable: make the copy visible before returning
+        return
+    import cupy
+    with on_current_stream(cuda_dev):
+        if dest.device.is_cuda and src.device.is_cuda:
+            cupy.copyto(cupy_view(dest), cupy_view(src))
+        elif dest.device.is_cuda:
+            cupy_view(dest)[...] = cupy.asarray(np.ascontiguousarray(src.numpy()))
+        else:
+            np.copyto(dest.numpy(), cupy.asnumpy(cupy_view(src)))
+
+
+def accumulate(dest, src) -> None:
+    """``dest += src`` elementwise (same shape); ``src`` is first moved to ``dest``'s device."""
+    if dest.device.is_cpu and src.device.is_cpu:
+        d = dest.numpy()
+        d += src.numpy()
+        return
+    if src.device is not dest.device:
+        src = src.to(dest.device)
+    with on_current_stream(dest.device):
+        v = cupy_view(dest)
+        v += cupy_view(src)
+
+
+# ------------------------------------------------------------------ batched host zeroing
+
+_ZERO_MANY_SOURCE = r"""
+#include <cstddef>
+#include <cstring>
+extern "C" __attribute__((visibility("default"))) void tg_zero_many(void* const* ptrs, const size_t* sizes, size_t n) {
+    for (size_t i = 0; i < n; ++i) std::memset(ptrs[i], 0, sizes[i]);
+}
+"""
+_zero_many = None
+
+
+def load_zero_many():
+    """The native batched memset (built once), or False when no C++ compiler works."""
+    global _zero_many
+    if _zero_many is None:
+        try:
+            lib = build.load_cpu_library(build.build_cpu(_ZERO_MANY_SOURCE, "tg_hostops"))
+            f = lib.tg_zero_many
+            f.restype = None
+            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            _zero_many = f
+        except Exception:  # no compiler: fall back to one memset per buffer
+            _zero_many = False
+    return _zero_many
+
+
+class ZeroPlan:
+    """Host buffers ``[(ptr, nbytes), ...]`` zeroed by one native call per ``run()`` (one
+    ``memset`` per buffer when no C++ compiler is available)."""
+
+    def __init__(self, regions):
+        n = len(regions)
+        self._regions = regions
+        self._ptrs = (ctypes.c_void_p * n)(*[p for p, _ in regions])
+        self._sizes = (ctypes.c_size_t * n)(*[s for _, s in regions])
+        self._n = n
+
+    def run(self):
+        """Zero every region."""
+        if not self._n:
+            return
+        fn = load_zero_many()
+        if fn:
+            fn(self._ptrs, self._sizes, self._n)
+        else:
+            for p, s in self._regions:
+                ctypes.memset(p, 0, s)
