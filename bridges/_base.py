@@ -28,8 +28,10 @@ import threading
 import weakref
 
 from tapegrad import types as T
-from tapegrad.array import _fold_inner_dims as fold_inner_dims, array
+from tapegrad.array import array
+from tapegrad.storage import fold_inner_dims
 from tapegrad.device import Device, get_device
+from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: every error lives in tapegrad.errors
 from tapegrad.launch import ArrayCtype
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
@@ -39,23 +41,6 @@ __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "
 _LAYOUT_CACHE_MAX = 4096
 _RAW_BF16 = (T.uint16, T.int16)   # dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)
 
-
-
-class BridgeTypeError(TypeError, RuntimeError):
-    """A dtype the other side cannot represent or reinterpret.
-
-    A ``TypeError`` (tapegrad's policy for type problems) that is also a ``RuntimeError``, so
-    code written for Warp (which raises RuntimeError here) keeps working.
-    """
-
-
-class GradLayoutError(ValueError, RuntimeError):
-    """A gradient whose dtype, shape, strides or device differ from its array's.
-
-    Kernels address a gradient with its array's strides, so they must be equal. A
-    ``ValueError`` (tapegrad's policy, and Warp's for arrays) that is also a ``RuntimeError``
-    (Warp's for ``return_ctype`` descriptors).
-    """
 
 
 def check_compatible(src: T.ScalarType, dst: T.ScalarType, src_name: str, fname: str) -> None:
@@ -75,7 +60,7 @@ class Layout:
 
     Holds no pointer, so one Layout serves every tensor with the same metadata. The layout is
     checked once, when the Layout is built (through the ``array`` constructor); ``new_array``
-    then uses ``array._wrap`` (no re-checking) and ``new_ctype`` copies a descriptor template,
+    then uses ``array.wrap_memory`` (no re-checking) and ``new_ctype`` copies a descriptor template,
     which makes conversions a dict lookup plus a few attribute stores.
     """
 
@@ -119,7 +104,7 @@ class Layout:
 
     def new_array(self, ptr: int, owner) -> array:
         """A tapegrad array of this layout at ``ptr``, keeping ``owner`` alive."""
-        return array._wrap(ptr, self.dtype, self.shape, self.strides, self.device, owner)
+        return array.wrap_memory(ptr, self.dtype, self.shape, self.strides, self.device, owner)
 
     def new_ctype(self, ptr: int, grad_ptr: int, refs) -> ArrayCtype:
         """A launchable descriptor of this layout; ``refs`` stay alive as long as it does."""
@@ -173,7 +158,7 @@ class FrameworkAdapter:
 
     def wrap(self, a: array):
         """A framework tensor aliasing ``a`` (a scalar layout: vector/matrix component dims
-        appended, as ``a.numpy()`` and ``a._flat_layout()`` give it), keeping ``a`` alive for
+        appended, as ``a.numpy()`` and ``a.flat_layout()`` give it), keeping ``a`` alive for
         as long as the tensor lives. ``a`` has memory and is not a struct array."""
         raise NotImplementedError
 
@@ -525,7 +510,7 @@ def wait_for_handle(dev: Device, handle: int) -> None:
     (an event, no host block; nothing when CUDA already orders the two)."""
     s, handle = unordered_handle(dev, handle)
     if handle is not None:
-        from tapegrad.interop import _wait_foreign_stream as wait_foreign_stream
+        from tapegrad.protocols import wait_foreign_stream
         wait_foreign_stream(dev, handle)
 
 
@@ -554,7 +539,7 @@ class CudaView:
     __slots__ = ("__cuda_array_interface__", "array", "_current")
 
     def __init__(self, a, current_handle):
-        shape, strides = a._flat_layout()
+        shape, strides = a.flat_layout()
         self.__cuda_array_interface__ = {"version": 2, "shape": shape, "typestr": cai_typestr(a.dtype),
                                          "data": (a.ptr, a.readonly), "strides": strides}
         self.array = a

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
+from .errors import (  # noqa: F401
+    KernelError, CompileError, CacheDirError, TapeWarning, TapeCompileWarning, GradcheckError,
+    DLPackStreamError, DLPackDtypeError, ConsumedCapsuleError, BridgeTypeError, GradLayoutError,
+)
+from . import frameworks as _frameworks
 
 from .types import (  # noqa: F401
     ScalarType, VectorType, MatrixType, QuatType, StructType, ArrayType,
@@ -22,12 +27,12 @@ from .device import (  # noqa: F401
     Device, get_device, set_device, ScopedDevice, get_cuda_device_count, get_cuda_devices,
     is_cuda_available, is_cpu_available, get_preferred_device, synchronize, synchronize_device,
 )
-from .array import (  # noqa: F401
-    array, array1d, array2d, array3d, array4d, zeros, ones, empty, full, zeros_like, ones_like,
-    empty_like, full_like, from_numpy, clone, copy,
+from .array import array, array1d, array2d, array3d, array4d, clone, copy  # noqa: F401
+from .creation import (  # noqa: F401
+    zeros, ones, empty, full, zeros_like, ones_like, empty_like, full_like, from_numpy,
 )
 from .launch import launch, ArrayCtype  # noqa: F401
-from .tape import Tape, TapeWarning, config  # noqa: F401
+from .tape import Tape, config  # noqa: F401
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import kernel, func, func_grad, Kernel  # noqa: F401
 
@@ -52,19 +57,8 @@ _LAZY = {name: module for module, names in {
     "tapegrad.autograd": (
         "autograd", "gradcheck", "jacobian",
     ),
-    "tapegrad.bridges.torch": (
-        "from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",
-        "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op",
-    ),
-    "tapegrad.bridges.paddle": (
-        "from_paddle", "to_paddle", "device_from_paddle", "device_to_paddle", "dtype_from_paddle",
-        "dtype_to_paddle", "stream_from_paddle", "stream_to_paddle", "paddle_op",
-    ),
-    "tapegrad.bridges.jax": (
-        "from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
-        "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache",
-    ),
 }.items() for name in names}
+_LAZY.update(_frameworks.public_names())   # the bridges' names: one table, tapegrad.frameworks
 
 
 def __getattr__(name):

@@ -12,16 +12,18 @@ import weakref
 
 import numpy as np
 
+from . import memory_ops
 from . import types as T
+from .cuda import memory as cuda_memory   # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
+from .protocols import parse_cuda_array_interface
+from .recording import CopyRecord, active_tape
+from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
 
 _CPU = get_device("cpu")
-_BY_NUMPY = T._BY_NUMPY
+_BY_NUMPY = T.SCALARS_BY_NUMPY
 
-__all__ = ["array", "array1d", "array2d", "array3d", "array4d", "zeros", "ones", "empty", "full",
-           "zeros_like", "ones_like", "empty_like", "full_like", "from_numpy", "clone", "copy"]
-
-from .storage import _HostBuffer, _HostView, _alloc, _contiguous_strides, _cupy_view, _normalize_shape
+__all__ = ["array", "array1d", "array2d", "array3d", "array4d", "clone", "copy"]
 
 
 class _ArrayAnnotationGetter:
@@ -124,9 +126,17 @@ class array:
             self._check_strides()
 
     @classmethod
-    def _wrap(cls, ptr, dtype, shape, strides, device, owner, readonly=False):
+    def wrap_memory(cls, ptr, dtype, shape, strides, device, owner, readonly=False):
         """Build an array around checked foreign memory with no argument normalisation (the
-        hot path of DLPack and bridge imports): shape/strides are tuples of ints in bytes."""
+        hot path of DLPack and bridge imports).
+
+        Args:
+            ptr: the address (int). dtype: a tapegrad dtype. shape, strides: tuples of ints
+            (strides in bytes), already checked. device: a Device. owner: kept alive with the
+            array. readonly: refuse kernel writes.
+        Returns:
+            The array (no copy, no checks).
+        """
         a = cls.__new__(cls)
         d = a.__dict__
         d["_ptr"] = ptr
@@ -163,9 +173,9 @@ class array:
         if shape is None:
             raise ValueError("array(ptr=...): shape is required")
         dt = dtype if dtype.__class__ is T.ScalarType else T.resolve_dtype(dtype)
-        shape = _normalize_shape(shape)
+        shape = normalize_shape(shape)
         check = strides is not None
-        strides = _contiguous_strides(shape, dt.size) if strides is None else tuple(int(x) for x in strides)
+        strides = contiguous_strides(shape, dt.size) if strides is None else tuple(int(x) for x in strides)
         if owner is not None and owner.__class__ is weakref.ref:
             target = owner()
             if target is None:
@@ -181,24 +191,22 @@ class array:
 
     def _init_alloc(self, dtype, shape, device, pinned):
         dt = T.resolve_dtype(dtype if dtype is not None else T.float32)
-        shape = _normalize_shape(shape)
+        shape = normalize_shape(shape)
         dev = get_device(device)
-        strides = _contiguous_strides(shape, dt.size)
+        strides = contiguous_strides(shape, dt.size)
         nbytes = math.prod(shape) * dt.size
-        owner, ptr = _alloc(dev, nbytes, pinned)
-        if pinned and dev.is_cpu and not isinstance(owner, (_HostBuffer, np.ndarray)):
+        owner, ptr = alloc(dev, nbytes, pinned)
+        if pinned and dev.is_cpu and not isinstance(owner, (HostBuffer, np.ndarray)):
             self.pinned = True
         self._set(ptr, dt, shape, strides, dev, owner, False)
         if dev.is_cuda:
-            from .cuda.memory import memset
-            memset(ptr, 0, nbytes, dev.stream.cuda_stream)
+            cuda_memory.memset(ptr, 0, nbytes, dev.stream.cuda_stream)
 
     def _init_cai(self, data, dtype, shape, device):
-        from .interop import parse_cuda_array_interface
         iface = data.__cuda_array_interface__
         dev, ptr, base_dt, sh, st, ro = parse_cuda_array_interface(iface, device)
-        dt, sh, st = _fold_inner_dims(base_dt, T.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
-        if shape is not None and _normalize_shape(shape) != sh:
+        dt, sh, st = fold_inner_dims(base_dt, T.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
+        if shape is not None and normalize_shape(shape) != sh:
             raise ValueError(f"array: shape {tuple(shape)} does not match the CUDA array's shape {sh}")
         if ro:
             self.readonly = True
@@ -251,12 +259,12 @@ class array:
                 base = dt.scalar
                 copy = True
         if dt is not None and not isinstance(dt, T.StructType) and dt.inner_shape and shape is not None:
-            want = _normalize_shape(shape) + dt.inner_shape
+            want = normalize_shape(shape) + dt.inner_shape
             if arr.size != math.prod(want):
                 raise ValueError(f"array: data with {arr.size} scalars does not fit shape {tuple(shape)} of {dt!r}")
             arr = arr.reshape(want)
         elif shape is not None and not (dt is not None and dt.inner_shape):
-            want = _normalize_shape(shape)
+            want = normalize_shape(shape)
             if arr.shape != want:
                 if arr.size != math.prod(want):
                     raise ValueError(f"array: data of shape {arr.shape} does not fit shape {want}")
@@ -264,7 +272,7 @@ class array:
         if arr.strides and min(arr.strides) < 0:
             arr = np.ascontiguousarray(arr)
             copy = True
-        edt, esh, est = _fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
+        edt, esh, est = fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
         if dev.is_cpu and not copy and not pinned:
             self._set(arr.ctypes.data, edt, esh, est, dev, data if data is not arr and hasattr(data, "__array_interface__") else arr)
             if not arr.flags.writeable:
@@ -272,15 +280,14 @@ class array:
             return
         contiguous = np.ascontiguousarray(arr)
         nbytes = contiguous.nbytes
-        owner, ptr = _alloc(dev, nbytes, pinned)
-        if pinned and dev.is_cpu and not isinstance(owner, (_HostBuffer, np.ndarray)):
+        owner, ptr = alloc(dev, nbytes, pinned)
+        if pinned and dev.is_cpu and not isinstance(owner, (HostBuffer, np.ndarray)):
             self.pinned = True
-        self._set(ptr, edt, esh, _contiguous_strides(esh, edt.size), dev, owner)
+        self._set(ptr, edt, esh, contiguous_strides(esh, edt.size), dev, owner)
         if dev.is_cpu:
             ctypes.memmove(ptr, contiguous.ctypes.data, nbytes)
         else:
-            from .cuda.memory import memcpy
-            memcpy(ptr, contiguous.ctypes.data, nbytes, dev.stream.cuda_stream)
+            cuda_memory.memcpy(ptr, contiguous.ctypes.data, nbytes, dev.stream.cuda_stream)
             dev.stream.synchronize()  # the host buffer is a temporary
 
     def _tg_annotation(self):
@@ -323,7 +330,7 @@ class array:
     def is_contiguous(self) -> bool:
         c = self.__dict__.get("_contig")
         if c is None:
-            c = self._contig = self._strides == _contiguous_strides(self._shape, self.dtype.size) or self.size <= 1
+            c = self._contig = self._strides == contiguous_strides(self._shape, self.dtype.size) or self.size <= 1
         return c
 
     @property
@@ -349,7 +356,7 @@ class array:
         if value and self._grad is None:
             if self.dtype.scalar is not None and not self.dtype.scalar.is_float:
                 raise ValueError(f"requires_grad: arrays of {self.dtype!r} cannot have gradients (not a float type)")
-            self._grad = zeros(self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
+            self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
         if not value:
             self._grad = None
         self._requires_grad = value
@@ -401,13 +408,14 @@ class array:
         self._version += 1
 
     # -------------------------------------------------------------------------- protocols
-    def _flat_layout(self):
-        """Shape/strides with vector/matrix component dims appended (as foreign frameworks see them)."""
+    def flat_layout(self) -> tuple:
+        """``(shape, byte strides)`` with vector/matrix component dims appended (as foreign
+        frameworks and numpy see the memory)."""
         dt = self.dtype
         if isinstance(dt, T.StructType) or not dt.inner_shape:
             return self._shape, self._strides
         inner = dt.inner_shape
-        inner_strides = _contiguous_strides(inner, dt.scalar.size)
+        inner_strides = contiguous_strides(inner, dt.scalar.size)
         return self._shape + inner, self._strides + inner_strides
 
     def _typestr_descr(self):
@@ -423,7 +431,7 @@ class array:
         if iface is None:
             if self.device is None or not self.device.is_cpu:
                 raise AttributeError("__array_interface__ is only available for CPU arrays")
-            shape, strides = self._flat_layout()
+            shape, strides = self.flat_layout()
             typestr, descr = self._typestr_descr()
             iface = self._aif = {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
                                  "data": (self._ptr, self.readonly), "strides": strides}
@@ -433,7 +441,7 @@ class array:
     def __cuda_array_interface__(self):
         if self.device is None or not self.device.is_cuda:
             raise AttributeError("__cuda_array_interface__ is only available for CUDA arrays")
-        shape, strides = self._flat_layout()
+        shape, strides = self.flat_layout()
         typestr, descr = self._typestr_descr()
         handle = self.device.stream.cuda_stream
         return {"version": 3, "shape": shape, "typestr": typestr, "descr": descr,
@@ -441,13 +449,16 @@ class array:
                 # CAI v3: the consumer must sync with this stream; 0 is ambiguous, 1 is legacy default
                 "stream": handle if handle else 1}
 
+    # The DLPack export sits below this module, but importing any module of the dlpack package
+    # runs the package face, which builds arrays (from_dlpack) and so imports this module: the
+    # import is made on the first export, never at import time.
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        from . import dlpack
-        return dlpack.export_array(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        from .dlpack import export
+        return export.export_array(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self):
-        from . import dlpack
-        return dlpack.array_device(self)
+        from .dlpack import export
+        return export.array_device(self)
 
     # ------------------------------------------------------------------------------ numpy
     def numpy(self) -> np.ndarray:
@@ -456,10 +467,10 @@ class array:
             v = self.__dict__.get("_npv")
             if v is None:
                 if self._ptr == 0:
-                    return np.empty(self._flat_layout()[0], dtype=self._np_elem_dtype())
+                    return np.empty(self.flat_layout()[0], dtype=self._np_elem_dtype())
                 # cached base view whose base is the memory's owner, not this array (no cycle)
                 owner = self._owner if self._owner is not None else self
-                v = np.asarray(_HostView(self.__array_interface__, owner))
+                v = np.asarray(HostView(self.__array_interface__, owner))
                 if v.dtype != self._np_elem_dtype():   # bfloat16: the interface says raw 2-byte void
                     v = v.view(self._np_elem_dtype())
                 self._npv = v
@@ -510,12 +521,7 @@ class array:
     def fill_(self, value):
         """Set every element to ``value`` (a scalar, or a vector/matrix value)."""
         self._check_writable("fill_")
-        if self.device.is_cpu:
-            self.numpy()[...] = value
-        else:
-            import cupy
-            with cupy.cuda.Device(self.device.ordinal), self.device.stream._cp:  # capture-safe ordering
-                _cupy_view(self)[...] = np.asarray(value, dtype=self.dtype.scalar.np_dtype)
+        memory_ops.fill(self, value)
         self._bump()
         return self
 
@@ -523,18 +529,7 @@ class array:
         """Set every element to zero."""
         if self.readonly:
             self._check_writable("zero_")
-        contiguous = self.is_contiguous
-        if contiguous and self.device.ordinal < 0:
-            ctypes.memset(self._ptr, 0, self.nbytes)
-        elif contiguous:
-            from .cuda.memory import memset
-            memset(self._ptr, 0, self.nbytes, self.device.stream.cuda_stream)
-        elif self.device.is_cpu:
-            self.numpy()[...] = 0
-        else:
-            import cupy
-            with cupy.cuda.Device(self.device.ordinal), self.device.stream._cp:
-                _cupy_view(self)[...] = 0
+        memory_ops.zero(self)
         self._bump()
         return self
 
@@ -595,12 +590,12 @@ class array:
         if shape.count(-1) == 1:
             known = math.prod([d for d in shape if d != -1])
             shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
-        shape = _normalize_shape(shape)
+        shape = normalize_shape(shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
         if not self.is_contiguous:
             raise ValueError("reshape: the array is not contiguous (call .contiguous() first)")
-        v = _view(self, self._ptr, shape, _contiguous_strides(shape, self.dtype.size))
+        v = _view(self, self._ptr, shape, contiguous_strides(shape, self.dtype.size))
         if self._grad is not None and self._grad.is_contiguous:
             v._grad = self._grad.reshape(shape)
             v._requires_grad = self._requires_grad
@@ -630,31 +625,10 @@ array1d, array2d, array3d, array4d = (_ArrayAnnotationGetter(n) for n in (1, 2, 
 
 
 def _view(base: array, ptr, shape, strides) -> array:
-    v = array._wrap(ptr, base.dtype, shape, strides, base.device, base, base.readonly)
+    v = array.wrap_memory(ptr, base.dtype, shape, strides, base.device, base, base.readonly)
     if base.pinned:
         v.pinned = True
     return v
-
-
-def _fold_inner_dims(base, dt, shape, strides, arg):
-    """Fold trailing component dims of a scalar layout into a vector/matrix dtype."""
-    shape, strides = tuple(shape), tuple(strides)
-    if dt is None or isinstance(dt, T.StructType) or not dt.inner_shape:
-        out = dt or base
-        if len(shape) > T.MAX_DIMS:
-            raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape}")
-        return out, shape, strides
-    inner = dt.inner_shape
-    k = len(inner)
-    if shape[-k:] != inner or len(shape) <= k:
-        raise RuntimeError(f"{arg}: dtype {dt!r} needs trailing dimensions {inner}, got shape {shape}")
-    want = _contiguous_strides(inner, dt.scalar.size)
-    if strides[-k:] != want:
-        raise RuntimeError(f"{arg}: the trailing component dimensions of {dt!r} must be contiguous "
-                           f"(strides {want}), got strides {strides[-k:]}")
-    if len(shape) - k > T.MAX_DIMS:
-        raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
-    return dt, shape[:-k], strides[:-k]
 
 
 def _data_device(data, copy):
@@ -668,6 +642,57 @@ def _data_device(data, copy):
     return get_device(None)
 
 
-# the factories live in creation.py; re-exported here, where users and Warp code look for them
-from .creation import (zeros, ones, empty, full, zeros_like, ones_like, empty_like, full_like,  # noqa: E402
-                       from_numpy, clone, copy)  # noqa: F401
+def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
+    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad."""
+    if not isinstance(src, array):
+        raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
+    dev = src.device if device is None else get_device(device)
+    out = array(shape=src.shape, dtype=src.dtype, device=dev, pinned=pinned)
+    copy(out, src)
+    rg = src.requires_grad if requires_grad is None else requires_grad
+    if rg:
+        if src.grad is not None:
+            out.grad = clone(src.grad, device=dev, requires_grad=False)
+        else:
+            out.requires_grad = True
+    return out
+
+
+def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, count: int = 0) -> None:
+    """Copy elements from ``src`` into ``dest`` (any devices; on the current stream).
+
+    With offsets/count the arrays are treated as flat (both must be contiguous). Recorded on
+    an active Tape with its adjoint.
+
+    Raises:
+        TypeError: arguments are not arrays of matching dtype.
+        ValueError: shapes/sizes do not match.
+    """
+    for name, a in (("dest", dest), ("src", src)):
+        if not isinstance(a, array):
+            raise TypeError(f"copy: {name} must be a tapegrad array, got {type(a).__name__}")
+    if dest.dtype.size != src.dtype.size or (dest.dtype.scalar is not src.dtype.scalar):
+        raise TypeError(f"copy: dtypes differ (dest {dest.dtype!r}, src {src.dtype!r})")
+    dest._check_writable("copy")
+    if dest_offset or src_offset or count:
+        if not (dest.is_contiguous and src.is_contiguous):
+            raise ValueError("copy with offsets/count needs contiguous arrays")
+        count = count or min(dest.size - dest_offset, src.size - src_offset)
+        if dest_offset + count > dest.size or src_offset + count > src.size or count < 0:
+            raise ValueError(f"copy: range out of bounds (count={count}, dest size {dest.size}, src size {src.size})")
+        d = _view(dest, dest.ptr + dest_offset * dest.dtype.size, (count,), (dest.dtype.size,))
+        s = _view(src, src.ptr + src_offset * src.dtype.size, (count,), (src.dtype.size,))
+        memory_ops.copy(d, s)
+    else:
+        if dest.size != src.size:
+            raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
+        if dest.shape != src.shape:
+            if not (dest.is_contiguous and src.is_contiguous):
+                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are not contiguous")
+            memory_ops.copy(dest.reshape((dest.size,)), src.reshape((src.size,)))
+        else:
+            memory_ops.copy(dest, src)
+    dest._bump()
+    tape = active_tape()
+    if tape is not None:
+        tape.record(CopyRecord(dest, src, dest_offset, src_offset, count))

@@ -133,7 +133,7 @@ half, float_, double = float16, float32, float64
 KERNEL_UNSUPPORTED = frozenset({bfloat16})
 
 # bfloat16 is left out: looking its numpy type up would import ml_dtypes (see resolve_dtype)
-_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values() if s is not bfloat16}
+SCALARS_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values() if s is not bfloat16}
 _BY_DLPACK = {(s.dl_code, s.bits): s for s in SCALARS.values()}
 
 
@@ -303,21 +303,29 @@ class StructType:
         return f"tapegrad.struct {self.name}"
 
     def to_ctype(self, value):
-        """Pack a struct instance (or a dict) into its ctypes structure."""
-        from .array import array as _array  # local: array imports types
+        """Pack a struct instance (or a dict) into its ctypes structure.
+
+        Array fields take any object whose ``descriptor()`` returns the kernel-ABI ``ArrayDesc``
+        (tapegrad arrays): the dtype table knows nothing about storage.
+
+        Raises:
+            TypeError: an array field holds something else.
+        """
         out = self.ctype()
         for fname, ftype in self.fields:
             v = value[fname] if isinstance(value, dict) else getattr(value, fname)
             if isinstance(ftype, ArrayType):
                 if v is None:
                     continue
-                if not isinstance(v, _array):
+                describe = getattr(v, "descriptor", None)
+                desc = describe() if callable(describe) else None
+                if not isinstance(desc, ArrayDesc):
                     raise TypeError(f"struct {self.name}.{fname}: expected a tapegrad array, got {type(v).__name__}")
-                setattr(out, fname, v.descriptor())
+                setattr(out, fname, desc)
             elif isinstance(ftype, StructType):
                 setattr(out, fname, ftype.to_ctype(v))
             elif isinstance(ftype, ScalarType):
-                setattr(out, fname, _scalar_to_ctype(ftype, v))
+                setattr(out, fname, scalar_to_ctype(ftype, v))
             else:
                 flat = np.asarray(v, dtype=ftype.np_dtype).reshape(-1)
                 setattr(out, fname, ftype.ctype(*flat.tolist()) if ftype.scalar is not float16
@@ -325,7 +333,8 @@ class StructType:
         return out
 
 
-def _scalar_to_ctype(t: ScalarType, v):
+def scalar_to_ctype(t: ScalarType, v):
+    """The Python value ctypes stores for scalar ``v`` of type ``t`` (float16: its raw bits)."""
     if t is float16:
         return int(np.float16(v).view(np.uint16))
     if t.kind == "float":
@@ -534,7 +543,7 @@ def dtype_from_numpy(np_dtype) -> ScalarType:
 
 
 def _by_numpy(nd: np.dtype):
-    s = _BY_NUMPY.get(nd)
+    s = SCALARS_BY_NUMPY.get(nd)
     if s is None and nd.name == "bfloat16" and nd.itemsize == 2:   # ml_dtypes.bfloat16 (already imported)
         s = bfloat16
     return s
