@@ -37,7 +37,7 @@ from .._base import Layout, wrap_stream_handle
 from .._op import KernelSignature, config_key, dims_of
 from . import entry as E
 from . import plan as P
-from .convert import dtype_to_jax, jax_scalar
+from .convert import Tracer, dtype_to_jax, jax_scalar
 from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, set_callable_target
 from .kernel import VMAP_METHODS, output_metadata
 
@@ -205,7 +205,7 @@ class JaxCallable:
                 operand[p.index] = len(arrays)
                 arrays.append(v)
             else:
-                if isinstance(v, jax.core.Tracer):
+                if isinstance(v, Tracer):
                     raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value, got a "
                                      "traced value")
                 P.pack_value(p.type, v, f"{self.label} argument '{p.name}'")   # checks the value now
@@ -344,9 +344,9 @@ class JaxCallable:
             if staged:
                 staging = self._staging(call, args)
                 with ScopedCapture(stream=stream, force_module_load=False) as cap:
-                    self._copies(call, args, staging, into=True, every_call=True)
+                    self._copies(call, args, staging, into=True)
                     self._invoke(staging)
-                    self._copies(call, args, staging, into=False, every_call=True)
+                    self._copies(call, args, staging, into=False)
                 g = (cap.graph, staging)
             else:
                 with ScopedCapture(stream=stream, force_module_load=False) as cap:
@@ -367,9 +367,9 @@ class JaxCallable:
                 self._invoke(staging)
             hit = self._staged[key] = (staging, cap.graph)
         staging, graph = hit
-        self._copies(call, args, staging, into=True, every_call=True)
+        self._copies(call, args, staging, into=True)
         capture_launch(graph, stream=stream)
-        self._copies(call, args, staging, into=False, every_call=True)
+        self._copies(call, args, staging, into=False)
 
     def _staging(self, call, args):
         """Persistent arrays the graph works on; unstaged inputs are copied in once, here."""
@@ -385,11 +385,13 @@ class JaxCallable:
             staging.append(s)
         return staging
 
-    def _copies(self, call, args, staging, into, every_call):
+    def _copies(self, call, args, staging, into):
         for (kind, _, _, p, _), a, s in zip(call.slots, args, staging):
             if kind == P.VALUE:
                 continue
-            if into and kind != P.OUT and (self.stage_in is None or p.name in self.stage_in):
+            if into and kind == P.OUT:
+                s.zero_()                     # outputs start at zero, as without staging
+            elif into and (self.stage_in is None or p.name in self.stage_in):
                 _copy(s, a, a.device)
             if not into and kind != P.IN and (self.stage_out is None or p.name in self.stage_out):
                 _copy(a, s, a.device)

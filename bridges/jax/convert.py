@@ -22,7 +22,12 @@ from tapegrad.launch import register_launch_adapter
 from .._base import Bridge, DtypeMap, FrameworkAdapter
 
 __all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax", "DTYPES",
-           "jax_scalar"]
+           "jax_scalar", "Tracer"]
+
+try:
+    Tracer = jax.core.Tracer          # what a traced value is (checked for static arguments)
+except AttributeError:                # newer JAX moves it
+    from jax._src.core import Tracer
 
 
 def _normalize(x):
@@ -139,7 +144,7 @@ def from_jax(x, dtype=None) -> array:
             pass
     if not isinstance(x, jax.Array):
         raise TypeError(f"from_jax: expected a jax.Array, got {type(x).__name__}")
-    if isinstance(x, jax.core.Tracer):
+    if isinstance(x, Tracer):
         raise TypeError("from_jax: got a traced value (inside jax.jit/grad/vmap): a tracer has no memory; use "
                         "tg.jax_kernel or tg.jax_callable to run kernels inside JAX transformations")
     return _tg_from_dlpack(x, dtype=dtype)
@@ -181,7 +186,7 @@ class _JaxAdapter(FrameworkAdapter):
         return (t.dtype, t.shape, t.sharding)
 
     def describe(self, t, dtype):
-        if isinstance(t, jax.core.Tracer):
+        if isinstance(t, Tracer):
             raise TypeError("launch: got a traced JAX value: use tg.jax_kernel inside jax.jit/grad/vmap")
         scalar = dtype_from_jax(t.dtype)
         shape = tuple(t.shape)

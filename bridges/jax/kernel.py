@@ -26,7 +26,7 @@ import jax
 from .._op import KernelSignature, config_key, dims_of
 from . import entry as E
 from . import plan as P
-from .convert import dtype_to_jax, jax_scalar
+from .convert import Tracer, dtype_to_jax, jax_scalar
 from .ffi import KERNEL_TARGET, ensure_registered
 
 __all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
@@ -138,7 +138,7 @@ class JaxKernel:
                 self.sig.check_array(p, jax_scalar(dt), str(dt), shape, self.label)
                 arrays.append(v)
             else:
-                if isinstance(v, jax.core.Tracer):
+                if isinstance(v, Tracer):
                     raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value (a Python "
                                      "number known at trace time), got a traced value; under jax.jit pass it through "
                                      f"static_argnames/static_argnums or a closure")
