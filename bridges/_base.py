@@ -29,10 +29,10 @@ import weakref
 
 from tapegrad import types as T
 from tapegrad.array import array
-from tapegrad.storage import fold_inner_dims
 from tapegrad.device import Device, get_device
 from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: every error lives in tapegrad.errors
 from tapegrad.launch import ArrayCtype
+from tapegrad.storage import fold_inner_dims
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
            "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr", "CudaView", "release_after",

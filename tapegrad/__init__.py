@@ -8,33 +8,98 @@ from __future__ import annotations
 
 import importlib
 
-from .version import __version__  # noqa: F401
-from .errors import (  # noqa: F401
-    KernelError, CompileError, CacheDirError, TapeWarning, TapeCompileWarning, GradcheckError,
-    DLPackStreamError, DLPackDtypeError, ConsumedCapsuleError, BridgeTypeError, GradLayoutError,
-)
 from . import frameworks as _frameworks
-
-from .types import (  # noqa: F401
-    ScalarType, VectorType, MatrixType, QuatType, StructType, ArrayType,
-    bool_ as bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-    float16, bfloat16, float32, float64, half, double,
-    vec2, vec3, vec4, vec2d, vec3d, vec4d, vec2h, vec3h, vec4h, vec2i, vec3i, vec4i,
-    mat22, mat33, mat44, mat22d, mat33d, mat44d, quat, quatd,
-    vector, matrix, struct, dtype_to_numpy, dtype_from_numpy,
-)
-from .device import (  # noqa: F401
-    Device, get_device, set_device, ScopedDevice, get_cuda_device_count, get_cuda_devices,
-    is_cuda_available, is_cpu_available, get_preferred_device, synchronize, synchronize_device,
-)
 from .array import array, array1d, array2d, array3d, array4d, clone, copy  # noqa: F401
 from .creation import (  # noqa: F401
-    zeros, ones, empty, full, zeros_like, ones_like, empty_like, full_like, from_numpy,
+    empty,
+    empty_like,
+    from_numpy,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
 )
-from .launch import launch, ArrayCtype  # noqa: F401
-from .tape import Tape, config  # noqa: F401
+from .device import (  # noqa: F401
+    Device,
+    ScopedDevice,
+    get_cuda_device_count,
+    get_cuda_devices,
+    get_device,
+    get_preferred_device,
+    is_cpu_available,
+    is_cuda_available,
+    set_device,
+    synchronize,
+    synchronize_device,
+)
+from .errors import (  # noqa: F401
+    BridgeTypeError,
+    CacheDirError,
+    CompileError,
+    ConsumedCapsuleError,
+    DLPackDtypeError,
+    DLPackStreamError,
+    GradcheckError,
+    GradLayoutError,
+    KernelError,
+    TapeCompileWarning,
+    TapeWarning,
+)
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
-from .lang import kernel, func, func_grad, Kernel  # noqa: F401
+from .lang import Kernel, func, func_grad, kernel  # noqa: F401
+from .launch import ArrayCtype, launch  # noqa: F401
+from .tape import Tape, config  # noqa: F401
+from .types import (  # noqa: F401
+    ArrayType,
+    MatrixType,
+    QuatType,
+    ScalarType,
+    StructType,
+    VectorType,
+    bfloat16,
+    double,
+    dtype_from_numpy,
+    dtype_to_numpy,
+    float16,
+    float32,
+    float64,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    mat22,
+    mat22d,
+    mat33,
+    mat33d,
+    mat44,
+    mat44d,
+    matrix,
+    quat,
+    quatd,
+    struct,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    vec2,
+    vec2d,
+    vec2h,
+    vec2i,
+    vec3,
+    vec3d,
+    vec3h,
+    vec3i,
+    vec4,
+    vec4d,
+    vec4h,
+    vec4i,
+    vector,
+)
+from .types import bool_ as bool  # noqa: F401
+from .version import __version__  # noqa: F401
 
 float_ = float32
 int_ = int32

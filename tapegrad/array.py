@@ -14,7 +14,7 @@ import numpy as np
 
 from . import memory_ops
 from . import types as T
-from .cuda import memory as cuda_memory   # imports CuPy only when CUDA memory is used
+from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
@@ -152,7 +152,8 @@ class array:
     def _check_strides(self):
         el = self.dtype.scalar.size if self.dtype.scalar is not None else 1
         if len(self._strides) != len(self._shape):
-            raise ValueError(f"array strides: expected {len(self._shape)} strides for shape {self._shape}, got {self._strides}")
+            raise ValueError(f"array strides: expected {len(self._shape)} strides for shape {self._shape}, "
+                             f"got {self._strides}")
         for s in self._strides:
             if s < 0:
                 raise ValueError(f"array strides: negative strides are not supported, got {self._strides}")
@@ -248,7 +249,8 @@ class array:
             arr = arr.reshape(1)
         if isinstance(dt, T.StructType):
             if arr.dtype != dt.np_dtype:
-                raise TypeError(f"array(data=...): struct {dt.name} data must have numpy dtype {dt.np_dtype}, got {arr.dtype}")
+                raise TypeError(f"array(data=...): struct {dt.name} data must have numpy dtype {dt.np_dtype}, "
+                                f"got {arr.dtype}")
             base = dt
         else:
             base = T.dtype_from_numpy(arr.dtype)
@@ -274,7 +276,8 @@ class array:
             copy = True
         edt, esh, est = fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
         if dev.is_cpu and not copy and not pinned:
-            self._set(arr.ctypes.data, edt, esh, est, dev, data if data is not arr and hasattr(data, "__array_interface__") else arr)
+            owner = data if data is not arr and hasattr(data, "__array_interface__") else arr
+            self._set(arr.ctypes.data, edt, esh, est, dev, owner)
             if not arr.flags.writeable:
                 self.readonly = True
             return
@@ -614,7 +617,8 @@ class array:
         """Reinterpret contiguous memory as another dtype of the same size."""
         dt = T.resolve_dtype(dtype)
         if dt.size != self.dtype.size:
-            raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} ({self.dtype.size} bytes)")
+            raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} "
+                             f"({self.dtype.size} bytes)")
         v = _view(self, self._ptr, self._shape, self._strides)
         v.dtype = dt
         v.__dict__.pop("_contig", None)
@@ -688,7 +692,8 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
             raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
         if dest.shape != src.shape:
             if not (dest.is_contiguous and src.is_contiguous):
-                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are not contiguous")
+                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are "
+                                 f"not contiguous")
             memory_ops.copy(dest.reshape((dest.size,)), src.reshape((src.size,)))
         else:
             memory_ops.copy(dest, src)

@@ -23,6 +23,9 @@ import sys
 import tempfile
 import threading
 
+from .errors import CacheDirError, CompileError
+from .version import __version__
+
 __all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "build_cpu", "build_cuda", "load_cpu_library",
            "load_cuda_image", "CpuModule", "CudaModule", "CXXFLAGS"]
 
@@ -31,10 +34,6 @@ NVRTC_FLAGS = ["-std=c++17", "-w"]
 _lock = threading.Lock()
 _checked_dirs: set = set()
 _cxx = None
-
-
-from .errors import CacheDirError, CompileError
-from .version import __version__
 
 
 def cache_dir() -> str:
@@ -183,7 +182,7 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
         f.write(source)
     fd, out_tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
     os.close(fd)
-    import subprocess   # only when compiling: a cached load never pays for importing it
+    import subprocess  # only when compiling: a cached load never pays for importing it
     try:
         proc = subprocess.run(cmd + flags + [src_path, "-o", out_tmp], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -204,7 +203,7 @@ def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
     Raises:
         CompileError: NVRTC failed.
     """
-    from cupy_backends.cuda.libs import nvrtc   # only ever imported when compiling for CUDA
+    from cupy_backends.cuda.libs import nvrtc  # only ever imported when compiling for CUDA
     try:
         ver = ".".join(map(str, nvrtc.getVersion()))
     except Exception:

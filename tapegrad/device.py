@@ -188,7 +188,8 @@ def get_device(ident=None) -> Device:
         alias = getattr(ident, "alias", None)  # duck-typed foreign Device objects
         if isinstance(alias, str):
             return get_device(alias)
-        raise TypeError(f"device: expected None, a Device, a str like 'cpu'/'cuda:0' or an int, got {type(ident).__name__}")
+        raise TypeError(f"device: expected None, a Device, a str like 'cpu'/'cuda:0' or an int, got "
+                        f"{type(ident).__name__}")
     s = ident.strip().lower()
     if s == "cpu":
         return _cpu

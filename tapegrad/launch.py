@@ -81,7 +81,8 @@ def _check_array(kernel, i, ptype, dtype, ndim, device, launch_device):
     if ndim != ptype.ndim:
         raise TypeError(f"{_arg_label(kernel, i)}: expected a {ptype.ndim}-D array, got {ndim}-D")
     if device is not launch_device:
-        raise RuntimeError(f"{_arg_label(kernel, i)}: array is on device {device}, but the launch device is {launch_device}")
+        raise RuntimeError(f"{_arg_label(kernel, i)}: array is on device {device}, but the launch device is "
+                           f"{launch_device}")
 
 
 def _foreign_desc(kernel, i, ptype, obj, device):
@@ -95,7 +96,8 @@ def _foreign_desc(kernel, i, ptype, obj, device):
         other = "__cuda_array_interface__ (a CUDA object)" if hasattr(obj, "__cuda_array_interface__") else \
             "__array_interface__ (a CPU object)" if hasattr(obj, "__array_interface__") else None
         if other:
-            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch device is {device} (device mismatch)")
+            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch device is {device} "
+                               f"(device mismatch)")
         raise TypeError(f"{label}: expected an array (tapegrad array, or an object with "
                         f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
     if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, T.StructType):
@@ -152,7 +154,8 @@ def _make_array_packer(kernel, i, ptype):
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
             fn = _adapter_for(value)
-            value = fn(value, device, label, dtype) if fn is not None else _foreign_desc(kernel, i, ptype, value, device)
+            value = (fn(value, device, label, dtype) if fn is not None
+                     else _foreign_desc(kernel, i, ptype, value, device))
         if value.tg_dtype is not dtype or value.ndim != ndim or value.tg_device is not device:
             _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
         return value
@@ -189,7 +192,8 @@ def _make_composite_packer(kernel, i, ptype):
     def pack(value, device):
         flat = np.asarray(value, dtype=npdt).reshape(-1)
         if flat.size != n:
-            raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got {np.size(value)} values")
+            raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
+                            f"{np.size(value)} values")
         if ptype.scalar is T.float16:
             flat = flat.view(np.uint16)
         return ctype(*flat.tolist())

@@ -25,7 +25,7 @@ import ctypes
 import numpy as np
 
 from . import build
-from .cuda import memory as cuda_memory   # imports CuPy only when a CUDA operation runs
+from .cuda import memory as cuda_memory  # imports CuPy only when a CUDA operation runs
 
 __all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "load_zero_many"]
 

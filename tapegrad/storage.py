@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 
 from . import types as T
-from .cuda import memory as cuda_memory   # imports CuPy only when CUDA memory is asked for
+from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is asked for
 from .device import is_cuda_available
 
 __all__ = ["contiguous_strides", "normalize_shape", "fold_inner_dims", "HostBuffer", "HostView", "host_alloc",

@@ -44,7 +44,8 @@ class Tape:
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
         if recording.active_tape() is not None:
-            raise RuntimeError("Tape: another Tape is already recording on this thread (nested tapes are not supported)")
+            raise RuntimeError("Tape: another Tape is already recording on this thread (nested tapes are not "
+                               "supported)")
         recording.set_active_tape(self)
         return self
 
@@ -131,12 +132,14 @@ class Tape:
         if (loss is None) == (grads is None):
             raise ValueError("Tape.backward: pass exactly one of loss= or grads=")
         if recording.active_tape() is self:
-            raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with tape:' block first)")
+            raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with "
+                               "tape:' block first)")
         if loss is not None:
             if not isinstance(loss, array):
                 raise TypeError(f"Tape.backward(loss=...): expected a tapegrad array, got {type(loss).__name__}")
             if loss.grad is None:
-                raise RuntimeError("Tape.backward(loss=...): the loss array has no gradient; create it with requires_grad=True")
+                raise RuntimeError("Tape.backward(loss=...): the loss array has no gradient; create it with "
+                                   "requires_grad=True")
             loss.grad.fill_(1)
             self._track(loss)
         else:

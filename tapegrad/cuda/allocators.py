@@ -78,7 +78,8 @@ class AsyncPoolAllocator:
 
     def __init__(self, release_threshold: int | None = _MAX_U64):
         if release_threshold is not None and (not isinstance(release_threshold, int) or release_threshold < 0):
-            raise ValueError(f"AsyncPoolAllocator: release_threshold must be None or an int >= 0, got {release_threshold!r}")
+            raise ValueError(f"AsyncPoolAllocator: release_threshold must be None or an int >= 0, got "
+                             f"{release_threshold!r}")
         self.release_threshold = release_threshold
         self._configured: set = set()
 
@@ -404,7 +405,8 @@ _NAMES = {
     "async": _async, "mempool": _async, "stream_ordered": _async, "cuda_async": _async,
     "torch": _torch, "pytorch": _torch,
 }
-_VALID = "'cupy' (CuPy's pool, the default), 'async' (stream-ordered cudaMallocAsync), 'torch' (PyTorch's caching allocator)"
+_VALID = ("'cupy' (CuPy's pool, the default), 'async' (stream-ordered cudaMallocAsync), 'torch' (PyTorch's "
+          "caching allocator)")
 
 
 def resolve_allocator(allocator):

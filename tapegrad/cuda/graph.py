@@ -569,7 +569,8 @@ def capture_end(device=None, stream=None):
                     rt.graphDestroy(graph_handle)
                 except Exception:
                     pass
-                raise RuntimeError(f"CUDA graph capture failed on {dev}: the graph could not be instantiated: {e}") from None
+                raise RuntimeError(f"CUDA graph capture failed on {dev}: the graph could not be instantiated: "
+                                   f"{e}") from None
         state.memory.end_capture(ok=True)
         return Graph(dev, exe, graph_handle, st, state.memory, state.retained)
     finally:
@@ -601,7 +602,8 @@ def capture_launch(graph, stream=None) -> None:
             raise TypeError("capture_launch: graph is None — an external capture (ScopedCapture(external=True)) "
                             "produces no graph (the framework that began it replays it), or the capture "
                             "did not complete")
-        raise TypeError(f"capture_launch: expected a tapegrad Graph (ScopedCapture(...).graph), got {type(graph).__name__}")
+        raise TypeError(f"capture_launch: expected a tapegrad Graph (ScopedCapture(...).graph), got "
+                        f"{type(graph).__name__}")
     graph.launch(stream)
 
 

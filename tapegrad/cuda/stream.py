@@ -45,7 +45,8 @@ class Stream:
                 self.owned = True
             else:
                 if not isinstance(cuda_stream, int):
-                    raise TypeError(f"Stream(cuda_stream=...): expected an int handle, got {type(cuda_stream).__name__}")
+                    raise TypeError(f"Stream(cuda_stream=...): expected an int handle, got "
+                                    f"{type(cuda_stream).__name__}")
                 self._cp = external_stream(cuda_stream, dev.ordinal)
                 self.owned = False
         self.cuda_stream = int(self._cp.ptr)

@@ -21,16 +21,31 @@ from __future__ import annotations
 
 from .. import types as T
 from ..array import array, clone
-from ..device import get_device, get_cuda_devices
+from ..device import get_cuda_devices, get_device
 from ..errors import ConsumedCapsuleError, DLPackDtypeError, DLPackStreamError  # noqa: F401
 from ..memory_ops import on_current_stream
 from ..storage import fold_inner_dims
 from . import capsules
 from .capsules import backend, use_backend  # noqa: F401
-from .export import (  # noqa: F401
-    DLPACK_VERSION, FLAG_IS_COPIED, FLAG_READ_ONLY, DLDeviceType, array_device, export_array,
-    DEVICE_CPU as _kDLCPU, DEVICE_CUDA as _kDLCUDA, DEVICE_CUDA_HOST as _kDLCUDAHost,
+from .export import (
+    DEVICE_CPU as _kDLCPU,
+)
+from .export import (
+    DEVICE_CUDA as _kDLCUDA,
+)
+from .export import (
+    DEVICE_CUDA_HOST as _kDLCUDAHost,
+)
+from .export import (
     DEVICE_CUDA_MANAGED as _kDLCUDAManaged,
+)
+from .export import (  # noqa: F401
+    DLPACK_VERSION,
+    FLAG_IS_COPIED,
+    FLAG_READ_ONLY,
+    DLDeviceType,
+    array_device,
+    export_array,
 )
 
 __all__ = ["from_dlpack", "to_dlpack", "export_array", "array_device", "DLDeviceType", "DLPackStreamError",
@@ -129,7 +144,8 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
         ValueError: a copy is needed but ``copy=False``.
     """
     cap = x if type(x) is _CAPSULE else _capsule_from(x)
-    owner, ptr, kind, ident, code, bits, lanes, flags, shape, strides, _ = (capsules.ENTRY_POINTS[1] or capsules.entry_points()[1])(cap, _ACCEPT)
+    import_ = capsules.ENTRY_POINTS[1] or capsules.entry_points()[1]
+    owner, ptr, kind, ident, code, bits, lanes, flags, shape, strides, _ = import_(cap, _ACCEPT)
     sc = _BY_DL[(code, bits)]
     isz = sc.size
     if kind == _kDLCPU or kind == _kDLCUDAHost:
@@ -170,7 +186,8 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
         target = get_device(device)
         if target is not a.device:
             if copy is False:
-                raise ValueError(f"from_dlpack: the data is on {a.device}, device={target} needs a copy, but copy=False")
+                raise ValueError(f"from_dlpack: the data is on {a.device}, device={target} needs a copy, but "
+                                 f"copy=False")
             return clone(a, device=target, requires_grad=False)
     if copy:
         return clone(a, requires_grad=False)

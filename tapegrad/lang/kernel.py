@@ -15,9 +15,9 @@ from .. import build
 from .. import types as T
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count
-from .adjoint import plan as _plan_loops
 from . import emit as E
 from . import typeutil as U
+from .adjoint import plan as _plan_loops
 from .frontend import Builder, KernelError, Lit, Var, _default_type
 from .ir import Assign, walk
 
