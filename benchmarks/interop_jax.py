@@ -19,14 +19,14 @@ import argparse
 import os
 import platform
 
-import numpy as np
-from _peer import warp_or_none
-from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import tapegrad as tg
+
+from _peer import warp_or_none
+from _timing import compare, fmt_ratio, fmt_time, interleave, per_call, write_results
 
 TARGETS = {"kernel_call": 0.3, "from_jax": 0.5, "to_jax": 0.5}
 

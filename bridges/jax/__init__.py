@@ -9,10 +9,15 @@
 Imported lazily by ``tapegrad`` (``tg.from_jax``, ``tg.jax_kernel``...): ``import tapegrad``
 never imports JAX.
 """
-from .convert import (device_from_jax, device_to_jax, dtype_from_jax, dtype_to_jax, from_jax,  # noqa: F401
-                      to_jax)
-from .callable import (DEFAULT_GRAPH_CACHE_MAX, GraphMode, JaxCallable, JaxCallableGraphMode,  # noqa: F401
-                       clear_jax_callable_graph_cache, jax_callable)
+from .callable import (  # noqa: F401
+                      DEFAULT_GRAPH_CACHE_MAX,
+                      GraphMode,
+                      JaxCallable,
+                      JaxCallableGraphMode,
+                      clear_jax_callable_graph_cache,
+                      jax_callable,
+)
+from .convert import device_from_jax, device_to_jax, dtype_from_jax, dtype_to_jax, from_jax, to_jax  # noqa: F401
 from .entry import ModulePreloadMode  # noqa: F401
 from .kernel import JaxKernel, jax_kernel  # noqa: F401
 

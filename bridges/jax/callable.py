@@ -26,9 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
 
-import numpy as np
-
 import jax
+import numpy as np
 
 from tapegrad import types as T
 from tapegrad.device import ScopedDevice, get_device

@@ -8,10 +8,9 @@ handshake matters), the public protocol path runs.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tapegrad import types as T
 from tapegrad.array import array
@@ -138,10 +137,11 @@ def from_jax(x, dtype=None) -> array:
     if type(x) is _ArrayImpl and _TO_CAPSULE is not None:
         try:
             devs = x.sharding.device_set
-            if len(devs) == 1 and next(iter(devs)).platform == "cpu":
-                return _tg_from_dlpack(_TO_CAPSULE(x, stream=None), dtype=dtype)
-        except (AttributeError, TypeError):
-            pass
+            cap = _TO_CAPSULE(x, stream=None) if len(devs) == 1 and next(iter(devs)).platform == "cpu" else None
+        except (AttributeError, TypeError):   # jaxlib changed: the public path below still works
+            cap = None
+        if cap is not None:
+            return _tg_from_dlpack(cap, dtype=dtype)
     if not isinstance(x, jax.Array):
         raise TypeError(f"from_jax: expected a jax.Array, got {type(x).__name__}")
     if isinstance(x, Tracer):
@@ -167,11 +167,18 @@ def to_jax(a):
     if a.device is _CPU and _FROM_CAPSULE is not None and (a.dtype.scalar.bits < 64 or jax.config.jax_enable_x64):
         if _jax_cpu is None:
             _jax_cpu = jax.devices("cpu")[0]
-        cap = a.__dlpack__()
-        if _EXT_VERSION >= 467:
-            return _FROM_CAPSULE(cap, _jax_cpu, None, None, 1)
-        return _FROM_CAPSULE(cap, _jax_cpu, None, None)
+        try:
+            if _EXT_VERSION >= 467:
+                return _FROM_CAPSULE(a.__dlpack__(), _jax_cpu, None, None, 1)
+            return _FROM_CAPSULE(a.__dlpack__(), _jax_cpu, None, None)
+        except TypeError:   # jaxlib changed the entry point's signature: use the public path from now on
+            _disable_fast_import()
     return jax.dlpack.from_dlpack(a)
+
+
+def _disable_fast_import():
+    global _FROM_CAPSULE
+    _FROM_CAPSULE = None
 
 
 # ------------------------------------------------------------------ launch(): JAX arrays directly

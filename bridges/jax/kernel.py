@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 import jax
+import numpy as np
 
 from .._op import KernelSignature, config_key, dims_of
 from . import entry as E

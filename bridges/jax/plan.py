@@ -161,7 +161,8 @@ def pack_value(ptype, value, label) -> bytes:
     try:
         if isinstance(ptype, T.StructType):
             return bytes(ptype.to_ctype(value))
-        if isinstance(value, (str, bytes)) or (ptype.scalar.kind in ("int", "uint") and isinstance(value, (float, np.floating))
+        integral = ptype.scalar.kind in ("int", "uint")
+        if isinstance(value, (str, bytes)) or (integral and isinstance(value, (float, np.floating))
                                                and not float(value).is_integer()):
             raise TypeError
         flat = np.asarray(value, dtype=ptype.scalar.np_dtype).reshape(-1)

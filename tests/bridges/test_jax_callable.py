@@ -4,33 +4,12 @@ import pytest
 
 import tapegrad as tg
 
+from ._jax_kernels import accum, scale, two_step
+
 pytestmark = pytest.mark.jax
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-
-
-@tg.kernel
-def scale(a: tg.array[float], s: float, out: tg.array[float]):
-    i = tg.tid()
-    out[i] = a[i] * s
-
-
-@tg.kernel
-def add_into(a: tg.array[float], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = out[i] + a[i]
-
-
-@tg.kernel
-def accum(x: tg.array[float], sums: tg.array[float]):
-    i = tg.tid()
-    tg.atomic_add(sums, 0, x[i])
-
-
-def two_step(a: tg.array[float], s: float, out: tg.array[float]):
-    tg.launch(scale, dim=a.shape, inputs=[a, s], outputs=[out])
-    tg.launch(add_into, dim=a.shape, inputs=[a], outputs=[out])
 
 
 def sums_and_copy(x: tg.array[float], total: tg.array[float], twice: tg.array[float]):

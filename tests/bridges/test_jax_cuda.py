@@ -5,6 +5,8 @@ import pytest
 
 import tapegrad as tg
 
+from ._jax_kernels import accum, triple, two_step
+
 pytestmark = [pytest.mark.jax, pytest.mark.cuda]
 
 jax = pytest.importorskip("jax")
@@ -17,35 +19,6 @@ def gpu():
     if not gpus:
         pytest.skip("JAX has no GPU backend here")
     return gpus[0]
-
-
-@tg.kernel
-def triple(x: tg.array[float], y: tg.array[float]):
-    i = tg.tid()
-    y[i] = 3.0 * x[i]
-
-
-@tg.kernel
-def accum(x: tg.array[float], sums: tg.array[float]):
-    i = tg.tid()
-    tg.atomic_add(sums, 0, x[i])
-
-
-@tg.kernel
-def scale(a: tg.array[float], s: float, out: tg.array[float]):
-    i = tg.tid()
-    out[i] = a[i] * s
-
-
-@tg.kernel
-def add_into(a: tg.array[float], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = out[i] + a[i]
-
-
-def two_step(a: tg.array[float], s: float, out: tg.array[float]):
-    tg.launch(scale, dim=a.shape, inputs=[a, s], outputs=[out])
-    tg.launch(add_into, dim=a.shape, inputs=[a], outputs=[out])
 
 
 def test_conversions_zero_copy(gpu):
