@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #define TGX_EXPORT extern "C" __attribute__((visibility("default")))
 #define TGX_MAX_SLOTS 128
 #define TGX_MAX_BATCH 8
@@ -84,19 +86,26 @@ static XLA_FFI_Error* tgx_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code,
     return api->XLA_FFI_Error_Create(&a);
 }
 
-// Answer XLA's metadata query (first call of a registered handler). Returns 1 when answered.
-static int tgx_metadata(XLA_FFI_CallFrame* frame, XLA_FFI_Handler_Traits traits) {
-    XLA_FFI_Extension_Base* ext = frame->extension_start;
-    for (; ext; ext = ext->next) {
-        if (ext->type == XLA_FFI_Extension_Metadata) {
-            XLA_FFI_Metadata_Extension* m = (XLA_FFI_Metadata_Extension*)ext;
-            m->metadata->api_version.major_version = XLA_FFI_API_MAJOR;
-            m->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
-            m->metadata->traits = traits;
-            return 1;
-        }
-    }
-    return 0;
+// XLA's metadata query (the first call of a registered handler) carries a metadata extension
+// and nothing else. The extension header changed across jaxlib versions (XLA_FFI_Extension_Base
+// {size, type, next} -> XLA_FFI_Extension {size, id, next}), so the query is recognised by
+// its shape and the metadata pointer read right after whatever header this jaxlib declares;
+// the metadata struct itself is ABI-stable ({size, api_version, traits}).
+typedef std::remove_pointer<decltype(((XLA_FFI_CallFrame*)0)->extension_start)>::type tgx_ext_header;
+struct tgx_api_version { size_t struct_size; void* extension_start; int major_version; int minor_version; };
+struct tgx_metadata_t { size_t struct_size; tgx_api_version api_version; uint32_t traits; };
+
+// Answer the metadata query. Returns 1 when the call was one.
+static int tgx_metadata(XLA_FFI_CallFrame* frame, uint32_t traits) {
+    if (!frame->extension_start || frame->attrs.size || frame->args.size || frame->rets.size) return 0;
+    const char* ext = (const char*)frame->extension_start;
+    if (*(const size_t*)ext < sizeof(tgx_ext_header) + sizeof(void*)) return 0;
+    tgx_metadata_t* m = *(tgx_metadata_t* const*)(ext + sizeof(tgx_ext_header));
+    if (!m) return 0;
+    m->api_version.major_version = XLA_FFI_API_MAJOR;
+    m->api_version.minor_version = XLA_FFI_API_MINOR;
+    m->traits = traits;
+    return 1;
 }
 
 // The int64 scalar attribute named `name`, or -1 when absent.
