@@ -372,13 +372,13 @@ class JaxCallable:
 
     def _staging(self, call, args):
         """Persistent arrays the graph works on; unstaged inputs are copied in once, here."""
-        from tapegrad.array import empty
+        import tapegrad
         staging = []
         for (kind, _, _, p, _), a in zip(call.slots, args):
             if kind == P.VALUE:
                 staging.append(a)
                 continue
-            s = empty(a.shape, dtype=a.dtype, device=a.device)
+            s = tapegrad.empty(a.shape, dtype=a.dtype, device=a.device)
             if kind != P.OUT and self.stage_in is not None and p.name not in self.stage_in:
                 _copy(s, a, a.device)
             staging.append(s)
@@ -405,8 +405,8 @@ def _strides(dtype, dims):
 
 
 def _copy(dst, src, dev):
-    from tapegrad.memory_ops import copy
-    copy(dst, src)
+    import tapegrad
+    tapegrad.copy(dst, src)   # on the current stream: XLA's, inside a call
 
 
 def _offset(batch, strides, b):
