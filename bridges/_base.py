@@ -400,7 +400,8 @@ class DtypeMap:
         """
         s = self.lookup(fdtype)
         if s is None:
-            raise TypeError(f"dtype_from_{self.framework}: {self.framework} dtype {fdtype!r} has no tapegrad "
+            shown = repr(fdtype) if isinstance(fdtype, str) else str(fdtype)   # paddle's repr is <DataType...>
+            raise TypeError(f"dtype_from_{self.framework}: {self.framework} dtype {shown} has no tapegrad "
                             f"equivalent (supported: {', '.join(str(d) for d in self.to_fw.values())})")
         return s
 

@@ -294,6 +294,8 @@ def _foreign_device(a):
         return get_device("cpu")
     if kind == "cuda":
         return get_device("cuda" if d.index is None else f"cuda:{d.index}")
+    if isinstance(d, str) and (d == "cpu" or d.startswith("gpu:")):   # paddle tensors: "cpu", "gpu:N"
+        return get_device("cpu" if d == "cpu" else "cuda:" + d[4:])
     if hasattr(a, "__array_interface__"):
         return get_device("cpu")
     if hasattr(a, "__cuda_array_interface__"):
