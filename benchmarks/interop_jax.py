@@ -69,11 +69,15 @@ def main():
     if wp is not None:
         wk = wp.jax_kernel(warp_kernels(wp))
         peer["kernel_call"] = jax.jit(lambda x: wk(x)[0])
-        try:
-            peer["vmap_call"] = jax.jit(jax.vmap(lambda x: wk(x)[0]))
-            peer["vmap_call"](xb).block_until_ready()
-        except Exception:  # noqa: BLE001  Warp's vmap may refuse; the row is reported without a peer
-            peer.pop("vmap_call", None)
+        wkb = wp.jax_kernel(warp_kernels(wp), enable_backward=True)
+        candidates = {"vmap_call": (jax.jit(jax.vmap(lambda x: wk(x)[0])), xb),
+                      "grad_call": (jax.jit(jax.grad(lambda x: jnp.sum(wkb(x)[0] ** 2))), x)}
+        for name, (fn, inp) in candidates.items():
+            try:
+                fn(inp).block_until_ready()
+                peer[name] = fn
+            except Exception:  # noqa: BLE001  a Warp version that refuses: the row is reported without a peer
+                pass
     inputs = {"kernel_call": x, "vmap_call": xb, "grad_call": x}
     rows = []
     for name, fn in ours.items():
