@@ -113,3 +113,36 @@ def test_staged_in_out_names(gpu):
     x = jax.device_put(jnp.arange(8, dtype=jnp.float32), gpu)
     np.testing.assert_allclose(np.asarray(jax.jit(lambda x: fn(x, 2.0)[0])(x)), 3.0 * np.arange(8))
     np.testing.assert_allclose(np.asarray(jax.jit(lambda x: fn(x, 2.0)[0])(x + 1)), 3.0 * (np.arange(8) + 1))
+
+
+def test_vector_outputs_static_scalar_and_backward_with_launch_dims(gpu):
+    @tg.kernel
+    def scale_two(a: tg.array[float], s: float, b: tg.array[float], c: tg.array[tg.vec3]):
+        i = tg.tid()
+        b[i] = a[i] * s
+        c[i] = tg.vec3(a[i], s, 0.0)
+    k = tg.jax_kernel(scale_two, num_outputs=2)
+    b, c = jax.jit(k, static_argnums=1)(jax.device_put(jnp.arange(8, dtype=jnp.float32), gpu), 2.0)
+    np.testing.assert_allclose(np.asarray(b), 2 * np.arange(8))
+    assert c.shape == (8, 3) and float(c[3, 1]) == 2.0
+
+    @tg.kernel
+    def row_sq(m: tg.array2d[float], out: tg.array[float]):
+        i = tg.tid()
+        s = float(0.0)
+        for j in range(m.shape[1]):
+            s += m[i, j] * m[i, j]
+        out[i] = s
+    kr = tg.jax_kernel(row_sq, launch_dims=lambda m: m.shape[0], enable_backward=True)
+    m = jax.device_put(jnp.arange(12, dtype=jnp.float32).reshape(3, 4) / 10, gpu)
+    g = jax.jit(jax.grad(lambda m: jnp.sum(kr(m)[0])))(m)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.asarray(m), rtol=1e-6)
+
+
+def test_callable_vmap(gpu):
+    def sums(x: tg.array[float], total: tg.array[float]):
+        tg.launch(accum, dim=x.shape, inputs=[x], outputs=[total])
+    fn = tg.jax_callable(sums, output_dims=1)
+    xs = jax.device_put(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), gpu)
+    (t,) = jax.jit(jax.vmap(fn))(xs)
+    np.testing.assert_allclose(np.asarray(t).ravel(), [6, 22, 38])
