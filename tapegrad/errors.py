@@ -8,7 +8,7 @@ This module imports nothing: every layer may raise these.
 """
 from __future__ import annotations
 
-__all__ = ["KernelError", "CompileError", "CacheDirError", "TapeWarning", "TapeCompileWarning",
+__all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "TapeWarning", "TapeCompileWarning",
            "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
            "BridgeTypeError", "GradLayoutError"]
 
@@ -17,6 +17,11 @@ __all__ = ["KernelError", "CompileError", "CacheDirError", "TapeWarning", "TapeC
 
 class KernelError(TypeError):
     """A kernel or function that cannot be compiled; the message names the Python file:line."""
+
+
+class IRCheckError(RuntimeError):
+    """The kernel compiler produced IR that breaks one of its invariants (a tapegrad bug; the
+    check runs when ``TAPEGRAD_CHECK_IR=1``, as in the test suite). Names the pass and the line."""
 
 
 class CompileError(RuntimeError):

@@ -2,15 +2,21 @@
 
 ``from tapegrad.lang import *`` exports the decorators, ``constant``, ``adjoint`` and every
 builtin callable by its Warp name (``tid``, ``sin``, ``dot``, ``atomic_add``...).
+
+Modules, bottom up: ``ir`` (the typed IR), ``typeutil``, ``builtins`` (the builtin table and its
+C++ renderers), ``values``, ``expressions`` + ``frontend`` (AST -> IR), ``adjoint`` (reverse-mode
+planning), ``check`` (the IR check), ``lower`` (the pass pipeline), ``emit`` (IR -> C++),
+``signature``, ``funcs`` (``@func``), ``kernel`` (``@kernel``, loading).
 """
 from __future__ import annotations
 
-from . import builtins as _builtins
-from .adjoint import TapeCompileWarning
-from .values import KernelError, adjoint, constant
-from .kernel import Func, Kernel, func, func_grad, kernel
+from ..errors import KernelError, TapeCompileWarning
+from . import builtins as builtin_table
+from .funcs import Func, func, func_grad
+from .kernel import Kernel, kernel
+from .values import adjoint, constant
 
-_exported = _builtins.exported()
+_exported = builtin_table.exported()
 globals().update(_exported)
 
 __all__ = ["kernel", "func", "func_grad", "Kernel", "Func", "KernelError", "TapeCompileWarning", "constant",

@@ -1,7 +1,7 @@
-"""Reverse mode: loop planning and the reverse sweep.
+"""Reverse mode planning: which statements need adjoints, and how each dynamic loop is reversed.
 
 The adjoint of a function replays its forward (side effects skipped), then walks the
-statements backwards, calling each op's adjoint. Temps hold the values of the latest
+statements backwards, calling each op's adjoint (``emit`` writes that sweep). Temps hold the values of the latest
 execution of their block, which is exactly right outside loops; inside a dynamic loop the
 reverse sweep re-runs the body for each iteration, from last to first:
 
@@ -18,15 +18,10 @@ from __future__ import annotations
 
 import warnings
 
-from .. import types as T
-from . import typeutil as U
-from .ir import AdjAccum, Assign, Const, If, Loop, Op, Print, Read, SetFlag, Var, Write, walk
-
-
-from ..errors import TapeCompileWarning  # noqa: E402  (every error class lives in tapegrad.errors)
-
-
-_COPY = Op("copy", lambda a: a[0], None, lambda a, aa, g: f"tg::accum({aa[0]}, {g});", linear=frozenset({0}))
+from ..errors import TapeCompileWarning
+from .builtins import op_copy
+from .ir import Assign, Const, If, Loop, Read, Var, Write, walk
+from .typeutil import float_based
 
 
 def active(stmt) -> bool:
@@ -34,9 +29,9 @@ def active(stmt) -> bool:
     op = stmt.op
     if op.adj is None:
         return False
-    if stmt.out is not None and U.float_based(stmt.out.type):
+    if stmt.out is not None and float_based(stmt.out.type):
         return True
-    return any(isinstance(a, Var) and U.float_based(a.type) for a in stmt.args)
+    return any(isinstance(a, Var) and float_based(a.type) for a in stmt.args)
 
 
 # ------------------------------------------------------------------------- loop planning
@@ -94,7 +89,7 @@ def _hoist_invariants(loop, new_var):
     def rewrite(block):
         for k, s in enumerate(block):
             if isinstance(s, Read) and s.var in temps:
-                block[k] = Assign(s.out, _COPY, [temps[s.var]], s.loc)
+                block[k] = Assign(s.out, op_copy(), [temps[s.var]], s.loc)
             elif isinstance(s, If):
                 rewrite(s.body)
                 rewrite(s.orelse)
@@ -189,105 +184,7 @@ def _needs_value(s, tainted, const):
             continue
         if op.bilinear:
             others = [b for q, b in enumerate(s.args) if q != p]
-            if all(b in const or not U.float_based(b.type) for b in others):
+            if all(b in const or not float_based(b.type) for b in others):
                 continue
         return (tainted[a], s)
     return None
-
-
-# ------------------------------------------------------------------------- reverse sweep
-
-class Reverse:
-    """Emits the reverse sweep of a statement list; ``fwd`` emits forward (replay) code."""
-
-    def __init__(self, fwd, adj_name, ret_flag=None):
-        self.fwd = fwd              # callable(stmts, lines, indent, replay=True)
-        self.adj = adj_name         # Var -> adjoint expression
-        self.ret_flag = ret_flag
-
-    def emit(self, stmts, lines, ind):
-        for s in reversed(stmts):
-            self.stmt(s, lines, ind)
-
-    def stmt(self, s, lines, ind):
-        pad = "    " * ind
-        if isinstance(s, Assign):
-            if not active(s):
-                return
-            args = [a.name for a in s.args]
-            adjs = [self.adj(a) for a in s.args]
-            g = self.adj(s.out) if s.out is not None else None
-            lines.append(pad + s.op.adj(args, adjs, g))
-        elif isinstance(s, Read):
-            if U.float_based(s.out.type) and not U.is_array(s.out.type):
-                lines.append(f"{pad}tg::accum({self.adj(s.var)}, {self.adj(s.out)});")
-        elif isinstance(s, Write):
-            if U.float_based(s.var.type) and not U.is_array(s.var.type):
-                lines.append(f"{pad}tg::accum({self.adj(s.src)}, {self.adj(s.var)}); tg::zero({self.adj(s.var)});")
-        elif isinstance(s, If):
-            body, orelse = [], []
-            self.emit(s.body, body, ind + 1)
-            self.emit(s.orelse, orelse, ind + 1)
-            if body or orelse:
-                lines.append(f"{pad}if ({s.cond.name}) {{")
-                lines.extend(body)
-                if orelse:
-                    lines.append(f"{pad}}} else {{")
-                    lines.extend(orelse)
-                lines.append(pad + "}")
-        elif isinstance(s, Loop):
-            self.loop(s, lines, ind)
-        elif isinstance(s, (Const, SetFlag, Print, AdjAccum)):
-            return
-
-    def loop(self, s, lines, ind):
-        pad = "    " * ind
-        rev = []
-        self.emit(s.body, rev, ind + 2)
-        if not rev:
-            return      # nothing differentiable inside
-        k = f"{s.cnt.name}_k"
-        lines.append(f"{pad}for (int64_t {k} = {s.cnt.name} - 1; {k} >= 0; --{k}) {{")
-        inner = "    " * (ind + 1)
-        if s.mode == "prefix":
-            for v, snap in s.carried:
-                lines.append(f"{inner}{v.name} = {snap.name};")
-            j = f"{s.cnt.name}_j"
-            lines.append(f"{inner}for (int64_t {j} = 0; {j} < {k}; ++{j}) {{")
-            self.iteration(s, j, lines, ind + 2)
-            lines.append(inner + "}")
-        self.iteration(s, k, lines, ind + 1)
-        for v in _body_temps(s):
-            lines.append(f"{inner}tg::zero({self.adj(v)});")
-        lines.extend(rev)
-        lines.append(pad + "}")
-
-    def iteration(self, s, k, lines, ind):
-        """Forward replay of iteration ``k`` of loop ``s`` (flags reset, loop variable set)."""
-        pad = "    " * ind
-        for f in (s.brk, s.cont, self.ret_flag):   # every iteration that ran started with them clear
-            if f is not None:
-                lines.append(f"{pad}{f.name} = false;")
-        if s.kind == "range":
-            lines.append(f"{pad}{s.var.name} = {s.var.type.cname}({s.start.name} + {k} * {s.step.name});")
-        self.fwd(s.header, lines, ind, True)
-        self.fwd(s.body, lines, ind, True)
-
-
-def _body_temps(loop):
-    out = []
-    for s in walk(loop.header + loop.body):
-        v = getattr(s, "out", None)
-        if isinstance(v, Var) and v.kind == "temp" and not U.is_array(v.type) and v.type is not None:
-            out.append(v)
-    return out
-
-
-def param_adjoint_type(t):
-    """The C++ type of a parameter's adjoint argument (arrays: a descriptor by value)."""
-    if U.is_array(t):
-        return f"const {t.cname}&"
-    return f"{t.cname}&"
-
-
-__all__ = ["TapeCompileWarning", "plan", "Reverse", "active", "param_adjoint_type", "T"]

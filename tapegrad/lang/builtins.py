@@ -3,7 +3,7 @@
 One ``Builtin`` per Python name (``tg.sin``, ``tg.add``, ``tg.atomic_add``...); each has
 overloads with a *type rule* (argument types -> result type), a forward renderer, an adjoint
 renderer (``None``: not differentiable) and, for differentiable overloads, ``samples`` that
-``tests/test_builtins_grad.py`` turns into finite-difference checks — a differentiable
+``tests/lang/test_builtins_grad.py`` turns into finite-difference checks — a differentiable
 overload without samples fails that test, so no builtin can skip it.
 
 Renderer specs: a string names a C++ function called with the arguments (forward) or with
@@ -16,9 +16,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import types as T
-from . import typeutil as U
+from ..types import bool_, int32, int64, quat
 from .ir import Op
+from .typeutil import (
+    float_based,
+    is_array,
+    is_bool,
+    is_composite,
+    is_float,
+    is_int,
+    is_mat,
+    is_quat,
+    is_scalar,
+    is_vec,
+    mat,
+    type_name,
+    vec,
+    with_scalar,
+)
 
 NO = object()           # "does not match" from a type rule
 REGISTRY: dict = {}     # name -> Builtin
@@ -104,7 +119,7 @@ class Builtin:
         """
         ov, r = self.match(types)
         if ov is None:
-            got = ", ".join(U.type_name(t) for t in types)
+            got = ", ".join(type_name(t) for t in types)
             raise TypeError(f"{self.name}() does not accept ({got})")
         return ov.bind(list(types), r)
 
@@ -138,23 +153,23 @@ def to(n, pred, result):
 
 
 def numeric(t):
-    return U.is_scalar(t) and not U.is_bool(t)
+    return is_scalar(t) and not is_bool(t)
 
 
 def arith(t):
-    return numeric(t) or U.is_composite(t)
+    return numeric(t) or is_composite(t)
 
 
 def fscalar(t):
-    return U.is_float(t)
+    return is_float(t)
 
 
 def fvec(t):
-    return U.is_vec(t) and U.is_float(t.scalar)
+    return is_vec(t) and is_float(t.scalar)
 
 
 def fmat(t):
-    return U.is_mat(t) and U.is_float(t.scalar)
+    return is_mat(t) and is_float(t.scalar)
 
 
 def fsquare(t):
@@ -190,9 +205,9 @@ def _bin_composite_scalar(ts):
     if len(ts) != 2:
         return NO
     a, b = ts
-    if U.is_composite(a) and b is a.scalar:
+    if is_composite(a) and b is a.scalar:
         return a
-    if U.is_composite(b) and a is b.scalar:
+    if is_composite(b) and a is b.scalar:
         return b
     return NO
 
@@ -211,17 +226,17 @@ def _mul_rule(ts):
     a, b = ts
     if a is b and numeric(a):
         return a
-    if U.is_quat(a) and U.is_quat(b) and a is b:
+    if is_quat(a) and is_quat(b) and a is b:
         return NO   # handled by the quaternion overload below
     r = _bin_composite_scalar(ts)
     if r is not NO:
         return r
-    if U.is_mat(a) and U.is_vec(b) and a.scalar is b.scalar and a.cols == b.length_ and not U.is_quat(b):
-        return U.vec(a.rows, a.scalar)
-    if U.is_vec(a) and U.is_mat(b) and a.scalar is b.scalar and a.length_ == b.rows and not U.is_quat(a):
-        return U.vec(b.cols, a.scalar)
-    if U.is_mat(a) and U.is_mat(b) and a.scalar is b.scalar and a.cols == b.rows:
-        return U.mat(a.rows, b.cols, a.scalar)
+    if is_mat(a) and is_vec(b) and a.scalar is b.scalar and a.cols == b.length_ and not is_quat(b):
+        return vec(a.rows, a.scalar)
+    if is_vec(a) and is_mat(b) and a.scalar is b.scalar and a.length_ == b.rows and not is_quat(a):
+        return vec(b.cols, a.scalar)
+    if is_mat(a) and is_mat(b) and a.scalar is b.scalar and a.cols == b.rows:
+        return mat(a.rows, b.cols, a.scalar)
     return NO
 
 
@@ -230,7 +245,7 @@ Builtin("mul", lambda a, b: a @ b if np.ndim(a) and np.ndim(b) else a * b, "a * 
     samples=[Sample((S, S), "S"), Sample(("V3:any", S), "V3"), Sample((S, "V3:any"), "V3"),
              Sample(("M33:any", "V3:any"), "V3"), Sample(("V3:any", "M33:any"), "V3"),
              Sample(("M33:any", "M33:any"), "M33"), Sample(("M22:any", S), "M22")]).add(
-    lambda ts: ts[0] if len(ts) == 2 and U.is_quat(ts[0]) and ts[1] is ts[0] else NO,
+    lambda ts: ts[0] if len(ts) == 2 and is_quat(ts[0]) and ts[1] is ts[0] else NO,
     "tg::quat_mul", "tg::adj_quat_mul", bilinear=True, samples=[Sample(("Q:any", "Q:any"), "Q")])
 
 
@@ -247,8 +262,9 @@ Builtin("div", lambda a, b: a / b, "a / b (C integer division for ints)").add(
 Builtin("mod", lambda a, b: np.fmod(a, b), "a % b (C semantics: sign of a, as in Warp)").add(
     same(2, numeric), "tg::mod", "tg::adj_mod", samples=[Sample(("S:any", "S:away"), "S")])
 Builtin("floordiv", lambda a, b: a // b, "a // b (Python floor semantics)").add(same(2, numeric), "tg::floordiv")
-Builtin("neg", lambda a: -a, "-a").add(same(1, arith), "tg::neg", "tg::adj_neg", linear=(0,),
-                                       samples=[Sample((S,), "S"), Sample(("V4:any",), "V4"), Sample(("M33:any",), "M33")])
+Builtin("neg", lambda a: -a, "-a").add(
+    same(1, arith), "tg::neg", "tg::adj_neg", linear=(0,),
+    samples=[Sample((S,), "S"), Sample(("V4:any",), "V4"), Sample(("M33:any",), "M33")])
 Builtin("pos", lambda a: +a, "+a").add(same(1, arith), "tg::pos", "tg::adj_pos", linear=(0,),
                                        samples=[Sample((S,), "S")])
 Builtin("pow", lambda a, b: np.power(a, b), "a ** b").add(
@@ -257,18 +273,18 @@ Builtin("pow", lambda a, b: np.power(a, b), "a ** b").add(
 for _name, _op, _py in (("eq", "==", np.equal), ("ne", "!=", np.not_equal), ("lt", "<", np.less),
                         ("le", "<=", np.less_equal), ("gt", ">", np.greater), ("ge", ">=", np.greater_equal)):
     Builtin(_name, _py, f"a {_op} b", export=False).add(
-        to(2, lambda t: U.is_scalar(t), lambda t: T.bool_), infix(_op))
+        to(2, lambda t: is_scalar(t), lambda t: bool_), infix(_op))
 for _name, _op in (("bit_and", "&"), ("bit_or", "|"), ("bit_xor", "^"), ("lshift", "<<"), ("rshift", ">>")):
-    Builtin(_name, None, f"a {_op} b on integers", export=False).add(same(2, U.is_int), infix(_op))
-Builtin("invert", None, "~a on integers", export=False).add(same(1, U.is_int), prefix("~"))
+    Builtin(_name, None, f"a {_op} b on integers", export=False).add(same(2, is_int), infix(_op))
+Builtin("invert", None, "~a on integers", export=False).add(same(1, is_int), prefix("~"))
 Builtin("logical_and", None, "a and b", export=False).add(
-    lambda ts: T.bool_ if len(ts) == 2 and all(U.is_scalar(t) for t in ts) else NO,
+    lambda ts: bool_ if len(ts) == 2 and all(is_scalar(t) for t in ts) else NO,
     lambda ts, r: (lambda a: f"(bool({a[0]}) && bool({a[1]}))"))
 Builtin("logical_or", None, "a or b", export=False).add(
-    lambda ts: T.bool_ if len(ts) == 2 and all(U.is_scalar(t) for t in ts) else NO,
+    lambda ts: bool_ if len(ts) == 2 and all(is_scalar(t) for t in ts) else NO,
     lambda ts, r: (lambda a: f"(bool({a[0]}) || bool({a[1]}))"))
 Builtin("logical_not", None, "not a", export=False).add(
-    lambda ts: T.bool_ if len(ts) == 1 and U.is_scalar(ts[0]) else NO, lambda ts, r: (lambda a: f"(!bool({a[0]}))"))
+    lambda ts: bool_ if len(ts) == 1 and is_scalar(ts[0]) else NO, lambda ts, r: (lambda a: f"(!bool({a[0]}))"))
 
 # --------------------------------------------------------------------------- scalar math
 
@@ -287,22 +303,22 @@ for _name, _py in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), 
 Builtin("sign", _np1(lambda x: np.where(x < 0, -1, 1).astype(np.asarray(x).dtype)),
         "-1 for x < 0 else 1; zero gradient").add(same(1, numeric), "tg::sign")
 Builtin("abs", _np1(np.abs), "|x| (component-wise on vectors)").add(
-    lambda ts: ts[0] if len(ts) == 1 and (numeric(ts[0]) or U.is_vec(ts[0])) else NO, "tg::abs", "tg::adj_abs",
+    lambda ts: ts[0] if len(ts) == 1 and (numeric(ts[0]) or is_vec(ts[0])) else NO, "tg::abs", "tg::adj_abs",
     samples=[Sample(("S:away",), "S"), Sample(("V3:away",), "V3")])
 Builtin("atan2", lambda y, x: np.arctan2(y, x), "atan2(y, x)").add(
     same(2, fscalar), "tg::atan2", "tg::adj_atan2", samples=[Sample(("S:any", "S:away"), "S")])
 Builtin("min", lambda a, b: np.minimum(a, b), "minimum (component-wise on vectors)").add(
-    lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or U.is_vec(ts[0])) else NO,
+    lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or is_vec(ts[0])) else NO,
     "tg::min", "tg::adj_min", samples=[Sample((S, S), "S"), Sample(("V3:any", "V3:any"), "V3")])
 Builtin("max", lambda a, b: np.maximum(a, b), "maximum (component-wise on vectors)").add(
-    lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or U.is_vec(ts[0])) else NO,
+    lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or is_vec(ts[0])) else NO,
     "tg::max", "tg::adj_max", samples=[Sample((S, S), "S"), Sample(("V2:any", "V2:any"), "V2")])
 Builtin("clamp", lambda x, a, b: np.clip(x, a, b), "clamp(x, lo, hi)").add(
     same(3, numeric), "tg::clamp", "tg::adj_clamp", samples=[Sample(("S:any", "S:lo", "S:hi"), "S")])
 
 
 def _select_rule(ts):
-    if len(ts) == 3 and U.is_scalar(ts[0]) and ts[1] is ts[2] and not U.is_array(ts[1]):
+    if len(ts) == 3 and is_scalar(ts[0]) and ts[1] is ts[2] and not is_array(ts[1]):
         return ts[1]
     return NO
 
@@ -331,11 +347,11 @@ Builtin("length_sq", lambda a: np.dot(a, a), "squared length").add(
 Builtin("normalize", lambda a: a / np.linalg.norm(a), "v / length(v) (zero vector stays zero)").add(
     same(1, fvec), "tg::normalize", "tg::adj_normalize", samples=[Sample(("V3:any",), "V3")])
 Builtin("outer", lambda a, b: np.outer(a, b), "outer product a b^T").add(
-    lambda ts: U.mat(ts[0].length_, ts[1].length_, ts[0].scalar)
+    lambda ts: mat(ts[0].length_, ts[1].length_, ts[0].scalar)
     if len(ts) == 2 and fvec(ts[0]) and fvec(ts[1]) and ts[0].scalar is ts[1].scalar else NO,
     "tg::outer", "tg::adj_outer", bilinear=True, samples=[Sample(("V3:any", "V2:any"), "M32")])
 Builtin("transpose", lambda m: np.transpose(m), "matrix transpose").add(
-    to(1, fmat, lambda t: U.mat(t.cols, t.rows, t.scalar)), "tg::transpose", "tg::adj_transpose", linear=(0,),
+    to(1, fmat, lambda t: mat(t.cols, t.rows, t.scalar)), "tg::transpose", "tg::adj_transpose", linear=(0,),
     samples=[Sample(("M23:any",), "M32")])
 Builtin("determinant", lambda m: np.linalg.det(m), "determinant (2x2..4x4)").add(
     to(1, fsquare, lambda t: t.scalar), "tg::determinant", "tg::adj_determinant",
@@ -346,24 +362,24 @@ Builtin("inverse", lambda m: np.linalg.inv(m), "matrix inverse (2x2..4x4; zero w
 Builtin("trace", lambda m: np.trace(m), "matrix trace").add(
     to(1, fsquare, lambda t: t.scalar), "tg::trace", "tg::adj_trace", linear=(0,), samples=[Sample(("M33:any",), "S")])
 Builtin("cw_mul", lambda a, b: np.multiply(a, b), "component-wise product").add(
-    same(2, lambda t: U.is_composite(t) and U.is_float(t.scalar)), "tg::cw_mul", "tg::adj_cw_mul", bilinear=True,
+    same(2, lambda t: is_composite(t) and is_float(t.scalar)), "tg::cw_mul", "tg::adj_cw_mul", bilinear=True,
     samples=[Sample(("V3:any", "V3:any"), "V3")])
 Builtin("cw_div", lambda a, b: np.divide(a, b), "component-wise quotient").add(
-    same(2, lambda t: U.is_composite(t) and U.is_float(t.scalar)), "tg::cw_div", "tg::adj_cw_div",
+    same(2, lambda t: is_composite(t) and is_float(t.scalar)), "tg::cw_div", "tg::adj_cw_div",
     samples=[Sample(("V3:any", "V3:away"), "V3")])
 Builtin("quat_rotate", None, "rotate a 3-vector by a unit quaternion").add(
-    lambda ts: U.vec(3, ts[0].scalar) if len(ts) == 2 and U.is_quat(ts[0]) and fvec(ts[1]) and ts[1].length_ == 3
+    lambda ts: vec(3, ts[0].scalar) if len(ts) == 2 and is_quat(ts[0]) and fvec(ts[1]) and ts[1].length_ == 3
     and ts[1].scalar is ts[0].scalar else NO, "tg::quat_rotate", "tg::adj_quat_rotate",
     samples=[Sample(("Q:any", "V3:any"), "V3")])
 Builtin("quat_inverse", None, "inverse of a unit quaternion (its conjugate)").add(
-    lambda ts: ts[0] if len(ts) == 1 and U.is_quat(ts[0]) else NO, "tg::quat_conj", "tg::adj_quat_conj", linear=(0,),
+    lambda ts: ts[0] if len(ts) == 1 and is_quat(ts[0]) else NO, "tg::quat_conj", "tg::adj_quat_conj", linear=(0,),
     samples=[Sample(("Q:any",), "Q")])
 Builtin("quat_from_axis_angle", None, "unit quaternion rotating by angle about a unit axis").add(
-    lambda ts: U.with_scalar(T.quat, ts[1]) if len(ts) == 2 and fvec(ts[0]) and ts[0].length_ == 3
+    lambda ts: with_scalar(quat, ts[1]) if len(ts) == 2 and fvec(ts[0]) and ts[0].length_ == 3
     and ts[1] is ts[0].scalar else NO, "tg::quat_from_axis_angle", "tg::adj_quat_from_axis_angle",
     samples=[Sample(("V3:any", "S:any"), "Q")])
 Builtin("quat_identity", None, "the identity quaternion (float32)").add(
-    lambda ts: T.quat if not ts else NO, lambda ts, r: (lambda a: "tg::quat_identity<float>()"))
+    lambda ts: quat if not ts else NO, lambda ts, r: (lambda a: "tg::quat_identity<float>()"))
 
 # ------------------------------------------------------- constructors, casts, components
 
@@ -378,7 +394,7 @@ def _construct_rule(ts):
     if not ts or not isinstance(ts[0], TypeRef):
         return NO
     t, args = ts[0].t, ts[1:]
-    if U.is_vec(t) or U.is_mat(t):
+    if is_vec(t) or is_mat(t):
         n = t.length
         if not args:
             return t
@@ -391,11 +407,11 @@ def _construct_rule(ts):
 
 def _construct_fwd(ts, r):
     t, args = ts[0].t, ts[1:]
-    kind = "vec" if U.is_vec(t) else "mat"
+    kind = "vec" if is_vec(t) else "mat"
     dims = f"{t.length_}" if kind == "vec" else f"{t.rows}, {t.cols}"
     if not args:
         return lambda a: f"{t.cname}()"
-    if len(args) == 1 and not U.is_scalar(args[0]):
+    if len(args) == 1 and not is_scalar(args[0]):
         return lambda a: f"tg::cast_vec<{t.cname}>({a[1]})" if kind == "vec" else \
             f"tg::make_mat<{dims}, {t.scalar.cname}>({', '.join(f'tg::flat({a[1]})[{k}]' for k in range(t.length))})"
     if len(args) == 1 and t.length > 1:
@@ -405,11 +421,11 @@ def _construct_fwd(ts, r):
 
 def _construct_adj(ts, r):
     t, args = ts[0].t, ts[1:]
-    if not args or not U.is_float(t.scalar):
+    if not args or not is_float(t.scalar):
         return None
-    if len(args) == 1 and not U.is_scalar(args[0]):
+    if len(args) == 1 and not is_scalar(args[0]):
         src = args[0]
-        if not U.is_float(src.scalar):
+        if not is_float(src.scalar):
             return None
         return lambda a, aa, g: " ".join(
             f"tg::accum(tg::flat({aa[1]})[{k}], {src.scalar.cname}(tg::flat({g})[{k}]));" for k in range(t.length))
@@ -428,7 +444,7 @@ Builtin("construct", None, "vector/matrix/quaternion constructors: tg.vec3(x, y,
 
 
 def _cast_rule(ts):
-    if len(ts) == 2 and isinstance(ts[0], TypeRef) and U.is_scalar(ts[0].t) and U.is_scalar(ts[1]):
+    if len(ts) == 2 and isinstance(ts[0], TypeRef) and is_scalar(ts[0].t) and is_scalar(ts[1]):
         return ts[0].t
     return NO
 
@@ -436,16 +452,16 @@ def _cast_rule(ts):
 Builtin("cast", None, "scalar casts: float(x), int(x), tg.float64(x)", export=False).add(
     _cast_rule, lambda ts, r: (lambda a: f"tg::cast<{r.cname}, {ts[1].cname}>({a[1]})"),
     lambda ts, r: (lambda a, aa, g: f"tg::adj_cast<{r.cname}, {ts[1].cname}>({a[1]}, {aa[1]}, {g});")
-    if U.is_float(r) and U.is_float(ts[1]) else None,
+    if is_float(r) and is_float(ts[1]) else None,
     linear=(1,), samples=[Sample((S,), "S", "out[i] = tg.{F}(tg.{G}({0}))")])
 
 
 def _extract_rule(ts):
-    if len(ts) == 2 and U.is_vec(ts[0]) and U.is_int(ts[1]):
+    if len(ts) == 2 and is_vec(ts[0]) and is_int(ts[1]):
         return ts[0].scalar
-    if len(ts) == 2 and U.is_mat(ts[0]) and U.is_int(ts[1]):
-        return U.vec(ts[0].cols, ts[0].scalar)
-    if len(ts) == 3 and U.is_mat(ts[0]) and U.is_int(ts[1]) and U.is_int(ts[2]):
+    if len(ts) == 2 and is_mat(ts[0]) and is_int(ts[1]):
+        return vec(ts[0].cols, ts[0].scalar)
+    if len(ts) == 3 and is_mat(ts[0]) and is_int(ts[1]) and is_int(ts[2]):
         return ts[0].scalar
     return NO
 
@@ -457,11 +473,11 @@ Builtin("extract", None, "component access v[i], v.x, m[i, j], m[i] (a row)", ex
 
 
 def _assign_rule(ts):
-    if len(ts) == 3 and U.is_vec(ts[0]) and U.is_int(ts[1]) and ts[2] is ts[0].scalar:
+    if len(ts) == 3 and is_vec(ts[0]) and is_int(ts[1]) and ts[2] is ts[0].scalar:
         return ts[0]
-    if len(ts) == 4 and U.is_mat(ts[0]) and U.is_int(ts[1]) and U.is_int(ts[2]) and ts[3] is ts[0].scalar:
+    if len(ts) == 4 and is_mat(ts[0]) and is_int(ts[1]) and is_int(ts[2]) and ts[3] is ts[0].scalar:
         return ts[0]
-    if len(ts) == 3 and U.is_mat(ts[0]) and U.is_int(ts[1]) and U.is_vec(ts[2]) and ts[2].length_ == ts[0].cols \
+    if len(ts) == 3 and is_mat(ts[0]) and is_int(ts[1]) and is_vec(ts[2]) and ts[2].length_ == ts[0].cols \
             and ts[2].scalar is ts[0].scalar:
         return ts[0]
     return NO
@@ -477,10 +493,10 @@ Builtin("assign", None, "component update of a local: v[i] = x, v.y += x, m[i, j
 # ------------------------------------------------------------------------------- arrays
 
 def _index_ok(ts, extra):
-    if not ts or not U.is_array(ts[0]):
+    if not ts or not is_array(ts[0]):
         return False
     idx = ts[1:len(ts) - extra]
-    return len(idx) == ts[0].ndim and all(U.is_int(t) for t in idx)
+    return len(idx) == ts[0].ndim and all(is_int(t) for t in idx)
 
 
 def _addr(a, base, idx):
@@ -520,7 +536,7 @@ def _arr_replay(ts, r):
 
 
 def _atomic_rule(ts):
-    if _index_ok(ts, 1) and ts[-1] is ts[0].dtype and (U.is_scalar(ts[-1]) or U.is_composite(ts[-1])):
+    if _index_ok(ts, 1) and ts[-1] is ts[0].dtype and (is_scalar(ts[-1]) or is_composite(ts[-1])):
         return ts[0].dtype
     return NO
 
@@ -544,26 +560,65 @@ for _k, _doc, _init in (("add", "atomically add; returns the old value", 0.0),
                  Sample(("V3:any",), "V3", _ASAMPLE.format(k=_k), _init)])
 
 Builtin("len", None, "len(a): the first dimension of an array", export=False).add(
-    lambda ts: T.int32 if len(ts) == 1 and U.is_array(ts[0]) else NO, "tg::len")
+    lambda ts: int32 if len(ts) == 1 and is_array(ts[0]) else NO, "tg::len")
 Builtin("tid", None, "thread index: i = tg.tid(); i, j = tg.tid() in a 2-D launch ...")
 
 
 def op_tid(k, n) -> Op:
     """The Op computing output ``k`` of ``n`` of ``tid()``."""
-    return Op("tid", lambda a: f"tg::tid(tg_bounds, tg_tid, {k}, {n})", T.int32)
+    return Op("tid", lambda a: f"tg::tid(tg_bounds, tg_tid, {k}, {n})", int32)
 
 
 def op_shape(k) -> Op:
-    return Op("shape", lambda a: f"tg::shape({a[0]}, {k})", T.int32)
+    return Op("shape", lambda a: f"tg::shape({a[0]}, {k})", int32)
+
+
+def op_copy() -> Op:
+    """``out = a``: a temp copying another (loop-invariant reads hoisted by ``adjoint.plan``)."""
+    return COPY
+
+
+COPY = Op("copy", lambda a: a[0], None, lambda a, aa, g: f"tg::accum({aa[0]}, {g});", linear=frozenset({0}))
+
+
+def op_guard() -> Op:
+    """``!(flag || flag ...)`` over its flag arguments: the statements after a break/continue/return run
+    only while no flag is set."""
+    return Op("guard", lambda a: "!(" + " || ".join(a) + ")", bool_)
+
+
+def op_range_count() -> Op:
+    """The trip count of ``range(start, stop, step)`` (int64)."""
+    return Op("range_count", lambda a: f"tg::range_count({a[0]}, {a[1]}, {a[2]})", int64)
+
+
+def op_call(fn, label, has_adjoint=True) -> Op:
+    """A call of the ``@func`` specialization ``fn`` (a ``FunctionIR``; ``label``: the function's
+    Python name): ``NAME_fwd`` forward, ``NAME_rep`` in the replay when it has side effects,
+    ``NAME_adj`` in the adjoint."""
+    name = fn.name
+    rep = f"{name}_rep" if fn.side_effects else f"{name}_fwd"
+    end = "" if fn.ret_type is not None else ";"
+
+    def fwd(a):
+        return f"{name}_fwd({', '.join(a)})" + end
+
+    def replay(a):
+        return f"{rep}({', '.join(a)})" + end
+
+    def adj(a, aa, g):
+        return f"{name}_adj({', '.join(list(a) + list(aa) + ([g] if g else []))});"
+
+    return Op(label, fwd, fn.ret_type, adj if has_adjoint else None, replay, side_effect=fn.side_effects, callee=fn)
 
 
 def op_field(struct_t, name) -> Op:
     """``s.name`` on a struct value."""
     ft = dict(struct_t.fields)[name]
-    if U.is_array(ft):
+    if is_array(ft):
         return Op("field", lambda a: f"{a[0]}.{name}", ft,
                   array_adj=lambda a, aa: f"tg::grad_array({a[0]}.{name}, {aa[0]}.{name})")
-    adj = (lambda a, aa, g: f"tg::accum({aa[0]}.{name}, {g});") if U.float_based(ft) else None
+    adj = (lambda a, aa, g: f"tg::accum({aa[0]}.{name}, {g});") if float_based(ft) else None
     return Op("field", lambda a: f"{a[0]}.{name}", ft, adj, linear=frozenset({0}))
 
 

@@ -9,11 +9,15 @@ Statements carry ``// @file:line`` comments so compiler errors map back to Pytho
 """
 from __future__ import annotations
 
+import math
 import os
 
-from . import typeutil as U
-from .adjoint import Reverse, param_adjoint_type
-from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Write
+import numpy as np
+
+from ..types import MatrixType, ScalarType, VectorType, float32, float64
+from .adjoint import active
+from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, walk
+from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
 
 _RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "atomic.h", "array.h")
@@ -38,6 +42,105 @@ def adj_name(v) -> str:
     if getattr(v, "kind", None) == "typearg":
         return ""
     return "adj_" + v.name
+
+
+# ------------------------------------------------------------------------------ literals
+
+def float_literal(v: float, s) -> str:
+    """C++ source for the float constant ``v`` of scalar type ``s`` (NaN/inf as bit patterns)."""
+    if math.isnan(v):
+        return "tg::bits_float(0x7fc00000u)" if s is not float64 else "tg::from_bits<double>(0x7ff8000000000000ull)"
+    if math.isinf(v):
+        sign = "-" if v < 0 else ""
+        if s is float64:
+            return f"{sign}tg::from_bits<double>(0x7ff0000000000000ull)"
+        return f"{sign}tg::bits_float(0x7f800000u)"
+    if s is float64:
+        return repr(float(v))
+    text = repr(float(np.float32(v))) + "f"
+    if "e" not in text and "." not in text:
+        text = text[:-1] + ".0f"
+    return text if s is float32 else f"half({text})"
+
+
+def literal(value, t) -> str:
+    """C++ source for a constant of tapegrad type ``t`` (``value`` as ``typeutil.constant_value``
+    returns it, or anything that converts the same way)."""
+    if isinstance(t, ScalarType):
+        if t.kind == "bool":
+            return "true" if bool(value) else "false"
+        if t.kind == "float":
+            return float_literal(float(value), t)
+        v = int(value)
+        if t.kind == "uint":
+            v &= (1 << t.bits) - 1
+            return f"{t.cname}({v}ull)"
+        if t.bits == 64 and v == -(1 << 63):
+            return "int64_t(-9223372036854775807ll - 1)"
+        return f"{t.cname}({v}ll)"
+    if isinstance(t, VectorType):
+        flat = np.asarray(value).reshape(-1)
+        return f"tg::make_vec<{t.length_}, {t.scalar.cname}>({', '.join(literal(x, t.scalar) for x in flat)})"
+    if isinstance(t, MatrixType):
+        flat = np.asarray(value).reshape(-1)
+        return f"tg::make_mat<{t.rows}, {t.cols}, {t.scalar.cname}>({', '.join(literal(x, t.scalar) for x in flat)})"
+    raise TypeError(f"no constant literal for {t!r}")
+
+
+def c_string(s: str) -> str:
+    """Escape ``s`` for a C string literal."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif 32 <= ord(ch) < 127:
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in ch.encode("utf-8")))
+    return "".join(out)
+
+
+def print_format(t):
+    """(printf conversion, argument expression templates) printing a value of type ``t``."""
+    if is_float(t):
+        return "%g", ["double({})"]
+    if is_bool(t):
+        return "%d", ["int({})"]
+    if is_int(t):
+        return ("%llu" if t.kind == "uint" else "%lld"), ["(long long)({})"]
+    if is_vec(t) and is_float(t.scalar):
+        return "[" + " ".join(["%g"] * t.length_) + "]", [f"double({{}}.c[{k}])" for k in range(t.length_)]
+    if is_mat(t) and is_float(t.scalar):
+        rows = ["[" + " ".join(["%g"] * t.cols) + "]" for _ in range(t.rows)]
+        return "[" + " ".join(rows) + "]", [f"double({{}}.data[{i}][{j}])"
+                                            for i in range(t.rows) for j in range(t.cols)]
+    raise TypeError(f"cannot print a {t!r}")
+
+
+def print_call(s) -> tuple:
+    """(C format string, argument expressions) of a ``Print`` statement."""
+    if s.fmt is not None:   # printf(fmt, ...): floats promoted to double as C varargs need
+        return c_string(s.fmt), [f"double({v.name})" if is_float(v.type) else v.name for v in s.items]
+    parts, vals = [], []
+    for item in s.items:
+        if isinstance(item, str):
+            parts.append(c_string(item).replace("%", "%%"))
+            continue
+        fmt, exprs = print_format(item.type)
+        parts.append(fmt)
+        vals += [e.format(item.name) for e in exprs]
+    return " ".join(parts) + "\\n", vals
+
+
+def param_adjoint_type(t):
+    """The C++ type of a parameter's adjoint argument (arrays: a descriptor by value)."""
+    if is_array(t):
+        return f"const {t.cname}&"
+    return f"{t.cname}&"
 
 
 class FunctionEmitter:
@@ -69,7 +172,7 @@ class FunctionEmitter:
                 else:
                     lines.append(pad + (text if text.rstrip().endswith(";") else text + ";"))
             elif isinstance(s, Const):
-                lines.append(f"{pad}{s.out.name} = {s.text};")
+                lines.append(f"{pad}{s.out.name} = {literal(s.value, s.out.type)};")
             elif isinstance(s, Read):
                 lines.append(f"{pad}{s.out.name} = {s.var.name};")
             elif isinstance(s, Write):
@@ -90,11 +193,9 @@ class FunctionEmitter:
             elif isinstance(s, Print):
                 if replay:
                     continue
-                vals = []
-                for v, exprs in s.args:
-                    vals += [e.format(v.name) for e in exprs]
+                text, vals = print_call(s)
                 tail = "".join(", " + x for x in vals)
-                lines.append(f'{pad}printf("{s.text}"{tail});')
+                lines.append(f'{pad}printf("{text}"{tail});')
                 lines.append("#ifndef TG_CUDA")
                 lines.append(f"{pad}fflush(stdout);")
                 lines.append("#endif")
@@ -180,11 +281,90 @@ class FunctionEmitter:
         self.fwd(fn.body, lines, 1, True)
         if fn.ret_var is not None:
             lines.append(f"    tg::accum({adj_name(fn.ret_var)}, adj_ret);")
-        rev = Reverse(self.fwd, adj_name, fn.ret_flag)
         lines.append("    // reverse")
-        rev.emit(fn.body, lines, 1)
+        self.reverse(fn.body, lines, 1)
         lines.append("}")
         return "\n".join(lines)
+
+    # -------------------------------------------------------------- reverse sweep
+    def reverse(self, stmts, lines, ind):
+        """The reverse sweep of ``stmts``: each active statement's adjoint, last to first."""
+        for s in reversed(stmts):
+            self.reverse_stmt(s, lines, ind)
+
+    def reverse_stmt(self, s, lines, ind):
+        pad = "    " * ind
+        if isinstance(s, Assign):
+            if not active(s):
+                return
+            args = [a.name for a in s.args]
+            adjs = [adj_name(a) for a in s.args]
+            g = adj_name(s.out) if s.out is not None else None
+            lines.append(pad + s.op.adj(args, adjs, g))
+        elif isinstance(s, Read):
+            if float_based(s.out.type) and not is_array(s.out.type):
+                lines.append(f"{pad}tg::accum({adj_name(s.var)}, {adj_name(s.out)});")
+        elif isinstance(s, Write):
+            if float_based(s.var.type) and not is_array(s.var.type):
+                lines.append(f"{pad}tg::accum({adj_name(s.src)}, {adj_name(s.var)}); tg::zero({adj_name(s.var)});")
+        elif isinstance(s, If):
+            body, orelse = [], []
+            self.reverse(s.body, body, ind + 1)
+            self.reverse(s.orelse, orelse, ind + 1)
+            if body or orelse:
+                lines.append(f"{pad}if ({s.cond.name}) {{")
+                lines.extend(body)
+                if orelse:
+                    lines.append(f"{pad}}} else {{")
+                    lines.extend(orelse)
+                lines.append(pad + "}")
+        elif isinstance(s, Loop):
+            self.reverse_loop(s, lines, ind)
+
+    def reverse_loop(self, s, lines, ind):
+        """A dynamic loop backwards: for each iteration, last first, replay it (``prefix`` mode:
+        after re-running the iterations before it from the loop-carried snapshots), then sweep it."""
+        pad = "    " * ind
+        rev = []
+        self.reverse(s.body, rev, ind + 2)
+        if not rev:
+            return      # nothing differentiable inside
+        k = f"{s.cnt.name}_k"
+        lines.append(f"{pad}for (int64_t {k} = {s.cnt.name} - 1; {k} >= 0; --{k}) {{")
+        inner = "    " * (ind + 1)
+        if s.mode == "prefix":
+            for v, snap in s.carried:
+                lines.append(f"{inner}{v.name} = {snap.name};")
+            j = f"{s.cnt.name}_j"
+            lines.append(f"{inner}for (int64_t {j} = 0; {j} < {k}; ++{j}) {{")
+            self.iteration(s, j, lines, ind + 2)
+            lines.append(inner + "}")
+        self.iteration(s, k, lines, ind + 1)
+        for v in _body_temps(s):
+            lines.append(f"{inner}tg::zero({adj_name(v)});")
+        lines.extend(rev)
+        lines.append(pad + "}")
+
+    def iteration(self, s, k, lines, ind):
+        """Forward replay of iteration ``k`` of loop ``s`` (flags reset, loop variable set)."""
+        pad = "    " * ind
+        for f in (s.brk, s.cont, self.fn.ret_flag):   # every iteration that ran started with them clear
+            if f is not None:
+                lines.append(f"{pad}{f.name} = false;")
+        if s.kind == "range":
+            lines.append(f"{pad}{s.var.name} = {s.var.type.cname}({s.start.name} + {k} * {s.step.name});")
+        self.fwd(s.header, lines, ind, True)
+        self.fwd(s.body, lines, ind, True)
+
+
+def _body_temps(loop):
+    """The non-array temps a loop defines: their adjoints are zeroed before each iteration's sweep."""
+    out = []
+    for s in walk(loop.header + loop.body):
+        v = getattr(s, "out", None)
+        if isinstance(v, Var) and v.kind == "temp" and not is_array(v.type) and v.type is not None:
+            out.append(v)
+    return out
 
 
 def emit_func(fn, grad=None) -> str:
@@ -213,7 +393,7 @@ def _cpu_forward_loops(fn, sym, ts) -> list:
     identical). Otherwise (strided views, ``None`` arrays, grids past 2^31) the generic loop runs.
     """
     n = len(fn.params)
-    arrays = [i for i, p in enumerate(fn.params) if U.is_array(p.type)]
+    arrays = [i for i, p in enumerate(fn.params) if is_array(p.type)]
     generic = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
                "        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size);",
                "        #pragma omp for schedule(dynamic, tg_chunk)",
@@ -261,12 +441,12 @@ def emit_kernel(fn, sym, enable_backward) -> str:
         acc_decls, flushes, body_decls, posts = [], [], [], []
         for i, p in enumerate(fn.params):
             t = ts[i]
-            if U.is_array(p.type):
+            if is_array(p.type):
                 cpu.append(f"    const {t} g{i} = *reinterpret_cast<const {t}*>(tg_args[{n + i}]);")
                 continue
             cpu.append(f"    {t}* g{i}_out = reinterpret_cast<{t}*>(tg_args[{n + i}]);")
             body_decls.append(f"{t} g{i}{{}};")
-            if U.float_based(p.type) and not U.is_struct(p.type):
+            if float_based(p.type) and not is_struct(p.type):
                 # one atomic per thread, not per element
                 acc_decls.append(f"        {t} g{i}_acc{{}};")
                 posts.append(f"tg::accum(g{i}_acc, g{i});")
@@ -292,7 +472,7 @@ def emit_kernel(fn, sym, enable_backward) -> str:
         cuda += [f'extern "C" __global__ void {sym}_cuda_backward({bparams}) {{', grid + " {"]
         gargs = []
         for i, p in enumerate(fn.params):
-            if U.is_array(p.type):
+            if is_array(p.type):
                 gargs.append(f"g{i}_in")
             else:
                 cuda.append(f"        {ts[i]} g{i}{{}};   // scalar adjoints are not returned on CUDA")
@@ -302,13 +482,47 @@ def emit_kernel(fn, sym, enable_backward) -> str:
     return "\n\n".join(parts)
 
 
+def callee_order(fn) -> list:
+    """Every ``@func`` specialization ``fn`` calls, directly or not, callees before callers."""
+    order, seen = [], set()
+
+    def visit(f):
+        for c in f.callees:
+            if c.name not in seen:
+                seen.add(c.name)
+                visit(c)
+                if c.grad_ir is not None:
+                    visit(c.grad_ir)
+                order.append(c)
+    visit(fn)
+    return order
+
+
+def kernel_parts(fn, symbol, enable_backward, seen) -> list:
+    """The C++ parts of one kernel for a translation unit: the structs and functions it uses
+    that ``seen`` (a set, updated) does not hold yet, then the kernel itself."""
+    fns = callee_order(fn)
+    parts = []
+    for st in structs_used([fn] + fns):
+        if ("struct", st.name) not in seen:
+            seen.add(("struct", st.name))
+            parts.append(emit_struct(st))
+    for f in fns:
+        if ("func", f.name) not in seen:
+            seen.add(("func", f.name))
+            parts.append(emit_func(f, f.grad_ir))
+    parts.append(emit_kernel(fn, symbol, enable_backward))
+    return parts
+
+
 def emit_struct(st) -> str:
     """The C++ definition of a ``@tg.struct`` (layout checked against ctypes) and its adjoint
     helpers (accumulate, zero) used by the generated code."""
     fields = [f"    {t.cname} {n};" for n, t in st.fields]
-    acc = [f"tg::accum(a.{n}, b.{n});" for n, t in st.fields if not U.is_array(t)]
+    acc = [f"tg::accum(a.{n}, b.{n});" for n, t in st.fields if not is_array(t)]
     lines = [f"struct {st.cname} {{"] + fields + ["};",
-             f'static_assert(sizeof({st.cname}) == {st.size}, "struct {st.name}: layout differs from its ctypes twin");',
+             f'static_assert(sizeof({st.cname}) == {st.size}, '
+             f'"struct {st.name}: layout differs from its ctypes twin");',
              "namespace tg {",
              f"TG_FUNC void accum({st.cname}& a, const {st.cname}& b) {{ {' '.join(acc)} }}",
              f"TG_FUNC void zero({st.cname}& a) {{ a = {st.cname}(); }}",
@@ -322,9 +536,9 @@ def structs_used(fns) -> list:
     seen, order = set(), []
 
     def visit(t):
-        if U.is_array(t):
+        if is_array(t):
             return visit(t.dtype)
-        if U.is_struct(t) and t.name not in seen:
+        if is_struct(t) and t.name not in seen:
             seen.add(t.name)
             for _, ft in t.fields:
                 visit(ft)

@@ -3,16 +3,58 @@ subscripts, operators, calls of builtins / functions / types, casts and construc
 from __future__ import annotations
 
 import ast
-import builtins as _pybuiltins
+import builtins as python_builtins
 
 import numpy as np
 
-from .. import types as T
-from . import builtins as B
-from . import typeutil as U
-from .ir import Op, Print, Read, Var
-from .values import (_BINOPS, _CMPOPS, _COMPONENTS, _PY_ALIASES, KernelError, Lit, PyObj, ShapeOf, TupleVal,
-                     _c_string, _describe, _hashable, _print_format, _TypeArg, adjoint)
+from ..types import MatrixType, ScalarType, VectorType, bool_, int32, matrix, resolve_dtype, type_of, vector
+from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
+from .ir import Print, Read, Var
+from .typeutil import (
+    is_array,
+    is_composite,
+    is_float,
+    is_int,
+    is_printable,
+    is_scalar,
+    is_struct,
+    is_vec,
+    type_name,
+    type_of_value,
+)
+from .values import (
+    BINOPS,
+    CMPOPS,
+    COMPONENTS,
+    PY_ALIASES,
+    Lit,
+    PyObj,
+    ShapeOf,
+    TupleVal,
+    TypeArg,
+    adjoint,
+    describe,
+    hashable,
+)
+
+# Objects a kernel can call besides builtins and types, by class: ``@tg.func`` (``funcs.Func``)
+# registers here, since it sits above the frontend (specializing a function builds its IR).
+# ``resolve(obj, builder, values, node) -> (FunctionIR, has_adjoint, argument types)``.
+CALLABLES: dict = {}
+
+
+def register_callable(cls, resolve) -> None:
+    """Let kernels call instances of ``cls``: ``resolve(obj, builder, values, node)`` picks the
+    specialization and returns ``(FunctionIR, has_adjoint, argument types)``."""
+    CALLABLES[cls] = resolve
+
+
+def _resolver(obj):
+    for cls in type(obj).__mro__:
+        r = CALLABLES.get(cls)
+        if r is not None:
+            return r
+    return None
 
 
 class ExprMixin:
@@ -50,14 +92,14 @@ class ExprMixin:
             return self.wrap_global(self.closure[name], name, node)
         if name in self.globals:
             return self.wrap_global(self.globals[name], name, node)
-        if hasattr(_pybuiltins, name):
-            return PyObj(getattr(_pybuiltins, name))
+        if hasattr(python_builtins, name):
+            return PyObj(getattr(python_builtins, name))
         self.error(f"name '{name}' is not defined", node)
 
     def wrap_global(self, obj, name, node):
         if isinstance(obj, (bool, int, float)) and not isinstance(obj, np.generic):
             return Lit(obj)
-        t = U.type_of_value(obj)
+        t = type_of_value(obj)
         if t is not None:
             return Lit(obj, t)
         return PyObj(obj)
@@ -69,24 +111,24 @@ class ExprMixin:
             try:
                 obj = getattr(base.obj, attr)
             except AttributeError:
-                self.error(f"{_describe(base)} has no attribute '{attr}'", node)
+                self.error(f"{describe(base)} has no attribute '{attr}'", node)
             return self.wrap_global(obj, attr, node)
         if isinstance(base, Var):
             t = base.type
-            if U.is_array(t):
+            if is_array(t):
                 if attr == "shape":
                     return ShapeOf(base)
                 self.error(f"arrays have no attribute '{attr}' in kernels (only .shape)", node)
-            if U.is_vec(t) and attr in _COMPONENTS and _COMPONENTS[attr] < t.length_:
-                return self.builtin_args("extract", [base, self.materialize(Lit(_COMPONENTS[attr]), T.int32)], node)
-            if U.is_struct(t):
+            if is_vec(t) and attr in COMPONENTS and COMPONENTS[attr] < t.length_:
+                return self.builtin_args("extract", [base, self.materialize(Lit(COMPONENTS[attr]), int32)], node)
+            if is_struct(t):
                 fields = dict(t.fields)
                 if attr not in fields:
                     self.error(f"struct {t.name} has no field '{attr}'", node)
-                return self.call_op(B.op_field(t, attr), [base], node)
-        if isinstance(base, Lit) and base.type is not None and U.is_vec(base.type) and attr in _COMPONENTS:
-            return Lit(np.asarray(base.value).reshape(-1)[_COMPONENTS[attr]], base.type.scalar)
-        self.error(f"{_describe(base)} has no attribute '{attr}'", node)
+                return self.call_op(op_field(t, attr), [base], node)
+        if isinstance(base, Lit) and base.type is not None and is_vec(base.type) and attr in COMPONENTS:
+            return Lit(np.asarray(base.value).reshape(-1)[COMPONENTS[attr]], base.type.scalar)
+        self.error(f"{describe(base)} has no attribute '{attr}'", node)
 
     def indices(self, sl):
         if isinstance(sl, ast.Tuple):
@@ -101,11 +143,11 @@ class ExprMixin:
             if isinstance(v, Lit):
                 if not isinstance(v.value, (int, np.integer)) or isinstance(v.value, bool):
                     self.error(f"index {v.value!r} is not an integer", node)
-                out.append(self.materialize(v, v.type or T.int32))
+                out.append(self.materialize(v, v.type or int32))
             else:
                 v = self.materialize(v)
-                if not U.is_int(v.type):
-                    self.error(f"index must be an integer, got {U.type_name(v.type)}", node)
+                if not is_int(v.type):
+                    self.error(f"index must be an integer, got {type_name(v.type)}", node)
                 out.append(v)
         return out
 
@@ -120,41 +162,41 @@ class ExprMixin:
             k = int(idx[0].value)
             if not 0 <= k < base.array.type.ndim:
                 self.error(f"shape index {k} out of range for a {base.array.type.ndim}-D array", node)
-            return self.call_op(B.op_shape(k), [base.array], node)
+            return self.call_op(op_shape(k), [base.array], node)
         if isinstance(base, TupleVal):
             if len(idx) != 1 or not isinstance(idx[0], Lit):
                 self.error("tuples must be indexed with a constant", node)
             return base.items[int(idx[0].value)]
-        if isinstance(base, Var) and U.is_array(base.type):
+        if isinstance(base, Var) and is_array(base.type):
             if len(idx) != base.type.ndim:
                 self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
             return self.builtin_args("load", [base] + self.index_vars(idx, node), node)
-        if isinstance(base, Var) and U.is_composite(base.type):
+        if isinstance(base, Var) and is_composite(base.type):
             return self.builtin_args("extract", [base] + self.index_vars(idx, node), node)
-        if isinstance(base, Lit) and base.type is not None and U.is_composite(base.type):
+        if isinstance(base, Lit) and base.type is not None and is_composite(base.type):
             return self.builtin_args("extract", [self.materialize(base)] + self.index_vars(idx, node), node)
-        self.error(f"{_describe(base)} cannot be indexed", node)
+        self.error(f"{describe(base)} cannot be indexed", node)
 
     def builtin_args(self, name, args, node):
         try:
-            op = B.REGISTRY[name].resolve([a.type for a in args])
+            op = REGISTRY[name].resolve([a.type for a in args])
         except TypeError as e:
             self.error(str(e), node)
         return self.call_op(op, args, node)
 
     def e_BinOp(self, node):
-        name = _BINOPS.get(type(node.op))
+        name = BINOPS.get(type(node.op))
         if name is None:
             self.error(f"unsupported operator {type(node.op).__name__}", node)
         a, b = self.expr(node.left), self.expr(node.right)
-        if name == "pow" and isinstance(b, Lit) and b.type is None and isinstance(a, Var) and U.is_float(a.type):
+        if name == "pow" and isinstance(b, Lit) and b.type is None and isinstance(a, Var) and is_float(a.type):
             b = Lit(float(b.value))
         return self.builtin(name, [a, b], node)
 
     def e_UnaryOp(self, node):
         v = self.expr(node.operand)
         name = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "logical_not", ast.Invert: "invert"}[type(node.op)]
-        if isinstance(v, Lit) and name == "neg" and v.type is not None and U.is_composite(v.type):
+        if isinstance(v, Lit) and name == "neg" and v.type is not None and is_composite(v.type):
             return Lit(-np.asarray(v.value), v.type)
         return self.builtin(name, [v], node)
 
@@ -163,7 +205,7 @@ class ExprMixin:
         vals = [self.expr(v) for v in node.values]
         if all(isinstance(v, Lit) for v in vals):
             res = all(v.value for v in vals) if name == "logical_and" else any(v.value for v in vals)
-            return Lit(bool(res), T.bool_)
+            return Lit(bool(res), bool_)
         acc = vals[0]
         for v in vals[1:]:
             acc = self.builtin_args(name, [self.materialize(acc), self.materialize(v)], node)
@@ -173,7 +215,7 @@ class ExprMixin:
         left = self.expr(node.left)
         result = None
         for op, comp in zip(node.ops, node.comparators):
-            name = _CMPOPS.get(type(op))
+            name = CMPOPS.get(type(op))
             if name is None:
                 self.error(f"unsupported comparison {type(op).__name__}", node)
             right = self.expr(comp)
@@ -196,34 +238,34 @@ class ExprMixin:
     def e_Call(self, node):
         fn = self.expr(node.func)
         if not isinstance(fn, PyObj):
-            self.error(f"{_describe(fn)} is not callable", node)
+            self.error(f"{describe(fn)} is not callable", node)
         obj = fn.obj
         kwargs = {k.arg: k.value for k in node.keywords}
-        if obj in _PY_ALIASES.keys() if _hashable(obj) else False:
-            obj = B.REGISTRY[_PY_ALIASES[obj]]
-        from .kernel import Func   # local: kernel.py imports this module
-        if isinstance(obj, B.Builtin):
+        if obj in PY_ALIASES.keys() if hashable(obj) else False:
+            obj = REGISTRY[PY_ALIASES[obj]]
+        if isinstance(obj, Builtin):
             return self.call_builtin(obj, node, kwargs)
-        if isinstance(obj, Func):
+        resolve = _resolver(obj)
+        if resolve is not None:
             if kwargs:
                 self.error("keyword arguments are not supported in function calls", node)
-            return self.call_func(obj, [self.expr(a) for a in node.args], node)
+            return self.call_func(obj, resolve, [self.expr(a) for a in node.args], node)
         args = [self.expr(a) for a in node.args]
-        if obj in (float, int, bool) or isinstance(obj, T.ScalarType):
-            target = T.resolve_dtype(obj)
+        if obj in (float, int, bool) or isinstance(obj, ScalarType):
+            target = resolve_dtype(obj)
             if len(args) != 1:
-                self.error(f"{U.type_name(target)}() takes exactly one argument", node)
+                self.error(f"{type_name(target)}() takes exactly one argument", node)
             return self.cast(target, args[0], node, weak=obj in (float, int, bool))
-        if isinstance(obj, (T.VectorType, T.MatrixType)):
+        if isinstance(obj, (VectorType, MatrixType)):
             return self.construct(obj, args, node, kwargs)
-        if obj is T.vector or obj is T.matrix:
+        if obj is vector or obj is matrix:
             self.error("build vector types outside the kernel: vec5 = tg.vector(5, float), then vec5(...)", node)
         if all(isinstance(a, Lit) for a in args) and callable(obj) and not kwargs:
             try:
                 return self.wrap_global(obj(*[a.value for a in args]), "", node)
             except Exception as e:
                 self.error(f"compile-time call of {getattr(obj, '__name__', obj)!r} failed: {e}", node)
-        self.error(f"{_describe(fn)} cannot be called inside a kernel", node)
+        self.error(f"{describe(fn)} cannot be called inside a kernel", node)
 
     def call_builtin(self, b, node, kwargs):
         name = b.name
@@ -231,7 +273,7 @@ class ExprMixin:
             if self.kind != "kernel":
                 self.error("tg.tid() can only be used in kernels", node)
             n = self.tid_arity(node)
-            items = [self.call_op(B.op_tid(k, n), [], node) for k in range(n)]
+            items = [self.call_op(op_tid(k, n), [], node) for k in range(n)]
             return items[0] if n == 1 else TupleVal(items)
         if name == "print":
             return self.print_(node)
@@ -241,14 +283,15 @@ class ExprMixin:
             self.error(f"{name}() takes no keyword arguments", node)
         args = [self.expr(a) for a in node.args]
         if name in ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"):
-            if not args or not (isinstance(args[0], Var) and U.is_array(args[0].type)):
+            if not args or not (isinstance(args[0], Var) and is_array(args[0].type)):
                 self.error(f"{name}() expects an array as first argument", node)
             arr = args[0]
             if len(args) != arr.type.ndim + 2:
                 self.error(f"{name}() on a {arr.type.ndim}-D array takes {arr.type.ndim} index(es) and a value, "
                            f"got {len(args) - 1} argument(s) after the array", node)
             idx = self.index_vars(args[1:-1], node)
-            val = self.materialize(args[-1], arr.type.dtype) if isinstance(args[-1], Lit) else self.materialize(args[-1])
+            val = self.materialize(args[-1], arr.type.dtype) if isinstance(args[-1], Lit) else \
+                self.materialize(args[-1])
             return self.builtin_args(name, [arr] + idx + [val], node)
         if name == "len":
             if len(args) != 1:
@@ -256,114 +299,87 @@ class ExprMixin:
             if isinstance(args[0], TupleVal):
                 return Lit(len(args[0].items))
             a = args[0]
-            if isinstance(a, Var) and U.is_composite(a.type):
-                return Lit(a.type.length_ if U.is_vec(a.type) else a.type.rows, T.int32)
+            if isinstance(a, Var) and is_composite(a.type):
+                return Lit(a.type.length_ if is_vec(a.type) else a.type.rows, int32)
             return self.builtin_args("len", [self.materialize(a)], node)
-        if name == "round" and len(args) == 1 and isinstance(args[0], Var) and U.is_float(args[0].type):
+        if name == "round" and len(args) == 1 and isinstance(args[0], Var) and is_float(args[0].type):
             return self.builtin("round", args, node)
         return self.builtin(name, args, node)
 
     def tid_arity(self, node):
-        parent = getattr(self, "_assign_targets", None)
-        return parent or 1
+        return self.assign_targets or 1
 
     def cast(self, target, v, node, weak=False):
         if isinstance(v, Lit) and weak and v.type is None:
             return Lit(float(v.value) if target.kind == "float" else int(v.value) if target.kind != "bool"
                        else bool(v.value))    # float(3) of a Python constant stays a weak literal
         if isinstance(v, Lit):
-            if v.type is None or U.is_scalar(v.type):
+            if v.type is None or is_scalar(v.type):
                 try:
                     return Lit(target(v.value).item() if target.kind != "float" else float(target(v.value)), target)
                 except (OverflowError, ValueError) as e:
-                    self.error(f"cannot convert {v.value!r} to {U.type_name(target)}: {e}", node)
+                    self.error(f"cannot convert {v.value!r} to {type_name(target)}: {e}", node)
         v = self.materialize(v)
         if v.type is target:
             return v
-        if not U.is_scalar(v.type):
-            self.error(f"cannot cast {U.type_name(v.type)} to {U.type_name(target)}", node)
-        return self.builtin_args("cast", [_TypeArg(target)] + [v], node)
+        if not is_scalar(v.type):
+            self.error(f"cannot cast {type_name(v.type)} to {type_name(target)}", node)
+        return self.builtin_args("cast", [TypeArg(target)] + [v], node)
 
     def construct(self, t, args, node, kwargs):
         if kwargs:
-            self.error(f"{U.type_name(t)}() takes no keyword arguments", node)
+            self.error(f"{type_name(t)}() takes no keyword arguments", node)
         if all(isinstance(a, Lit) for a in args) and args:
             try:
                 return Lit(t(*[a.value for a in args]), t)
             except (ValueError, TypeError) as e:
-                self.error(f"{U.type_name(t)}(...): {e}", node)
+                self.error(f"{type_name(t)}(...): {e}", node)
         vals = self.adapt(args, anchor=t.scalar)
-        return self.builtin_args("construct", [_TypeArg(t)] + vals, node)
+        return self.builtin_args("construct", [TypeArg(t)] + vals, node)
 
     def print_(self, node):
-        parts, args = [], []
+        items = []
         for a in node.args:
             v = self.expr(a)
             if isinstance(v, PyObj) and isinstance(v.obj, str):
-                parts.append(_c_string(v.obj).replace("%", "%%"))
+                items.append(v.obj)
                 continue
             v = self.materialize(v)
-            fmt, exprs = _print_format(v)
-            if fmt is None:
-                self.error(f"cannot print a {U.type_name(v.type)}", node)
-            parts.append(fmt)
-            args.append((v, exprs))
+            if not is_printable(v.type):
+                self.error(f"cannot print a {type_name(v.type)}", node)
+            items.append(v)
         self.side_effects = True
-        self.emit(Print(" ".join(parts) + "\\n", args, self.loc(node)))
+        self.emit(Print(items, None, self.loc(node)))
 
     def printf(self, node):
         if not node.args or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
             self.error("printf() needs a constant format string", node)
-        fmt = node.args[0].value
-        args = []
+        items = []
         for a in node.args[1:]:
             v = self.materialize(self.expr(a))
-            if U.is_float(v.type):
-                args.append((v, ["double({})"]))
-            elif U.is_scalar(v.type):
-                args.append((v, ["{}"]))
-            else:
-                self.error(f"printf() cannot format a {U.type_name(v.type)}; use print()", node)
+            if not is_scalar(v.type):
+                self.error(f"printf() cannot format a {type_name(v.type)}; use print()", node)
+            items.append(v)
         self.side_effects = True
-        text = _c_string(fmt)
-        self.emit(Print(text, args, self.loc(node)))
+        self.emit(Print(items, node.args[0].value, self.loc(node)))
 
-    def call_func(self, f, values, node):
-        try:
-            spec, types = f.resolve_call(self, values, node)
-        except KernelError:
-            raise
+    def call_func(self, f, resolve, values, node):
+        fir, has_adj, types = resolve(f, self, values, node)
         args = [self.materialize(v, t) if isinstance(v, Lit) else self.materialize(v) for v, t in zip(values, types)]
-        fir = spec.ir
         if fir not in self.callees:
             self.callees.append(fir)
         for c in fir.callees:
             if c not in self.callees:
                 self.callees.insert(0, c)
-        name = fir.name
-        rep = f"{name}_rep" if fir.side_effects else f"{name}_fwd"
-        has_adj = spec.has_adjoint
-
-        def fwd(a):
-            return f"{name}_fwd({', '.join(a)})" + ("" if fir.ret_type is not None else ";")
-
-        def replay(a):
-            return f"{rep}({', '.join(a)})" + ("" if fir.ret_type is not None else ";")
-
-        def adj(a, aa, g):
-            return f"{name}_adj({', '.join(list(a) + list(aa) + ([g] if g else []))});"
-
-        op = Op(f.name, fwd, fir.ret_type, adj if has_adj else None, replay, side_effect=fir.side_effects,
-                callee=fir)
         if fir.side_effects:
             self.side_effects = True
-        return self.call_op(op, args, node)
+        return self.call_op(op_call(fir, f.name, has_adj), args, node)
 
     def type_from_annotation(self, node):
         ann = self.expr(node)
         if isinstance(ann, PyObj):
             try:
-                return T.type_of(ann.obj)
+                return type_of(ann.obj)
             except TypeError as e:
                 self.error(str(e), node)
         self.error(f"`{ast.unparse(node)}` is not a type", node)

@@ -14,13 +14,12 @@ import linecache
 import os
 import textwrap
 
-from .. import types as T
-from . import builtins as B
-from . import typeutil as U
+from ..types import ScalarType, bool_, int32, int64
+from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin
-from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, SetFlag, Var, Write
-from .values import (_BINOPS, _COMPONENTS, _PYFOLD, KernelError, Lit, PyObj, ShapeOf, TupleVal, _default_type, _describe,  # noqa: F401
-                     _hint)
+from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
+from .typeutil import constant_value, is_array, is_composite, is_int, is_scalar, is_vec, scalar_of, type_name
+from .values import BINOPS, COMPONENTS, PYFOLD, KernelError, Lit, PyObj, ShapeOf, TupleVal, default_type, describe, hint
 
 MAX_UNROLL = 16
 
@@ -146,6 +145,7 @@ class Builder(ExprMixin):
         self.ret_flag = None
         self.side_effects = False
         self.node = None
+        self.assign_targets = None     # names on the left of the assignment being built (tid() arity)
 
     # ------------------------------------------------------------------ utilities
     def loc(self, node=None):
@@ -170,7 +170,7 @@ class Builder(ExprMixin):
     def new_var(self, type_, kind="temp", label=""):
         self.counter += 1
         prefix = {"temp": "t", "local": "l_", "flag": "f_", "counter": "c", "snap": "s_"}[kind]
-        safe = "".join(ch if ch.isalnum() and ch.isascii() else "_" for ch in label)
+        safe = c_identifier(label)
         name = f"{prefix}{safe}_{self.counter}" if kind != "temp" else f"t{self.counter}"
         v = Var(name, type_, kind, label)
         self.vars.append(v)
@@ -195,34 +195,34 @@ class Builder(ExprMixin):
         if isinstance(v, Var):
             return v
         if isinstance(v, Lit):
-            t = v.type or type_ or _default_type(v.value)
+            t = v.type or type_ or default_type(v.value)
             if type_ is not None and v.type is None:
                 t = self.literal_type(v.value, type_)
             out = self.new_var(t)
             out.const = v.value
             try:
-                text = U.literal(v.value, t)
+                value = constant_value(v.value, t)
             except (TypeError, ValueError, OverflowError) as e:
-                self.error(f"cannot use constant {v.value!r} as {U.type_name(t)}: {e}")
-            self.emit(Const(out, text))
+                self.error(f"cannot use constant {v.value!r} as {type_name(t)}: {e}")
+            self.emit(Const(out, value))
             return out
         if isinstance(v, TupleVal):
             self.error("a tuple cannot be used as a value here")
         if isinstance(v, ShapeOf):
             self.error("a.shape must be indexed with a constant: a.shape[0]")
-        self.error(f"{_describe(v)} cannot be used as a value in a kernel")
+        self.error(f"{describe(v)} cannot be used as a value in a kernel")
 
     def literal_type(self, value, anchor):
         """The type a weak literal takes next to an operand of type ``anchor`` (B7)."""
-        s = U.scalar_of(anchor) if not isinstance(anchor, T.ScalarType) else anchor
+        s = scalar_of(anchor) if not isinstance(anchor, ScalarType) else anchor
         if s is None:
-            return _default_type(value)
+            return default_type(value)
         if isinstance(value, bool):
-            return T.bool_ if s is T.bool_ else s
+            return bool_ if s is bool_ else s
         if isinstance(value, float) and s.kind != "float":
             if float(value).is_integer():
                 return s
-            self.error(f"float literal {value!r} used with an integer operand of type {U.type_name(s)}; "
+            self.error(f"float literal {value!r} used with an integer operand of type {type_name(s)}; "
                        f"cast explicitly, e.g. float(x)")
         return s
 
@@ -231,8 +231,8 @@ class Builder(ExprMixin):
         (a bool operand, e.g. a condition, anchors only when nothing else does)."""
         if anchor is None:
             cands = [v.type for v in values if (isinstance(v, Var) or (isinstance(v, Lit) and v.type is not None))
-                     and (U.is_scalar(v.type) or U.is_composite(v.type))]
-            anchor = next((t for t in cands if t is not T.bool_), cands[0] if cands else None)
+                     and (is_scalar(v.type) or is_composite(v.type))]
+            anchor = next((t for t in cands if t is not bool_), cands[0] if cands else None)
         return [self.materialize(v, anchor) if isinstance(v, Lit) else self.materialize(v) for v in values]
 
     def call_op(self, op, args, node=None):
@@ -244,21 +244,21 @@ class Builder(ExprMixin):
 
     def builtin(self, name, values, node=None, anchor=None):
         """Apply builtin ``name`` to values (constant folding all-literal arithmetic)."""
-        if all(isinstance(v, Lit) for v in values) and name in _PYFOLD and values:
+        if all(isinstance(v, Lit) for v in values) and name in PYFOLD and values:
             try:
-                res = _PYFOLD[name](*[v.value for v in values])
+                res = PYFOLD[name](*[v.value for v in values])
             except (ZeroDivisionError, OverflowError, ValueError) as e:
                 self.error(f"constant expression fails: {e}", node)
             typed = next((v.type for v in values if v.type is not None), None)
             if typed is None:
                 return Lit(res)
             if isinstance(res, bool):
-                return Lit(res, T.bool_)
+                return Lit(res, bool_)
         args = self.adapt(values, anchor)
         try:
-            op = B.REGISTRY[name].resolve([a.type for a in args])
+            op = REGISTRY[name].resolve([a.type for a in args])
         except TypeError as e:
-            self.error(str(e) + _hint(name, [a.type for a in args]), node)
+            self.error(str(e) + hint(name, [a.type for a in args]), node)
         return self.call_op(op, args, node)
 
     # ------------------------------------------------------------------ entry
@@ -279,12 +279,12 @@ class Builder(ExprMixin):
             params.append(p)
         self.params = params
         if fdef.body and any(_has_return(s) for s in fdef.body):
-            self.ret_flag = self.new_var(T.bool_, "flag", "ret")
+            self.ret_flag = self.new_var(bool_, "flag", "ret")
         for k, p in enumerate(params):
             if self.kind == "grad" and self.grad_has_ret and k == len(params) - 1:
                 self.scope[p.label] = p      # adj_ret: read directly, never reassigned
                 continue
-            if U.is_array(p.type):
+            if is_array(p.type):
                 self.scope[p.label] = p
             else:
                 local = self.new_var(p.type, "local", p.label)
@@ -325,9 +325,7 @@ class Builder(ExprMixin):
                 return
 
     def guard(self, flags):
-        names = [f.name for f in flags]
-        op = Op("guard", lambda a, names=names: "!(" + " || ".join(names) + ")", T.bool_)
-        return self.call_op(op, [])
+        return self.call_op(op_guard(), list(flags))
 
     def stmt(self, node):
         method = getattr(self, "s_" + type(node).__name__, None)
@@ -344,9 +342,16 @@ class Builder(ExprMixin):
         self.expr(node.value)
 
     def s_Assign(self, node):
-        value = self.expr(node.value)
-        for target in node.targets:
-            self.assign(target, value, node)
+        tgt = node.targets[0]
+        # tid()'s arity comes from the assignment target: i, j = tg.tid()
+        self.assign_targets = len(tgt.elts) if isinstance(tgt, (ast.Tuple, ast.List)) and len(node.targets) == 1 \
+            else None
+        try:
+            value = self.expr(node.value)
+            for target in node.targets:
+                self.assign(target, value, node)
+        finally:
+            self.assign_targets = None
 
     def s_AnnAssign(self, node):
         if node.value is None:
@@ -356,7 +361,7 @@ class Builder(ExprMixin):
         self.assign(node.target, value, node)
 
     def s_AugAssign(self, node):
-        opname = _BINOPS.get(type(node.op))
+        opname = BINOPS.get(type(node.op))
         if opname is None:
             self.error(f"unsupported operator {type(node.op).__name__}=", node)
         tgt = node.target
@@ -384,12 +389,12 @@ class Builder(ExprMixin):
         if isinstance(target, ast.Subscript):
             base = self.expr(target.value)
             idx = self.indices(target.slice)
-            if isinstance(base, Var) and U.is_array(base.type):
+            if isinstance(base, Var) and is_array(base.type):
                 args = [base] + self.index_vars(idx, target) + [self.materialize(value, base.type.dtype)
                                                                if isinstance(value, Lit) else self.materialize(value)]
                 if args[-1].type is not base.type.dtype:
-                    self.error(f"cannot store {U.type_name(args[-1].type)} into an array of "
-                               f"{U.type_name(base.type.dtype)}", node)
+                    self.error(f"cannot store {type_name(args[-1].type)} into an array of "
+                               f"{type_name(base.type.dtype)}", node)
                 if len(idx) != base.type.ndim:
                     self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
                 self.builtin_args("store", args, node)
@@ -397,13 +402,13 @@ class Builder(ExprMixin):
             return self.assign_component(target.value, base, idx, value, node)
         if isinstance(target, ast.Attribute):
             base = self.expr(target.value)
-            if isinstance(base, Var) and U.is_vec(base.type) and target.attr in _COMPONENTS:
-                return self.assign_component(target.value, base, [Lit(_COMPONENTS[target.attr])], value, node)
+            if isinstance(base, Var) and is_vec(base.type) and target.attr in COMPONENTS:
+                return self.assign_component(target.value, base, [Lit(COMPONENTS[target.attr])], value, node)
             self.error(f"cannot assign to attribute '{target.attr}' here", node)
         self.error(f"cannot assign to `{ast.unparse(target)}`", node)
 
     def assign_component(self, base_node, base, idx, value, node):
-        if not (isinstance(base, Var) and U.is_composite(base.type)) or not isinstance(base_node, ast.Name):
+        if not (isinstance(base, Var) and is_composite(base.type)) or not isinstance(base_node, ast.Name):
             self.error("only components of local vector/matrix variables can be assigned", node)
         t = base.type
         val = self.materialize(value, t.scalar) if isinstance(value, Lit) else self.materialize(value)
@@ -412,9 +417,9 @@ class Builder(ExprMixin):
 
     def assign_name(self, name, value, node):
         cur = self.scope.get(name)
-        if isinstance(value, (PyObj, TupleVal, ShapeOf)) or (isinstance(value, Var) and U.is_array(value.type)):
+        if isinstance(value, (PyObj, TupleVal, ShapeOf)) or (isinstance(value, Var) and is_array(value.type)):
             if isinstance(cur, Var) and cur.kind == "local":
-                self.error(f"'{name}' is a {U.type_name(cur.type)} variable and cannot be rebound to {_describe(value)}",
+                self.error(f"'{name}' is a {type_name(cur.type)} variable and cannot be rebound to {describe(value)}",
                            node)
             self.scope[name] = value
             return
@@ -422,8 +427,8 @@ class Builder(ExprMixin):
             if isinstance(value, Lit):
                 value = self.materialize(value, cur.type)
             if value.type is not cur.type:
-                self.error(f"cannot assign a {U.type_name(value.type)} to '{name}', which is a "
-                           f"{U.type_name(cur.type)}; cast it, e.g. {U.type_name(cur.type)}(...)", node)
+                self.error(f"cannot assign a {type_name(value.type)} to '{name}', which is a "
+                           f"{type_name(cur.type)}; cast it, e.g. {type_name(cur.type)}(...)", node)
             self.emit(Write(cur, value, self.loc(node)))
             return
         value = self.materialize(value)
@@ -461,13 +466,13 @@ class Builder(ExprMixin):
             if self.ret_var is None:
                 if self.ret_type is None:
                     self.ret_type = value.type if isinstance(value, Var) else (
-                        value.type or _default_type(value.value)) if isinstance(value, Lit) else None
+                        value.type or default_type(value.value)) if isinstance(value, Lit) else None
                     if self.ret_type is None:
-                        self.error(f"cannot return {_describe(value)}", node)
+                        self.error(f"cannot return {describe(value)}", node)
                 self.ret_var = self.new_var(self.ret_type, "local", "ret")
             v = self.materialize(value, self.ret_type) if isinstance(value, Lit) else self.materialize(value)
             if v.type is not self.ret_type:
-                self.error(f"returns {U.type_name(v.type)} but the function returns {U.type_name(self.ret_type)}", node)
+                self.error(f"returns {type_name(v.type)} but the function returns {type_name(self.ret_type)}", node)
             self.emit(Write(self.ret_var, v, self.loc(node)))
         elif self.ret_type is not None and self.kind != "kernel":
             self.error("a function that returns a value must return one on every path", node)
@@ -476,16 +481,16 @@ class Builder(ExprMixin):
     def s_While(self, node):
         if node.orelse:
             self.error("while/else is not supported", node)
-        brk = self.new_var(T.bool_, "flag", "brk")
-        cont = self.new_var(T.bool_, "flag", "cont")
+        brk = self.new_var(bool_, "flag", "brk")
+        cont = self.new_var(bool_, "flag", "cont")
         with self.sub_block() as header:
             cond = self.expr(node.test)
-            cond = self.materialize(cond if not isinstance(cond, Lit) else Lit(bool(cond.value), T.bool_))
+            cond = self.materialize(cond if not isinstance(cond, Lit) else Lit(bool(cond.value), bool_))
         self.loops.append((brk, cont))
         with self.sub_block() as body:
             self.stmts(node.body)
         self.loops.pop()
-        cnt = self.new_var(T.int64, "counter", "n")
+        cnt = self.new_var(int64, "counter", "n")
         self.emit(Loop("while", body.stmts, cnt, self.loc(node), header=header.stmts, cond=cond, brk=brk, cont=cont))
 
     def s_For(self, node):
@@ -512,8 +517,8 @@ class Builder(ExprMixin):
 
     def unrolled(self, node, values, rargs):
         t = next((a.type for a in rargs if a.type is not None), None)   # weak when range() got literals
-        brk = self.new_var(T.bool_, "flag", "brk")
-        cont = self.new_var(T.bool_, "flag", "cont")
+        brk = self.new_var(bool_, "flag", "brk")
+        cont = self.new_var(bool_, "flag", "cont")
         has_cont = _contains(node.body, ast.Continue)
         name = node.target.id
         stops = [brk] + ([self.ret_flag] if self.ret_flag else [])
@@ -543,16 +548,15 @@ class Builder(ExprMixin):
 
     def dynamic_for(self, node, rargs):
         anchor = next((a.type for a in rargs if isinstance(a, Var)), None) or \
-            next((a.type for a in rargs if isinstance(a, Lit) and a.type is not None), T.int32)
-        if not U.is_int(anchor):
-            self.error(f"range() needs integer arguments, got {U.type_name(anchor)}", node)
+            next((a.type for a in rargs if isinstance(a, Lit) and a.type is not None), int32)
+        if not is_int(anchor):
+            self.error(f"range() needs integer arguments, got {type_name(anchor)}", node)
         start, stop, step = [self.materialize(a, anchor) if isinstance(a, Lit) else a for a in rargs]
         for a in (start, stop, step):
             if a.type is not anchor:
                 self.error(f"range() arguments must have one integer type, got "
-                           f"{', '.join(U.type_name(x.type) for x in (start, stop, step))}", node)
-        count = self.call_op(Op("range_count", lambda a: f"tg::range_count({a[0]}, {a[1]}, {a[2]})", T.int64),
-                             [start, stop, step], node)
+                           f"{', '.join(type_name(x.type) for x in (start, stop, step))}", node)
+        count = self.call_op(op_range_count(), [start, stop, step], node)
         name = node.target.id
         cur = self.scope.get(name)
         if isinstance(cur, Var) and cur.kind == "local" and cur.type is anchor:
@@ -560,44 +564,17 @@ class Builder(ExprMixin):
         else:
             var = self.new_var(anchor, "local", name)
             self.scope[name] = var
-        brk = self.new_var(T.bool_, "flag", "brk")
-        cont = self.new_var(T.bool_, "flag", "cont")
+        brk = self.new_var(bool_, "flag", "brk")
+        cont = self.new_var(bool_, "flag", "cont")
         self.loops.append((brk, cont))
         with self.sub_block() as body:
             self.stmts(node.body)
         self.loops.pop()
-        cnt = self.new_var(T.int64, "counter", "n")
+        cnt = self.new_var(int64, "counter", "n")
         self.emit(Loop("range", body.stmts, cnt, self.loc(node), count=count, start=start, step=step, var=var,
                        brk=brk, cont=cont))
 
-    # ------------------------------------------------------------------ expressions
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
     # ------------------------------------------------------------------ misc
-
-
 
     def adjoint_accum(self, tgt, node):
         if self.kind != "grad":
@@ -608,13 +585,13 @@ class Builder(ExprMixin):
         if not isinstance(sl, ast.Name) or sl.id not in {p.label for p in self.params}:
             self.error("tg.adjoint[...] must name a parameter of the function", node)
         p = next(p for p in self.params if p.label == sl.id)
-        if U.is_array(p.type):
+        if is_array(p.type):
             self.error("adjoints of array parameters are their gradient arrays; they cannot be accumulated here",
                        node)
         v = self.expr(node.value)
         v = self.materialize(v, p.type) if isinstance(v, Lit) else self.materialize(v)
         if v.type is not p.type:
-            self.error(f"adjoint of '{p.label}' must be a {U.type_name(p.type)}, got {U.type_name(v.type)}", node)
+            self.error(f"adjoint of '{p.label}' must be a {type_name(p.type)}, got {type_name(v.type)}", node)
         self.emit(AdjAccum(p, v, self.loc(node)))
 
 
@@ -630,22 +607,6 @@ class _SubBlock:
 
     def __exit__(self, *exc):
         self.b.block = self.saved
-
-
-# tid() arity comes from the assignment target: patch s_Assign to pass it down
-_orig_s_assign = Builder.s_Assign
-
-
-def _s_assign_with_tid(self, node):
-    tgt = node.targets[0]
-    self._assign_targets = len(tgt.elts) if isinstance(tgt, (ast.Tuple, ast.List)) and len(node.targets) == 1 else None
-    try:
-        _orig_s_assign(self, node)
-    finally:
-        self._assign_targets = None
-
-
-Builder.s_Assign = _s_assign_with_tid
 
 
 def _contains(nodes, kind):

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 
+def c_identifier(text: str) -> str:
+    """``text`` with every character that cannot appear in a C identifier replaced by ``_``."""
+    return "".join(ch if ch.isalnum() and ch.isascii() else "_" for ch in text)
+
+
 @dataclass(frozen=True)
 class Loc:
     """A source location in the user's Python file."""
@@ -80,8 +85,11 @@ class Assign(Stmt):
 
 @dataclass
 class Const(Stmt):
+    """``out = value``: a compile-time constant (a Python number, or a flat tuple of them for
+    vectors/matrices, already converted to ``out.type``'s kind; ``emit`` renders the literal)."""
+
     out: Var
-    text: str
+    value: Any
     loc: Loc = None
 
 
@@ -148,8 +156,11 @@ class AdjAccum(Stmt):
 
 @dataclass
 class Print(Stmt):
-    text: str
-    args: list
+    """``print(...)`` (``fmt`` None: ``items`` are strings and values, printed space-separated
+    with a newline) or ``printf(fmt, ...)`` (``items`` are the values)."""
+
+    items: list
+    fmt: Optional[str] = None
     loc: Loc = None
 
 
@@ -171,6 +182,7 @@ class FunctionIR:
     grad_of: Any = None             # for kind == "grad": the FunctionIR it differentiates
     adj_params: list = field(default_factory=list)  # for kind == "grad": adjoint params
     param_access: list = field(default_factory=list)  # [(reads, writes)] per param
+    grad_ir: Optional["FunctionIR"] = None          # for kind == "func": the @func_grad body, if any
 
 
 def walk(stmts):

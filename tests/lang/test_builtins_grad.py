@@ -16,15 +16,15 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import types as T
+from tapegrad.lang.builtins import REGISTRY
 from tapegrad.lang.kernel import load_kernels
-from tapegrad.lang import builtins as B
 
 N = 5   # threads per case
 
 
 def _cases():
     out = []
-    for name, b in sorted(B.REGISTRY.items()):
+    for name, b in sorted(REGISTRY.items()):
         for k, ov in enumerate(b.overloads):
             for j, s in enumerate(ov.samples):
                 out.append((f"{name}_{k}_{j}", name, s))
@@ -36,7 +36,7 @@ CASES = _cases()
 
 
 def test_every_differentiable_builtin_has_samples():
-    missing = [f"{name} overload {k}" for name, b in B.REGISTRY.items() for k, ov in enumerate(b.overloads)
+    missing = [f"{name} overload {k}" for name, b in REGISTRY.items() for k, ov in enumerate(b.overloads)
                if ov.differentiable and not ov.samples]
     assert not missing, f"differentiable builtins without finite-difference samples: {missing}"
 
