@@ -122,8 +122,16 @@ _LAZY = {name: module for module, names in {
     "tapegrad.autograd": (
         "autograd", "gradcheck", "jacobian",
     ),
+    "tapegrad.optim": (
+        "optim",
+    ),
 }.items() for name in names}
 _LAZY.update(_frameworks.public_names())   # the bridges' names: one table, tapegrad.frameworks
+
+# The public face: every name imported above (kernel builtins included) and every lazy name.
+# Submodules reached as attributes (tapegrad.types...) are not part of it.
+__all__ = sorted({n for n, v in globals().items() if not n.startswith("_") and n != "annotations"
+                  and type(v) is not type(importlib)} | set(_LAZY))
 
 
 def __getattr__(name):
@@ -137,7 +145,7 @@ def __getattr__(name):
             raise  # the framework itself is missing: its own ImportError says which
         raise AttributeError(f"tapegrad.{name}: the {mod} bridge is not part of this tapegrad "
                              f"version yet") from None
-    value = m if name == "autograd" else getattr(m, name)
+    value = m if mod.rsplit(".", 1)[-1] == name else getattr(m, name)   # a module itself (tg.optim)
     globals()[name] = value
     return value
 
