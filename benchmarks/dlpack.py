@@ -14,6 +14,7 @@ import platform
 import sys
 
 import numpy as np
+
 from _peer import warp_or_none
 from _timing import RESULTS, compare, interleave, per_call, write_results
 
@@ -27,6 +28,7 @@ def main():
 
     import torch
     import torch.utils.dlpack as tud
+
     import tapegrad as tg
     wp = warp_or_none()
 

@@ -14,11 +14,6 @@ import tapegrad as tg
 from .._dlpack_util import Spy, capsule_name
 
 
-
-
-
-
-
 def tg_arange(n, dt, shape=None):
     vals = (np.arange(n) % 2) if dt is tg.bool else np.arange(n)
     a = tg.array(vals.astype(dt.np_dtype), dtype=dt, device="cpu")

@@ -2,7 +2,8 @@
 strides (hypothesis); on the GPU, CuPy/torch <-> __cuda_array_interface__."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tapegrad as tg

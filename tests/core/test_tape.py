@@ -5,6 +5,7 @@ import pytest
 import tapegrad as tg
 from tapegrad.autograd import GradcheckError, gradcheck, jacobian, jacobian_fd
 
+
 @pytest.fixture(autouse=True)
 def _default_cpu():
     """Tests without a device parameter are about the CPU (the GPU machine defaults to cuda:0)."""
