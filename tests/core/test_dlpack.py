@@ -581,7 +581,7 @@ def test_deleter_from_another_thread(backend):
     ref = weakref.ref(a)
     n = np.from_dlpack(a)
     del a
-    th = threading.Thread(target=lambda: n.__setitem__(0, 1))
+    th = threading.Thread(target=lambda: n.__setitem__(0, 1))   # noqa: F821  (runs before `del n`)
     th.start()
     th.join()
     box = [n]
