@@ -5,7 +5,8 @@
 - Bridge functions are documented from the live objects (``force_inspection``; see ``on_config``).
 - The build fails when a public name of ``tapegrad`` (``tapegrad.__all__``) is documented on no
   API reference page: a name is documented by a ``::: tapegrad...`` block whose last part is the
-  name, by a mention as ``tg.<name>`` on an API page, or as a kernel builtin.
+  name, by a block's ``members: [...]`` list, by a mention as ``tg.<name>`` on an API page, or
+  as a kernel builtin.
 """
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def on_page_markdown(markdown, page, config, files):
     if page.file.src_uri.startswith(_API_PREFIX):
         for ident in re.findall(r"^:::\s*([\w.]+)", markdown, flags=re.M):
             _documented.add(ident.rsplit(".", 1)[-1])
+        for members in re.findall(r"^\s+members:\s*\[([^\]]*)\]", markdown, flags=re.M):
+            _documented.update(m.strip() for m in members.split(",") if m.strip())
         _documented.update(re.findall(r"`tg\.(\w+)", markdown))
     return markdown
 
