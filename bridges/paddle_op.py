@@ -5,14 +5,17 @@ on new zero-initialised output tensors and whose backward launches the kernel's 
 adjoint: no hand-written forward or backward. Same options and semantics as ``torch_op``
 (the signature, grid, output shapes and argument checks are ``_op.KernelSignature``'s).
 
-Works in eager mode, under ``loss.backward()`` and ``paddle.grad``. Not under
-``paddle.jit.to_static``: the op must read the tensors' memory, which static-graph variables
-do not have; it raises a RuntimeError saying so (see docs/paddle.md).
+Works in eager mode, under ``loss.backward()`` and ``paddle.grad``, and inside functions
+compiled by ``paddle.jit.to_static`` in its default (SOT, ``full_graph=False``) mode, where it
+runs eagerly between the traced subgraphs. With ``full_graph=True`` (whole-program static
+graphs) it raises a RuntimeError saying why: the kernel needs the tensors' memory, which
+static-graph variables do not have (see docs/paddle.md).
 """
 from __future__ import annotations
 
 import paddle
 from paddle.autograd import PyLayer
+from paddle.jit.sot.psdb import fallback as _sot_fallback
 
 from tapegrad import types as T
 
@@ -75,7 +78,8 @@ _DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.P
             with no array argument. Calls: a wrong number of arguments, a non-tensor for an
             array parameter, dtype or dims that do not fit (naming the argument).
         ValueError: ``num_outputs`` out of range, or an unknown name in ``output_dims``.
-        RuntimeError: called under ``paddle.jit.to_static`` (static-graph variables have no memory).
+        RuntimeError: called while paddle builds a static graph (``to_static(full_graph=True)``,
+            ``paddle.static``): static-graph variables have no memory.
     """
 
 
@@ -99,15 +103,16 @@ class _KernelLayer:
     # -------------------------------------------------------------------------- checking
     def check_inputs(self, args):
         sig, b = self.sig, self.bridge
+        if not paddle.in_dynamic_mode():
+            raise RuntimeError(f"{self.label}: called while paddle builds a static graph (paddle.jit.to_static with "
+                               "full_graph=True, or paddle.static): its variables have no memory for the kernel; use "
+                               "to_static's default mode (full_graph=False), which runs the op eagerly, or dygraph")
         sig.check_count(args, self.label)
         for i in self.arrays:
             t, p = args[i], sig.inputs[i]
             label = f"{self.label} argument '{p.name}'"
             if not isinstance(t, paddle.Tensor):
                 raise TypeError(f"{label}: expected a paddle tensor, got {type(t).__name__}")
-            if not paddle.in_dynamic_mode() or not t._is_initialized():
-                raise RuntimeError(f"{label}: a static-graph variable has no memory; paddle_op runs kernels on "
-                                   "real tensors only (call it in dygraph mode, outside paddle.jit.to_static)")
             src = b.dtypes.lookup(t.dtype)
             if src is not None:   # a BridgeTypeError (TypeError and RuntimeError), as from_paddle
                 check_compatible(src, p.dtype.scalar, str(t.dtype), label)
@@ -162,7 +167,10 @@ class _KernelLayer:
             gr = [g if g is not None else paddle.zeros_like(o) for g, o in zip(grads, outs)]
             adj = [paddle.zeros(list(args[i].shape), dtype=args[i].dtype, device=args[i].place) if i in diff
                    else None for i in range(n_in)]
-            if diff and getattr(sig.kernel, "enable_backward", True):
+            if not getattr(sig.kernel, "enable_backward", True):
+                raise RuntimeError(f"{layer.label}: kernel '{sig.kernel.key}' was built with enable_backward=False, so "
+                                   "it has no adjoint to differentiate through (stop_gradient its inputs)")
+            if diff:
                 # an adjoint may write to output gradients (`out[i] += x` reads out[i]): give it copies
                 layer.run(ctx.tg_device, args, list(outs), adj, [g.clone() for g in gr])
             # one gradient per tensor input, in order (None: no gradient, e.g. integer arrays)
@@ -172,6 +180,9 @@ class _KernelLayer:
                                            "__doc__": f"PyLayer of kernel '{sig.kernel.key}' (tg.paddle_op)"})
 
         def op(*args):
+            # under paddle.jit.to_static's bytecode tracer (SOT) the op is opaque: it runs eagerly, as
+            # native Python, between the traced subgraphs (a no-op call everywhere else)
+            _sot_fallback(recursive=True)
             return cls.apply(*args)
 
         op.__name__ = op.__qualname__ = self.name

@@ -1,0 +1,282 @@
+"""``tg.paddle_op``: a kernel as a ``paddle.autograd.PyLayer`` in one call (B2) — values and
+gradients against float64 finite differences under ``loss.backward()`` and ``paddle.grad``,
+scalars, several outputs, integer inputs, shapes, ``paddle.jit.to_static``, errors."""
+import numpy as np
+import pytest
+
+paddle = pytest.importorskip("paddle")
+
+import tapegrad as tg  # noqa: E402
+from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
+
+pytestmark = pytest.mark.paddle
+
+
+@tg.kernel
+def rosenbrock(xy: tg.array[tg.vec2d], z: tg.array[tg.float64]):
+    i = tg.tid()
+    v = xy[i]
+    z[i] = (1.0 - v[0]) ** 2.0 + 100.0 * (v[1] - v[0] ** 2.0) ** 2.0
+
+
+@tg.kernel
+def sincos(x: tg.array[tg.float64], s: tg.float64, a: tg.array[tg.float64], b: tg.array[tg.float64]):
+    i = tg.tid()
+    a[i] = tg.sin(x[i]) * s
+    b[i] = tg.cos(x[i])
+
+
+@tg.kernel
+def gather(idx: tg.array[tg.int32], table: tg.array[tg.float64], out: tg.array[tg.float64]):
+    i = tg.tid()
+    out[i] = table[idx[i]] * 2.0
+
+
+@tg.kernel
+def row_sums(m: tg.array2d[tg.float64], out: tg.array[tg.float64]):
+    i = tg.tid()
+    s = tg.float64(0.0)
+    for j in range(m.shape[1]):
+        s += m[i, j] * m[i, j]
+    out[i] = s
+
+
+@tg.kernel
+def outer(a: tg.array[tg.float64], b: tg.array[tg.float64], out: tg.array2d[tg.float64]):
+    i, j = tg.tid()
+    out[i, j] = a[i] * b[j]
+
+
+@tg.kernel
+def scale_vec(v: tg.array[tg.vec3d], s: tg.float64, k: int, out: tg.array[tg.vec3d]):
+    i = tg.tid()
+    out[i] = v[i] * (s * tg.float64(k))
+
+
+@tg.kernel
+def count_pos(x: tg.array[tg.float64], n: tg.array[tg.int32]):
+    i = tg.tid()
+    if x[i] > 0.0:
+        tg.atomic_add(n, 0, 1)
+
+
+@tg.kernel(enable_backward=False)
+def fwd_only(x: tg.array[float], y: tg.array[float]):
+    i = tg.tid()
+    y[i] = x[i] + 1.0
+
+
+def T(x, stop_gradient=False, dtype="float64"):
+    return paddle.to_tensor(np.asarray(x, dtype=dtype), stop_gradient=stop_gradient)
+
+
+def fd_check(f, xs, eps=1e-6, rtol=1e-5, atol=1e-6, seed=0):
+    """Gradients of ``sum(w * f(*xs))`` (random w) from loss.backward() and from paddle.grad
+    against central finite differences in float64, for every input with stop_gradient=False."""
+    rng = np.random.default_rng(seed)
+    outs = f(*xs)
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    ws = [rng.normal(size=o.shape) for o in outs]
+
+    def loss_np(vals):
+        with paddle.no_grad():
+            r = f(*[T(v, stop_gradient=True, dtype=str(x.dtype).split(".")[-1]) for v, x in zip(vals, xs)])
+        r = r if isinstance(r, (tuple, list)) else (r,)
+        return sum(float((w * o.numpy()).sum()) for w, o in zip(ws, r))
+
+    def loss():
+        r = f(*xs)
+        r = r if isinstance(r, (tuple, list)) else (r,)
+        return sum((paddle.to_tensor(w) * o).sum() for w, o in zip(ws, r))
+
+    diff = [x for x in xs if not x.stop_gradient]
+    for x in diff:
+        x.clear_gradient()
+    loss().backward()
+    by_backward = [x.grad.numpy().copy() for x in diff]
+    by_grad = [g.numpy() for g in paddle.grad(loss(), diff)]
+    vals = [x.numpy().astype(np.float64) for x in xs]
+    for k, x in enumerate(diff):
+        idx = next(i for i, y in enumerate(xs) if y is x)
+        num = np.zeros(vals[idx].size)
+        flat = vals[idx].reshape(-1)
+        for j in range(flat.size):
+            old = flat[j]
+            flat[j] = old + eps
+            hi = loss_np(vals)
+            flat[j] = old - eps
+            lo = loss_np(vals)
+            flat[j] = old
+            num[j] = (hi - lo) / (2 * eps)
+        num = num.reshape(vals[idx].shape)
+        np.testing.assert_allclose(by_backward[k], num, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(by_grad[k], num, rtol=rtol, atol=atol)
+
+
+def _rb_ref(xy):
+    x = xy.numpy()
+    return (1 - x[:, 0]) ** 2 + 100 * (x[:, 1] - x[:, 0] ** 2) ** 2
+
+
+# ---------------------------------------------------------------------------------- basics
+
+def test_values_and_gradients_against_finite_differences():
+    op = tg.paddle_op(rosenbrock)
+    xy = T(np.random.default_rng(0).normal(size=(8, 2)))
+    z = op(xy)
+    assert isinstance(z, paddle.Tensor) and list(z.shape) == [8] and z.dtype == paddle.float64
+    assert not z.stop_gradient and np.allclose(z.numpy(), _rb_ref(xy))
+    fd_check(op, [xy])
+
+
+def test_same_configuration_same_op():
+    assert tg.paddle_op(rosenbrock) is tg.paddle_op(rosenbrock)
+    assert tg.paddle_op(outer, output_dims={"out": (3, 4)}, launch_dims=(3, 4)) is \
+        tg.paddle_op(outer, output_dims={"out": (3, 4)}, launch_dims=(3, 4))
+    op = tg.paddle_op(rosenbrock)
+    assert op.kernel is rosenbrock and issubclass(op.pylayer, paddle.autograd.PyLayer)
+
+
+def test_several_outputs_and_a_scalar():
+    op = tg.paddle_op(sincos, num_outputs=2)
+    x = T(np.linspace(-2, 2, 7))
+    a, b = op(x, 3.0)
+    assert np.allclose(a.numpy(), 3 * np.sin(x.numpy())) and np.allclose(b.numpy(), np.cos(x.numpy()))
+    fd_check(lambda t: op(t, 3.0), [x])
+    (g,) = paddle.grad(op(x, 3.0)[1].sum(), [x])      # one output used: the other's gradient is zero
+    assert np.allclose(g.numpy(), -np.sin(x.numpy()))
+
+
+def test_integer_inputs_get_no_gradient():
+    op = tg.paddle_op(gather)
+    idx = paddle.to_tensor([2, 0, 2, 1], dtype="int32")
+    table = T([1.0, 2.0, 3.0])
+    out = op(idx, table)
+    assert out.numpy().tolist() == [6.0, 2.0, 6.0, 4.0]
+    out.sum().backward()
+    assert table.grad.numpy().tolist() == [2.0, 2.0, 4.0]    # atomically accumulated adjoint reads
+    assert idx.grad is None
+    fd_check(lambda t: op(idx, t), [table])
+
+
+def test_integer_outputs_are_not_differentiable():
+    op = tg.paddle_op(count_pos, output_dims=1)
+    x = T([-1.0, 2.0, 3.0])
+    n = op(x)
+    assert n.dtype == paddle.int32 and n.numpy().tolist() == [2] and n.stop_gradient
+
+
+def test_launch_dims_and_output_dims_functions():
+    op = tg.paddle_op(row_sums, launch_dims=lambda m: m.shape[0])
+    m = T(np.random.default_rng(1).normal(size=(5, 7)))
+    assert np.allclose(op(m).numpy(), (m.numpy() ** 2).sum(1))
+    fd_check(op, [m])
+    for rows in (3, 6):
+        t = T(np.ones((rows, 4)))
+        assert op(t).numpy().tolist() == [4.0] * rows
+    op2 = tg.paddle_op(outer, launch_dims=lambda a, b: (a.shape[0], b.shape[0]),
+                       output_dims={"out": lambda a, b: (a.shape[0], b.shape[0])})
+    a, b = T([1.0, 2.0, 3.0]), T([1.0, -1.0, 0.5, 2.0])
+    assert np.allclose(op2(a, b).numpy(), np.outer(a.numpy(), b.numpy()))
+    fd_check(op2, [a, b])
+    op3 = tg.paddle_op(outer, launch_dims=(3, 4), output_dims=(3, 4))
+    assert np.allclose(op3(a, b).numpy(), np.outer(a.numpy(), b.numpy()))
+
+
+def test_vector_outputs_int_scalars_and_non_contiguous_inputs():
+    op = tg.paddle_op(scale_vec)
+    v = T(np.random.default_rng(2).normal(size=(6, 3)))
+    out = op(v, 0.5, 4)
+    assert list(out.shape) == [6, 3] and np.allclose(out.numpy(), 2 * v.numpy())
+    fd_check(lambda t: op(t, 0.5, 4), [v])
+    vt = T(np.random.default_rng(3).normal(size=(3, 6)), stop_gradient=True).T   # component dim not contiguous
+    vt.stop_gradient = False
+    assert np.allclose(op(vt, 1.0, 1).numpy(), vt.numpy())
+    (g,) = paddle.grad(op(vt, 3.0, 1).sum(), [vt])
+    assert np.array_equal(g.numpy(), np.full((6, 3), 3.0))
+
+
+def test_stop_gradient_inputs_and_no_grad():
+    op = tg.paddle_op(rosenbrock)
+    xy = T(np.ones((3, 2)), stop_gradient=True)
+    z = op(xy)
+    assert z.stop_gradient
+    with paddle.no_grad():
+        z2 = op(T(np.ones((3, 2))))
+    assert z2.stop_gradient and np.allclose(z2.numpy(), 0.0)
+
+
+def test_forward_only_kernel():
+    op = tg.paddle_op(fwd_only)
+    assert op(paddle.zeros([3])).numpy().tolist() == [1.0, 1.0, 1.0]
+    x = paddle.zeros([3])
+    x.stop_gradient = False
+    with pytest.raises((RuntimeError, OSError), match="enable_backward=False"):   # paddle re-raises
+        op(x).sum().backward()                                                   # backward errors as OSError
+
+
+def test_under_jit_to_static():
+    op = tg.paddle_op(rosenbrock)
+
+    def loss(t):
+        return op(t).sum() * 2.0
+
+    xy = T(np.random.default_rng(4).normal(size=(4, 2)))
+    sot = paddle.jit.to_static(loss)                       # the default (SOT) mode: the op runs eagerly
+    r = sot(xy)
+    assert np.allclose(float(r), 2 * _rb_ref(xy).sum())
+    r.backward()
+    ref = xy.detach()
+    ref.stop_gradient = False
+    (2 * ((1 - ref[:, 0]) ** 2 + 100 * (ref[:, 1] - ref[:, 0] ** 2) ** 2).sum()).backward()
+    assert np.allclose(xy.grad.numpy(), ref.grad.numpy())
+    whole = paddle.jit.to_static(loss, full_graph=True)    # a whole static program: a clear error
+    with pytest.raises(RuntimeError, match="static graph"):
+        whole(xy)
+
+
+# ---------------------------------------------------------------------------------- errors
+
+def test_construction_errors():
+    with pytest.raises(ValueError, match="num_outputs"):
+        tg.paddle_op(rosenbrock, num_outputs=0)
+    with pytest.raises(ValueError, match="num_outputs"):
+        tg.paddle_op(rosenbrock, num_outputs=3)
+    with pytest.raises(TypeError, match="must be an array"):
+        tg.paddle_op(sincos, num_outputs=3)
+    with pytest.raises(ValueError, match=r"output_dims names \['nope'\]"):
+        tg.paddle_op(outer, output_dims={"nope": 3})
+
+    @tg.struct
+    class S:
+        a: float
+
+    @tg.kernel
+    def with_struct(s: S, out: tg.array[float]):
+        pass
+
+    with pytest.raises(TypeError, match="struct"):
+        tg.paddle_op(with_struct)
+
+    @tg.kernel
+    def no_inputs(a: float, out: tg.array[float]):
+        pass
+
+    with pytest.raises(TypeError, match="no array input"):
+        tg.paddle_op(no_inputs)
+
+
+def test_call_errors_name_the_argument():
+    op = tg.paddle_op(rosenbrock)
+    with pytest.raises(BridgeTypeError, match="'xy'.*paddle.float32"):
+        op(paddle.zeros([4, 2], dtype="float32"))
+    with pytest.raises(TypeError, match="'xy'.*2-D"):
+        op(paddle.zeros([8], dtype="float64"))
+    with pytest.raises(RuntimeError, match="'xy'.*trailing"):
+        op(paddle.zeros([4, 3], dtype="float64"))
+    with pytest.raises(TypeError, match=r"expected 1 arguments \(xy\), got 2"):
+        op(paddle.zeros([4, 2], dtype="float64"), 1.0)
+    with pytest.raises(TypeError, match="'xy': expected a paddle tensor, got ndarray"):
+        op(np.zeros((4, 2)))
+    with pytest.raises(TypeError, match="complex64"):
+        op(paddle.zeros([4, 2], dtype="complex64"))
