@@ -22,7 +22,7 @@ import threading
 import jax
 import numpy as np
 
-from .._op import KernelSignature, config_key, dims_of
+from .._op import KernelSignature, check_launch_fits, config_key, dims_of
 from . import entry as E
 from . import plan as P
 from .convert import Tracer, dtype_to_jax, jax_scalar
@@ -205,6 +205,9 @@ class JaxKernel:
         arrays, statics = self._split(args)
         grid = self._grid(args, launch_dims)
         shapes = self._output_shapes(args, grid, output_dims)
+        extents = {p.index: tuple(v.shape)[:p.type.ndim] for p, v in zip(self.call_params, args) if p.is_array}
+        extents.update((p.index, s[:p.type.ndim]) for p, s in zip(self.sig.outputs, shapes))
+        check_launch_fits(self.kernel, grid, extents, self.label)
         if not self.enable_backward:
             return self._forward(arrays, statics, grid, shapes, vm)
         key = (tuple(sorted(statics.items())), grid, tuple(shapes), vm,

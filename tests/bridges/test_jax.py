@@ -284,6 +284,12 @@ def test_call_errors_name_kernel_and_argument():
         k(table, jnp.arange(10, dtype=jnp.int32), launch_dims=(1, 2, 3, 4, 5))
     with pytest.raises(ValueError, match="tid"):
         k(table, jnp.arange(10, dtype=jnp.int32), launch_dims=2 ** 31)
+    with pytest.raises(ValueError, match="larger than argument 'idx'"):       # idx[i] past its end
+        k(table, jnp.arange(5, dtype=jnp.int32), launch_dims=8)
+    with pytest.raises(ValueError, match="larger than argument 'idx'"):       # the default grid (table's)
+        k(table, jnp.arange(5, dtype=jnp.int32))
+    with pytest.raises(ValueError, match="larger than argument 'out'"):
+        k(table, jnp.arange(10, dtype=jnp.int32), output_dims=4)
     k2 = tg.jax_kernel(scale_two, num_outputs=2, output_dims={"b": 8})
     with pytest.raises(ValueError, match="'c'"):
         k2(jnp.ones(8, jnp.float32), 1.0)
