@@ -379,6 +379,7 @@ def check_launch_fits(kernel, grid, shapes: dict, who: str) -> None:
             continue
         ext = tid_extent(a.component, a.components, tuple(grid))
         if ext > shape[a.dim]:
-            raise ValueError(f"{who}: the launch grid {tuple(grid)} is larger than argument '{names[a.param]}' allows: "
+            raise ValueError(f"{who}: the launch grid {tuple(grid)} is larger than argument '{names[a.param]}' "
+                             f"allows: "
                              f"the kernel indexes its dimension {a.dim} (size {shape[a.dim]}) with tid() values up "
                              f"to {ext - 1}, unguarded (kernel '{kernel.key}')")
