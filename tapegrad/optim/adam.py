@@ -4,24 +4,15 @@ import functools
 from .. import types
 from ..array import array
 from ..lang import kernel, min, pow, sqrt, tid
-from ..types import struct
-from .multi_tensor import CHUNK
+from .multi_tensor import CHUNK, slot_struct
 from .optimizer import Optimizer
 
 __all__ = ["Adam"]
 
 
 @functools.lru_cache(maxsize=None)
-def _slot(scalar, state):
-    cls = type(f"AdamSlot_{scalar.name}", (), {"__annotations__": {
-        "p": array(dtype=scalar), "g": array(dtype=scalar), "m": array(dtype=state), "v": array(dtype=state),
-        "n": types.int64}})
-    return struct(cls)
-
-
-@functools.lru_cache(maxsize=None)
 def _kernel(scalar, state):
-    Slot, S, P = _slot(scalar, state), state, scalar
+    Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
 
     def adam_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                   chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
@@ -77,9 +68,6 @@ class Adam(Optimizer):
                                  f"{'[0, 1)' if name.startswith('betas') else '[0, inf)'}, got {value!r}")
         self.lr, self.beta1, self.beta2, self.eps = float(lr), float(b1), float(b2), float(eps)
         super().__init__(params)
-
-    def slot_type(self, scalar, state):
-        return _slot(scalar, state)
 
     def step_kernel(self, scalar, state):
         return _kernel(scalar.scalar, state.scalar)

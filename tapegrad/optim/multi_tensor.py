@@ -13,6 +13,7 @@ The step count lives on the device too (``ParamGroup.step``, advanced by a one-t
 bias corrections stay right when a captured step is replayed.
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -21,8 +22,9 @@ from ..array import array
 from ..creation import zeros
 from ..lang import kernel
 from ..launch import launch
+from ..types import struct
 
-__all__ = ["CHUNK", "ParamGroup", "build_groups", "flat_view", "state_dtype"]
+__all__ = ["CHUNK", "ParamGroup", "build_groups", "flat_view", "slot_struct", "state_dtype"]
 
 CHUNK = 4096   # elements per chunk: large enough that the tables stay tiny, small enough to balance
 CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each); one on the CPU (a loop)
@@ -31,6 +33,16 @@ CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each); on
 @kernel(enable_backward=False, key="tapegrad.optim.tick")
 def _tick(step: array(dtype=types.int32)):
     step[0] = step[0] + 1
+
+
+@functools.lru_cache(maxsize=None)
+def slot_struct(optimizer: str, scalar, state, state_names: tuple) -> type:
+    """The struct class of one table row: ``p`` and ``g`` (flat parameter and gradient of
+    ``scalar``), one flat ``state`` array per name in ``state_names``, and the length ``n``."""
+    fields = {"p": array(dtype=scalar), "g": array(dtype=scalar)}
+    fields.update({name: array(dtype=state) for name in state_names})
+    fields["n"] = types.int64
+    return struct(type(f"{optimizer}Slot_{scalar.name}", (), {"__annotations__": fields}))
 
 
 def state_dtype(scalar: types.ScalarType) -> types.ScalarType:

@@ -6,7 +6,7 @@ parameter group.
 """
 from ..array import array
 from ..launch import launch
-from .multi_tensor import build_groups, flat_view
+from .multi_tensor import build_groups, flat_view, slot_struct
 
 __all__ = ["Optimizer"]
 
@@ -14,9 +14,9 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
 
-    Subclasses define ``state_names``, ``slot_type(param scalar, state scalar)``,
-    ``step_kernel(param scalar, state scalar)`` and ``hyperparameters()`` (the kernel's
-    scalar arguments after the tables, as a list).
+    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar)`` (its table
+    rows are ``slot_struct(<class name>, param scalar, state scalar, state_names)``) and
+    ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """
 
     state_names: tuple = ()
@@ -111,7 +111,8 @@ class Optimizer:
 
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):
-        raise NotImplementedError
+        """The struct class of a table row for parameters of ``scalar`` with ``state`` state."""
+        return slot_struct(type(self).__name__, scalar, state, self.state_names)
 
     def step_kernel(self, scalar, state):
         raise NotImplementedError

@@ -4,23 +4,15 @@ import functools
 from .. import types
 from ..array import array
 from ..lang import kernel, min, tid
-from ..types import struct
-from .multi_tensor import CHUNK
+from .multi_tensor import CHUNK, slot_struct
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
 
 
 @functools.lru_cache(maxsize=None)
-def _slot(scalar, state):
-    cls = type(f"SGDSlot_{scalar.name}", (), {"__annotations__": {
-        "p": array(dtype=scalar), "g": array(dtype=scalar), "b": array(dtype=state), "n": types.int64}})
-    return struct(cls)
-
-
-@functools.lru_cache(maxsize=None)
 def _kernel(scalar, state):
-    Slot, S, P = _slot(scalar, state), state, scalar
+    Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
 
     def sgd_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
@@ -77,9 +69,6 @@ class SGD(Optimizer):
         self.lr, self.momentum, self.dampening = float(lr), float(momentum), float(dampening)
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
         super().__init__(params)
-
-    def slot_type(self, scalar, state):
-        return _slot(scalar, state)
 
     def step_kernel(self, scalar, state):
         return _kernel(scalar.scalar, state.scalar)
