@@ -59,6 +59,7 @@ class Adam(Optimizer):
     """
 
     state_names = ("m", "v")
+    slot_prefix = "Adam"
 
     def __init__(self, params=None, lr=0.001, betas=(0.9, 0.999), eps=1e-08):
         b1, b2 = betas

@@ -15,11 +15,12 @@ class Optimizer:
     """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
 
     Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar)`` (its table
-    rows are ``slot_struct(<class name>, param scalar, state scalar, state_names)``) and
+    rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``) and
     ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """
 
     state_names: tuple = ()
+    slot_prefix: str = ""   # names the row struct (subclasses of Adam share Adam's kernels)
 
     def __init__(self, params=None):
         self.params = None
@@ -112,7 +113,7 @@ class Optimizer:
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):
         """The struct class of a table row for parameters of ``scalar`` with ``state`` state."""
-        return slot_struct(type(self).__name__, scalar, state, self.state_names)
+        return slot_struct(self.slot_prefix, scalar, state, self.state_names)
 
     def step_kernel(self, scalar, state):
         raise NotImplementedError

@@ -57,6 +57,7 @@ class SGD(Optimizer):
     """
 
     state_names = ("b",)
+    slot_prefix = "SGD"
 
     def __init__(self, params=None, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
         for name, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
