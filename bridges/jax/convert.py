@@ -21,7 +21,7 @@ from tapegrad.launch import register_launch_adapter
 from .._base import Bridge, DtypeMap, FrameworkAdapter
 
 __all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax", "DTYPES",
-           "jax_scalar", "Tracer"]
+           "jax_scalar", "Tracer", "ArrayImpl"]
 
 try:
     Tracer = jax.core.Tracer          # what a traced value is (checked for static arguments)
@@ -114,7 +114,7 @@ except (ImportError, AttributeError):
     _TO_CAPSULE = _FROM_CAPSULE = None
     _EXT_VERSION = 0
 
-_ArrayImpl = type(jnp.zeros(1))
+ArrayImpl = type(jnp.zeros(1))   # the concrete jax.Array class (exact type checks on hot paths)
 _CPU = get_device("cpu")
 _jax_cpu = None
 
@@ -134,7 +134,7 @@ def from_jax(x, dtype=None) -> array:
     Raises:
         TypeError: not a JAX array; dtype mismatch. BufferError: a sharded array.
     """
-    if type(x) is _ArrayImpl and _TO_CAPSULE is not None:
+    if type(x) is ArrayImpl and _TO_CAPSULE is not None:
         try:
             devs = x.sharding.device_set
             cap = _TO_CAPSULE(x, stream=None) if len(devs) == 1 and next(iter(devs)).platform == "cpu" else None
@@ -218,4 +218,4 @@ class _JaxAdapter(FrameworkAdapter):
 
 
 _bridge = Bridge(_JaxAdapter())
-register_launch_adapter(_ArrayImpl, _bridge.launch_adapter)
+register_launch_adapter(ArrayImpl, _bridge.launch_adapter)

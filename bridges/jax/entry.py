@@ -73,7 +73,7 @@ def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
                 build = _build()
                 dev = get_device(f"cuda:{ordinal}")
                 image, _ = build.build_cuda(kernel.source(), kernel.symbol, int(dev.arch), [kernel])
-                handle = build.load_cuda_image(image, ordinal)
+                handle = build.load_cuda_image(image, dev)
                 with cupy.cuda.Device(ordinal):
                     fwd = driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_forward")
                     bwd = (driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_backward")

@@ -25,7 +25,7 @@ import numpy as np
 from .._op import KernelSignature, check_launch_fits, config_key, dims_of
 from . import entry as E
 from . import plan as P
-from .convert import Tracer, dtype_to_jax, jax_scalar
+from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
 from .ffi import KERNEL_TARGET, ensure_registered
 
 __all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
@@ -35,6 +35,7 @@ VMAP_METHODS = ("broadcast_all", "expand_dims", "sequential", "sequential_unroll
 # under the others the handler copies the operand into the result (broadcasting batch dims)
 _ALIASING = ("broadcast_all", "sequential", "sequential_unrolled")
 _TID_MAX = 2 ** 31 - 1
+_EAGER_CACHE_MAX = 256
 _WHO = "jax_kernel"
 
 _registry: dict = {}
@@ -116,6 +117,8 @@ class JaxKernel:
         self.label = f"{_WHO} '{kernel.key}'"
         self._calls: dict = {}     # call configuration -> (ffi callable, plan)
         self._vjps: dict = {}      # static configuration -> custom_vjp function
+        self._eager: dict = {}     # eager argument key -> (ffi callable, plan address)
+        self._operand_positions = tuple(k for k, p in enumerate(self.call_params) if p.is_array)
         ensure_registered()
 
     def __repr__(self):
@@ -201,6 +204,13 @@ class JaxKernel:
             ValueError: wrong input count; a traced scalar; bad launch/output dims.
             TypeError: an argument's dtype, dims or type does not fit its parameter.
         """
+        plain = output_dims is None and launch_dims is None and vmap_method is None and not self.enable_backward
+        if plain:   # eager calls with a configuration met before: straight to the FFI call
+            key = self._eager_key(args)
+            hit = self._eager.get(key) if key is not None else None
+            if hit is not None:
+                call, addr = hit
+                return call(*[args[i] for i in self._operand_positions], tapegrad_plan=addr)
         vm = self.vmap_method if vmap_method is None else _check_vmap_method(vmap_method)
         arrays, statics = self._split(args)
         grid = self._grid(args, launch_dims)
@@ -209,7 +219,10 @@ class JaxKernel:
         extents.update((p.index, s[:p.type.ndim]) for p, s in zip(self.sig.outputs, shapes))
         check_launch_fits(self.kernel, grid, extents, self.label)
         if not self.enable_backward:
-            return self._forward(arrays, statics, grid, shapes, vm)
+            call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
+            if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):
+                self._eager[key] = (call, addr)
+            return call(*operands, tapegrad_plan=addr)
         key = (tuple(sorted(statics.items())), grid, tuple(shapes), vm,
                tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
         fn = self._vjps.get(key)
@@ -217,7 +230,25 @@ class JaxKernel:
             fn = self._vjps[key] = self._make_vjp(statics, grid, shapes, vm)
         return fn(*arrays)
 
+    def _eager_key(self, args):
+        """A key of concrete (eager) arguments, or None: traced or unhashable arguments take
+        the full path (tracing speed does not matter, and tracers carry more than a shape)."""
+        if len(args) != len(self.call_params):
+            return None
+        key = []
+        for p, v in zip(self.call_params, args):
+            if p.is_array:
+                if type(v) is not ArrayImpl:
+                    return None
+                key.append((v.shape, v.dtype))
+            elif isinstance(v, (int, float, bool)):
+                key.append((type(v), v))
+            else:
+                return None
+        return tuple(key)
+
     def _forward(self, arrays, statics, grid, shapes, vm):
+        """``(ffi callable, plan address attribute, operands)`` of the forward call."""
         slots, arg_of = [], {}
         k = 0
         for p in self.call_params:
@@ -242,9 +273,11 @@ class JaxKernel:
                 slots.append(P.Slot(P.OUT, p.name, ret=j, dtype=p.dtype, dims=dims))
         out_dtypes = [dtype_to_jax(p.dtype) for p in self.sig.outputs]
         aliases = {arg_of[p.index]: j for j, p in enumerate(self.sig.in_out)} if vm in _ALIASING else None
-        return self._ffi(slots, arrays, list(zip(shapes, out_dtypes)), grid, False, vm, aliases)
+        call, addr = self._ffi(slots, arrays, list(zip(shapes, out_dtypes)), grid, False, vm, aliases)
+        return call, addr, arrays
 
     def _ffi(self, slots, operands, results, grid, adjoint, vm, aliases):
+        """``(ffi callable, plan address attribute)`` for a call with these slots and operands."""
         spec = P.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
         ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None)
         hit = self._calls.get(ckey)
@@ -260,12 +293,13 @@ class JaxKernel:
             hit = (call, np.int64(plan.address))
             if not meta:
                 self._calls[ckey] = hit
-        call, addr = hit
-        return call(*operands, tapegrad_plan=addr)
+        return hit
 
     # ------------------------------------------------------------------------ autodiff
     def _make_vjp(self, statics, grid, shapes, vm):
-        forward = lambda *arrays: self._forward(list(arrays), statics, grid, shapes, vm)  # noqa: E731
+        def forward(*arrays):
+            call, addr, operands = self._forward(list(arrays), statics, grid, shapes, vm)
+            return call(*operands, tapegrad_plan=addr)
 
         @jax.custom_vjp
         def fn(*arrays):
@@ -314,8 +348,9 @@ class JaxKernel:
             aliases[n_arr + n_out + j] = len(diff) + j
             results.append((tuple(outs[j].shape), outs[j].dtype))
         cts = [c.astype(o.dtype) if c.dtype != o.dtype else c for c, o in zip(cts, outs)]
-        got = self._ffi(primal + adjoint, arrays + outs + cts, results, grid, True, vm,
-                        aliases if vm in _ALIASING else None)
+        call, addr = self._ffi(primal + adjoint, arrays + outs + cts, results, grid, True, vm,
+                               aliases if vm in _ALIASING else None)
+        got = call(*arrays, *outs, *cts, tapegrad_plan=addr)
         grads, it = [], iter(got[:len(diff)])
         for p in sig.inputs:
             if p.is_array:
