@@ -7,6 +7,8 @@ Measures, in one run, interleaved round by round (``_timing``):
                   ``jax.jit(lambda x: 3 * x)`` (the floor: XLA's own dispatch)
     vmap_call     the same kernel under ``jax.jit(jax.vmap(...))`` over 8 x 64 (reported)
     grad_call     ``jax.jit(jax.grad(sum(k(x)**2)))`` with ``enable_backward=True`` (reported)
+    eager_call    the kernel called without ``jax.jit``, vs the eager jnp op (Warp's eager call
+                  compiles a new XLA executable each time, ~30 ms: not timed)
     from_jax      ``from_jax`` of a 10-element array (target <= 0.5x Warp)
     to_jax        ``to_jax`` of a 10-element array (target <= 0.5x Warp)
 
@@ -78,7 +80,8 @@ def main():
                 peer[name] = fn
             except Exception:  # noqa: BLE001  a Warp version that refuses: the row is reported without a peer
                 pass
-    inputs = {"kernel_call": x, "vmap_call": xb, "grad_call": x}
+    ours["eager_call"] = lambda x: k(x)[0]      # no jit: tapegrad's Python per call + JAX's dispatch
+    inputs = {"kernel_call": x, "vmap_call": xb, "grad_call": x, "eager_call": x}
     rows = []
     for name, fn in ours.items():
         inp = inputs[name]
@@ -90,6 +93,8 @@ def main():
             samplers["warp"] = per_call(lambda pf=pf, inp=inp: pf(inp).block_until_ready(), args.calls)
         if name == "kernel_call":
             samplers["jnp"] = per_call(lambda: jnp_op(x).block_until_ready(), args.calls)
+        if name == "eager_call":   # Warp's eager call re-traces and re-compiles every time (~30 ms): left out
+            samplers["jnp"] = per_call(lambda: (3 * x).block_until_ready(), args.calls)
         s = interleave(samplers, args.rounds)
         c = compare(s, "tapegrad", "warp")
         j = compare(s, "tapegrad", "jnp") if "jnp" in s else None
