@@ -12,8 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import memory_ops
-from . import types as T
+from . import memory_ops, types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
 from .protocols import parse_cuda_array_interface
@@ -21,7 +20,7 @@ from .recording import CopyRecord, active_tape
 from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
 
 _CPU = get_device("cpu")
-_BY_NUMPY = T.SCALARS_BY_NUMPY
+_BY_NUMPY = types.SCALARS_BY_NUMPY
 
 __all__ = ["array", "array1d", "array2d", "array3d", "array4d", "clone", "copy"]
 
@@ -33,7 +32,7 @@ class _ArrayAnnotationGetter:
         self.ndim = ndim
 
     def __getitem__(self, dtype):
-        return T.ArrayType(T.resolve_dtype(dtype), self.ndim)
+        return types.ArrayType(types.resolve_dtype(dtype), self.ndim)
 
     def __call__(self, *args, **kwargs):
         kwargs.setdefault("ndim", self.ndim)
@@ -84,7 +83,7 @@ class array:
     deleter = None
 
     def __class_getitem__(cls, dtype):
-        return T.ArrayType(T.resolve_dtype(dtype), 1)
+        return types.ArrayType(types.resolve_dtype(dtype), 1)
 
     def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
                  requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,
@@ -162,10 +161,10 @@ class array:
                                  f"({el} bytes), got {self._strides}")
 
     def _init_annotation(self, dtype, ndim, device):
-        dt = T.resolve_dtype(dtype if dtype is not None else T.float32)
+        dt = types.resolve_dtype(dtype if dtype is not None else types.float32)
         nd = 1 if ndim is None else int(ndim)
-        if not 1 <= nd <= T.MAX_DIMS:
-            raise RuntimeError(f"array: ndim must be 1..{T.MAX_DIMS}, got {nd}")
+        if not 1 <= nd <= types.MAX_DIMS:
+            raise RuntimeError(f"array: ndim must be 1..{types.MAX_DIMS}, got {nd}")
         self._set(0, dt, (0,) * nd, (0,) * nd, get_device(device) if device is not None else None, None)
 
     def _init_ptr(self, ptr, dtype, shape, strides, device, owner, deleter, capacity):
@@ -173,7 +172,7 @@ class array:
             raise TypeError("array(ptr=...): dtype is required")
         if shape is None:
             raise ValueError("array(ptr=...): shape is required")
-        dt = dtype if dtype.__class__ is T.ScalarType else T.resolve_dtype(dtype)
+        dt = dtype if dtype.__class__ is types.ScalarType else types.resolve_dtype(dtype)
         shape = normalize_shape(shape)
         check = strides is not None
         strides = contiguous_strides(shape, dt.size) if strides is None else tuple(int(x) for x in strides)
@@ -191,7 +190,7 @@ class array:
             weakref.finalize(self, deleter, int(ptr), nbytes)
 
     def _init_alloc(self, dtype, shape, device, pinned):
-        dt = T.resolve_dtype(dtype if dtype is not None else T.float32)
+        dt = types.resolve_dtype(dtype if dtype is not None else types.float32)
         shape = normalize_shape(shape)
         dev = get_device(device)
         strides = contiguous_strides(shape, dt.size)
@@ -206,7 +205,7 @@ class array:
     def _init_cai(self, data, dtype, shape, device):
         iface = data.__cuda_array_interface__
         dev, ptr, base_dt, sh, st, ro = parse_cuda_array_interface(iface, device)
-        dt, sh, st = fold_inner_dims(base_dt, T.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
+        dt, sh, st = fold_inner_dims(base_dt, types.resolve_dtype(dtype) if dtype is not None else None, sh, st, "data")
         if shape is not None and normalize_shape(shape) != sh:
             raise ValueError(f"array: shape {tuple(shape)} does not match the CUDA array's shape {sh}")
         if ro:
@@ -214,17 +213,17 @@ class array:
         self._set(ptr, dt, sh, st, dev, data)
 
     def _init_host(self, data, dtype, shape, device, copy, pinned):
-        if (not copy and type(data) is np.ndarray and shape is None and not pinned and 0 < data.ndim <= T.MAX_DIMS
+        if (not copy and type(data) is np.ndarray and shape is None and not pinned and 0 < data.ndim <= types.MAX_DIMS
                 and (device is None or get_device(device).is_cpu)):
             # the aliasing fast path: a scalar-typed numpy array wrapped as is
             base = _BY_NUMPY.get(data.dtype)
-            dt = base if dtype is None else T.resolve_dtype(dtype)
+            dt = base if dtype is None else types.resolve_dtype(dtype)
             if base is not None and dt is base and min(data.strides) >= 0:
                 self._set(data.ctypes.data, dt, data.shape, data.strides, _CPU, data)
                 if not data.flags.writeable:
                     self.readonly = True
                 return
-        dt = T.resolve_dtype(dtype) if dtype is not None else None
+        dt = types.resolve_dtype(dtype) if dtype is not None else None
         dev = get_device(device) if device is not None else _data_device(data, copy)
         if isinstance(data, array):
             src = data.numpy() if data.device.is_cpu or not dev.is_cuda else None
@@ -243,24 +242,24 @@ class array:
             except (TypeError, ValueError) as e:
                 raise TypeError(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
             copy = True
-        if arr.dtype.kind in "OUSVMmc" and arr.dtype != T.bfloat16.np_dtype:   # ml_dtypes' bfloat16 is kind V
+        if arr.dtype.kind in "OUSVMmc" and arr.dtype != types.bfloat16.np_dtype:   # ml_dtypes' bfloat16 is kind V
             raise TypeError(f"array(data=...): numpy dtype {arr.dtype} is not supported")
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        if isinstance(dt, T.StructType):
+        if isinstance(dt, types.StructType):
             if arr.dtype != dt.np_dtype:
                 raise TypeError(f"array(data=...): struct {dt.name} data must have numpy dtype {dt.np_dtype}, "
                                 f"got {arr.dtype}")
             base = dt
         else:
-            base = T.dtype_from_numpy(arr.dtype)
+            base = types.dtype_from_numpy(arr.dtype)
             if dt is not None and dt.scalar is not base:
                 if not copy and dev.is_cpu:
                     raise TypeError(f"array(data=..., copy=False): data has dtype {base!r}, cannot alias it as {dt!r}")
                 arr = arr.astype(dt.scalar.np_dtype)
                 base = dt.scalar
                 copy = True
-        if dt is not None and not isinstance(dt, T.StructType) and dt.inner_shape and shape is not None:
+        if dt is not None and not isinstance(dt, types.StructType) and dt.inner_shape and shape is not None:
             want = normalize_shape(shape) + dt.inner_shape
             if arr.size != math.prod(want):
                 raise ValueError(f"array: data with {arr.size} scalars does not fit shape {tuple(shape)} of {dt!r}")
@@ -294,7 +293,7 @@ class array:
             dev.stream.synchronize()  # the host buffer is a temporary
 
     def _tg_annotation(self):
-        return T.ArrayType(self.dtype, self.ndim)
+        return types.ArrayType(self.dtype, self.ndim)
 
     # ------------------------------------------------------------------------- properties
     @property
@@ -390,11 +389,11 @@ class array:
         self._desc = None
 
     # ------------------------------------------------------------------------- descriptor
-    def descriptor(self) -> T.ArrayDesc:
+    def descriptor(self) -> types.ArrayDesc:
         """The kernel-ABI descriptor (cached; rebuilt when ``grad`` changes)."""
         d = self._desc
         if d is None:
-            d = T.ArrayDesc()
+            d = types.ArrayDesc()
             d.data = self._ptr or None
             d.grad = self._grad._ptr if self._grad is not None and self._grad._ptr else None
             for i, (n, s) in enumerate(zip(self._shape, self._strides)):
@@ -415,14 +414,14 @@ class array:
         """``(shape, byte strides)`` with vector/matrix component dims appended (as foreign
         frameworks and numpy see the memory)."""
         dt = self.dtype
-        if isinstance(dt, T.StructType) or not dt.inner_shape:
+        if isinstance(dt, types.StructType) or not dt.inner_shape:
             return self._shape, self._strides
         inner = dt.inner_shape
         inner_strides = contiguous_strides(inner, dt.scalar.size)
         return self._shape + inner, self._strides + inner_strides
 
     def _typestr_descr(self):
-        if isinstance(self.dtype, T.StructType):
+        if isinstance(self.dtype, types.StructType):
             nd = self.dtype.np_dtype
             return nd.str, nd.descr
         nd = self.dtype.scalar.np_dtype
@@ -484,7 +483,7 @@ class array:
         return self.to("cpu").numpy()
 
     def _np_elem_dtype(self):
-        return self.dtype.np_dtype if isinstance(self.dtype, T.StructType) else self.dtype.scalar.np_dtype
+        return self.dtype.np_dtype if isinstance(self.dtype, types.StructType) else self.dtype.scalar.np_dtype
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -615,7 +614,7 @@ class array:
 
     def view(self, dtype):
         """Reinterpret contiguous memory as another dtype of the same size."""
-        dt = T.resolve_dtype(dtype)
+        dt = types.resolve_dtype(dtype)
         if dt.size != self.dtype.size:
             raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} "
                              f"({self.dtype.size} bytes)")

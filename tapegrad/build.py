@@ -285,14 +285,13 @@ class CpuModule:
 class CudaModule:
     """A loaded CUDA kernel; ``launch`` prepends the bounds and calls ``cuLaunchKernel``."""
 
-    def __init__(self, module_handle, kernel, ordinal):
-        import cupy
+    def __init__(self, module_handle, kernel, device):
         from cupy.cuda import driver, runtime
         self._driver, self._runtime = driver, runtime
         self.key = kernel.key
-        self.ordinal = ordinal
+        self.ordinal = device.ordinal
         self._module = module_handle
-        with cupy.cuda.Device(ordinal):
+        with device.context_guard():
             self._fwd = driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_forward")
             self._bwd = (driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_backward")
                          if kernel.enable_backward else None)
@@ -301,8 +300,8 @@ class CudaModule:
         # Default grid cap (max_blocks=0): enough resident threads to fill every SM several
         # times over, then the grid-stride loop. Measured on an H200 for a 2^28 saxpy: one
         # thread per element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
-        sms = cupy.cuda.Device(ordinal).attributes.get("MultiProcessorCount", 0)
-        self._threads_cap = int(sms) * 2048 * 4 if sms else 0
+        sms = device.sm_count
+        self._threads_cap = sms * 2048 * 4 if sms else 0
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
         """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""
@@ -348,12 +347,11 @@ def load_cpu_library(path: str, python_api: bool = False):
         return (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
 
 
-def load_cuda_image(image: bytes, ordinal: int):
-    """Load a cubin/PTX image built by ``build_cuda`` on CUDA device ``ordinal``; returns the
+def load_cuda_image(image: bytes, device):
+    """Load a cubin/PTX image built by ``build_cuda`` on CUDA ``device``; returns the
     ``CUmodule`` handle."""
-    import cupy
     from cupy.cuda import driver, runtime
-    with cupy.cuda.Device(int(ordinal)):
+    with device.context_guard():
         if not driver.ctxGetCurrent():
             # create the primary context; never reached during a capture (which needs
             # one), where cudaFree would invalidate the capture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import types as T
+from . import types
 from .array import array
 
 __all__ = ["zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
@@ -75,11 +75,11 @@ def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False) ->
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(arr).__name__}")
     if dtype is None:
-        base = T.dtype_from_numpy(arr.dtype)
+        base = types.dtype_from_numpy(arr.dtype)
         if arr.ndim == 2 and 2 <= arr.shape[1] <= 4 and base.is_float:
-            dtype = T.vector(arr.shape[1], base)
+            dtype = types.vector(arr.shape[1], base)
         elif arr.ndim == 3 and 2 <= arr.shape[1] <= 4 and 2 <= arr.shape[2] <= 4 and base.is_float:
-            dtype = T.matrix(arr.shape[1:], base)
+            dtype = types.matrix(arr.shape[1:], base)
         else:
             dtype = base
     return array(arr, dtype=dtype, shape=shape, device=device, requires_grad=requires_grad, copy=True)

@@ -70,6 +70,13 @@ class Device:
         return self._arch
 
     @property
+    def sm_count(self) -> int:
+        """Number of streaming multiprocessors (CUDA only; 0 when the driver does not say)."""
+        self._require_cuda("Device.sm_count")
+        import cupy
+        return int(cupy.cuda.Device(self.ordinal).attributes.get("MultiProcessorCount", 0))
+
+    @property
     def name(self) -> str:
         if self.is_cpu:
             import platform
@@ -254,5 +261,5 @@ def synchronize_device(device=None) -> None:
     d = get_device(device)
     if d.is_cuda:
         import cupy
-        with cupy.cuda.Device(d.ordinal):
+        with d.context_guard():
             cupy.cuda.runtime.deviceSynchronize()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import types as T
+from . import types
 from .array import array
 from .device import get_device
 from .frameworks import bridge_for_type_module
@@ -24,7 +24,7 @@ from .storage import fold_inner_dims
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "LaunchRecord"]
 
 
-class ArrayCtype(T.ArrayDesc):
+class ArrayCtype(types.ArrayDesc):
     """A launchable array descriptor that remembers its dtype/device and keeps owners alive.
 
     Returned by ``from_torch(..., return_ctype=True)`` and friends; pass it to ``launch``.
@@ -100,7 +100,7 @@ def _foreign_desc(kernel, i, ptype, obj, device):
                                f"(device mismatch)")
         raise TypeError(f"{label}: expected an array (tapegrad array, or an object with "
                         f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
-    if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, T.StructType):
+    if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, types.StructType):
         raise TypeError(f"{label}: expected an array of {ptype.dtype!r}, got elements of {dt!r}")
     edt, shape, strides = fold_inner_dims(dt, ptype.dtype, shape, strides, label)
     d = ArrayCtype()
@@ -149,7 +149,7 @@ def _make_array_packer(kernel, i, ptype):
                 _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
             return value.descriptor()
         if value is None:
-            return T.ArrayDesc()
+            return types.ArrayDesc()
         if type(value) is ndarray and device.is_cpu and _ADAPTERS.get(ndarray) is None:
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
@@ -171,7 +171,7 @@ def _make_scalar_packer(kernel, i, ptype):
             raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {type(value).__name__}")
         try:
             if kind == "float":
-                return ctype(T.scalar_to_ctype(ptype, value))
+                return ctype(types.scalar_to_ctype(ptype, value))
             if kind == "bool":
                 return ctype(bool(value))
             if isinstance(value, (float, np.floating)) and not float(value).is_integer():
@@ -194,7 +194,7 @@ def _make_composite_packer(kernel, i, ptype):
         if flat.size != n:
             raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
                             f"{np.size(value)} values")
-        if ptype.scalar is T.float16:
+        if ptype.scalar is types.float16:
             flat = flat.view(np.uint16)
         return ctype(*flat.tolist())
     return pack
@@ -213,16 +213,16 @@ def _packers(kernel):
     if p is None:
         p = []
         for i, t in enumerate(kernel.arg_types):
-            if isinstance(t, T.ArrayType):
+            if isinstance(t, types.ArrayType):
                 p.append(_make_array_packer(kernel, i, t))
-            elif isinstance(t, T.ScalarType):
+            elif isinstance(t, types.ScalarType):
                 p.append(_make_scalar_packer(kernel, i, t))
-            elif isinstance(t, T.StructType):
+            elif isinstance(t, types.StructType):
                 p.append(_make_struct_packer(kernel, i, t))
             else:
                 p.append(_make_composite_packer(kernel, i, t))
         kernel._tg_packers = p
-        kernel._tg_array_params = tuple(isinstance(t, T.ArrayType) for t in kernel.arg_types)
+        kernel._tg_array_params = tuple(isinstance(t, types.ArrayType) for t in kernel.arg_types)
         kernel._tg_written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
     return p
 
@@ -236,7 +236,7 @@ def _bounds(dim):
     except TypeError:  # unhashable (a list)
         hit = None
     if hit is not None:
-        return hit[0], T.LaunchBounds.from_buffer_copy(hit[1])
+        return hit[0], types.LaunchBounds.from_buffer_copy(hit[1])
     dims, b = _make_bounds(dim)
     if len(_BOUNDS) < 1024:
         try:
@@ -254,10 +254,10 @@ def _make_bounds(dim):
             raise TypeError
         dim = tuple(int(d) for d in dim)
     except TypeError:
-        raise TypeError(f"launch: dim must be an int or a tuple of up to {T.MAX_DIMS} ints, got {dim!r}") from None
-    if not 1 <= len(dim) <= T.MAX_DIMS or any(d < 0 for d in dim):
-        raise ValueError(f"launch: dim must have 1..{T.MAX_DIMS} non-negative entries, got {dim}")
-    b = T.LaunchBounds()
+        raise TypeError(f"launch: dim must be an int or a tuple of up to {types.MAX_DIMS} ints, got {dim!r}") from None
+    if not 1 <= len(dim) <= types.MAX_DIMS or any(d < 0 for d in dim):
+        raise ValueError(f"launch: dim must have 1..{types.MAX_DIMS} non-negative entries, got {dim}")
+    b = types.LaunchBounds()
     size = 1
     for k, d in enumerate(dim):
         b.shape[k] = d
@@ -308,7 +308,7 @@ def _adjoint_values(kernel, args, adj_args, device):
     out = []
     for i, (t, a) in enumerate(zip(kernel.arg_types, args)):
         g = adj_args[i] if adj_args is not None and i < len(adj_args) else None
-        if isinstance(t, T.ArrayType):
+        if isinstance(t, types.ArrayType):
             if g is None and isinstance(a, array):
                 g = a.grad
             out.append(g)
@@ -318,9 +318,9 @@ def _adjoint_values(kernel, args, adj_args, device):
 
 
 def _zero_value(t):
-    if isinstance(t, T.ScalarType):
+    if isinstance(t, types.ScalarType):
         return 0
-    if isinstance(t, T.StructType):
+    if isinstance(t, types.StructType):
         return t.cls()
     return np.zeros(t.length)
 
@@ -373,7 +373,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
     written = kernel._tg_written
     for i in written:
-        if isinstance(vals[i], T.ArrayDesc) and vals[i].flags & 1:
+        if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
     if adjoint:
         if not kernel.enable_backward:

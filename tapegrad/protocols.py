@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import types as T
+from . import types
 from .cuda.stream import external_stream
 from .device import get_device
 
@@ -29,7 +29,7 @@ def interface_layout(iface: dict, arg: str):
         raise TypeError(f"{arg}: unsupported typestr {iface.get('typestr')!r}") from None
     if nd.byteorder == ">":
         raise TypeError(f"{arg}: big-endian data ({iface['typestr']}) is not supported")
-    dt = T.dtype_from_numpy(nd.newbyteorder("=") if nd.byteorder not in "=|" else nd)
+    dt = types.dtype_from_numpy(nd.newbyteorder("=") if nd.byteorder not in "=|" else nd)
     shape = tuple(int(d) for d in iface["shape"])
     ptr, readonly = iface["data"] if iface.get("data") is not None else (0, False)
     strides = iface.get("strides")

@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from . import types as T
+from . import types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is asked for
 from .device import is_cuda_available
 
@@ -37,7 +37,7 @@ def normalize_shape(shape, arg="shape"):
     """
     if type(shape) is int and shape >= 0:
         return (shape,)
-    if type(shape) is tuple and 0 < len(shape) <= T.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is tuple and 0 < len(shape) <= types.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
         return shape
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
@@ -45,8 +45,8 @@ def normalize_shape(shape, arg="shape"):
         shape = tuple(int(d) for d in shape)
     except TypeError:
         raise TypeError(f"{arg}: expected an int or a tuple of ints, got {shape!r}") from None
-    if len(shape) > T.MAX_DIMS:
-        raise ValueError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got {len(shape)} ({shape})")
+    if len(shape) > types.MAX_DIMS:
+        raise ValueError(f"{arg}: at most {types.MAX_DIMS} dimensions are supported, got {len(shape)} ({shape})")
     if len(shape) == 0:
         raise ValueError(f"{arg}: at least one dimension is required, got ()")
     if any(d < 0 for d in shape):
@@ -134,10 +134,10 @@ def fold_inner_dims(base, dt, shape, strides, arg):
         RuntimeError: the trailing dims do not match or are not contiguous; too many dims.
     """
     shape, strides = tuple(shape), tuple(strides)
-    if dt is None or isinstance(dt, T.StructType) or not dt.inner_shape:
+    if dt is None or isinstance(dt, types.StructType) or not dt.inner_shape:
         out = dt or base
-        if len(shape) > T.MAX_DIMS:
-            raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape}")
+        if len(shape) > types.MAX_DIMS:
+            raise RuntimeError(f"{arg}: at most {types.MAX_DIMS} dimensions are supported, got shape {shape}")
         return out, shape, strides
     inner = dt.inner_shape
     k = len(inner)
@@ -147,6 +147,6 @@ def fold_inner_dims(base, dt, shape, strides, arg):
     if strides[-k:] != want:
         raise RuntimeError(f"{arg}: the trailing component dimensions of {dt!r} must be contiguous "
                            f"(strides {want}), got strides {strides[-k:]}")
-    if len(shape) - k > T.MAX_DIMS:
-        raise RuntimeError(f"{arg}: at most {T.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
+    if len(shape) - k > types.MAX_DIMS:
+        raise RuntimeError(f"{arg}: at most {types.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
     return dt, shape[:-k], strides[:-k]

@@ -51,7 +51,7 @@ class CupyPoolAllocator:
 
     def alloc(self, device, nbytes: int, stream=None):
         import cupy
-        with cupy.cuda.Device(device.ordinal):
+        with device.context_guard():
             return cupy.cuda.alloc(nbytes)
 
     def __repr__(self):
@@ -223,7 +223,7 @@ _deferred_lock = threading.Lock()
 
 def _raw_free_async(device, ptr, stream):
     cupy, rt = _runtime()
-    with cupy.cuda.Device(device.ordinal):
+    with device.context_guard():
         rt.freeAsync(int(ptr), int(stream.cuda_stream))
 
 
@@ -350,7 +350,7 @@ def _async_alloc(allocator, device, nbytes, stream):
     capturing = state is not None or _stream_is_capturing(handle)
     flush_deferred_frees()
     nbytes = max(int(nbytes), 1)
-    with cupy.cuda.Device(device.ordinal):
+    with device.context_guard():
         if not capturing:
             allocator._configure(device, rt)
         try:

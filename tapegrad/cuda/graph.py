@@ -166,8 +166,7 @@ def is_capturing(device=None, stream=None) -> bool:
         raise TypeError(f"is_capturing: stream must be a tapegrad Stream, got {type(stream).__name__}")
     if _capture_for(stream.device, stream.cuda_stream) is not None:
         return True
-    cp = _cupy()
-    with cp.cuda.Device(stream.device.ordinal):
+    with stream.device.context_guard():
         return _query_capturing(stream.cuda_stream)
 
 
@@ -306,8 +305,7 @@ def graph_memory_in_use(device=None) -> int:
     lib = _driver()
     if lib is None:
         raise RuntimeError("graph_memory_in_use: the CUDA driver library could not be loaded")
-    cp = _cupy()
-    with cp.cuda.Device(dev.ordinal):
+    with dev.context_guard():
         value = ctypes.c_uint64(0)
         err = lib.cuDeviceGetGraphMemAttribute(_cu_device(lib, dev.ordinal), _GRAPH_MEM_ATTR_USED_MEM_CURRENT,
                                                ctypes.byref(value))
@@ -324,8 +322,7 @@ def graph_memory_trim(device=None) -> None:
     lib = _driver()
     if lib is None:
         return
-    cp = _cupy()
-    with cp.cuda.Device(dev.ordinal):
+    with dev.context_guard():
         lib.cuDeviceGraphMemTrim(_cu_device(lib, dev.ordinal))
 
 
@@ -371,7 +368,7 @@ class Graph:
         cp = _cupy()
         handle = int(st.cuda_stream)
         mem = self._memory
-        with cp.cuda.Device(self.device.ordinal):
+        with self.device.context_guard():
             if mem is not None and mem.live and (_capture_for(self.device, handle) is not None
                                                  or _query_capturing(handle)):
                 raise RuntimeError("capture_launch: a graph that allocates memory cannot be launched inside "
@@ -389,7 +386,7 @@ class Graph:
             raise RuntimeError("Graph.upload: this graph was destroyed")
         st = self.device.stream if stream is None else stream
         cp = _cupy()
-        with cp.cuda.Device(self.device.ordinal):
+        with self.device.context_guard():
             cp.cuda.runtime.graphUpload(self.graph_exec, int(st.cuda_stream))
 
     def debug_dot_print(self, path: str, verbose: bool = True) -> None:
@@ -407,7 +404,7 @@ class Graph:
             return
         try:
             cp = _cupy()
-            with cp.cuda.Device(self.device.ordinal):
+            with self.device.context_guard():
                 if exe:
                     cp.cuda.runtime.graphExecDestroy(exe)
                 if g:
@@ -492,7 +489,7 @@ def capture_begin(device=None, stream=None, force_module_load=True, external=Fal
     handle = int(st.cuda_stream)
     cp = _cupy()
     rt = cp.cuda.runtime
-    with cp.cuda.Device(dev.ordinal):
+    with dev.context_guard():
         ours = _capture_for(dev, handle)
         if external:
             if ours is None and not _query_capturing(handle):
@@ -550,7 +547,7 @@ def capture_end(device=None, stream=None):
     rt = cp.cuda.runtime
     graph_handle = 0
     try:
-        with cp.cuda.Device(dev.ordinal):
+        with dev.context_guard():
             try:
                 graph_handle = int(rt.streamEndCapture(handle))
             except Exception as e:

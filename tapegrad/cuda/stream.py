@@ -39,7 +39,7 @@ class Stream:
         cp = _cupy()
         self.device = dev
         self._owner = owner
-        with cp.cuda.Device(dev.ordinal):
+        with dev.context_guard():
             if cuda_stream is None:
                 self._cp = cp.cuda.Stream(non_blocking=not blocking, priority=priority)
                 self.owned = True
@@ -62,7 +62,7 @@ class Stream:
         if self.cuda_stream in (0, 1, 2):
             return True
         cp = _cupy()
-        with cp.cuda.Device(self.device.ordinal):
+        with self.device.context_guard():
             flags = cp.cuda.runtime.streamGetFlags(self.cuda_stream) if hasattr(cp.cuda.runtime, "streamGetFlags") \
                 else _stream_get_flags(self.cuda_stream)
         return not (flags & _CUDA_STREAM_NON_BLOCKING)
@@ -151,7 +151,7 @@ class Event:
             raise RuntimeError(f"Event: device {dev} is not a CUDA device")
         cp = _cupy()
         self.device = dev
-        with cp.cuda.Device(dev.ordinal):
+        with dev.context_guard():
             self._cp = cp.cuda.Event(block=False, disable_timing=not enable_timing, interprocess=interprocess)
         self.cuda_event = int(self._cp.ptr)
 

@@ -19,7 +19,7 @@ docs/dlpack.md for why the deleter must not be a Python callback).
 """
 from __future__ import annotations
 
-from .. import types as T
+from .. import types
 from ..array import array, clone
 from ..device import get_cuda_devices, get_device
 from ..errors import ConsumedCapsuleError, DLPackDtypeError, DLPackStreamError  # noqa: F401
@@ -54,7 +54,7 @@ __all__ = ["from_dlpack", "to_dlpack", "export_array", "array_device", "DLDevice
 
 _CPU = get_device("cpu")
 _V10 = (1, 0)
-_BY_DL = {(s.dl_code, s.bits): s for s in T.SCALARS.values()}
+_BY_DL = {(s.dl_code, s.bits): s for s in types.SCALARS.values()}
 _ACCEPT = bytes(b for key in _BY_DL for b in key)
 _CAPSULE = type(__import__("datetime").datetime_CAPI)
 
@@ -170,11 +170,11 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
     if dtype is None:
         dt = sc
     else:
-        dt = T.resolve_dtype(dtype, arg="from_dlpack(dtype=...)")
-        if isinstance(dt, T.StructType) or not T.can_alias(dt.scalar, sc):
+        dt = types.resolve_dtype(dtype, arg="from_dlpack(dtype=...)")
+        if isinstance(dt, types.StructType) or not types.can_alias(dt.scalar, sc):
             raise DLPackDtypeError(f"Incompatible data types: DLPack {sc.name} and tapegrad {dt!r} "
                                    "(only same-size integer/bool aliases, or vector/matrix types of the same scalar)")
-    if dt.inner_shape or len(shape) > T.MAX_DIMS:
+    if dt.inner_shape or len(shape) > types.MAX_DIMS:
         dt, shape, bstrides = fold_inner_dims(sc, dt, shape, bstrides, "from_dlpack")
     if min(bstrides) < 0:
         a = _copy_negative(owner, ptr, dt, shape, bstrides, dev, copy)

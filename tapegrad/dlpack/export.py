@@ -10,7 +10,7 @@ import struct
 import threading
 from enum import IntEnum
 
-from .. import types as T
+from .. import types
 from ..device import get_cuda_devices, get_device
 from ..errors import DLPackDtypeError, DLPackStreamError
 from . import capsules
@@ -75,10 +75,10 @@ def array_device(a) -> tuple:
 def _export_dtype(dt):
     r = _EXPORT_DT.get(dt)
     if r is None:
-        if isinstance(dt, T.StructType):
+        if isinstance(dt, types.StructType):
             raise DLPackDtypeError(f"DLPack export: struct dtype {dt.name} has no DLPack form "
                                    "(export each field as its own array)")
-        code, bits, _ = T.dtype_to_dlpack(dt)
+        code, bits, _ = types.dtype_to_dlpack(dt)
         inner = tuple(dt.inner_shape)
         inner_st, s = [], 1
         for d in reversed(inner):

@@ -153,8 +153,8 @@ def load_kernels(kernels, device):
         mods = [build.CpuModule(lib, k) for k in kernels]
     else:
         image, _ = build.build_cuda(source, name, int(device.arch), kernels)
-        handle = build.load_cuda_image(image, int(device.ordinal))
-        mods = [build.CudaModule(handle, k, int(device.ordinal)) for k in kernels]
+        handle = build.load_cuda_image(image, device)
+        mods = [build.CudaModule(handle, k, device) for k in kernels]
     for k, m in zip(kernels, mods):
         k.memoize_module(device, m)
     return mods
