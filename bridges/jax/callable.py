@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from tapegrad import types as T
+from tapegrad.array import array as tg_array
 from tapegrad.device import ScopedDevice, get_device
 
 from .._base import Layout, wrap_stream_handle
@@ -322,7 +323,10 @@ class JaxCallable:
             lay = call.layouts.get((i, dev.alias))
             if lay is None:
                 lay = call.layouts[(i, dev.alias)] = Layout(p.dtype, dims, _strides(p.dtype, dims), dev)
-            a = lay.new_array(ptr + off, None)
+            if kind == P.IN:    # XLA's operands are immutable: kernel writes to them are refused
+                a = tg_array.wrap_memory(ptr + off, lay.dtype, lay.shape, lay.strides, dev, None, True)
+            else:
+                a = lay.new_array(ptr + off, None)
             if kind == P.INOUT and in_ptr != ptr:      # not aliased by XLA: seed the result from the operand
                 src = lay.new_array(in_ptr + _offset(batch, in_st, b), None)
                 _copy(a, src, dev)

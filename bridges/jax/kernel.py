@@ -104,6 +104,10 @@ class JaxKernel:
         self.kernel = kernel
         self.sig = KernelSignature.of(kernel, num_outputs, in_out_argnames=in_out_argnames or (),
                                       launch_dims=launch_dims, output_dims=output_dims, who=_WHO)
+        for p in self.sig.inputs:
+            if p.is_array and kernel.arg_access[p.index][1]:
+                raise ValueError(f"{_WHO}: kernel '{kernel.key}' writes its input array '{p.name}', but XLA's operands "
+                                 "are immutable; make it an output (num_outputs) or name it in in_out_argnames")
         self.num_outputs = num_outputs
         self.vmap_method = _check_vmap_method(vmap_method)
         self.launch_dims = launch_dims

@@ -322,3 +322,15 @@ def test_kernel_without_adjoint_refuses_backward():
         y[i] = x[i]
     with pytest.raises(ValueError, match="enable_backward"):
         tg.jax_kernel(fwd_only, enable_backward=True)
+
+
+def test_kernel_writing_an_input_is_refused():
+    @tg.kernel
+    def clobber(x: tg.array[float], y: tg.array[float]):
+        i = tg.tid()
+        x[i] = 0.0
+        y[i] = 1.0
+    with pytest.raises(ValueError, match="writes its input array 'x'"):
+        tg.jax_kernel(clobber)
+    k = tg.jax_kernel(clobber, num_outputs=2)     # both outputs: fine
+    assert len(k(launch_dims=3)) == 2

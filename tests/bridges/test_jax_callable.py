@@ -99,3 +99,10 @@ def test_warp_modes_refused_on_cpu():
     fn = tg.jax_callable(two_step, graph_mode=tg.GraphMode.WARP)
     with pytest.raises(Exception, match="needs CUDA"):
         jax.block_until_ready(fn(jnp.ones(3, jnp.float32), 1.0))
+
+
+def test_inputs_are_read_only():
+    def writes_input(a: tg.array[float], out: tg.array[float]):
+        tg.launch(scale, dim=a.shape, inputs=[out, 2.0], outputs=[a])
+    with pytest.raises(Exception, match="read-only"):
+        jax.block_until_ready(tg.jax_callable(writes_input)(jnp.ones(3, jnp.float32)))
