@@ -14,7 +14,7 @@ import numpy as np
 
 from . import types
 from .array import array
-from .device import get_device
+from .device import Device, get_device
 from .frameworks import bridge_for_type_module
 from .lang.kernel import Kernel
 from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
@@ -412,12 +412,12 @@ class LaunchRecord:
         block_dim, max_blocks: the CUDA launch shape.
     """
 
-    kernel: Any
+    kernel: Kernel
     dim: tuple
     inputs: tuple
     outputs: tuple
-    device: Any
-    stream: Any
+    device: Device
+    stream: Any          # a tapegrad Stream, or None
     block_dim: int
     max_blocks: int
 

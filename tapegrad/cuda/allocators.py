@@ -32,6 +32,7 @@ import sys
 import threading
 
 from ..device import get_device
+from . import captures
 
 __all__ = ["CupyPoolAllocator", "AsyncPoolAllocator", "TorchAllocator", "GraphMemory",
            "current_allocator", "get_allocator", "set_allocator", "ScopedAllocator",
@@ -166,7 +167,7 @@ def _runtime():
     return cupy, cupy.cuda.runtime
 
 
-def _stream_is_capturing(handle: int) -> bool:
+def stream_is_capturing(handle: int) -> bool:
     """True when the stream is being captured (or its capture was invalidated)."""
     cupy, rt = _runtime()
     try:
@@ -179,10 +180,9 @@ def _stream_is_capturing(handle: int) -> bool:
 
 def _is_capturing(device, handle: int) -> bool:
     """Whether work on ``handle`` is recorded into a graph right now (tapegrad's or anyone's)."""
-    g = sys.modules.get("tapegrad.cuda.graph")
-    if g is not None and g._capture_for(device, handle) is not None:
+    if captures.capture_for(device, handle) is not None:
         return True
-    return _stream_is_capturing(handle)
+    return stream_is_capturing(handle)
 
 
 class _AsyncBlock:
@@ -345,9 +345,8 @@ class GraphMemory:
 def _async_alloc(allocator, device, nbytes, stream):
     cupy, rt = _runtime()
     handle = int(stream.cuda_stream)
-    g = sys.modules.get("tapegrad.cuda.graph")
-    state = g._capture_for(device, handle) if g is not None else None
-    capturing = state is not None or _stream_is_capturing(handle)
+    state = captures.capture_for(device, handle)
+    capturing = state is not None or stream_is_capturing(handle)
     flush_deferred_frees()
     nbytes = max(int(nbytes), 1)
     with device.context_guard():
@@ -522,9 +521,8 @@ def allocator_for_stream(device, stream):
     """The allocator an allocation on ``stream`` of ``device`` must use right now."""
     chosen = _per_device.get(device.alias, _default)
     handle = int(stream.cuda_stream)
-    g = sys.modules.get("tapegrad.cuda.graph")
-    state = g._capture_for(device, handle) if g is not None else None
-    if state is None and not _stream_is_capturing(handle):
+    state = captures.capture_for(device, handle)
+    if state is None and not stream_is_capturing(handle):
         return chosen
     if getattr(chosen, "capture_safe", False):
         return chosen

@@ -25,7 +25,7 @@ import sys
 import threading
 
 from ..device import ScopedDevice, get_device, is_cuda_available
-from . import allocators
+from . import allocators, captures
 from .preload import preload
 from .stream import ScopedStream, Stream
 
@@ -41,69 +41,6 @@ _MODES = {"global": 0, "thread_local": 1, "threadlocal": 1, "thread-local": 1, "
 
 _AUTO_FREE_ON_LAUNCH = 1          # CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
 _GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0
-
-
-# ----------------------------------------------------------------------- capture registry
-
-class _CaptureState:
-    """One capture in progress on one stream (tapegrad's own, or a foreign one it joined)."""
-
-    __slots__ = ("device", "stream", "handle", "external", "mode", "thread", "memory",
-                 "retained", "cupy_alloc_scope")
-
-    def __init__(self, device, stream, external, mode, memory):
-        self.device = device
-        self.stream = stream
-        self.handle = int(stream.cuda_stream)
-        self.external = external
-        self.mode = mode
-        self.thread = threading.get_ident()
-        self.memory = memory
-        self.retained: list = []
-        self.cupy_alloc_scope = None
-
-
-_registry: dict = {}              # (device alias, stream handle) -> [ _CaptureState, ... ]
-_registry_lock = threading.Lock()
-
-
-def _capture_for(device, handle):
-    """The capture that owns allocations on this stream right now, or None.
-
-    A tapegrad capture wins over any external join stacked on it; otherwise the innermost
-    external join.
-    """
-    if not _registry:
-        return None
-    states = _registry.get((device.alias, int(handle)))
-    if not states:
-        return None
-    for s in states:
-        if not s.external:
-            return s
-    return states[-1]
-
-
-def _push(state):
-    with _registry_lock:
-        _registry.setdefault((state.device.alias, state.handle), []).append(state)
-
-
-def _pop(device, handle):
-    with _registry_lock:
-        key = (device.alias, int(handle))
-        states = _registry.get(key)
-        if not states:
-            return None
-        s = states.pop()
-        if not states:
-            del _registry[key]
-        return s
-
-
-def _peek(device, handle):
-    states = _registry.get((device.alias, int(handle)))
-    return states[-1] if states else None
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -149,7 +86,7 @@ def _parse_mode(mode):
 
 
 def _query_capturing(handle) -> bool:
-    return allocators._stream_is_capturing(handle)
+    return allocators.stream_is_capturing(handle)
 
 
 def is_capturing(device=None, stream=None) -> bool:
@@ -164,7 +101,7 @@ def is_capturing(device=None, stream=None) -> bool:
         stream = dev.stream
     elif not isinstance(stream, Stream):
         raise TypeError(f"is_capturing: stream must be a tapegrad Stream, got {type(stream).__name__}")
-    if _capture_for(stream.device, stream.cuda_stream) is not None:
+    if captures.capture_for(stream.device, stream.cuda_stream) is not None:
         return True
     with stream.device.context_guard():
         return _query_capturing(stream.cuda_stream)
@@ -181,7 +118,7 @@ def capture_retain(obj, device=None, stream=None) -> None:
         if not dev.is_cuda:
             return
         stream = dev.stream
-    s = _capture_for(stream.device, stream.cuda_stream)
+    s = captures.capture_for(stream.device, stream.cuda_stream)
     if s is not None and not s.external:
         s.retained.append(obj)
 
@@ -369,7 +306,7 @@ class Graph:
         handle = int(st.cuda_stream)
         mem = self._memory
         with self.device.context_guard():
-            if mem is not None and mem.live and (_capture_for(self.device, handle) is not None
+            if mem is not None and mem.live and (captures.capture_for(self.device, handle) is not None
                                                  or _query_capturing(handle)):
                 raise RuntimeError("capture_launch: a graph that allocates memory cannot be launched inside "
                                    "another capture (CUDA does not allow graphs with memory nodes as child "
@@ -414,7 +351,7 @@ class Graph:
         self._retained = []
 
     def __del__(self):
-        if _registry:
+        if captures.any_active():
             # a graph dropped while any capture is active (e.g. `with ScopedCapture() as capture`
             # rebinding the name of a previous capture): destroying it now frees its memory
             # inside the capture and invalidates it, so destroy it when the capture ends
@@ -490,7 +427,7 @@ def capture_begin(device=None, stream=None, force_module_load=True, external=Fal
     cp = _cupy()
     rt = cp.cuda.runtime
     with dev.context_guard():
-        ours = _capture_for(dev, handle)
+        ours = captures.capture_for(dev, handle)
         if external:
             if ours is None and not _query_capturing(handle):
                 raise RuntimeError(f"capture_begin(external=True): external capture reported, but stream "
@@ -512,8 +449,8 @@ def capture_begin(device=None, stream=None, force_module_load=True, external=Fal
                 raise RuntimeError(f"capture_begin: cudaStreamBeginCapture failed on stream 0x{handle:x} "
                                    f"of {dev}: {e}") from None
             memory = allocators.GraphMemory(dev, st)
-    state = _CaptureState(dev, st, bool(external), mode, memory)
-    _push(state)
+    state = captures.CaptureState(dev, st, bool(external), mode, memory)
+    captures.push(state)
     try:
         _install_cupy_allocator(state)
     except Exception:  # an old CuPy without using_allocator: tapegrad's own allocations are still safe
@@ -532,14 +469,14 @@ def capture_end(device=None, stream=None):
     """
     dev, st = _resolve(device, stream, "capture_end")
     handle = int(st.cuda_stream)
-    top = _peek(dev, handle)
+    top = captures.peek(dev, handle)
     if top is None:
         raise RuntimeError(f"capture_end: graph capture is not active on stream 0x{handle:x} of {dev} "
                            "(capture_begin was not called for this stream, or it already ended)")
     if not top.external and top.mode != CAPTURE_MODE_RELAXED and top.thread != threading.get_ident():
         raise RuntimeError("capture_end: the capture was begun on another thread; end it on that thread "
                            "(or begin it with capture_mode='relaxed')")
-    state = _pop(dev, handle)
+    state = captures.pop(dev, handle)
     _remove_cupy_allocator(state)
     if state.external:
         return None
@@ -580,7 +517,7 @@ _deferred_graphs: list = []   # (device, exec, graph, retained) dropped during a
 
 def _flush_deferred_graphs() -> None:
     """Destroy graphs whose destruction was put off until no capture is active."""
-    if _registry or not _deferred_graphs:
+    if captures.any_active() or not _deferred_graphs:
         return
     items, _deferred_graphs[:] = list(_deferred_graphs), []
     for dev, exe, g, retained in items:
