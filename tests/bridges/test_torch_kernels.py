@@ -48,9 +48,9 @@ def square(a: tg.array[float], out: tg.array[float]):
 
 
 @tg.kernel
-def sum_sq(xs: tg.array2d[float], l: tg.array[float]):
+def sum_sq(xs: tg.array2d[float], loss: tg.array[float]):
     tid = tg.tid()
-    tg.atomic_add(l, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
+    tg.atomic_add(loss, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
 
 
 # ------------------------------------------------------------------------ direct passing
@@ -126,13 +126,13 @@ def test_descriptor_gradients_feed_an_adjoint_launch():
 def test_tape_fills_torch_grads_and_adam_optimizes_from_torch():
     torch.manual_seed(0)
     xs = torch.randn(50, 2, requires_grad=True)
-    l = torch.zeros(1, requires_grad=True)
+    loss = torch.zeros(1, requires_grad=True)
     opt = torch.optim.Adam([xs], lr=0.1)
-    wxs, wl = tg.from_torch(xs), tg.from_torch(l)
+    wxs, wl = tg.from_torch(xs), tg.from_torch(loss)
     tape = tg.Tape()
     with tape:
         tg.launch(sum_sq, dim=len(xs), inputs=[wxs], outputs=[wl])
-    first = l.item()
+    first = loss.item()
     tape.backward(loss=wl)
     assert torch.allclose(xs.grad, 2 * xs.detach())
     for _ in range(200):
@@ -141,26 +141,26 @@ def test_tape_fills_torch_grads_and_adam_optimizes_from_torch():
         opt.step()
         wl.zero_()
         tg.launch(sum_sq, dim=len(xs), inputs=[wxs], outputs=[wl])
-    assert l.item() < 1e-2 * first
+    assert loss.item() < 1e-2 * first
 
 
 def test_adam_over_tapegrad_parameters_to_torch():
     xs = tg.array(np.random.default_rng(0).normal(size=(50, 2)), dtype=tg.float32, requires_grad=True)
-    l = tg.zeros(1, dtype=tg.float32, requires_grad=True)
+    loss = tg.zeros(1, dtype=tg.float32, requires_grad=True)
     txs = tg.to_torch(xs)
     opt = torch.optim.Adam([txs], lr=0.1)
     tape = tg.Tape()
     with tape:
-        tg.launch(sum_sq, dim=len(xs), inputs=[xs], outputs=[l])
-    first = float(l.numpy()[0])
+        tg.launch(sum_sq, dim=len(xs), inputs=[xs], outputs=[loss])
+    first = float(loss.numpy()[0])
     for _ in range(200):
         tape.zero()
-        tape.backward(loss=l)
+        tape.backward(loss=loss)
         assert txs.grad.data_ptr() == xs.grad.ptr
         opt.step()
-        l.zero_()
-        tg.launch(sum_sq, dim=len(xs), inputs=[xs], outputs=[l])
-    assert float(l.numpy()[0]) < 1e-2 * first
+        loss.zero_()
+        tg.launch(sum_sq, dim=len(xs), inputs=[xs], outputs=[loss])
+    assert float(loss.numpy()[0]) < 1e-2 * first
 
 
 # ------------------------------------------------------------ autograd.Function patterns
@@ -367,9 +367,9 @@ def test_cuda_work_on_a_torch_stream():
 @pytest.mark.cuda
 def test_cuda_tape_with_torch_grads():
     xs = torch.randn(64, 2, device="cuda:0", requires_grad=True)
-    l = torch.zeros(1, device="cuda:0", requires_grad=True)
+    loss = torch.zeros(1, device="cuda:0", requires_grad=True)
     with tg.ScopedDevice("cuda:0"):
-        wxs, wl = tg.from_torch(xs), tg.from_torch(l)
+        wxs, wl = tg.from_torch(xs), tg.from_torch(loss)
         tape = tg.Tape()
         with tape:
             tg.launch(sum_sq, dim=64, inputs=[wxs], outputs=[wl])
