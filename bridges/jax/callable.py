@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import itertools
+import math
 import threading
 import traceback
 from collections import OrderedDict
@@ -102,6 +103,7 @@ class _Call:
     nargs: int
     nrets: int
     layouts: dict            # (slot, device alias) -> Layout
+    geometries: dict         # buffer ranks and dims -> (batch shape, per-slot buffers and strides)
 
 
 _calls: list = []            # call id -> _Call
@@ -223,7 +225,7 @@ class JaxCallable:
             cid = _calls_by_key.get(key)
             if cid is None:
                 cid = len(_calls)
-                _calls.append(_Call(self, statics, tuple(slots), len(arrays), len(shapes), {}))
+                _calls.append(_Call(self, statics, tuple(slots), len(arrays), len(shapes), {}, {}))
                 _calls_by_key[key] = cid
         out_types = [jax.ShapeDtypeStruct(s, dtype_to_jax(p.dtype)) for s, p in zip(shapes, self.sig.outputs)]
         meta = output_metadata(arrays)
@@ -273,8 +275,16 @@ class JaxCallable:
         if dev.is_cpu and self.graph_mode not in (GraphMode.JAX, GraphMode.NONE):
             raise RuntimeError(f"graph mode {self.graph_mode.name} needs CUDA; on the CPU use GraphMode.JAX or "
                                "GraphMode.NONE")
-        bufs = [rec[5 + 10 * i: 15 + 10 * i] for i in range(nargs + nrets)]
-        batch, per = _geometry(call, bufs, nargs)
+        ptrs = rec[5::10]
+        dims = rec[5:]
+        del dims[::10]                     # every buffer's rank and dims, without its pointer
+        dims = tuple(dims)
+        geom = call.geometries.get(dims)
+        if geom is None:
+            bufs = [rec[5 + 10 * i: 15 + 10 * i] for i in range(nargs + nrets)]
+            geom = call.geometries[dims] = _geometry(call, bufs, nargs)
+        batch, per = geom
+        per = [None if q is None else (ptrs[q[0]], ptrs[q[1]], q[2], q[3]) for q in per]
         stream = wrap_stream_handle(dev, stream_handle) if dev.is_cuda else None
         with ScopedDevice(dev):
             if stream is not None:
@@ -285,7 +295,7 @@ class JaxCallable:
                 self._run_on(call, dev, None, batch, per)
 
     def _run_on(self, call, dev, stream, batch, per):
-        nb = int(np.prod(batch)) if batch else 1
+        nb = math.prod(batch)
         for b in range(nb):
             args = self._arguments(call, dev, per, b, batch)
             mode = self.graph_mode
@@ -422,7 +432,9 @@ def _offset(batch, strides, b):
 
 
 def _geometry(call, bufs, nargs):
-    """``(batch shape, per slot (ptr, operand ptr, result batch strides, operand batch strides))``."""
+    """``(batch shape, per slot (buffer, operand buffer, result batch strides, operand batch strides))``:
+    the buffers as indices into the call's buffer list (pointers change between calls, the
+    geometry does not)."""
     batch = None
     for kind, arg, ret, p, dims in call.slots:
         if kind in (P.OUT, P.INOUT):
@@ -436,18 +448,17 @@ def _geometry(call, bufs, nargs):
         if kind == P.VALUE:
             per.append(None)
             continue
-        item = p.dtype.size * int(np.prod(dims)) if dims else p.dtype.size
-        out_ptr = in_ptr = 0
+        item = p.dtype.size * math.prod(dims)
+        out_buf = in_buf = 0
         out_st = in_st = ()
         if kind in (P.IN, P.INOUT):
-            buf = bufs[arg]
-            in_ptr, in_st = buf[0], _batch_strides(batch, buf, p.framework_ndim, item)
+            in_buf, in_st = arg, _batch_strides(batch, bufs[arg], p.framework_ndim, item)
         if kind in (P.OUT, P.INOUT):
-            buf = bufs[nargs + ret]
-            out_ptr, out_st = buf[0], _batch_strides(batch, buf, p.framework_ndim, item)
+            out_buf = nargs + ret
+            out_st = _batch_strides(batch, bufs[out_buf], p.framework_ndim, item)
         if kind == P.IN:
-            out_ptr, out_st = in_ptr, in_st
-        per.append((out_ptr, in_ptr, out_st, in_st))
+            out_buf, out_st = in_buf, in_st
+        per.append((out_buf, in_buf, out_st, in_st))
     return batch, per
 
 
