@@ -101,21 +101,16 @@ def test_the_import_contract_is_kept():
 
 
 @needs_import_linter
-def test_the_import_contract_breaks_on_a_back_import(tmp_path):
+@pytest.mark.parametrize("module, line, broken", [
+    ("types.py", "from . import launch  # deliberate back-import", "tapegrad.types -> tapegrad.launch"),
+    ("array.py", "def _f():\n    import torch\n    return torch", "tapegrad.array -> torch"),
+], ids=["back-import", "framework-import"])
+def test_the_import_contract_breaks(tmp_path, module, line, broken):
     root = _copy_repo(tmp_path)
-    _append(root / "tapegrad" / "types.py", "from . import launch  # deliberate back-import")
+    _append(root / "tapegrad" / module, line)
     r = _lint(root)
     assert r.returncode != 0
-    assert "tapegrad.types -> tapegrad.launch" in r.stdout, r.stdout
-
-
-@needs_import_linter
-def test_the_import_contract_breaks_on_a_framework_import(tmp_path):
-    root = _copy_repo(tmp_path)
-    _append(root / "tapegrad" / "array.py", "def _f():\n    import torch\n    return torch")
-    r = _lint(root)
-    assert r.returncode != 0
-    assert "tapegrad.array -> torch" in r.stdout, r.stdout
+    assert broken in r.stdout, r.stdout
 
 
 def test_import_tapegrad_imports_no_framework_and_no_cupy():
