@@ -7,6 +7,7 @@ Measures, in one run, interleaved round by round (``_timing``):
                   ``jax.jit(lambda x: 3 * x)`` (the floor: XLA's own dispatch)
     vmap_call     the same kernel under ``jax.jit(jax.vmap(...))`` over 8 x 64 (reported)
     grad_call     ``jax.jit(jax.grad(sum(k(x)**2)))`` with ``enable_backward=True`` (reported)
+    callable_call a jitted ``jax_callable`` launching the kernel (Python runs per call, by nature)
     eager_call    the kernel called without ``jax.jit``, vs the eager jnp op (Warp's eager call
                   compiles a new XLA executable each time, ~30 ms: not timed)
     from_jax      ``from_jax`` of a 10-element array (target <= 0.5x Warp)
@@ -39,12 +40,19 @@ def tg_triple(x: tg.array[tg.float32], y: tg.array[tg.float32]):
     y[i] = 3.0 * x[i]
 
 
+def tg_callable_body(x: tg.array[tg.float32], y: tg.array[tg.float32]):
+    tg.launch(tg_triple, dim=x.shape, inputs=[x], outputs=[y])
+
+
 def warp_kernels(wp):
     @wp.kernel
     def wp_triple(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
         i = wp.tid()
         y[i] = 3.0 * x[i]
-    return wp_triple
+
+    def wp_callable_body(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
+        wp.launch(wp_triple, dim=x.shape, inputs=[x], outputs=[y])
+    return wp_triple, wp_callable_body
 
 
 def main():
@@ -69,11 +77,14 @@ def main():
     jnp_op = jax.jit(lambda x: 3 * x)
     peer = {}
     if wp is not None:
-        wk = wp.jax_kernel(warp_kernels(wp))
+        wp_triple, wp_body = warp_kernels(wp)
+        wk = wp.jax_kernel(wp_triple)
         peer["kernel_call"] = jax.jit(lambda x: wk(x)[0])
-        wkb = wp.jax_kernel(warp_kernels(wp), enable_backward=True)
+        wkb = wp.jax_kernel(wp_triple, enable_backward=True)
+        wc = wp.jax_callable(wp_body)
         candidates = {"vmap_call": (jax.jit(jax.vmap(lambda x: wk(x)[0])), xb),
-                      "grad_call": (jax.jit(jax.grad(lambda x: jnp.sum(wkb(x)[0] ** 2))), x)}
+                      "grad_call": (jax.jit(jax.grad(lambda x: jnp.sum(wkb(x)[0] ** 2))), x),
+                      "callable_call": (jax.jit(lambda x: wc(x)[0]), x)}
         for name, (fn, inp) in candidates.items():
             try:
                 fn(inp).block_until_ready()
@@ -81,7 +92,9 @@ def main():
             except Exception:  # noqa: BLE001  a Warp version that refuses: the row is reported without a peer
                 pass
     ours["eager_call"] = lambda x: k(x)[0]      # no jit: tapegrad's Python per call + JAX's dispatch
-    inputs = {"kernel_call": x, "vmap_call": xb, "grad_call": x, "eager_call": x}
+    tc = tg.jax_callable(tg_callable_body)
+    ours["callable_call"] = jax.jit(lambda x: tc(x)[0])
+    inputs = {"kernel_call": x, "vmap_call": xb, "grad_call": x, "eager_call": x, "callable_call": x}
     rows = []
     for name, fn in ours.items():
         inp = inputs[name]
