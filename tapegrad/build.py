@@ -20,7 +20,6 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 import threading
 
 from .errors import CacheDirError, CompileError
@@ -129,6 +128,7 @@ def _key(*parts) -> str:
 
 def _atomic_write(path, data: bytes):
     d = os.path.dirname(path)
+    import tempfile  # only when writing a new binary: a cached load never pays for importing it
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
@@ -177,6 +177,7 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
     path = os.path.join(d, f"{name}_{key[:24]}.so")
     if os.path.exists(path):
         return path
+    import tempfile  # only when compiling (as subprocess below)
     fd, src_path = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".cpp")
     with os.fdopen(fd, "w") as f:
         f.write(source)
