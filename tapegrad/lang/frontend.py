@@ -9,105 +9,16 @@ small trip count are unrolled, other loops become ``Loop`` statements.
 from __future__ import annotations
 
 import ast
-import inspect
-import linecache
-import os
-import textwrap
 
 from ..types import ScalarType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
+from .signature import source_of
 from .typeutil import constant_value, is_array, is_composite, is_int, is_scalar, is_vec, scalar_of, type_name
 from .values import BINOPS, COMPONENTS, PYFOLD, KernelError, Lit, PyObj, ShapeOf, TupleVal, default_type, describe, hint
 
 MAX_UNROLL = 16
-
-
-def _fast_source(fn):
-    """``textwrap.dedent(inspect.getsource(fn))`` without the tokenizer (whose regexes cost
-    milliseconds to compile in a fresh process, a large part of a cached kernel load), or None
-    when unsure (the caller then asks ``inspect``).
-
-    The candidate is the ``def`` (with its decorators) and the following lines up to the last
-    code line before one indented no deeper than the ``def`` that can start a statement. It is
-    accepted only if it parses as one function definition named like ``fn`` spanning exactly
-    those lines: a truncation inside the definition (a less indented line inside brackets, a
-    string or after a backslash) cannot parse, and past the definition's end only blank and
-    comment lines can precede such a line. Like ``inspect``'s block finder, trailing comment
-    lines indented at least as deep as the body are kept.
-    """
-    code = getattr(fn, "__code__", None)
-    if code is None or hasattr(fn, "__wrapped__"):
-        return None
-    file = code.co_filename
-    if not file.endswith(".py") or not os.path.isfile(file):
-        return None
-    linecache.checkcache(file)
-    lines = linecache.getlines(file, fn.__globals__)
-    first = code.co_firstlineno - 1
-    if not 0 <= first < len(lines):
-        return None
-    head = lines[first]
-    stripped = head.lstrip()
-    if not stripped.startswith(("@", "def ", "def\t", "async ")):
-        return None
-    base = len(head) - len(stripped)
-    k = first
-    while not lines[k].lstrip().startswith(("def ", "def\t", "async ")):   # skip decorators
-        k += 1
-        if k >= len(lines) or k - first > 64:
-            return None
-    end = last = k + 1
-    while end < len(lines):
-        text = lines[end]
-        body = text.lstrip()
-        if body and not body.startswith("#"):
-            if len(text) - len(body) <= base and not body.startswith((")", "]", "}")):
-                break
-            last = end + 1
-        end += 1
-    block = lines[first:last]
-    src = textwrap.dedent("".join(block))
-    try:
-        tree = ast.parse(src)
-    except (SyntaxError, ValueError):
-        return None
-    if len(tree.body) != 1:
-        return None
-    node = tree.body[0]
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != fn.__name__:
-        return None
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    if start != 1 or node.end_lineno != len(block) or not node.body:
-        return None
-    b0 = node.body[0]
-    line = src.split("\n")[b0.lineno - 1]
-    if line[:b0.col_offset].strip():
-        return src   # the body starts on the header's line: no indented block, no comments kept
-    body_col = b0.col_offset + len(block[b0.lineno - 1].rstrip("\n")) - len(line)   # + what dedent removed
-    extra = last
-    for j in range(last, end):
-        text = lines[j]
-        body = text.lstrip()
-        if body.startswith("#") and len(text) - len(body) >= body_col:
-            extra = j + 1
-    if extra == last:
-        return src
-    return textwrap.dedent("".join(lines[first:extra]))
-
-
-def source_of(fn):
-    """(dedented source, file, first line) of a Python function."""
-    src = _fast_source(fn)
-    if src is not None:
-        return src, fn.__code__.co_filename, fn.__code__.co_firstlineno
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError) as e:
-        raise KernelError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e} "
-                          "(kernels must be defined in a file, not typed into an interactive prompt)") from None
-    return textwrap.dedent(src), fn.__code__.co_filename, fn.__code__.co_firstlineno
 
 
 class Builder(ExprMixin):
