@@ -104,12 +104,12 @@ def copy(dest, src) -> None:
 
 def accumulate(dest, src) -> None:
     """``dest += src`` elementwise (same shape); ``src`` is first moved to ``dest``'s device."""
-    if dest.device.is_cpu and src.device.is_cpu:
+    if src.device is not dest.device:
+        src = src.to(dest.device)
+    if dest.device.is_cpu:
         d = dest.numpy()
         d += src.numpy()
         return
-    if src.device is not dest.device:
-        src = src.to(dest.device)
     with on_current_stream(dest.device):
         v = cupy_view(dest)
         v += cupy_view(src)
