@@ -164,8 +164,8 @@ def test_step_captured_in_a_cuda_graph(cls):
     graphed, opt_g = make()
     opt_g.step()                       # the first step builds the device tables (a host copy)
     with tg.ScopedCapture() as capture:
-        opt_g.step()
-    for _ in range(2):
+        opt_g.step()                   # recorded, not run
+    for _ in range(3):
         tg.capture_launch(capture.graph)
     tg.synchronize_device("cuda:0")
     for e, g in zip(eager, graphed):
