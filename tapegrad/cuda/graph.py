@@ -351,6 +351,8 @@ class Graph:
         self._retained = []
 
     def __del__(self):
+        if captures is None:   # interpreter shutdown: module globals are gone, and so is the context
+            return
         if captures.any_active():
             # a graph dropped while any capture is active (e.g. `with ScopedCapture() as capture`
             # rebinding the name of a previous capture): destroying it now frees its memory
