@@ -8,10 +8,7 @@ buffers (no copies) and static scalars, with XLA's stream current on CUDA.
 Graph modes (CUDA; on the CPU only JAX and NONE): JAX lets XLA record the call into its own
 command buffer (CUDA graph); NONE runs it plainly; WARP captures the function's work into a
 tapegrad graph per set of buffer addresses (an LRU of ``graph_cache_max``) and replays it;
-WARP_STAGED runs the function on persistent staging buffers inside a graph that also holds
-the copies in and out; WARP_STAGED_EX keeps one graph over the staging buffers and issues
-the copies outside it. ``stage_in_argnames``/``stage_out_argnames`` limit which arrays are
-copied on every call (the others: inputs copied once, outputs never copied back).
+WARP_STAGED and WARP_STAGED_EX work on persistent staging buffers (``graphs.py``).
 
 vmap: as ``jax_kernel``, the function runs once per batch element on views of the batch.
 """
@@ -23,7 +20,6 @@ import itertools
 import math
 import threading
 import traceback
-from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -40,6 +36,7 @@ from . import entry as E
 from . import plan as P
 from .convert import Tracer, dtype_to_jax, jax_scalar
 from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, set_callable_target
+from .graphs import GraphCache, copy_array
 from .kernel import VMAP_METHODS, output_metadata
 
 __all__ = ["GraphMode", "JaxCallableGraphMode", "jax_callable", "JaxCallable", "clear_jax_callable_graph_cache",
@@ -141,9 +138,7 @@ class JaxCallable:
         self.has_side_effect = bool(has_side_effect)
         self.call_params = self.sig.inputs + self.sig.in_out
         self.label = f"{_WHO} '{func.__qualname__}'"
-        self._graph_cache_max = graph_cache_max
-        self._graphs: OrderedDict = OrderedDict()     # WARP / WARP_STAGED: key -> graph (LRU)
-        self._staged: dict = {}                        # WARP_STAGED_EX: (call, device) -> (staging, graph)
+        self._graphs = GraphCache(graph_cache_max, self.stage_in, self.stage_out, self.label)
         self._ffi: dict = {}
         ensure_registered()
         _install_dispatcher()
@@ -157,31 +152,20 @@ class JaxCallable:
     @property
     def graph_cache_max(self):
         """Most graphs kept (None: unbounded); lowering it evicts the least recently used."""
-        return self._graph_cache_max
+        return self._graphs.max
 
     @graph_cache_max.setter
     def graph_cache_max(self, n):
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise ValueError(f"{self.label}: graph_cache_max must be a non-negative int or None, got {n!r}")
-        self._graph_cache_max = n
-        self._trim()
+        self._graphs.max = n
 
     @property
     def graph_cache_size(self) -> int:
         """Number of graphs currently cached."""
-        return len(self._graphs) + len(self._staged)
+        return self._graphs.size
 
     def clear_graph_cache(self) -> None:
         """Drop every cached graph (and staging buffers)."""
-        with _lock:
-            self._graphs.clear()
-            self._staged.clear()
-
-    def _trim(self):
-        with _lock:
-            n = self._graph_cache_max
-            while n is not None and len(self._graphs) > n:
-                self._graphs.popitem(last=False)
+        self._graphs.clear()
 
     # -------------------------------------------------------------------------- calls
     def __call__(self, *args, output_dims=None, vmap_method=None):
@@ -309,11 +293,11 @@ class JaxCallable:
                 else:
                     self._invoke(args)
             elif mode == GraphMode.WARP:
-                self._run_graph(call, dev, stream, args, staged=False)
+                self._graphs.run_captured(call, dev, stream, args, self._invoke)
             elif mode == GraphMode.WARP_STAGED:
-                self._run_graph(call, dev, stream, args, staged=True)
+                self._graphs.run_staged(call, dev, stream, args, self._invoke)
             else:
-                self._run_staged_ex(call, dev, stream, args)
+                self._graphs.run_staged_ex(call, dev, stream, args, self._invoke)
 
     def _invoke(self, args):
         r = self.func(*args)
@@ -339,75 +323,11 @@ class JaxCallable:
                 a = lay.new_array(ptr + off, None)
             if kind == P.INOUT and in_ptr != ptr:      # not aliased by XLA: seed the result from the operand
                 src = lay.new_array(in_ptr + _offset(batch, in_st, b), None)
-                _copy(a, src, dev)
+                copy_array(a, src)
             elif kind == P.OUT:
                 a.zero_()
             args.append(a)
         return args
-
-    # --------------------------------------------------------------------- graph modes
-    def _run_graph(self, call, dev, stream, args, staged):
-        from tapegrad.cuda.graph import ScopedCapture, capture_launch
-        key = (dev.alias, id(call), staged, tuple(a.ptr if hasattr(a, "ptr") else None for a in args))
-        with _lock:
-            g = self._graphs.get(key)
-            if g is not None:
-                self._graphs.move_to_end(key)
-        if g is None:
-            if staged:
-                staging = self._staging(call, args)
-                with ScopedCapture(stream=stream, force_module_load=False) as cap:
-                    self._copies(call, args, staging, into=True)
-                    self._invoke(staging)
-                    self._copies(call, args, staging, into=False)
-                g = (cap.graph, staging)
-            else:
-                with ScopedCapture(stream=stream, force_module_load=False) as cap:
-                    self._invoke(args)
-                g = (cap.graph, None)
-            with _lock:
-                self._graphs[key] = g
-                self._trim()
-        capture_launch(g[0], stream=stream)
-
-    def _run_staged_ex(self, call, dev, stream, args):
-        from tapegrad.cuda.graph import ScopedCapture, capture_launch
-        key = (id(call), dev.alias)
-        hit = self._staged.get(key)
-        if hit is None:
-            staging = self._staging(call, args)
-            with ScopedCapture(stream=stream, force_module_load=False) as cap:
-                self._invoke(staging)
-            hit = self._staged[key] = (staging, cap.graph)
-        staging, graph = hit
-        self._copies(call, args, staging, into=True)
-        capture_launch(graph, stream=stream)
-        self._copies(call, args, staging, into=False)
-
-    def _staging(self, call, args):
-        """Persistent arrays the graph works on; unstaged inputs are copied in once, here."""
-        import tapegrad
-        staging = []
-        for (kind, _, _, p, _), a in zip(call.slots, args):
-            if kind == P.VALUE:
-                staging.append(a)
-                continue
-            s = tapegrad.empty(a.shape, dtype=a.dtype, device=a.device)
-            if kind != P.OUT and self.stage_in is not None and p.name not in self.stage_in:
-                _copy(s, a, a.device)
-            staging.append(s)
-        return staging
-
-    def _copies(self, call, args, staging, into):
-        for (kind, _, _, p, _), a, s in zip(call.slots, args, staging):
-            if kind == P.VALUE:
-                continue
-            if into and kind == P.OUT:
-                s.zero_()                     # outputs start at zero, as without staging
-            elif into and (self.stage_in is None or p.name in self.stage_in):
-                _copy(s, a, a.device)
-            if not into and kind != P.IN and (self.stage_out is None or p.name in self.stage_out):
-                _copy(a, s, a.device)
 
 
 def _strides(dtype, dims):
@@ -416,11 +336,6 @@ def _strides(dtype, dims):
         out.append(acc)
         acc *= d
     return tuple(reversed(out))
-
-
-def _copy(dst, src, dev):
-    import tapegrad
-    tapegrad.copy(dst, src)   # on the current stream: XLA's, inside a call
 
 
 def _offset(batch, strides, b):

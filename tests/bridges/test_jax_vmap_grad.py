@@ -5,6 +5,8 @@ import pytest
 
 import tapegrad as tg
 
+from ._jax_kernels import accum
+
 pytestmark = pytest.mark.jax
 
 jax = pytest.importorskip("jax")
@@ -32,12 +34,6 @@ def write_first(x: tg.array[float], y: tg.array[float]):
     i = tg.tid()
     if i == 0:
         y[0] = x[0] + x[1]
-
-
-@tg.kernel
-def accum(x: tg.array[float], sums: tg.array[float]):
-    i = tg.tid()
-    tg.atomic_add(sums, 0, x[i])
 
 
 @tg.kernel
