@@ -208,9 +208,22 @@ def _make_struct_packer(kernel, i, ptype):
     return pack
 
 
-def _packers(kernel):
-    p = getattr(kernel, "_tg_packers", None)
-    if p is None:
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What ``launch`` computes once per kernel (kept in ``Kernel.launch_plan``).
+
+    Attributes:
+        packers: one ``pack(value, device) -> ctypes value`` per parameter.
+        written: indices of the parameters the forward writes (read-only and version checks).
+    """
+
+    packers: tuple
+    written: tuple
+
+
+def _plan(kernel) -> LaunchPlan:
+    plan = kernel.launch_plan
+    if plan is None:
         p = []
         for i, t in enumerate(kernel.arg_types):
             if isinstance(t, types.ArrayType):
@@ -221,10 +234,9 @@ def _packers(kernel):
                 p.append(_make_struct_packer(kernel, i, t))
             else:
                 p.append(_make_composite_packer(kernel, i, t))
-        kernel._tg_packers = p
-        kernel._tg_array_params = tuple(isinstance(t, types.ArrayType) for t in kernel.arg_types)
-        kernel._tg_written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
-    return p
+        written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
+        plan = kernel.launch_plan = LaunchPlan(tuple(p), written)
+    return plan
 
 
 _BOUNDS: dict = {}   # dim -> (dim tuple, LaunchBounds bytes): validated once per distinct dim
@@ -356,7 +368,8 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     args = list(inputs) + list(outputs)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
-    packers = _packers(kernel)
+    plan = kernel.launch_plan or _plan(kernel)
+    packers = plan.packers
     if len(args) != len(packers):
         raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "
                         f"({', '.join(kernel.arg_names)}), got {len(args)} "
@@ -371,7 +384,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
             raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
-    written = kernel._tg_written
+    written = plan.written
     for i in written:
         if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")

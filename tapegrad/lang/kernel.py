@@ -43,6 +43,7 @@ class Kernel:
         self._source = None
         self._modules: dict = {}
         self._by_id: dict = {}
+        self.launch_plan = None   # what tapegrad.launch computes once per kernel (its LaunchPlan)
 
     def __repr__(self):
         return f"<tapegrad kernel {self.key}>"
