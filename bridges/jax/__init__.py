@@ -2,7 +2,8 @@
 
 - ``convert``: ``from_jax``/``to_jax`` (DLPack, CPU and CUDA), device and dtype maps.
 - ``kernel``: ``jax_kernel`` (a kernel as a JAX primitive; vmap, ``enable_backward``).
-- ``callable``: ``jax_callable`` (a Python function launching kernels; graph modes).
+- ``callable``: ``jax_callable`` (a Python function launching kernels); ``graphs``: the WARP graph
+  modes' bounded cache of CUDA graphs.
 - ``ffi``/``plan``/``entry``: the C handler library, the per-call plans it reads, and the
   compiled entry points they point at.
 
