@@ -77,7 +77,7 @@ class array:
     _requires_grad = False
     _desc = None
     _owner = None
-    _version = 0
+    version = 0          # bumped by every write tapegrad makes (launches, fill_, zero_, copy, Tape.zero)
     readonly = False
     pinned = False
     deleter = None
@@ -407,7 +407,7 @@ class array:
     __ctype__ = descriptor
 
     def _bump(self):
-        self._version += 1
+        self.version += 1
 
     # -------------------------------------------------------------------------- protocols
     def flat_layout(self) -> tuple:

@@ -412,7 +412,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):
-                args[i]._version += 1
+                args[i].version += 1
 
 
 @dataclass(frozen=True)

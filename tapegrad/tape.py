@@ -168,7 +168,7 @@ class Tape:
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
         """Zero every gradient the tape touched (views of them stay valid)."""
-        bufs = [a._grad if a._grad is not None else g for a, g in self.gradients.items()]
+        bufs = [a.grad if a.grad is not None else g for a, g in self.gradients.items()]
         bufs += self._owned.values()
         key = tuple(map(id, bufs))
         plan = self._zero_plan
@@ -178,7 +178,7 @@ class Tape:
         for buf in plan[1][1]:
             buf.zero_()
         for buf in bufs:
-            buf._version += 1
+            buf.version += 1
 
     def reset(self) -> None:
         """Zero the gradients and forget the records."""
