@@ -68,18 +68,16 @@ def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
         with _lock:
             hit = _cuda.get(key)
             if hit is None:
-                import cupy
                 from cupy.cuda import driver
                 build = _build()
                 dev = get_device(f"cuda:{ordinal}")
                 image, _ = build.build_cuda(kernel.source(), kernel.symbol, int(dev.arch), [kernel])
                 handle = build.load_cuda_image(image, dev)
-                with cupy.cuda.Device(ordinal):
+                with dev.context_guard():
                     fwd = driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_forward")
                     bwd = (driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_backward")
                            if kernel.enable_backward else None)
-                    sms = int(cupy.cuda.Device(ordinal).attributes.get("MultiProcessorCount", 0))
-                threads_cap = sms * 2048 * 4
+                threads_cap = dev.sm_count * 2048 * 4
                 _cuda[(kernel, ordinal, False)] = (fwd, threads_cap)
                 _cuda[(kernel, ordinal, True)] = (bwd, threads_cap)
                 hit = _cuda[key]
