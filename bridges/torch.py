@@ -15,12 +15,20 @@ import numpy as np
 import torch
 
 from tapegrad import types as T
-
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_launch_adapter
 
-from ._base import (Bridge, CudaView, DeviceMap, DtypeMap, FrameworkAdapter, release_after, unordered_handle,
-                    wait_for_handle)
+from . import torch_memory  # noqa: F401  registers the "torch" allocator and torch.cuda.graph's pool
+from ._base import (
+    Bridge,
+    CudaView,
+    DeviceMap,
+    DtypeMap,
+    FrameworkAdapter,
+    release_after,
+    unordered_handle,
+    wait_for_handle,
+)
 from .torch_op import make_torch_op
 
 __all__ = ["from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Bridge", "BRIDGES", "bridge_for_type_module", "public_names"]
+__all__ = ["Bridge", "BRIDGES", "bridge_for_type_module", "allocator_module", "public_names"]
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,22 @@ class Bridge:
         type_modules: top-level module names of the framework's tensor types (``type(x).__module__``
             split at the first dot): meeting such an object in ``launch`` imports the bridge.
         names: the public names the bridge gives the ``tapegrad`` namespace.
+        allocators: ``{allocator name: module}`` for the CUDA allocators the bridge provides
+            (``tg.set_allocator(name)`` imports the module, which registers the allocator).
     """
 
     framework: str
     module: str
     type_modules: tuple
     names: tuple
+    allocators: tuple = ()    # ((name, module), ...)
 
 
 BRIDGES = (
     Bridge("torch", "tapegrad.bridges.torch", ("torch",), (
         "from_torch", "to_torch", "device_from_torch", "device_to_torch", "dtype_from_torch",
-        "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op")),
+        "dtype_to_torch", "stream_from_torch", "stream_to_torch", "torch_op"),
+        allocators=(("torch", "tapegrad.bridges.torch_memory"), ("pytorch", "tapegrad.bridges.torch_memory"))),
     Bridge("paddle", "tapegrad.bridges.paddle", ("paddle",), (
         "from_paddle", "to_paddle", "device_from_paddle", "device_to_paddle", "dtype_from_paddle",
         "dtype_to_paddle", "stream_from_paddle", "stream_to_paddle", "paddle_op")),
@@ -45,11 +49,17 @@ BRIDGES = (
 )
 
 _BY_TYPE_MODULE = {m: b.module for b in BRIDGES for m in b.type_modules}
+_ALLOCATOR_MODULES = {name: module for b in BRIDGES for name, module in b.allocators}
 
 
 def bridge_for_type_module(top_module: str):
     """The bridge module for objects whose type lives in ``top_module`` ("torch"), or None."""
     return _BY_TYPE_MODULE.get(top_module)
+
+
+def allocator_module(name: str):
+    """The bridge module providing the CUDA allocator called ``name`` ("torch"), or None."""
+    return _ALLOCATOR_MODULES.get(name)
 
 
 def public_names() -> dict:

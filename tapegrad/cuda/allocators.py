@@ -12,7 +12,10 @@ or for a block of code with ``tg.ScopedAllocator(name, device)``:
 ``"torch"``
     PyTorch's CUDA caching allocator (``torch.cuda.caching_allocator_alloc`` on tapegrad's
     current stream, released with ``caching_allocator_delete``): tapegrad memory then shows up
-    in ``torch.cuda.memory_allocated()`` and is recycled by torch's cache (R13).
+    in ``torch.cuda.memory_allocated()`` and is recycled by torch's cache (R13). It lives in the
+    torch bridge (``tapegrad.bridges.torch_memory``), which registers it here
+    (``register_allocator``) the first time the name is asked for: this module imports no
+    framework.
 
 Any object with ``alloc(device, nbytes) -> owner`` (the owner has an int ``ptr`` and frees the
 memory when it dies) is accepted too.
@@ -20,23 +23,25 @@ memory when it dies) is accepted too.
 Whatever the setting, an allocation made while the device's current stream is being captured
 into a CUDA graph is taken from a capture-safe allocator: the stream-ordered pool for captures
 tapegrad began (so the memory belongs to the graph and is freed correctly after the graph is
-destroyed), and PyTorch's allocator when the capture is PyTorch's own (``torch.cuda.graph``),
-whose private graph pool then owns it. CuPy's pool and a plain ``cudaMalloc`` are not legal in
+destroyed), and, when the capture is another framework's, the allocator its bridge registered
+for it (``register_capture_owner``: PyTorch's for ``torch.cuda.graph``, whose private graph
+pool then owns the memory). CuPy's pool and a plain ``cudaMalloc`` are not legal in
 a capture.
 
 Nothing here imports CuPy or torch until memory is actually allocated.
 """
 from __future__ import annotations
 
-import sys
+import importlib
 import threading
 
+from .. import frameworks
 from ..device import get_device
 from . import captures
 
-__all__ = ["CupyPoolAllocator", "AsyncPoolAllocator", "TorchAllocator", "GraphMemory",
+__all__ = ["CupyPoolAllocator", "AsyncPoolAllocator", "GraphMemory",
            "current_allocator", "get_allocator", "set_allocator", "ScopedAllocator",
-           "resolve_allocator", "allocator_for_stream"]
+           "resolve_allocator", "allocator_for_stream", "register_allocator", "register_capture_owner"]
 
 _MAX_U64 = (1 << 64) - 1
 _ERR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
@@ -49,6 +54,7 @@ class CupyPoolAllocator:
 
     name = "cupy"
     capture_safe = False
+    takes_stream = True      # alloc(device, nbytes, stream=...)
 
     def alloc(self, device, nbytes: int, stream=None):
         import cupy
@@ -76,6 +82,7 @@ class AsyncPoolAllocator:
 
     name = "async"
     capture_safe = True
+    takes_stream = True
 
     def __init__(self, release_threshold: int | None = _MAX_U64):
         if release_threshold is not None and (not isinstance(release_threshold, int) or release_threshold < 0):
@@ -99,65 +106,6 @@ class AsyncPoolAllocator:
 
     def __repr__(self):
         return f"AsyncPoolAllocator(release_threshold={self.release_threshold})"
-
-
-class TorchAllocator:
-    """Device memory from PyTorch's CUDA caching allocator (R13).
-
-    Allocated with ``torch.cuda.caching_allocator_alloc(nbytes, device, stream)`` on tapegrad's
-    current stream of the device and released with ``torch.cuda.caching_allocator_delete``
-    when the owning array dies; it counts in ``torch.cuda.memory_allocated()``.
-    """
-
-    name = "torch"
-    capture_safe = False
-
-    def alloc(self, device, nbytes: int, stream=None):
-        import torch
-        handle = (stream if stream is not None else device.stream).cuda_stream
-        ptr = torch.cuda.caching_allocator_alloc(int(nbytes), device.ordinal, int(handle))
-        return _TorchBlock(int(ptr), int(nbytes), device, torch.cuda.caching_allocator_delete)
-
-    def check(self, device):
-        """Raise a clear error if PyTorch cannot allocate on ``device``."""
-        try:
-            import torch
-        except ImportError:
-            raise RuntimeError("set_allocator('torch'): PyTorch is not installed") from None
-        if not torch.cuda.is_available():
-            raise RuntimeError("set_allocator('torch'): this PyTorch build has no CUDA support or sees no GPU")
-        if device.ordinal >= torch.cuda.device_count():
-            raise RuntimeError(f"set_allocator('torch'): PyTorch does not see {device} "
-                               f"(it sees {torch.cuda.device_count()} CUDA device(s))")
-
-    def __repr__(self):
-        return "TorchAllocator()"
-
-
-class _TorchBlock:
-    """Owner of memory from torch's caching allocator; gives it back when it dies."""
-
-    __slots__ = ("ptr", "nbytes", "device", "_delete", "__weakref__")
-
-    def __init__(self, ptr, nbytes, device, delete):
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self.device = device
-        self._delete = delete
-
-    def __int__(self):
-        return self.ptr
-
-    def __del__(self):
-        ptr, self.ptr = self.ptr, 0
-        if ptr:
-            try:
-                self._delete(ptr)
-            except Exception:  # interpreter shutdown: torch may already be gone
-                pass
-
-    def __repr__(self):
-        return f"<torch caching-allocator block 0x{self.ptr:x} ({self.nbytes} bytes) on {self.device}>"
 
 
 # ------------------------------------------------------------------- stream-ordered memory
@@ -395,14 +343,12 @@ def _foreign_memory(device, stream):
 
 _default = CupyPoolAllocator()
 _async = AsyncPoolAllocator()
-_torch = TorchAllocator()
 _per_device: dict = {}
 _lock = threading.Lock()
 
 _NAMES = {
     "cupy": _default, "default": _default, "pool": _default,
     "async": _async, "mempool": _async, "stream_ordered": _async, "cuda_async": _async,
-    "torch": _torch, "pytorch": _torch,
 }
 _VALID = ("'cupy' (CuPy's pool, the default), 'async' (stream-ordered cudaMallocAsync), 'torch' (PyTorch's "
           "caching allocator)")
@@ -418,7 +364,12 @@ def resolve_allocator(allocator):
     if allocator is None:
         return _default
     if isinstance(allocator, str):
-        a = _NAMES.get(allocator.strip().lower())
+        key = allocator.strip().lower()
+        a = _NAMES.get(key)
+        module = frameworks.allocator_module(key) if a is None else None
+        if module is not None:
+            importlib.import_module(module)   # the bridge's allocator module registers the name
+            a = _NAMES.get(key)
         if a is None:
             raise ValueError(f"set_allocator: unknown allocator {allocator!r}; expected one of {_VALID}, "
                              "None, or an object with alloc(device, nbytes)")
@@ -503,18 +454,26 @@ class ScopedAllocator:
 
 # --------------------------------------------------------------------------- selection
 
-def _torch_captures(device, handle) -> bool:
-    """Best guess that ``handle`` is being captured by PyTorch (``torch.cuda.graph``), whose
-    caching allocator then serves it from the graph's private pool."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        if not torch.cuda.is_initialized():
-            return False
-        return int(torch.cuda.current_stream(device.ordinal).cuda_stream) == int(handle)
-    except Exception:
-        return False
+_CAPTURE_OWNERS: list = []   # probe(device, handle) -> allocator or None (registered by bridges)
+
+
+def register_allocator(names, allocator) -> None:
+    """Make ``allocator`` selectable by each of ``names`` (lower case) in ``set_allocator``.
+
+    A bridge registers its framework's allocator here (``tapegrad.bridges.torch_memory``:
+    ``"torch"``); names listed in ``tapegrad.frameworks`` import their bridge module on first
+    use, which registers them.
+    """
+    for n in names:
+        _NAMES[n.strip().lower()] = allocator
+
+
+def register_capture_owner(probe) -> None:
+    """Add ``probe(device, handle) -> allocator or None``: asked when an allocation is made on a
+    stream another framework is capturing; the first allocator returned serves it (the
+    framework's graph pool)."""
+    if probe not in _CAPTURE_OWNERS:
+        _CAPTURE_OWNERS.append(probe)
 
 
 def allocator_for_stream(device, stream):
@@ -528,8 +487,10 @@ def allocator_for_stream(device, stream):
         return chosen
     if state is not None and not state.external:
         return _async                      # tapegrad's own capture: graph-owned memory
-    if _torch_captures(device, handle):
-        return _torch                      # torch.cuda.graph: its private graph pool
+    for probe in _CAPTURE_OWNERS:          # e.g. torch.cuda.graph: its private graph pool
+        owner = probe(device, handle)
+        if owner is not None:
+            return owner
     return _async
 
 
@@ -537,6 +498,6 @@ def alloc(device, nbytes: int, stream=None):
     """Allocate ``nbytes`` on ``device`` for work on ``stream`` (default: its current stream)."""
     stream = stream if stream is not None else device.stream
     a = allocator_for_stream(device, stream)
-    if a is _default or a is _async or a is _torch:
+    if getattr(a, "takes_stream", False):
         return a.alloc(device, nbytes, stream=stream)
     return a.alloc(device, nbytes)

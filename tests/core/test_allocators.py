@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.bridges.torch_memory import TorchAllocator
 from tapegrad.cuda import allocators as A
 
 HAS_CUDA = tg.is_cuda_available()
@@ -18,7 +19,7 @@ cuda = pytest.mark.cuda
 def test_names_resolve_to_the_three_allocators():
     assert isinstance(A.resolve_allocator("cupy"), A.CupyPoolAllocator)
     assert isinstance(A.resolve_allocator("async"), A.AsyncPoolAllocator)
-    assert isinstance(A.resolve_allocator("torch"), A.TorchAllocator)
+    assert isinstance(A.resolve_allocator("torch"), TorchAllocator)   # the torch bridge registers it
     assert A.resolve_allocator(None) is A.resolve_allocator("cupy")
     assert A.resolve_allocator(" Torch ") is A.resolve_allocator("torch")
     assert A.resolve_allocator("async").name == "async"
