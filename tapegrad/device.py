@@ -2,6 +2,10 @@
 
 Nothing CUDA is imported until a CUDA device is asked for, so a CPU-only machine needs
 only numpy and a C++ compiler.
+
+The ``stream`` properties import ``tapegrad.cuda.stream`` on first use: the one permitted lazy
+import of the package (a stream belongs to a device, a device hands out its current stream),
+which keeps ``import tapegrad`` free of the CUDA layer (docs/architecture.md).
 """
 from __future__ import annotations
 
