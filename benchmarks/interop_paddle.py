@@ -169,7 +169,8 @@ def main():
         print(f"{lib}: baseline / best solution = {ratios[lib]:.2f}x"
               + ("   (target <= 1.2x)" if lib == "tapegrad" else ""))
 
-    meta = {"omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "calls": args.calls, "rounds": args.rounds, "lazy_n": args.lazy_n, "paddle": paddle.__version__,
+    meta = {"omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "calls": args.calls, "rounds": args.rounds,
+            "lazy_n": args.lazy_n, "paddle": paddle.__version__,
             "tapegrad": tg.__version__, "warp": getattr(wp, "__version__", None), "machine": platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
     out = write_results("interop_paddle_cpu", {"meta": meta, "rows": rows, "lazy_grad_ms": lazy_ms,

@@ -35,8 +35,8 @@ from tapegrad.launch import ArrayCtype
 from tapegrad.storage import fold_inner_dims
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
-           "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr", "CudaView", "release_after",
-           "pending_releases"]
+           "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr",
+           "CudaView", "release_after", "pending_releases"]
 
 _LAYOUT_CACHE_MAX = 4096
 _RAW_BF16 = (T.uint16, T.int16)   # dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from tapegrad import types as T
 from tapegrad.launch import launch
 
-__all__ = ["Param", "KernelSignature", "dims_of", "config_key"]
+from ._base import check_compatible
+
+__all__ = ["Param", "KernelSignature", "dims_of", "config_key", "op_builder"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,31 @@ def config_key(*parts):
     except TypeError:
         return None
     return key
+
+
+def op_builder(name: str, module: str, doc: str, build):
+    """The public ``<framework>_op(kernel, num_outputs=1, *, launch_dims=None, output_dims=None,
+    name=None)`` function: builds an op with ``build(kernel, num_outputs, launch_dims,
+    output_dims, name)`` and returns the same op for the same configuration again.
+
+    Args:
+        name, module, doc: the public function's ``__name__``, ``__module__`` and docstring.
+        build: the framework's op constructor.
+    """
+    ops: dict = {}                 # configuration -> the op already built for it
+
+    def make_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
+        key = config_key(kernel, num_outputs, launch_dims, output_dims, name)
+        op = ops.get(key) if key is not None else None
+        if op is None:
+            op = build(kernel, num_outputs, launch_dims, output_dims, name)
+            if key is not None:
+                ops[key] = op
+        return op
+
+    make_op.__name__ = make_op.__qualname__ = name
+    make_op.__module__, make_op.__doc__ = module, doc
+    return make_op
 
 
 @dataclass(frozen=True)
@@ -261,7 +288,34 @@ class KernelSignature:
                             f"{len(shape)}-D of shape {shape}")
         k = len(p.inner_shape)
         if k and shape[len(shape) - k:] != p.inner_shape:
-            raise RuntimeError(f"{label}: dtype {p.dtype!r} needs trailing dimensions {p.inner_shape}, got shape {shape}")
+            raise RuntimeError(f"{label}: dtype {p.dtype!r} needs trailing dimensions {p.inner_shape}, "
+                               f"got shape {shape}")
+
+    def check_tensors(self, args, label: str, tensor_types, framework: str, dtypes) -> None:
+        """``check_count`` and, for every array input, the tensor type, dtype and dims.
+
+        Args:
+            args: the op's arguments.
+            label: the op's name for messages.
+            tensor_types: the framework's tensor class(es).
+            framework: its name ("torch", "paddle"...), for messages.
+            dtypes: its ``DtypeMap``.
+
+        Raises:
+            TypeError: a wrong count, not a tensor, a dtype tapegrad lacks, wrong dims.
+            BridgeTypeError: (a TypeError) a dtype the parameter cannot view, as the conversions raise it.
+            RuntimeError: component dims that do not fit.
+        """
+        self.check_count(args, label)
+        for i in self.array_inputs:
+            t, p = args[i], self.inputs[i]
+            where = f"{label} argument '{p.name}'"
+            if not isinstance(t, tensor_types):
+                raise TypeError(f"{where}: expected a {framework} tensor, got {type(t).__name__}")
+            src = dtypes.lookup(t.dtype)
+            if src is not None:
+                check_compatible(src, p.dtype.scalar, str(t.dtype), where)
+            self.check_array(p, src, str(t.dtype), t.shape, label)
 
     # ---------------------------------------------------------------------------- launch
     def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None) -> None:

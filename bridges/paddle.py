@@ -151,7 +151,10 @@ def _cuda_device_arg(x, fname) -> Device:
     """The CUDA device named by a paddle place/string or a tapegrad device (None: paddle's current)."""
     if x is None and not paddle.is_compiled_with_cuda():
         raise RuntimeError(f"{fname}: this paddle build has no CUDA (install paddlepaddle-gpu)")
-    dev = get_device(f"cuda:{_current_cuda()}") if x is None else (x if isinstance(x, Device) else device_from_paddle(x))
+    if x is None:
+        dev = get_device(f"cuda:{_current_cuda()}")
+    else:
+        dev = x if isinstance(x, Device) else device_from_paddle(x)
     if not dev.is_cuda:
         raise RuntimeError(f"{fname}: device {dev} is not a CUDA device")
     return dev
@@ -288,7 +291,8 @@ paddle_op = make_paddle_op(_bridge)   # the op builder is its own module; it get
 
 # ----------------------------------------------------------------------------- conversions
 
-from_paddle = Bridge.public(_bridge.from_tensor, "from_paddle", """Wrap a paddle tensor as a tapegrad array without copying.
+from_paddle = Bridge.public(_bridge.from_tensor, "from_paddle", """\
+    Wrap a paddle tensor as a tapegrad array without copying.
 
     Args:
         t: the tensor (CPU or CUDA place). The array keeps it alive.
@@ -313,7 +317,8 @@ from_paddle = Bridge.public(_bridge.from_tensor, "from_paddle", """Wrap a paddle
             existing ``t.grad``) differs from ``t`` in dtype, shape, strides or device.
     """, __name__)
 
-to_paddle = Bridge.public(_bridge.to_tensor, "to_paddle", """A paddle tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
+to_paddle = Bridge.public(_bridge.to_tensor, "to_paddle", """\
+    A paddle tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
 
     The tensor keeps ``a`` alive (through the DLPack capsule's deleter). With
     ``requires_grad`` (default: ``a.requires_grad``) it has ``stop_gradient=False`` and its

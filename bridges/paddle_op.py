@@ -19,29 +19,17 @@ from paddle.jit.sot.psdb import fallback as _sot_fallback
 
 from tapegrad import types as T
 
-from ._base import Bridge, check_compatible, wrap_stream_handle
-from ._op import KernelSignature, config_key
+from ._base import Bridge, wrap_stream_handle
+from ._op import KernelSignature, op_builder
 
 __all__ = ["make_paddle_op"]
 
 
 def make_paddle_op(bridge: Bridge):
-    """The public ``paddle_op`` over the paddle ``bridge`` (``tapegrad.bridges.paddle`` calls
-    this: the op module gets the conversions it needs as an argument, so it imports no bridge)."""
-    ops: dict = {}                 # configuration -> the op already built for it
-
-    def paddle_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
-        key = config_key(kernel, num_outputs, launch_dims, output_dims, name)
-        op = ops.get(key) if key is not None else None
-        if op is None:
-            op = _KernelLayer(bridge, kernel, num_outputs, launch_dims, output_dims, name).build()
-            if key is not None:
-                ops[key] = op
-        return op
-
-    paddle_op.__doc__ = _DOC
-    paddle_op.__module__ = "tapegrad.bridges.paddle"
-    return paddle_op
+    """The public ``paddle_op`` over the paddle ``bridge`` (``tapegrad.bridges.paddle`` calls this:
+    the op module gets the conversions it needs as an argument, so it imports no bridge)."""
+    return op_builder("paddle_op", "tapegrad.bridges.paddle", _DOC,
+                      lambda *config: _KernelLayer(bridge, *config).build())
 
 
 _DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.PyLayer``).
@@ -107,16 +95,7 @@ class _KernelLayer:
             raise RuntimeError(f"{self.label}: called while paddle builds a static graph (paddle.jit.to_static with "
                                "full_graph=True, or paddle.static): its variables have no memory for the kernel; use "
                                "to_static's default mode (full_graph=False), which runs the op eagerly, or dygraph")
-        sig.check_count(args, self.label)
-        for i in self.arrays:
-            t, p = args[i], sig.inputs[i]
-            label = f"{self.label} argument '{p.name}'"
-            if not isinstance(t, paddle.Tensor):
-                raise TypeError(f"{label}: expected a paddle tensor, got {type(t).__name__}")
-            src = b.dtypes.lookup(t.dtype)
-            if src is not None:   # a BridgeTypeError (TypeError and RuntimeError), as from_paddle
-                check_compatible(src, p.dtype.scalar, str(t.dtype), label)
-            sig.check_array(p, src, str(t.dtype), t.shape, self.label)
+        sig.check_tensors(args, self.label, paddle.Tensor, "paddle", b.dtypes)
         dev = b.devices.from_framework(args[self.arrays[0]].place)
         for i in self.arrays[1:]:
             d = b.devices.from_framework(args[i].place)

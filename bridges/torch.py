@@ -197,7 +197,8 @@ torch_op = make_torch_op(_bridge)   # the op builder is its own module; it gets 
 # ----------------------------------------------------------------------------- conversions
 
 # The public conversions are the bridge's hot-path closures, published under torch's names.
-from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """Wrap a torch tensor as a tapegrad array without copying.
+from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """\
+    Wrap a torch tensor as a tapegrad array without copying.
 
     Args:
         t: the tensor (CPU or CUDA). The array keeps it alive.
@@ -221,7 +222,8 @@ from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """Wrap a torch te
             existing ``t.grad``) differs from ``t`` in dtype, shape, strides or device.
     """, __name__)
 
-to_torch = Bridge.public(_bridge.to_tensor, "to_torch", """A torch tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
+to_torch = Bridge.public(_bridge.to_tensor, "to_torch", """\
+    A torch tensor aliasing tapegrad array ``a`` (vector/matrix dims appended), no copy.
 
     The tensor keeps ``a`` alive. With ``requires_grad`` (default: ``a.requires_grad``) it is
     a leaf requiring grad whose ``.grad`` is a zero-copy view of ``a.grad`` (clone it before

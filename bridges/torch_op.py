@@ -15,8 +15,8 @@ import torch
 
 from tapegrad import types as T
 
-from ._base import Bridge, check_compatible, wrap_stream_handle
-from ._op import KernelSignature, config_key
+from ._base import Bridge, wrap_stream_handle
+from ._op import KernelSignature, op_builder
 
 __all__ = ["make_torch_op"]
 
@@ -26,20 +26,8 @@ _counter = itertools.count()
 def make_torch_op(bridge: Bridge):
     """The public ``torch_op`` over the torch ``bridge`` (``tapegrad.bridges.torch`` calls this:
     the op module gets the conversions it needs as an argument, so it imports no bridge)."""
-    ops: dict = {}                 # configuration -> the op already built for it
-
-    def torch_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
-        key = config_key(kernel, num_outputs, launch_dims, output_dims, name)
-        op = ops.get(key) if key is not None else None
-        if op is None:
-            op = _KernelOp(bridge, kernel, num_outputs, launch_dims, output_dims, name).build()
-            if key is not None:
-                ops[key] = op
-        return op
-
-    torch_op.__doc__ = _DOC
-    torch_op.__module__ = "tapegrad.bridges.torch"
-    return torch_op
+    return op_builder("torch_op", "tapegrad.bridges.torch", _DOC,
+                      lambda *config: _KernelOp(bridge, *config).build())
 
 
 _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a fake impl.
@@ -109,17 +97,7 @@ class _KernelOp:
 
     def check_inputs(self, args):
         """Argument count, dtypes and dims (also at trace time, on fake tensors)."""
-        sig = self.sig
-        sig.check_count(args, self.qualname)
-        for i in self.arrays:
-            t, p = args[i], sig.inputs[i]
-            label = f"{self.qualname} argument '{p.name}'"
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{label}: expected a tensor, got {type(t).__name__}")
-            src = self.bridge.dtypes.lookup(t.dtype)
-            if src is not None:   # a BridgeTypeError (TypeError and RuntimeError), as from_torch
-                check_compatible(src, p.dtype.scalar, str(t.dtype), label)
-            sig.check_array(p, src, str(t.dtype), t.shape, self.qualname)
+        self.sig.check_tensors(args, self.qualname, torch.Tensor, "torch", self.bridge.dtypes)
 
     # ---------------------------------------------------------------------------- launching
     def desc(self, t, p, device):

@@ -9,6 +9,8 @@ paddle = pytest.importorskip("paddle")
 import tapegrad as tg  # noqa: E402
 from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
 
+from ._bridge_kernels import copy2d, saxpy, scale_vec3, square, sum_sq, trace22  # noqa: E402
+
 pytestmark = pytest.mark.paddle
 
 
@@ -20,42 +22,6 @@ def _on_cpu():
 
 def T(x, dtype="float32", stop_gradient=True):
     return paddle.to_tensor(np.asarray(x, dtype=dtype), stop_gradient=stop_gradient)
-
-
-@tg.kernel
-def saxpy(x: tg.array[float], y: tg.array[float], a: float):
-    i = tg.tid()
-    y[i] = a * x[i] + y[i]
-
-
-@tg.kernel
-def scale_vec3(v: tg.array[tg.vec3], s: float, out: tg.array[tg.vec3]):
-    i = tg.tid()
-    out[i] = v[i] * s
-
-
-@tg.kernel
-def trace22(m: tg.array[tg.mat22], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = m[i][0, 0] + m[i][1, 1]
-
-
-@tg.kernel
-def copy2d(a: tg.array2d[float], b: tg.array2d[float]):
-    i, j = tg.tid()
-    b[i, j] = a[i, j]
-
-
-@tg.kernel
-def square(a: tg.array[float], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = a[i] * a[i]
-
-
-@tg.kernel
-def sum_sq(xs: tg.array2d[float], l: tg.array[float]):
-    tid = tg.tid()
-    tg.atomic_add(l, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
 
 
 # ------------------------------------------------------------------------ direct passing
@@ -143,40 +109,40 @@ def test_tape_fills_paddle_grads_and_adam_optimizes_from_paddle():
     opt = paddle.optimizer.Adam(learning_rate=0.1, parameters=[xs])
     w = tg.from_paddle(xs)
     assert w.grad.ptr == xs.grad.data_ptr()
-    l = tg.zeros(1, requires_grad=True)
+    loss = tg.zeros(1, requires_grad=True)
     first = None
     for _ in range(200):
-        l.zero_()
+        loss.zero_()
         tape = tg.Tape()
         with tape:
-            tg.launch(sum_sq, dim=50, inputs=[w], outputs=[l])
-        first = first if first is not None else float(l.numpy()[0])
-        tape.backward(loss=l)
+            tg.launch(sum_sq, dim=50, inputs=[w], outputs=[loss])
+        first = first if first is not None else float(loss.numpy()[0])
+        tape.backward(loss=loss)
         assert np.allclose(xs.grad.numpy(), 2 * xs.numpy())        # what the tape wrote, seen by paddle
         opt.step()
         tape.zero()
-    assert float(l.numpy()[0]) < 1e-2 * first
+    assert float(loss.numpy()[0]) < 1e-2 * first
     assert w.ptr == xs.data_ptr()                                   # Adam updated in place
 
 
 def test_adam_over_tapegrad_parameters_to_paddle():
     """Parameters declared in tapegrad (s06): paddle's Adam reads the grads the tape wrote."""
     xs = tg.array(np.random.default_rng(1).normal(size=(50, 2)), dtype=tg.float32, requires_grad=True)
-    l = tg.zeros(1, dtype=tg.float32, requires_grad=True)
+    loss = tg.zeros(1, dtype=tg.float32, requires_grad=True)
     p = tg.to_paddle(xs)
     opt = paddle.optimizer.Adam(learning_rate=0.1, parameters=[p])
     tape = tg.Tape()
     with tape:
-        tg.launch(sum_sq, dim=50, inputs=[xs], outputs=[l])
-    first = float(l.numpy()[0])
+        tg.launch(sum_sq, dim=50, inputs=[xs], outputs=[loss])
+    first = float(loss.numpy()[0])
     for _ in range(300):
         tape.zero()
-        tape.backward(loss=l)
+        tape.backward(loss=loss)
         assert p.grad.data_ptr() == xs.grad.ptr
         opt.step()
-        l.zero_()
-        tg.launch(sum_sq, dim=50, inputs=[xs], outputs=[l])
-    assert float(l.numpy()[0]) < 1e-2 * first and p.data_ptr() == xs.ptr
+        loss.zero_()
+        tg.launch(sum_sq, dim=50, inputs=[xs], outputs=[loss])
+    assert float(loss.numpy()[0]) < 1e-2 * first and p.data_ptr() == xs.ptr
 
 
 def test_to_paddle_of_a_grad_is_a_view_until_zeroed():

@@ -9,61 +9,9 @@ paddle = pytest.importorskip("paddle")
 import tapegrad as tg  # noqa: E402
 from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
 
+from ._bridge_kernels import count_pos, fwd_only, gather, outer, rosenbrock, row_sums, scale_vec, sincos  # noqa: E402,E501
+
 pytestmark = pytest.mark.paddle
-
-
-@tg.kernel
-def rosenbrock(xy: tg.array[tg.vec2d], z: tg.array[tg.float64]):
-    i = tg.tid()
-    v = xy[i]
-    z[i] = (1.0 - v[0]) ** 2.0 + 100.0 * (v[1] - v[0] ** 2.0) ** 2.0
-
-
-@tg.kernel
-def sincos(x: tg.array[tg.float64], s: tg.float64, a: tg.array[tg.float64], b: tg.array[tg.float64]):
-    i = tg.tid()
-    a[i] = tg.sin(x[i]) * s
-    b[i] = tg.cos(x[i])
-
-
-@tg.kernel
-def gather(idx: tg.array[tg.int32], table: tg.array[tg.float64], out: tg.array[tg.float64]):
-    i = tg.tid()
-    out[i] = table[idx[i]] * 2.0
-
-
-@tg.kernel
-def row_sums(m: tg.array2d[tg.float64], out: tg.array[tg.float64]):
-    i = tg.tid()
-    s = tg.float64(0.0)
-    for j in range(m.shape[1]):
-        s += m[i, j] * m[i, j]
-    out[i] = s
-
-
-@tg.kernel
-def outer(a: tg.array[tg.float64], b: tg.array[tg.float64], out: tg.array2d[tg.float64]):
-    i, j = tg.tid()
-    out[i, j] = a[i] * b[j]
-
-
-@tg.kernel
-def scale_vec(v: tg.array[tg.vec3d], s: tg.float64, k: int, out: tg.array[tg.vec3d]):
-    i = tg.tid()
-    out[i] = v[i] * (s * tg.float64(k))
-
-
-@tg.kernel
-def count_pos(x: tg.array[tg.float64], n: tg.array[tg.int32]):
-    i = tg.tid()
-    if x[i] > 0.0:
-        tg.atomic_add(n, 0, 1)
-
-
-@tg.kernel(enable_backward=False)
-def fwd_only(x: tg.array[float], y: tg.array[float]):
-    i = tg.tid()
-    y[i] = x[i] + 1.0
 
 
 def T(x, stop_gradient=False, dtype="float64"):

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")   # a module that imports torch cannot be skipped by its marker
 
 import tapegrad as tg  # noqa: E402
-from bridges._base import BridgeTypeError, GradLayoutError  # noqa: E402
+from tapegrad.bridges._base import BridgeTypeError, GradLayoutError  # noqa: E402
 from tapegrad.launch import ArrayCtype  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
@@ -455,7 +455,7 @@ def test_streams_on_the_cpu_are_clear_errors():
 
 
 def test_release_after_without_a_stream_is_a_no_op():
-    from bridges._base import pending_releases, release_after
+    from tapegrad.bridges._base import pending_releases, release_after
     release_after(None, object())
     assert pending_releases() == 0
 
@@ -520,7 +520,7 @@ def test_cuda_grad_allocation_orders_tapegrad_after_torch():
 
 @pytest.mark.cuda
 def test_cuda_release_after_keeps_objects_until_the_stream_passes():
-    from bridges._base import pending_releases, release_after
+    from tapegrad.bridges._base import pending_releases, release_after
     s = tg.Stream("cuda:0", blocking=False)
     obj = tg.zeros(1 << 20, device="cuda:0")
     ref = weakref.ref(obj)
@@ -535,7 +535,7 @@ def test_cuda_release_after_keeps_objects_until_the_stream_passes():
 
 @pytest.mark.cuda
 def test_cuda_to_torch_on_a_non_blocking_stream_defers_release():
-    from bridges._base import pending_releases
+    from tapegrad.bridges._base import pending_releases
     ts = torch.cuda.Stream(device="cuda:0")
     with torch.cuda.stream(ts):
         w = tg.zeros(1 << 20, device="cuda:0")

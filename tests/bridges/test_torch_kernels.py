@@ -7,7 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")   # a module that imports torch cannot be skipped by its marker
 
 import tapegrad as tg  # noqa: E402
-from bridges._base import BridgeTypeError  # noqa: E402
+from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
+
+from ._bridge_kernels import copy2d, saxpy, scale_vec3, square, sum_sq, trace22  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
 
@@ -15,42 +17,6 @@ pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.
 def _on_cpu():
     with tg.ScopedDevice("cpu"):
         yield
-
-
-@tg.kernel
-def saxpy(x: tg.array[float], y: tg.array[float], a: float):
-    i = tg.tid()
-    y[i] = a * x[i] + y[i]
-
-
-@tg.kernel
-def scale_vec3(v: tg.array[tg.vec3], s: float, out: tg.array[tg.vec3]):
-    i = tg.tid()
-    out[i] = v[i] * s
-
-
-@tg.kernel
-def trace22(m: tg.array[tg.mat22], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = m[i][0, 0] + m[i][1, 1]
-
-
-@tg.kernel
-def copy2d(a: tg.array2d[float], b: tg.array2d[float]):
-    i, j = tg.tid()
-    b[i, j] = a[i, j]
-
-
-@tg.kernel
-def square(a: tg.array[float], out: tg.array[float]):
-    i = tg.tid()
-    out[i] = a[i] * a[i]
-
-
-@tg.kernel
-def sum_sq(xs: tg.array2d[float], loss: tg.array[float]):
-    tid = tg.tid()
-    tg.atomic_add(loss, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
 
 
 # ------------------------------------------------------------------------ direct passing

@@ -6,62 +6,11 @@ import pytest
 torch = pytest.importorskip("torch")   # a module that imports torch cannot be skipped by its marker
 
 import tapegrad as tg  # noqa: E402
-from bridges._base import BridgeTypeError  # noqa: E402
+from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
+
+from ._bridge_kernels import fwd_only, gather, outer, rosenbrock, row_sums, scale_vec, sincos, square32  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
-
-@tg.kernel
-def rosenbrock(xy: tg.array[tg.vec2d], z: tg.array[tg.float64]):
-    i = tg.tid()
-    v = xy[i]
-    z[i] = (1.0 - v[0]) ** 2.0 + 100.0 * (v[1] - v[0] ** 2.0) ** 2.0
-
-
-@tg.kernel
-def sincos(x: tg.array[tg.float64], s: tg.float64, a: tg.array[tg.float64], b: tg.array[tg.float64]):
-    i = tg.tid()
-    a[i] = tg.sin(x[i]) * s
-    b[i] = tg.cos(x[i])
-
-
-@tg.kernel
-def gather(idx: tg.array[tg.int32], table: tg.array[tg.float64], out: tg.array[tg.float64]):
-    i = tg.tid()
-    out[i] = table[idx[i]] * 2.0
-
-
-@tg.kernel
-def row_sums(m: tg.array2d[tg.float64], out: tg.array[tg.float64]):
-    i = tg.tid()
-    s = tg.float64(0.0)
-    for j in range(m.shape[1]):
-        s += m[i, j] * m[i, j]
-    out[i] = s
-
-
-@tg.kernel
-def outer(a: tg.array[tg.float64], b: tg.array[tg.float64], out: tg.array2d[tg.float64]):
-    i, j = tg.tid()
-    out[i, j] = a[i] * b[j]
-
-
-@tg.kernel
-def scale_vec(v: tg.array[tg.vec3d], s: tg.float64, k: int, out: tg.array[tg.vec3d]):
-    i = tg.tid()
-    out[i] = v[i] * (s * tg.float64(k))
-
-
-@tg.kernel(enable_backward=False)
-def fwd_only(x: tg.array[float], y: tg.array[float]):
-    i = tg.tid()
-    y[i] = x[i] + 1.0
-
-
-@tg.kernel
-def square32(x: tg.array[float], y: tg.array[float]):
-    i = tg.tid()
-    y[i] = x[i] * x[i]
-
 
 def _xy(n=16, seed=0):
     return torch.tensor(np.random.default_rng(seed).normal(size=(n, 2)), dtype=torch.float64, requires_grad=True)
