@@ -73,7 +73,8 @@ def _current_cuda() -> int:
     return int(cur.partition(":")[2] or 0) if cur.startswith("gpu") else 0
 
 
-_DEVICES = DeviceMap("paddle", _parse_device, _current_cuda, "gpu", (_core.Place, _core.CPUPlace))
+_DEVICES = DeviceMap("paddle", _parse_device, _current_cuda, "gpu",
+                     (_core.Place, _core.CPUPlace, _core.CUDAPlace, _core.CUDAPinnedPlace))
 
 
 def device_from_paddle(paddle_device) -> Device:
