@@ -58,6 +58,14 @@ def _check_block_dim(block_dim):
     return int(block_dim)
 
 
+def _varying(v):
+    """``(varying manual axes of v, whether this JAX spells them ManualAxisType, its mesh)``."""
+    t = jax.typeof(v)
+    mat = getattr(t, "manual_axis_type", None)
+    vma = mat.varying if mat is not None else getattr(t, "vma", None)
+    return frozenset(vma or ()), mat is not None, getattr(getattr(t, "sharding", None), "mesh", None)
+
+
 def output_metadata(values) -> dict:
     """``ShapeDtypeStruct.update`` keywords giving outputs the varying manual axes of the
     inputs (needed inside ``shard_map``; JAX cannot see what an FFI output depends on)."""
@@ -65,15 +73,11 @@ def output_metadata(values) -> dict:
         return {}
     axes, manual_type, mesh = set(), False, None
     for v in values:
-        t = jax.typeof(v)
-        mat = getattr(t, "manual_axis_type", None)
-        if mat is not None:
-            manual_type, vma = True, mat.varying
-        else:
-            vma = getattr(t, "vma", None)
+        vma, manual, m = _varying(v)
         if vma:
             axes.update(vma)
-            mesh = getattr(getattr(t, "sharding", None), "mesh", mesh)
+            manual_type = manual_type or manual
+            mesh = m or mesh
     if not axes:
         return {}
     vma = frozenset(axes)
@@ -83,6 +87,30 @@ def output_metadata(values) -> dict:
     if mesh is not None:
         meta["sharding"] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return meta
+
+
+def common_varying(arrays) -> list:
+    """``arrays`` cast to the union of their varying manual axes (inside ``shard_map``).
+
+    A ``custom_vjp``'s backward must return cotangents typed like its inputs; the adjoint's
+    gradient of a replicated input used next to sharded ones varies over the mesh axis, so
+    every input enters the ``custom_vjp`` varying, and JAX sums the replicated inputs'
+    gradients itself (the transpose of the cast is a ``psum``).
+    """
+    if not hasattr(jax, "typeof"):
+        return list(arrays)
+    each = [_varying(a)[0] for a in arrays]
+    union = frozenset().union(*each)
+    if not union:
+        return list(arrays)
+    cast = getattr(jax.lax, "pcast", None)
+    out = []
+    for a, vma in zip(arrays, each):
+        missing = tuple(sorted(union - vma))
+        if missing:
+            a = cast(a, missing, to="varying") if cast is not None else jax.lax.pvary(a, missing)
+        out.append(a)
+    return out
 
 
 class JaxKernel:
@@ -232,7 +260,7 @@ class JaxKernel:
         fn = self._vjps.get(key)
         if fn is None:
             fn = self._vjps[key] = self._make_vjp(statics, grid, shapes, vm)
-        return fn(*arrays)
+        return fn(*common_varying(arrays))
 
     def _eager_key(self, args):
         """A key of concrete (eager) arguments, or None: traced or unhashable arguments take
