@@ -9,7 +9,11 @@ Markers (set them per test, or per module with ``pytestmark = pytest.mark.torch`
     slow     long-running; runs by default, deselect with ``-m "not slow"``
 
 A test carrying a marker whose requirement is missing is skipped with the reason, so test files
-hold no ``importorskip``/``skipif`` lines of their own for these. The checks import nothing
+hold no ``importorskip``/``skipif`` lines of their own for these. Two exceptions: a module that
+imports a framework at its top keeps ``pytest.importorskip`` for that import (a marker cannot
+skip a module that fails to import), and a test that needs tapegrad's GPU but the framework on
+the CPU keeps ``skipif(not tg.is_cuda_available())`` instead of ``cuda`` (which, next to a
+framework marker, asks for the framework's CUDA build). The checks import nothing
 until a collected test carries the marker (``import tapegrad`` imports no framework either).
 
 ``device``: a test taking a ``device`` argument runs once per device, "cpu" and, on a machine
