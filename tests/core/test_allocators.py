@@ -8,7 +8,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.bridges.torch_memory import TorchAllocator
-from tapegrad.cuda import allocators as A
+from tapegrad.cuda import allocators
 
 HAS_CUDA = tg.is_cuda_available()
 cuda = pytest.mark.cuda
@@ -17,19 +17,19 @@ cuda = pytest.mark.cuda
 # ------------------------------------------------------------------------ CPU: validation
 
 def test_names_resolve_to_the_three_allocators():
-    assert isinstance(A.resolve_allocator("cupy"), A.CupyPoolAllocator)
-    assert isinstance(A.resolve_allocator("async"), A.AsyncPoolAllocator)
-    assert isinstance(A.resolve_allocator("torch"), TorchAllocator)   # the torch bridge registers it
-    assert A.resolve_allocator(None) is A.resolve_allocator("cupy")
-    assert A.resolve_allocator(" Torch ") is A.resolve_allocator("torch")
-    assert A.resolve_allocator("async").name == "async"
-    assert A.resolve_allocator("torch").name == "torch"
-    assert A.resolve_allocator("cupy").name == "cupy"
+    assert isinstance(allocators.resolve_allocator("cupy"), allocators.CupyPoolAllocator)
+    assert isinstance(allocators.resolve_allocator("async"), allocators.AsyncPoolAllocator)
+    assert isinstance(allocators.resolve_allocator("torch"), TorchAllocator)   # the torch bridge registers it
+    assert allocators.resolve_allocator(None) is allocators.resolve_allocator("cupy")
+    assert allocators.resolve_allocator(" Torch ") is allocators.resolve_allocator("torch")
+    assert allocators.resolve_allocator("async").name == "async"
+    assert allocators.resolve_allocator("torch").name == "torch"
+    assert allocators.resolve_allocator("cupy").name == "cupy"
 
 
 def test_unknown_name_is_a_value_error_listing_the_choices():
     with pytest.raises(ValueError, match=r"unknown allocator 'bogus'.*'cupy'.*'async'.*'torch'"):
-        A.resolve_allocator("bogus")
+        allocators.resolve_allocator("bogus")
     with pytest.raises(ValueError, match="unknown allocator"):
         tg.set_allocator("bogus", device="cpu")  # the name is checked before the device
 
@@ -37,12 +37,12 @@ def test_unknown_name_is_a_value_error_listing_the_choices():
 @pytest.mark.parametrize("bad", [42, 1.5, object(), ["torch"]])
 def test_bad_type_is_a_type_error(bad):
     with pytest.raises(TypeError, match="alloc\\(device, nbytes\\)"):
-        A.resolve_allocator(bad)
+        allocators.resolve_allocator(bad)
 
 
 def test_allocator_class_instead_of_instance_is_a_type_error():
     with pytest.raises(TypeError, match=r"call it: AsyncPoolAllocator\(\)"):
-        A.resolve_allocator(A.AsyncPoolAllocator)
+        allocators.resolve_allocator(allocators.AsyncPoolAllocator)
 
 
 def test_custom_allocator_object_is_accepted():
@@ -51,7 +51,7 @@ def test_custom_allocator_object_is_accepted():
             raise AssertionError("not called on the CPU")
 
     m = Mine()
-    assert A.resolve_allocator(m) is m
+    assert allocators.resolve_allocator(m) is m
 
 
 def test_set_allocator_on_cpu_is_a_runtime_error():
@@ -73,14 +73,14 @@ def test_scoped_allocator_validates_name_at_construction_and_device_at_entry():
 
 
 def test_current_allocator_is_cupy_by_default():
-    assert A.current_allocator("cpu").name == "cupy"
-    assert A.get_allocator is A.current_allocator
+    assert allocators.current_allocator("cpu").name == "cupy"
+    assert allocators.get_allocator is allocators.current_allocator
 
 
 def test_async_release_threshold_validation():
     with pytest.raises(ValueError, match="release_threshold"):
-        A.AsyncPoolAllocator(release_threshold=-1)
-    assert A.AsyncPoolAllocator(release_threshold=None).release_threshold is None
+        allocators.AsyncPoolAllocator(release_threshold=-1)
+    assert allocators.AsyncPoolAllocator(release_threshold=None).release_threshold is None
 
 
 def test_without_cuda_setting_an_allocator_for_the_default_device_is_a_clear_error():
@@ -97,7 +97,7 @@ class _Recorder:
         self.inside, self.outside = [], []
 
     def memory(self, foreign=False):
-        return A.GraphMemory("dev", "capture-stream", foreign=foreign,
+        return allocators.GraphMemory("dev", "capture-stream", foreign=foreign,
                              free_in_capture=lambda p, s: self.inside.append((p, s)),
                              free_outside=lambda p, s: self.outside.append((p, s)))
 
@@ -164,8 +164,9 @@ def test_allocator_module_does_not_import_frameworks(tmp_path):
     import sys
     code = (
         "import sys, tapegrad as tg\n"
-        "from tapegrad.cuda import allocators as A\n"
-        "tg.ScopedAllocator; tg.set_allocator; A.resolve_allocator('torch'); A.resolve_allocator('async')\n"
+        "from tapegrad.cuda import allocators\n"
+        "tg.ScopedAllocator; tg.set_allocator\n"
+        "allocators.resolve_allocator('torch'); allocators.resolve_allocator('async')\n"
         "try:\n    tg.set_allocator('torch', device='cpu')\nexcept RuntimeError:\n    pass\n"
         "assert 'cupy' not in sys.modules, 'cupy was imported'\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -183,10 +184,10 @@ def test_async_allocator_round_trip_and_owner_type():
     data = np.arange(1000, dtype=np.float32)
     with tg.ScopedAllocator("async", device=dev) as alloc:
         assert alloc.name == "async"
-        assert A.current_allocator(dev).name == "async"
+        assert allocators.current_allocator(dev).name == "async"
         a = tg.array(data, device=dev)
         z = tg.zeros(1000, device=dev)
-    assert A.current_allocator(dev).name == "cupy"
+    assert allocators.current_allocator(dev).name == "cupy"
     assert type(a.owner).__name__ == "_AsyncBlock"
     np.testing.assert_array_equal(a.numpy(), data)
     np.testing.assert_array_equal(z.numpy(), np.zeros(1000, np.float32))
@@ -204,7 +205,7 @@ def test_set_allocator_switches_and_resets():
     dev = tg.get_device("cuda:0")
     try:
         tg.set_allocator("async", device=dev)
-        assert A.current_allocator(dev).name == "async"
+        assert allocators.current_allocator(dev).name == "async"
         a = tg.zeros(16, device=dev)
         assert type(a.owner).__name__ == "_AsyncBlock"
         tg.set_allocator("cupy", device=dev)
@@ -212,7 +213,7 @@ def test_set_allocator_switches_and_resets():
         assert type(b.owner).__name__ != "_AsyncBlock"
     finally:
         tg.set_allocator(None, device=dev)
-    assert A.current_allocator(dev).name == "cupy"
+    assert allocators.current_allocator(dev).name == "cupy"
 
 
 @cuda
@@ -259,7 +260,7 @@ def test_set_allocator_torch_checks_torch():
     dev = tg.get_device("cuda:0")
     try:
         tg.set_allocator("torch", device=dev)
-        assert A.current_allocator(dev).name == "torch"
+        assert allocators.current_allocator(dev).name == "torch"
         t0 = torch.cuda.memory_allocated(0)
         a = tg.ones(1024, device=dev)
         assert torch.cuda.memory_allocated(0) > t0

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tapegrad as tg
-from tapegrad import types as T
+from tapegrad import types
 
-SCALARS = [s for s in T.SCALARS.values() if s is not T.bfloat16]   # hypothesis cannot draw ml_dtypes' bf16
+SCALARS = [s for s in types.SCALARS.values() if s is not types.bfloat16]   # hypothesis cannot draw ml_dtypes' bf16
 
 
 @st.composite

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import dlpack as D
-from tapegrad.dlpack import capsules as N
+from tapegrad import dlpack
+from tapegrad.dlpack import capsules
 
 from .._dlpack_util import get_name
 
@@ -29,10 +29,10 @@ def inspect_capsule(cap):
     name = get_name(cap)
     p = _get_ptr(cap, name)
     if name == b"dltensor_versioned":
-        m = N._DLManagedTensorVersioned.from_address(p)
+        m = capsules._DLManagedTensorVersioned.from_address(p)
         flags = m.flags
     else:
-        m = N._DLManagedTensor.from_address(p)
+        m = capsules._DLManagedTensor.from_address(p)
         flags = 0
     t = m.dl_tensor
     return {"name": name.decode(), "flags": flags, "data": t.data or 0,
@@ -200,7 +200,7 @@ def test_to_dlpack_orders_legacy_stream(cp, torch):
 def test_dl_device_cpu_copies(cp):
     a = tg.array(np.arange(6, dtype=np.float32), device="cuda:0")
     info = inspect_capsule(a.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
-    assert info["device"] == (1, 0) and info["flags"] & D.FLAG_IS_COPIED and info["data"] != a.ptr
+    assert info["device"] == (1, 0) and info["flags"] & dlpack.FLAG_IS_COPIED and info["data"] != a.ptr
     n = np.from_dlpack(a, device="cpu")
     np.testing.assert_array_equal(n, np.arange(6))
     with pytest.raises(BufferError):
@@ -215,7 +215,7 @@ def test_dl_device_cpu_copies(cp):
 def test_copy_true_cuda(torch):
     a = tg.array(np.arange(6, dtype=np.float32), device="cuda:0")
     info = inspect_capsule(a.__dlpack__(max_version=(1, 0), copy=True))
-    assert info["flags"] & D.FLAG_IS_COPIED and info["data"] != a.ptr
+    assert info["flags"] & dlpack.FLAG_IS_COPIED and info["data"] != a.ptr
     t = torch.from_dlpack(a, copy=True)
     assert t.data_ptr() != a.ptr
     torch.cuda.synchronize()

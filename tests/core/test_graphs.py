@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.cuda import graph as G
+from tapegrad.cuda import graph as cuda_graph
 
 HAS_CUDA = tg.is_cuda_available()
 cuda = pytest.mark.cuda
@@ -117,7 +117,7 @@ def test_scoped_capture_argument_validation():
     with pytest.raises(TypeError, match="stream must be a tapegrad Stream"):
         tg.capture_begin(stream="s")
     for mode, value in (("thread_local", 1), ("global", 0), ("relaxed", 2), (1, 1)):
-        assert G._parse_mode(mode) == value
+        assert cuda_graph._parse_mode(mode) == value
 
 
 def test_scoped_capture_is_not_active_before_entry():
@@ -127,7 +127,7 @@ def test_scoped_capture_is_not_active_before_entry():
 
 
 def test_is_capturing_is_false_on_cpu():
-    assert G.is_capturing(device="cpu") is False
+    assert cuda_graph.is_capturing(device="cpu") is False
 
 
 def test_importing_graph_support_does_not_import_cupy_or_torch():
@@ -158,7 +158,7 @@ def test_capture_records_without_running_and_replays():
     a.zero_()
     with tg.ScopedCapture() as capture:
         tg.launch(k.inc, dim=N, inputs=[a])
-    assert isinstance(capture.graph, G.Graph)
+    assert isinstance(capture.graph, cuda_graph.Graph)
     assert _value(a) == 0.0, "capturing must not run the kernel"
     for _ in range(3):
         tg.capture_launch(capture.graph)
@@ -210,10 +210,10 @@ def test_capture_begin_end_and_launch_on_a_stream():
     a = _warm_zeros(k)
     with tg.ScopedStream(s):
         tg.capture_begin()
-        assert G.is_capturing()
+        assert cuda_graph.is_capturing()
         tg.launch(k.inc, dim=N, inputs=[a])
         graph = tg.capture_end()
-        assert not G.is_capturing()
+        assert not cuda_graph.is_capturing()
     tg.capture_launch(graph, stream=s)
     tg.capture_launch(graph, stream=s)
     tg.synchronize_stream(s)
@@ -258,7 +258,7 @@ def test_nested_capture_and_end_without_begin_are_errors():
     with tg.ScopedCapture():
         with pytest.raises(RuntimeError, match="already in progress"):
             tg.capture_begin(device=DEV)
-    assert not G.is_capturing(device=DEV)
+    assert not cuda_graph.is_capturing(device=DEV)
 
 
 @cuda
@@ -270,7 +270,7 @@ def test_illegal_call_inside_capture_fails_cleanly_and_stream_recovers():
         with tg.ScopedCapture():
             tg.launch(k.inc, dim=N, inputs=[a])
             tg.synchronize_stream()        # synchronising a capturing stream is not capturable
-    assert not G.is_capturing(device=DEV)
+    assert not cuda_graph.is_capturing(device=DEV)
     a.zero_()
     with tg.ScopedCapture() as capture:   # the stream can be captured again
         tg.launch(k.inc, dim=N, inputs=[a])
@@ -289,7 +289,7 @@ def test_exception_in_block_discards_the_capture():
             tg.launch(k.inc, dim=N, inputs=[a])
             raise KeyError("boom")
     assert capture.graph is None
-    assert not G.is_capturing(device=DEV)
+    assert not cuda_graph.is_capturing(device=DEV)
 
 
 @cuda
@@ -325,7 +325,7 @@ def test_allocation_inside_capture_is_graph_memory_and_is_freed():
     a.zero_()
     tg.synchronize()
     gc.collect()
-    base = G.graph_memory_in_use(DEV)
+    base = cuda_graph.graph_memory_in_use(DEV)
     with tg.ScopedCapture() as capture:
         tmp = tg.zeros(N, device=DEV)          # allocated and freed inside the graph
         tg.launch(k.inc, dim=N, inputs=[tmp])
@@ -336,11 +336,11 @@ def test_allocation_inside_capture_is_graph_memory_and_is_freed():
     graph = capture.graph
     assert graph.allocates
     tg.synchronize()
-    assert G.graph_memory_in_use(DEV) == base, "nothing is backed before the first launch"
+    assert cuda_graph.graph_memory_in_use(DEV) == base, "nothing is backed before the first launch"
     tg.capture_launch(graph)
     tg.capture_launch(graph)                   # relaunch while `out` is alive (auto-free on launch)
     tg.synchronize()
-    assert G.graph_memory_in_use(DEV) > base
+    assert cuda_graph.graph_memory_in_use(DEV) > base
     assert _value(a, 3) == 2.0
     assert _value(out, 3) == 1.0               # zeroed and incremented by every launch
     del out
@@ -348,15 +348,15 @@ def test_allocation_inside_capture_is_graph_memory_and_is_freed():
     tg.synchronize()
     # allocations freed inside the graph stay associated with it (CUDA reserves them for the
     # next launch) until the graph is destroyed; what must not happen is growth per launch
-    in_use = G.graph_memory_in_use(DEV)
+    in_use = cuda_graph.graph_memory_in_use(DEV)
     tg.capture_launch(graph)                   # still launchable; the unowned buffer is freed behind it
     tg.synchronize()
-    assert G.graph_memory_in_use(DEV) <= in_use
+    assert cuda_graph.graph_memory_in_use(DEV) <= in_use
     assert _value(a, 3) == 3.0
     del graph, capture
     gc.collect()
     tg.synchronize()
-    after_one = G.graph_memory_in_use(DEV)
+    after_one = cuda_graph.graph_memory_in_use(DEV)
     # destroying graphs gives their memory back to the driver's graph pool (which keeps a
     # granule reserved): capturing, launching and dropping more graphs must not grow it
     for _ in range(3):
@@ -371,7 +371,7 @@ def test_allocation_inside_capture_is_graph_memory_and_is_freed():
         del res, cap
         gc.collect()
         tg.synchronize()
-    assert G.graph_memory_in_use(DEV) <= after_one
+    assert cuda_graph.graph_memory_in_use(DEV) <= after_one
 
 
 @cuda
@@ -379,7 +379,7 @@ def test_graph_result_buffer_outlives_the_graph():
     k = kernels()
     _warm((k.inc, [tg.zeros(N, device=DEV)]))
     gc.collect()
-    base = G.graph_memory_in_use(DEV)
+    base = cuda_graph.graph_memory_in_use(DEV)
     with tg.ScopedCapture() as capture:
         out = tg.zeros(N, device=DEV)
         tg.launch(k.inc, dim=N, inputs=[out])
@@ -392,7 +392,7 @@ def test_graph_result_buffer_outlives_the_graph():
     del out
     gc.collect()
     tg.synchronize()
-    assert G.graph_memory_in_use(DEV) == base
+    assert cuda_graph.graph_memory_in_use(DEV) == base
 
 
 @cuda

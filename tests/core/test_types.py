@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import types as T
+from tapegrad import types
 
-SCALARS = list(T.SCALARS.values())
+SCALARS = list(types.SCALARS.values())
 
 
 @pytest.mark.parametrize("s", SCALARS, ids=lambda s: s.name)
@@ -16,13 +16,13 @@ def test_scalar_row_is_consistent(s):
     assert tg.dtype_from_numpy(s.np_dtype) is s
     assert tg.dtype_from_numpy(s.np_dtype.type) is s
     assert ctypes.sizeof(s.ctype) == s.size == s.np_dtype.itemsize
-    assert T.dtype_from_dlpack(*T.dtype_to_dlpack(s)[:2]) is s
+    assert types.dtype_from_dlpack(*types.dtype_to_dlpack(s)[:2]) is s
 
 
 def test_types_imports_no_framework():
     import subprocess
     import sys
-    code = ("import sys, tapegrad.types as T; assert T.bfloat16.torch_name == 'bfloat16'; "
+    code = ("import sys; from tapegrad import types; assert types.bfloat16.torch_name == 'bfloat16'; "
             "bad = [m for m in ('torch', 'paddle', 'jax', 'ml_dtypes') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -30,29 +30,29 @@ def test_types_imports_no_framework():
 def test_bfloat16_row():
     b = tg.bfloat16
     assert (b.kind, b.bits, b.size, b.dl_code) == ("float", 16, 2, 4) and b.is_float
-    assert T.dtype_from_dlpack(4, 16) is b and T.dtype_to_dlpack(b) == (4, 16, 1)
+    assert types.dtype_from_dlpack(4, 16) is b and types.dtype_to_dlpack(b) == (4, 16, 1)
     assert (b.torch_name, b.paddle_name, b.jax_name) == ("bfloat16",) * 3
     assert b.np_dtype.itemsize == 2
     ml_dtypes = pytest.importorskip("ml_dtypes")
     assert b.np_dtype == np.dtype(ml_dtypes.bfloat16)
-    assert tg.dtype_from_numpy(ml_dtypes.bfloat16) is b and T.resolve_dtype(np.dtype(ml_dtypes.bfloat16)) is b
+    assert tg.dtype_from_numpy(ml_dtypes.bfloat16) is b and types.resolve_dtype(np.dtype(ml_dtypes.bfloat16)) is b
     assert tg.dtype_from_numpy(np.uint16) is tg.uint16     # raw-bit storage never shadows uint16
 
 
 def test_bfloat16_is_not_a_kernel_type_yet():
     with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        T.type_of(tg.array(dtype=tg.bfloat16), arg="x")
+        types.type_of(tg.array(dtype=tg.bfloat16), arg="x")
     with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        T.type_of(tg.bfloat16, arg="x")
+        types.type_of(tg.bfloat16, arg="x")
     with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        T.type_of(tg.vector(2, tg.bfloat16), arg="x")
+        types.type_of(tg.vector(2, tg.bfloat16), arg="x")
 
 
 def test_python_types_resolve_like_warp():
-    assert T.resolve_dtype(float) is tg.float32
-    assert T.resolve_dtype(int) is tg.int32
-    assert T.resolve_dtype(bool) is tg.bool
-    assert T.resolve_dtype(np.float64) is tg.float64
+    assert types.resolve_dtype(float) is tg.float32
+    assert types.resolve_dtype(int) is tg.int32
+    assert types.resolve_dtype(bool) is tg.bool
+    assert types.resolve_dtype(np.float64) is tg.float64
 
 
 def test_unsupported_types_raise_type_error():
@@ -61,9 +61,9 @@ def test_unsupported_types_raise_type_error():
     with pytest.raises(TypeError, match="complex"):
         tg.dtype_from_numpy(np.complex64)
     with pytest.raises(TypeError, match="dtype"):
-        T.resolve_dtype("not a type")
+        types.resolve_dtype("not a type")
     with pytest.raises(TypeError):
-        T.dtype_from_dlpack(10, 8)  # float8_e4m3fn has no tapegrad type
+        types.dtype_from_dlpack(10, 8)  # float8_e4m3fn has no tapegrad type
 
 
 def test_vector_and_matrix_types_are_cached_and_named():
@@ -122,5 +122,5 @@ def test_struct_rejects_non_tapegrad_fields():
 
 
 def test_abi_struct_sizes():
-    assert ctypes.sizeof(T.ArrayDesc) == 88
-    assert ctypes.sizeof(T.LaunchBounds) == 48
+    assert ctypes.sizeof(types.ArrayDesc) == 88
+    assert ctypes.sizeof(types.LaunchBounds) == 48
