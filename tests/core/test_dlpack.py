@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import build
-from tapegrad import dlpack as D
-from tapegrad.dlpack import capsules as N
+from tapegrad import build, dlpack
+from tapegrad.dlpack import capsules
 
 from .._dlpack_util import Spy, capsule_name, get_name
 
@@ -36,10 +35,10 @@ def inspect_capsule(cap):
     p = _get_ptr(cap, name)
     out = {"name": name.decode()}
     if name == b"dltensor_versioned":
-        m = N._DLManagedTensorVersioned.from_address(p)
+        m = capsules._DLManagedTensorVersioned.from_address(p)
         out.update(version=(m.major, m.minor), flags=m.flags)
     else:
-        m = N._DLManagedTensor.from_address(p)
+        m = capsules._DLManagedTensor.from_address(p)
         out.update(version=None, flags=0)
     t = m.dl_tensor
     out.update(data=t.data or 0, device=(t.device.device_type, t.device.device_id),
@@ -72,7 +71,7 @@ class CapsuleFactory:
 
     def make(self, buf, shape, strides=None, byte_offset=0, device=(1, 0), dtype=(2, 32, 1), versioned=True,
              flags=0, major=1, data=None):
-        m = N._DLManagedTensorVersioned() if versioned else N._DLManagedTensor()
+        m = capsules._DLManagedTensorVersioned() if versioned else capsules._DLManagedTensor()
         n = len(shape)
         sh = (ctypes.c_int64 * max(n, 1))(*shape)
         st = (ctypes.c_int64 * max(n, 1))(*strides) if strides is not None else None
@@ -96,9 +95,9 @@ class CapsuleFactory:
 @pytest.fixture(params=["native", "ctypes"])
 def backend(request):
     """Run a test with the C helper and with the pure-ctypes fallback."""
-    prev = N.use_backend(request.param)
+    prev = capsules.use_backend(request.param)
     yield request.param
-    N.use_backend(prev)
+    capsules.use_backend(prev)
 
 
 
@@ -126,7 +125,7 @@ def arange(n=6, dtype=tg.float32):
 def test_device():
     a = arange()
     assert a.__dlpack_device__() == (1, 0)
-    assert a.__dlpack_device__()[0] == D.DLDeviceType.kDLCPU
+    assert a.__dlpack_device__()[0] == dlpack.DLDeviceType.kDLCPU
 
 
 def test_export_legacy_vs_versioned(backend):
@@ -137,7 +136,7 @@ def test_export_legacy_vs_versioned(backend):
     info = inspect_capsule(v)
     assert info["name"] == "dltensor_versioned" and info["version"] == (1, 0) and info["flags"] == 0
     assert capsule_name(a.__dlpack__(max_version=(0, 8))) == "dltensor"
-    assert inspect_capsule(a.__dlpack__(max_version=(1, 5)))["version"] == D.DLPACK_VERSION
+    assert inspect_capsule(a.__dlpack__(max_version=(1, 5)))["version"] == dlpack.DLPACK_VERSION
     assert inspect_capsule(a.__dlpack__(max_version=(2, 0)))["version"][0] == 1
     assert capsule_name(tg.to_dlpack(a)) == "dltensor"
 
@@ -243,7 +242,7 @@ def test_export_copy_flag(backend):
     a = arange()
     cap = a.__dlpack__(max_version=(1, 0), copy=True)
     info = inspect_capsule(cap)
-    assert info["flags"] & D.FLAG_IS_COPIED and info["data"] != a.ptr
+    assert info["flags"] & dlpack.FLAG_IS_COPIED and info["data"] != a.ptr
     n = np.from_dlpack(a, copy=True)
     assert n.ctypes.data != a.ptr
     np.testing.assert_array_equal(n, a.numpy())
@@ -272,7 +271,7 @@ def test_export_read_only(backend):
     a = tg.array(src, copy=False)
     assert a.readonly
     info = inspect_capsule(a.__dlpack__(max_version=(1, 0)))
-    assert info["flags"] & D.FLAG_READ_ONLY
+    assert info["flags"] & dlpack.FLAG_READ_ONLY
     with pytest.raises(BufferError, match="read-only"):
         a.__dlpack__()                                  # legacy capsules cannot say read-only
     with pytest.raises(BufferError):
@@ -332,7 +331,7 @@ def test_import_read_only(backend):
     assert src[0] == 0
     f = CapsuleFactory()
     buf = np.zeros(3, np.float32)
-    assert tg.from_dlpack(f.make(buf, (3,), flags=D.FLAG_READ_ONLY)).readonly
+    assert tg.from_dlpack(f.make(buf, (3,), flags=dlpack.FLAG_READ_ONLY)).readonly
 
 
 def test_kernel_write_to_read_only_refused():
@@ -446,7 +445,7 @@ def test_consumed_capsule_error(backend):
     tg.from_dlpack(cap)
     with pytest.raises(RuntimeError, match="already consumed"):
         tg.from_dlpack(cap)
-    with pytest.raises(D.ConsumedCapsuleError):
+    with pytest.raises(dlpack.ConsumedCapsuleError):
         tg.from_dlpack(cap)
     cap = np.arange(3.0).__dlpack__()
     np.from_dlpack(type("C", (), {"__dlpack__": lambda s, **k: cap, "__dlpack_device__": lambda s: (1, 0)})())
@@ -595,8 +594,8 @@ def test_deleter_from_another_thread(backend):
 
 def test_native_helper_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path))
-    path = N.build_helper()
-    assert path.startswith(str(tmp_path)) and N.build_helper() == path
+    path = capsules.build_helper()
+    assert path.startswith(str(tmp_path)) and capsules.build_helper() == path
     # no temp files left: the library and, kept beside it for debugging, its source
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(path),
                                                                 os.path.basename(path)[:-3] + ".cpp"])
@@ -607,10 +606,10 @@ def test_no_compiler_falls_back_to_ctypes(tmp_path, monkeypatch):
     def no_compiler(*args, **kwargs):
         raise tg.CompileError("no C++ compiler found (test)")
     monkeypatch.setattr(build, "build_cpu", no_compiler)
-    monkeypatch.setattr(N, "_backend", None)
-    monkeypatch.setattr(N, "ENTRY_POINTS", [None, None])
+    monkeypatch.setattr(capsules, "_backend", None)
+    monkeypatch.setattr(capsules, "ENTRY_POINTS", [None, None])
     with pytest.warns(RuntimeWarning, match="ctypes fallback"):
-        b = N.backend()
+        b = capsules.backend()
     assert b.name == "ctypes"
     n = np.arange(4.0)
     a = tg.from_dlpack(n)
@@ -624,4 +623,4 @@ def test_unsafe_cache_dir_refused(tmp_path, monkeypatch):
     d.chmod(0o777)
     monkeypatch.setenv("TAPEGRAD_CACHE", str(d))
     with pytest.raises(PermissionError):
-        N.build_helper()
+        capsules.build_helper()
