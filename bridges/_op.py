@@ -317,6 +317,14 @@ class KernelSignature:
                 check_compatible(src, p.dtype.scalar, str(t.dtype), where)
             self.check_array(p, src, str(t.dtype), t.shape, label)
 
+    def check_grid_fits(self, args, grid, out_shapes) -> None:
+        """Raise ValueError when ``grid`` would make the kernel index an input (``args``) or an
+        output (framework shapes ``out_shapes``) past its end with unguarded ``tid()`` values
+        (``check_launch_fits``)."""
+        extents = {p.index: tuple(a.shape)[:p.type.ndim] for p, a in zip(self.inputs, args) if p.is_array}
+        extents.update((p.index, tuple(s)[:p.type.ndim]) for p, s in zip(self.outputs, out_shapes))
+        check_launch_fits(self.kernel, grid, extents, self.who)
+
     # ---------------------------------------------------------------------------- launch
     def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None) -> None:
         """Launch the kernel (or, with ``adj_outs``, its adjoint) over the op's tensors.

@@ -126,8 +126,10 @@ class _KernelLayer:
         def forward(ctx, *args):
             dev = layer.check_inputs(args)
             place = args[arrays[0]].place
-            outs = [paddle.zeros(list(s), dtype=dt, device=place)
-                    for s, dt in zip(sig.output_shapes(args), out_dtypes)]
+            grid = sig.grid(args)
+            shapes = sig.output_shapes(args, grid)
+            sig.check_grid_fits(args, grid, shapes)   # no out-of-bounds writes from a too-large grid
+            outs = [paddle.zeros(list(s), dtype=dt, device=place) for s, dt in zip(shapes, out_dtypes)]
             layer.run(dev, args, outs)
             ctx.save_for_backward(*[args[i] for i in arrays], *outs)
             ctx.tg_scalars = [None if i in arrays else a for i, a in enumerate(args)]

@@ -228,3 +228,6 @@ def test_call_errors_name_the_argument():
         op(np.zeros((4, 2)))
     with pytest.raises(TypeError, match="complex64"):
         op(paddle.zeros([4, 2], dtype="complex64"))
+    big = tg.paddle_op(rosenbrock, launch_dims=8)             # the grid would read xy past its end
+    with pytest.raises(ValueError, match="launch grid"):
+        big(paddle.zeros([4, 2], dtype="float64"))
