@@ -385,7 +385,8 @@ def struct(cls):
             cfields.append((fname, ArrayDesc))
         else:
             cfields.append((fname, t.ctype))
-    ctype = type(f"{cls.__name__}_ctype", (ctypes.Structure,), {"_fields_": cfields})
+    # C++ gives an empty struct size 1: the twin gets a padding byte (as Warp's does)
+    ctype = type(f"{cls.__name__}_ctype", (ctypes.Structure,), {"_fields_": cfields or [("_tg_pad", ctypes.c_uint8)]})
     st = StructType(cls, cls.__name__, tuple(fields), ctype)
     defaults = {f: getattr(cls, f) for f, _ in fields if hasattr(cls, f)}
 

@@ -520,6 +520,8 @@ def emit_struct(st) -> str:
     helpers (accumulate, zero) used by the generated code."""
     fields = [f"    {t.cname} {n};" for n, t in st.fields]
     acc = [f"tg::accum(a.{n}, b.{n});" for n, t in st.fields if not is_array(t)]
+    # adjoints of struct array elements accumulate field by field (no 16-byte atomics)
+    atom = [f"tg::atomic_add_(&p->{n}, v.{n});" for n, t in st.fields if not is_array(t) and float_based(t)]
     lines = [f"struct {st.cname} {{"] + fields + ["};",
              f'static_assert(sizeof({st.cname}) == {st.size}, '
              f'"struct {st.name}: layout differs from its ctypes twin");',
@@ -527,6 +529,7 @@ def emit_struct(st) -> str:
              f"TG_FUNC void accum({st.cname}& a, const {st.cname}& b) {{ {' '.join(acc)} }}",
              f"TG_FUNC void zero({st.cname}& a) {{ a = {st.cname}(); }}",
              f"TG_FUNC bool nonzero(const {st.cname}&) {{ return true; }}",
+             f"TG_FUNC {st.cname} atomic_add_({st.cname}* p, const {st.cname}& v) {{ {' '.join(atom)} return *p; }}",
              "}  // namespace tg"]
     return "\n".join(lines)
 
