@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 
 from . import frameworks as _frameworks
+from . import types as _types
 from .array import array, array1d, array2d, array3d, array4d, clone, copy  # noqa: F401
+from .constants import *  # noqa: F401,F403  pi, e, inf, nan, tau...
 from .creation import (  # noqa: F401
     empty,
     empty_like,
@@ -50,6 +52,18 @@ from .errors import (  # noqa: F401
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401
 from .launch import ArrayCtype, launch  # noqa: F401
+from .runtime import (  # noqa: F401
+    ScopedTimer,
+    clear_kernel_cache,
+    force_load,
+    get_cuda_device,
+    get_devices,
+    get_module_options,
+    init,
+    is_device_available,
+    load_module,
+    set_module_options,
+)
 from .tape import Tape, config  # noqa: F401
 from .types import (  # noqa: F401
     ArrayType,
@@ -70,36 +84,19 @@ from .types import (  # noqa: F401
     int16,
     int32,
     int64,
-    mat22,
-    mat22d,
-    mat33,
-    mat33d,
-    mat44,
-    mat44d,
     matrix,
-    quat,
-    quatd,
     struct,
     uint8,
     uint16,
     uint32,
     uint64,
-    vec2,
-    vec2d,
-    vec2h,
-    vec2i,
-    vec3,
-    vec3d,
-    vec3h,
-    vec3i,
-    vec4,
-    vec4d,
-    vec4h,
-    vec4i,
     vector,
 )
 from .types import bool_ as bool  # noqa: F401
 from .version import __version__  # noqa: F401
+
+# every named vector/matrix/quat type (vec3, vec3f, vec3d, vec3h, vec3ub..., mat33h, quatd...)
+globals().update({_n: getattr(_types, _n) for _n in _types.NAMED_TYPES})
 
 float_ = float32
 int_ = int32
@@ -115,6 +112,10 @@ _LAZY = {name: module for module, names in {
     ),
     "tapegrad.cuda.allocators": (
         "set_allocator", "ScopedAllocator",
+    ),
+    "tapegrad.cuda.mempool": (
+        "is_mempool_supported", "is_mempool_enabled", "set_mempool_enabled", "get_mempool_used_mem_current",
+        "get_mempool_used_mem_high", "get_mempool_release_threshold", "set_mempool_release_threshold",
     ),
     "tapegrad.dlpack": (
         "from_dlpack", "to_dlpack",

@@ -75,6 +75,7 @@ class array:
     # defaults shared by every instance; set per instance only when they differ
     _grad = None
     _requires_grad = False
+    _retain_grad = False
     _desc = None
     _owner = None
     version = 0          # bumped by every write tapegrad makes (launches, fill_, zero_, copy, Tape.zero)
@@ -87,7 +88,7 @@ class array:
 
     def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
                  requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,
-                 ndim=None, capacity=None, readonly=False):
+                 ndim=None, capacity=None, readonly=False, retain_grad=False):
         if readonly:
             self.readonly = True
         if ptr is not None:
@@ -106,6 +107,8 @@ class array:
             self.grad = grad
         elif requires_grad:
             self.requires_grad = True
+        if retain_grad:
+            self.retain_grad = True
 
     # ----------------------------------------------------------------------- construction
     def _set(self, ptr, dtype, shape, strides, device, owner, check=True):
@@ -361,8 +364,24 @@ class array:
             self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
         if not value:
             self._grad = None
+            self._retain_grad = False
         self._requires_grad = value
         self._desc = None
+
+    @property
+    def retain_grad(self) -> bool:
+        """Keep this array's gradient through a copy adjoint (Warp's flag). A recorded
+        ``copy(dest, src)`` consumes ``dest.grad`` in backward (the old ``dest`` was overwritten)
+        unless ``dest.retain_grad``; kernel adjoints never consume gradients in tapegrad."""
+        return self._retain_grad
+
+    @retain_grad.setter
+    def retain_grad(self, value: bool):
+        value = bool(value)
+        if value and not self._requires_grad:
+            raise ValueError("retain_grad: the array does not require gradients; pass requires_grad=True "
+                             "(or set a.requires_grad = True) first")
+        self._retain_grad = value
 
     @property
     def grad(self):

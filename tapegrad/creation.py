@@ -11,18 +11,39 @@ from .array import array
 __all__ = ["zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
            "from_numpy"]
 
-def empty(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
-    """A new array (zeroed, as allocation is cheap and garbage is a footgun)."""
-    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+def _shape(shape, kwargs, who):
+    """Warp's legacy ``n=`` length and its default of an empty array."""
+    if "n" in kwargs:
+        n = kwargs.pop("n")
+        if shape is not None:
+            raise TypeError(f"{who}: pass shape= or the legacy n=, not both")
+        shape = (n,)
+    if kwargs:
+        raise TypeError(f"{who}: unexpected keyword argument(s) {sorted(kwargs)}")
+    return 0 if shape is None else shape
 
 
-def zeros(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
-    """A new zero-filled array."""
-    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+def empty(shape=None, dtype=float, device=None, requires_grad=False, pinned=False, retain_grad=False,
+          **kwargs) -> array:
+    """A new array (zeroed, as allocation is cheap and garbage is a footgun). ``n=`` is Warp's
+    legacy spelling of a 1-D ``shape``; ``retain_grad`` as for ``array``."""
+    shape = _shape(shape, kwargs, "empty")
+    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned,
+                 retain_grad=retain_grad)
 
 
-def full(shape, value, dtype=None, device=None, requires_grad=False, pinned=False) -> array:
+def zeros(shape=None, dtype=float, device=None, requires_grad=False, pinned=False, retain_grad=False,
+          **kwargs) -> array:
+    """A new zero-filled array (``n=``: Warp's legacy 1-D length)."""
+    shape = _shape(shape, kwargs, "zeros")
+    return array(shape=shape, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned,
+                 retain_grad=retain_grad)
+
+
+def full(shape=None, value=0, dtype=None, device=None, requires_grad=False, pinned=False, retain_grad=False,
+         **kwargs) -> array:
     """A new array filled with ``value``; dtype inferred from the value when None."""
+    shape = _shape(shape, kwargs, "full")
     if dtype is None:
         dtype = float if isinstance(value, float) else (int if isinstance(value, int) and not isinstance(value, bool)
                                                         else (bool if isinstance(value, bool) else float))
@@ -30,12 +51,17 @@ def full(shape, value, dtype=None, device=None, requires_grad=False, pinned=Fals
     a.fill_(value)
     if requires_grad:
         a.requires_grad = True
+    if retain_grad:
+        a.retain_grad = True
     return a
 
 
-def ones(shape, dtype=float, device=None, requires_grad=False, pinned=False) -> array:
+def ones(shape=None, dtype=float, device=None, requires_grad=False, pinned=False, retain_grad=False,
+         **kwargs) -> array:
     """A new array of ones (every component, for vector/matrix dtypes)."""
-    return full(shape, 1, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned)
+    shape = _shape(shape, kwargs, "ones")
+    return full(shape, 1, dtype=dtype, device=device, requires_grad=requires_grad, pinned=pinned,
+                retain_grad=retain_grad)
 
 
 def _like(src, device, requires_grad):
@@ -43,26 +69,26 @@ def _like(src, device, requires_grad):
             src.requires_grad if requires_grad is None else requires_grad)
 
 
-def zeros_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
+def zeros_like(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
     shape, dt, dev, rg = _like(src, device, requires_grad)
-    return zeros(shape, dt, dev, rg, pinned)
+    return zeros(shape, dt, dev, rg, pinned, retain_grad)
 
 
-def empty_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
-    return zeros_like(src, device, requires_grad, pinned)
+def empty_like(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
+    return zeros_like(src, device, requires_grad, pinned, retain_grad)
 
 
-def ones_like(src: array, device=None, requires_grad=None, pinned=False) -> array:
+def ones_like(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
     shape, dt, dev, rg = _like(src, device, requires_grad)
-    return ones(shape, dt, dev, rg, pinned)
+    return ones(shape, dt, dev, rg, pinned, retain_grad)
 
 
-def full_like(src: array, value, device=None, requires_grad=None, pinned=False) -> array:
+def full_like(src: array, value, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
     shape, dt, dev, rg = _like(src, device, requires_grad)
-    return full(shape, value, dt, dev, rg, pinned)
+    return full(shape, value, dt, dev, rg, pinned, retain_grad)
 
 
-def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False) -> array:
+def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False, retain_grad=False) -> array:
     """Copy a numpy array into a new tapegrad array.
 
     With ``dtype=None`` a float 2-D array of shape (n, k<=4) becomes ``vector(k)`` and a 3-D
@@ -82,4 +108,5 @@ def from_numpy(arr, dtype=None, shape=None, device=None, requires_grad=False) ->
             dtype = types.matrix(arr.shape[1:], base)
         else:
             dtype = base
-    return array(arr, dtype=dtype, shape=shape, device=device, requires_grad=requires_grad, copy=True)
+    return array(arr, dtype=dtype, shape=shape, device=device, requires_grad=requires_grad, copy=True,
+                 retain_grad=retain_grad)

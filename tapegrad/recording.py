@@ -87,7 +87,8 @@ class CopyRecord:
         if dg.shape != sg.shape:
             dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
         memory_ops.accumulate(sg, dg)
-        dg.zero_()
+        if not dest.retain_grad:   # Warp's flag: keep the gradient of the overwritten destination
+            dg.zero_()
 
 
 def _region(g, offset: int, count: int, other_size: int):

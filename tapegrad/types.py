@@ -19,6 +19,7 @@ __all__ = [
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED",
+    "type_size_in_bytes", "type_size", "type_length", "type_scalar_type",
 ]
 
 MAX_DIMS = 4
@@ -75,6 +76,15 @@ class ScalarType:
 
     def __repr__(self):
         return f"tapegrad.{self.name}"
+
+    # the attributes Warp code reads on its dtypes (``dtype._type_``, ``dtype._length_``)
+    @property
+    def _type_(self):
+        return self.ctype
+
+    @property
+    def _length_(self) -> int:
+        return 1
 
 
 class _F16(ctypes.c_uint16):
@@ -159,6 +169,24 @@ class _Composite:
     def ctype(self):
         return self.scalar.ctype * self.length
 
+    # the attributes Warp code reads on its vector/matrix types
+    @property
+    def _type_(self):
+        """The ctypes type of one component."""
+        return self.scalar.ctype
+
+    @property
+    def _shape_(self) -> tuple:
+        return self.inner_shape
+
+    @property
+    def _length_(self) -> int:
+        return self.length
+
+    @property
+    def _wp_scalar_type_(self) -> ScalarType:
+        return self.scalar
+
     def __call__(self, *values):
         """Build a value in Python scope: a numpy array of the component shape."""
         if not values:
@@ -220,7 +248,9 @@ class MatrixType(_Composite):
 
 _VEC_CACHE: dict = {}
 _MAT_CACHE: dict = {}
-_SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i"}
+# Warp's type-name suffixes (vec3 is float32; vec3ub is uint8...)
+_SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i", int8: "b", uint8: "ub", int16: "s",
+           uint16: "us", uint32: "ui", int64: "l", uint64: "ul"}
 
 
 def _component_scalar(dtype, who: str) -> ScalarType:
@@ -511,6 +541,57 @@ def is_matrix(t) -> bool:
     return isinstance(t, MatrixType)
 
 
+# --------------------------------------------------------------------------- type queries
+# Warp's ``wp.types.type_*`` helpers, for code that inspects dtypes generically.
+
+def _query_type(t, who: str):
+    if isinstance(t, type) and hasattr(t, "_tg_struct"):
+        return t._tg_struct
+    if isinstance(t, (ScalarType, VectorType, MatrixType, StructType)):
+        return t
+    try:
+        return resolve_dtype(t, arg=f"{who}(dtype)")
+    except TypeError:
+        raise TypeError(f"{who}(dtype): expected a tapegrad dtype (scalar, vector, matrix, quat, struct), "
+                        f"got {t!r}") from None
+
+
+def type_size_in_bytes(dtype) -> int:
+    """Bytes one element of ``dtype`` occupies (``vec3`` -> 12; a struct: its C layout).
+
+    Raises:
+        TypeError: ``dtype`` is not a tapegrad dtype.
+    """
+    return _query_type(dtype, "type_size_in_bytes").size
+
+
+def type_length(dtype) -> int:
+    """Number of scalar components of ``dtype`` (1 for scalars, 9 for ``mat33``).
+
+    Raises:
+        TypeError: ``dtype`` is not a scalar, vector or matrix type.
+    """
+    t = _query_type(dtype, "type_length")
+    if isinstance(t, StructType):
+        raise TypeError(f"type_length(dtype): struct {t.name} has no component count")
+    return t.length
+
+
+type_size = type_length   # Warp's name for the same count
+
+
+def type_scalar_type(dtype) -> ScalarType:
+    """The scalar type of ``dtype``'s components (itself for a scalar type).
+
+    Raises:
+        TypeError: ``dtype`` is not a scalar, vector or matrix type.
+    """
+    t = _query_type(dtype, "type_scalar_type")
+    if isinstance(t, StructType):
+        raise TypeError(f"type_scalar_type(dtype): struct {t.name} has no scalar type")
+    return t.scalar
+
+
 # -------------------------------------------------------------------------------- mappings
 
 def dtype_to_numpy(dtype) -> np.dtype:
@@ -612,5 +693,25 @@ vec2h, vec3h, vec4h = (vector(n, float16) for n in (2, 3, 4))
 vec2i, vec3i, vec4i = (vector(n, int32) for n in (2, 3, 4))
 mat22, mat33, mat44 = (matrix((n, n), float32) for n in (2, 3, 4))
 mat22d, mat33d, mat44d = (matrix((n, n), float64) for n in (2, 3, 4))
+mat22h, mat33h, mat44h = (matrix((n, n), float16) for n in (2, 3, 4))
 quat = QuatType(4, float32, "quat")
 quatd = QuatType(4, float64, "quatd")
+quath = QuatType(4, float16, "quath")
+
+# Warp's explicitly float32-suffixed names are the same objects
+vec2f, vec3f, vec4f = vec2, vec3, vec4
+mat22f, mat33f, mat44f = mat22, mat33, mat44
+quatf = quat
+
+# the integer vector families (Warp: b int8, ub uint8, s int16, us uint16, ui uint32, l int64, ul uint64)
+vec2b, vec3b, vec4b = (vector(n, int8) for n in (2, 3, 4))
+vec2ub, vec3ub, vec4ub = (vector(n, uint8) for n in (2, 3, 4))
+vec2s, vec3s, vec4s = (vector(n, int16) for n in (2, 3, 4))
+vec2us, vec3us, vec4us = (vector(n, uint16) for n in (2, 3, 4))
+vec2ui, vec3ui, vec4ui = (vector(n, uint32) for n in (2, 3, 4))
+vec2l, vec3l, vec4l = (vector(n, int64) for n in (2, 3, 4))
+vec2ul, vec3ul, vec4ul = (vector(n, uint64) for n in (2, 3, 4))
+
+# Names of every vector/matrix/quat type defined above (the package face re-exports them).
+NAMED_TYPES = tuple(n for n, v in list(globals().items())
+                    if isinstance(v, (VectorType, MatrixType)) and not n.startswith("_"))

@@ -11,10 +11,11 @@ import weakref
 
 from .. import build
 from ..cuda.preload import register_capture_preloader
-from ..device import get_cuda_device_count
+from ..device import get_cuda_device_count, get_device
 from . import emit
 from .ir import c_identifier
 from .lower import Target, lower
+from .options import module_options
 from .signature import annotations, resolve_type, short_hash
 
 _lock = threading.RLock()
@@ -44,6 +45,8 @@ class Kernel:
         self._modules: dict = {}
         self._by_id: dict = {}
         self.launch_plan = None   # what tapegrad.launch computes once per kernel (its LaunchPlan)
+        self.module = KernelModule(self)   # kernel.module(device) / Warp's kernel.module.load(device)
+        _ALL.add(self)
 
     def __repr__(self):
         return f"<tapegrad kernel {self.key}>"
@@ -101,8 +104,9 @@ class Kernel:
             self._source = emit.module_source(self.cpp_parts())
         return self._source
 
-    def module(self, device):
-        """Compile (or load from cache) for ``device``; memoized per device.
+    def module_for(self, device):
+        """Compile (or load from cache) for ``device``; memoized per device (``kernel.module(device)``
+        calls it).
 
         Returns:
             An object with ``launch(bounds, argv, adjoint, stream, block_dim, max_blocks)``.
@@ -127,6 +131,59 @@ class Kernel:
         """Remember the loaded ``module`` for ``device`` (``load_kernels`` calls it)."""
         self._modules[getattr(device, "alias", None) or str(device)] = module
         _LOADED.add(self)
+
+
+class KernelModule:
+    """``kernel.module``: the kernel's compiled modules, shaped like Warp's ``Module`` object.
+
+    ``kernel.module(device)`` returns the loaded module for ``device`` (tapegrad's launch path);
+    ``kernel.module.load(device, block_dim=None)`` is Warp's spelling of the same load.
+    Every kernel is its own module here (Warp groups a Python module's kernels into one).
+    """
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, device):
+        return self.kernel.module_for(device)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.func.__module__
+
+    def load(self, device=None, block_dim=None):
+        """Compile (or load from the disk cache) the kernel for ``device`` (default: current).
+
+        Args:
+            device: a device or its name. block_dim: accepted as in Warp (a positive int); the
+                compiled code does not depend on it.
+        Returns:
+            The loaded module.
+        Raises:
+            TypeError/ValueError: a bad ``block_dim``. KernelError, CompileError: as for a launch.
+        """
+        check_block_dim(block_dim, "Module.load")
+        return self.kernel.module_for(get_device(device))
+
+    def __repr__(self):
+        return f"<tapegrad module of kernel {self.kernel.key}>"
+
+
+def check_block_dim(block_dim, who: str) -> None:
+    """None or a positive int (not a bool), or a clear error naming ``who``."""
+    if block_dim is None:
+        return
+    if isinstance(block_dim, bool) or not isinstance(block_dim, int):
+        raise TypeError(f"{who}(block_dim=...): expected None or a positive int, got {type(block_dim).__name__}")
+    if block_dim <= 0:
+        raise ValueError(f"{who}(block_dim=...): expected a positive int, got {block_dim}")
+
+
+def all_kernels() -> list:
+    """Every live kernel, in no particular order (``force_load`` loads them)."""
+    return list(_ALL)
 
 
 def _module_name(kernels):
@@ -162,6 +219,7 @@ def load_kernels(kernels, device):
 
 
 _LOADED: "weakref.WeakSet" = weakref.WeakSet()   # kernels loaded for some device
+_ALL: "weakref.WeakSet" = weakref.WeakSet()      # every kernel made
 
 
 def preload_for_capture(device, scopes) -> None:
@@ -185,19 +243,24 @@ def preload_for_capture(device, scopes) -> None:
             pass
 
 
-def kernel(f=None, *, enable_backward=True, key=None, module=None):
+def kernel(f=None, *, enable_backward=None, key=None, module=None):
     """Decorator turning a Python function into a ``Kernel``.
 
     Args:
         f: the function (when used as ``@kernel``).
-        enable_backward: generate the adjoint (``False``: forward only, faster to compile).
+        enable_backward: generate the adjoint (``False``: forward only, faster to compile);
+            None: the ``enable_backward`` module option of the function's module
+            (``tg.set_module_options``, set before the kernel is defined), True by default.
         key: override the kernel's unique key.
         module: accepted for Warp compatibility; ignored.
     Returns:
         A ``Kernel`` (or a decorator when called with keyword arguments only).
     """
     def wrap(fn):
-        return Kernel(fn, enable_backward=enable_backward, key=key)
+        eb = enable_backward
+        if eb is None:
+            eb = module_options(fn.__module__)["enable_backward"]
+        return Kernel(fn, enable_backward=eb, key=key)
     return wrap(f) if f is not None else wrap
 
 
