@@ -203,9 +203,6 @@ def stream_to_paddle(stream_or_device=None):
 
 # ------------------------------------------------------------------------------ the adapter
 
-_CPU_PLACE = _core.CPUPlace()
-
-
 def _wrap_capsule(capsule):
     """A paddle tensor consuming a DLPack capsule (its deleter keeps the producer alive)."""
     dense = _from_capsule(capsule)
