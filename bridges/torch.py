@@ -88,16 +88,27 @@ DTYPES = DtypeMap("torch", torch)   # both maps, from the scalar table's torch_n
 _lookup = DTYPES.from_fw.get
 
 
+# Warp's dtype_to_torch gives the signed twin of the same width for the wide unsigned types:
+# torch's uint16/32/64 are "limited support" dtypes (most operators reject them), and Warp code
+# relies on getting a tensor dtype it can compute with. The tensors to_torch/from_torch exchange
+# keep the exact type (DTYPES below); only this public mapping follows Warp.
+_SIGNED_TWIN = {T.uint16: T.int16, T.uint32: T.int32, T.uint64: T.int64}
+
+
 def dtype_to_torch(dtype) -> torch.dtype:
     """The torch dtype of a tapegrad dtype (vector/matrix types: their component type).
 
-    ``uint16/32/64`` map to torch's ``uint16/32/64`` (not to signed aliases as in Warp);
-    ``bfloat16`` to ``torch.bfloat16``.
+    As in Warp, ``uint16/32/64`` map to the signed ``torch.int16/32/64`` of the same width
+    (torch's own unsigned wide types support few operators); ``uint8`` stays ``torch.uint8``,
+    ``bfloat16`` maps to ``torch.bfloat16``. ``to_torch`` and ``from_torch`` still exchange
+    tensors of the exact type (``to_torch`` of a ``uint32`` array is a ``torch.uint32`` view).
 
     Raises:
         TypeError: struct dtypes, or a dtype torch does not have.
     """
-    return DTYPES.to_framework(dtype)
+    r = DTYPES.to_framework(dtype)
+    twin = _SIGNED_TWIN.get(DTYPES.from_fw.get(r))
+    return DTYPES.to_fw[twin] if twin is not None else r
 
 
 def dtype_from_torch(torch_dtype) -> "tapegrad.ScalarType":  # noqa: F821

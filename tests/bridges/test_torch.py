@@ -42,14 +42,30 @@ def test_shared_bridge_behaviour(check):
                                   "uint64", "float16", "float32", "float64"])
 def test_every_scalar_dtype_round_trips(name):
     dt = getattr(tg, name if name != "bool" else "bool")
-    tdt = tg.dtype_to_torch(dt)
-    assert tdt == getattr(torch, name)
-    assert tg.dtype_from_torch(tdt) is dt
+    exact = getattr(torch, name)
     a = tg.zeros(5, dtype=dt)
-    t = tg.to_torch(a)
-    assert t.dtype == tdt and t.data_ptr() == a.ptr
+    t = tg.to_torch(a)                           # tensors keep the exact type, unsigned included
+    assert t.dtype == exact and t.data_ptr() == a.ptr
+    assert tg.dtype_from_torch(exact) is dt
     b = tg.from_torch(t)
     assert b.dtype is dt and b.ptr == a.ptr
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_dtype_to_torch_of_wide_unsigned_is_the_signed_twin(name):
+    """Warp's mapping (warp/_src/torch.py dtype_to_torch): code that allocates a torch tensor
+    from dtype_to_torch(wp.uint32) gets a dtype torch's operators accept."""
+    signed = getattr(torch, name[1:])
+    assert tg.dtype_to_torch(getattr(tg, name)) == signed
+    assert tg.dtype_to_torch(tg.vector(3, getattr(tg, name))) == signed
+    assert tg.dtype_from_torch(signed) is getattr(tg, name[1:])   # one-way, as in Warp
+    assert tg.dtype_to_torch(tg.uint8) == torch.uint8
+    # the signed twin aliases the unsigned array zero-copy
+    a = tg.array(np.array([2**int(name[4:]) - 1, 1], dtype=name))
+    t = torch.zeros(2, dtype=tg.dtype_to_torch(a.dtype))
+    u = tg.from_torch(t, dtype=a.dtype)
+    u.assign(a)
+    assert u.dtype is a.dtype and t.tolist() == [-1, 1]
 
 
 def test_dtype_maps_vectors_structs_and_errors():
