@@ -530,6 +530,8 @@ def emit_struct(st) -> str:
              f"TG_FUNC void zero({st.cname}& a) {{ a = {st.cname}(); }}",
              f"TG_FUNC bool nonzero(const {st.cname}&) {{ return true; }}",
              f"TG_FUNC {st.cname} atomic_add_({st.cname}* p, const {st.cname}& v) {{ {' '.join(atom)} return *p; }}",
+             ] + [f"TG_FUNC {st.cname} setf_{n}({st.cname} s, const {t.cname}& v) {{ s.{n} = v; return s; }}"
+                  for n, t in st.fields] + [
              "}  // namespace tg"]
     return "\n".join(lines)
 

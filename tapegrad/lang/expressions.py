@@ -10,6 +10,7 @@ import numpy as np
 from ..types import MatrixType, ScalarType, VectorType, bool_, int32, matrix, resolve_dtype, type_of, vector
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .ir import Print, Read, Var
+from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
     is_array,
     is_composite,
@@ -258,6 +259,9 @@ class ExprMixin:
             return self.cast(target, args[0], node, weak=obj in (float, int, bool))
         if isinstance(obj, (VectorType, MatrixType)):
             return self.construct(obj, args, node, kwargs)
+        st = getattr(obj, "_tg_struct", None) if isinstance(obj, type) else obj if is_struct(obj) else None
+        if st is not None:
+            return self.new_struct(st, args, {k: self.expr(v) for k, v in kwargs.items()}, node)
         if obj is vector or obj is matrix:
             self.error("build vector types outside the kernel: vec5 = tg.vector(5, float), then vec5(...)", node)
         if all(isinstance(a, Lit) for a in args) and callable(obj) and not kwargs:
@@ -337,6 +341,40 @@ class ExprMixin:
         vals = self.adapt(args, anchor=t.scalar)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
 
+    def new_struct(self, st, args, kwargs, node):
+        """``S(...)``: positional values fill the fields in order, keywords name them; the rest are zero."""
+        fields = dict(st.fields)
+        order = [n for n, _ in st.fields]
+        if len(args) > len(order):
+            self.error(f"struct {st.name} has {len(order)} field(s), got {len(args)} positional values", node)
+        given = dict(zip(order, args))
+        for k, v in kwargs.items():
+            if k not in fields:
+                self.error(f"struct {st.name} has no field '{k}' (fields: {', '.join(order) or 'none'})", node)
+            if k in given:
+                self.error(f"struct {st.name}: field '{k}' given twice", node)
+            given[k] = v
+        names, vals = [], []
+        for n, v in given.items():
+            v = self.field_value(st, n, v, node)
+            names.append(n)
+            vals.append(v)
+        return self.builtin_args("struct_new", [TypeArg(StructInit(st, tuple(names)))] + vals, node)
+
+    def field_value(self, st, name, v, node):
+        """``v`` as a value of struct ``st``'s field ``name`` (literals take the field's type)."""
+        ft = dict(st.fields)[name]
+        if isinstance(v, Lit) and not is_array(ft) and not is_struct(ft):
+            v = self.materialize(v, ft if is_scalar(ft) else ft.scalar) if v.type is None or is_scalar(ft) \
+                else self.materialize(v)
+            if is_composite(ft) and v.type is not ft and is_scalar(v.type):
+                v = self.builtin_args("construct", [TypeArg(ft), v], node)
+        else:
+            v = self.materialize(v)
+        if not field_accepts(ft, v.type):
+            self.error(f"field '{name}' of struct {st.name} is a {type_name(ft)}, got {type_name(v.type)}", node)
+        return v
+
     def print_(self, node):
         items = []
         for a in node.args:
@@ -373,7 +411,10 @@ class ExprMixin:
                 self.callees.insert(0, c)
         if fir.side_effects:
             self.side_effects = True
-        return self.call_op(op_call(fir, f.name, has_adj), args, node)
+        out = self.call_op(op_call(fir, f.name, has_adj), args, node)
+        if out is not None and is_tuple_struct(out.type):   # x, y = f(...)
+            return TupleVal([self.call_op(op_field(out.type, n), [out], node) for n, _ in out.type.fields])
+        return out
 
     def type_from_annotation(self, node):
         ann = self.expr(node)

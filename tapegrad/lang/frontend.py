@@ -15,8 +15,32 @@ from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
 from .signature import source_of
-from .typeutil import constant_value, is_array, is_composite, is_int, is_scalar, is_vec, scalar_of, type_name
-from .values import BINOPS, COMPONENTS, PYFOLD, KernelError, Lit, PyObj, ShapeOf, TupleVal, default_type, describe, hint
+from .structs import FieldName, StructInit, is_tuple_struct, tuple_struct
+from .typeutil import (
+    constant_value,
+    is_array,
+    is_composite,
+    is_int,
+    is_scalar,
+    is_struct,
+    is_vec,
+    scalar_of,
+    type_name,
+)
+from .values import (
+    BINOPS,
+    COMPONENTS,
+    PYFOLD,
+    KernelError,
+    Lit,
+    PyObj,
+    ShapeOf,
+    TupleVal,
+    TypeArg,
+    default_type,
+    describe,
+    hint,
+)
 
 MAX_UNROLL = 16
 
@@ -315,16 +339,32 @@ class Builder(ExprMixin):
             base = self.expr(target.value)
             if isinstance(base, Var) and is_vec(base.type) and target.attr in COMPONENTS:
                 return self.assign_component(target.value, base, [Lit(COMPONENTS[target.attr])], value, node)
+            if isinstance(base, Var) and is_struct(base.type):
+                return self.assign_field(target, base, value, node)
             self.error(f"cannot assign to attribute '{target.attr}' here", node)
         self.error(f"cannot assign to `{ast.unparse(target)}`", node)
 
     def assign_component(self, base_node, base, idx, value, node):
-        if not (isinstance(base, Var) and is_composite(base.type)) or not isinstance(base_node, ast.Name):
-            self.error("only components of local vector/matrix variables can be assigned", node)
+        if not (isinstance(base, Var) and is_composite(base.type)) or not _assignable(base_node):
+            self.error("only components of local vector/matrix variables (or of their struct fields) can be "
+                       "assigned", node)
         t = base.type
         val = self.materialize(value, t.scalar) if isinstance(value, Lit) else self.materialize(value)
         new = self.builtin_args("assign", [base] + self.index_vars(idx, node) + [val], node)
-        self.assign_name(base_node.id, new, node)
+        self.assign(base_node, new, node)
+
+    def assign_field(self, target, base, value, node):
+        """``s.a = x`` (also ``s.inner.a = x``, ``xs[i].a = x``): a new struct value written back
+        to what ``s`` names."""
+        st = base.type
+        if target.attr not in dict(st.fields):
+            self.error(f"struct {st.name} has no field '{target.attr}'", node)
+        if not _assignable(target.value, arrays=True):
+            self.error(f"cannot assign a field of `{ast.unparse(target.value)}`; assign the struct to a local "
+                       f"first", node)
+        val = self.field_value(st, target.attr, value, node)
+        new = self.builtin_args("struct_set", [base, TypeArg(FieldName(target.attr)), val], node)
+        self.assign(target.value, new, node)
 
     def assign_name(self, name, value, node):
         cur = self.scope.get(name)
@@ -374,6 +414,8 @@ class Builder(ExprMixin):
             if self.kind == "kernel":
                 self.error("kernels cannot return a value", node)
             value = self.expr(node.value)
+            if isinstance(value, TupleVal):
+                value = self.return_tuple(value, node)
             if self.ret_var is None:
                 if self.ret_type is None:
                     self.ret_type = value.type if isinstance(value, Var) else (
@@ -388,6 +430,29 @@ class Builder(ExprMixin):
         elif self.ret_type is not None and self.kind != "kernel":
             self.error("a function that returns a value must return one on every path", node)
         self.set_flag(self.ret_flag)
+
+    def return_tuple(self, value, node):
+        """``return a, b``: the tuple as a value of its generated struct (``structs.tuple_struct``)."""
+        items = value.items
+        if self.ret_type is not None:
+            if not is_tuple_struct(self.ret_type) or len(self.ret_type.fields) != len(items):
+                self.error(f"returns a tuple of {len(items)} but the function returns "
+                           f"{type_name(self.ret_type)}", node)
+            st = self.ret_type
+        else:
+            types = []
+            for v in items:
+                if isinstance(v, TupleVal):
+                    self.error("nested tuples cannot be returned", node)
+                v = self.materialize(v)
+                if is_array(v.type):
+                    self.error("a function cannot return an array inside a tuple", node)
+                types.append(v)
+            items = types
+            st = tuple_struct([v.type for v in items])
+        vals = [self.field_value(st, n, v, node) for (n, _), v in zip(st.fields, items)]
+        return self.builtin_args("struct_new", [TypeArg(StructInit(st, tuple(n for n, _ in st.fields)))] + vals,
+                                 node)
 
     def s_While(self, node):
         if node.orelse:
@@ -535,6 +600,16 @@ def _walk_no_loops(node):
         if isinstance(child, (ast.For, ast.While, ast.FunctionDef, ast.Lambda)):
             continue
         yield from _walk_no_loops(child)
+
+
+def _assignable(node, arrays=False):
+    """Whether a component/field update can be written back to what ``node`` names: a local,
+    a struct field of one, or (``arrays``) an array element."""
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _assignable(node.value, arrays)
+    return arrays and isinstance(node, ast.Subscript)
 
 
 def _has_return(node):

@@ -9,13 +9,15 @@ frontend: specializing builds IR).
 from __future__ import annotations
 
 import inspect
+import typing
 from dataclasses import dataclass
 
 from ..errors import KernelError
 from .expressions import register_callable
 from .ir import FunctionIR, Var, c_identifier
 from .lower import Target, lower
-from .signature import annotations, resolve_type, short_hash
+from .signature import annotations, resolve_type, short_hash, where
+from .structs import tuple_struct
 from .typeutil import is_array, is_scalar, type_name
 from .values import Lit, default_type
 
@@ -34,7 +36,16 @@ class _Overload:
             params, ret = annotations(self.pyfunc, "function")
             types = [resolve_type(self.pyfunc, "function", n, a, allow_generic=True) for n, a in params]
             rt = None
-            if ret not in (inspect.Signature.empty, None):
+            if typing.get_origin(ret) is tuple:     # -> tuple[float, int]: a generated struct
+                members = typing.get_args(ret)
+                if not members or Ellipsis in members:
+                    raise KernelError(f"{where(self.pyfunc)}: function '{self.pyfunc.__name__}': a tuple return "
+                                      f"annotation must list its types, e.g. tuple[float, float]")
+                try:
+                    rt = tuple_struct([resolve_type(self.pyfunc, "function", "return", m) for m in members])
+                except TypeError as e:
+                    raise KernelError(f"{where(self.pyfunc)}: function '{self.pyfunc.__name__}': {e}") from None
+            elif ret not in (inspect.Signature.empty, None, tuple, typing.Any):
                 rt = resolve_type(self.pyfunc, "function", "return", ret)
             self._params = ([n for n, _ in params], types, rt)
         return self._params
