@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from tapegrad.launch import ArrayCtype
+
+from ._bridge_kernels import outer, rosenbrock, sincos
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,36 @@ print("done")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
     assert fw.stderr_ok(r.stderr).strip() == "", r.stderr
+
+
+def op_construction_errors(make_op) -> None:
+    """``tg.<framework>_op`` refuses bad configurations, naming what is wrong."""
+    with pytest.raises(ValueError, match="num_outputs"):
+        make_op(rosenbrock, num_outputs=0)
+    with pytest.raises(ValueError, match="num_outputs"):
+        make_op(rosenbrock, num_outputs=3)
+    with pytest.raises(TypeError, match="must be an array"):
+        make_op(sincos, num_outputs=3)
+    with pytest.raises(ValueError, match=r"output_dims names \['nope'\]"):
+        make_op(outer, output_dims={"nope": 3})
+
+    @tg.struct
+    class P:
+        k: float
+
+    @tg.kernel
+    def with_struct(p: P, out: tg.array[float]):
+        out[tg.tid()] = p.k
+
+    with pytest.raises(TypeError, match="struct"):
+        make_op(with_struct)
+
+    @tg.kernel
+    def no_inputs(out: tg.array[float]):
+        out[tg.tid()] = 1.0
+
+    with pytest.raises(TypeError, match="no array input"):
+        make_op(no_inputs)
 
 
 ALL = (round_trip_is_zero_copy, owners_stay_alive_both_ways, grad_views_keep_their_buffers_alive,

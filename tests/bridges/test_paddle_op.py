@@ -9,6 +9,7 @@ paddle = pytest.importorskip("paddle")
 import tapegrad as tg  # noqa: E402
 from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
 
+from . import _bridge_checks as checks  # noqa: E402
 from ._bridge_kernels import count_pos, fwd_only, gather, outer, rosenbrock, row_sums, scale_vec, sincos  # noqa: E402,E501
 
 pytestmark = pytest.mark.paddle
@@ -186,32 +187,7 @@ def test_under_jit_to_static():
 # ---------------------------------------------------------------------------------- errors
 
 def test_construction_errors():
-    with pytest.raises(ValueError, match="num_outputs"):
-        tg.paddle_op(rosenbrock, num_outputs=0)
-    with pytest.raises(ValueError, match="num_outputs"):
-        tg.paddle_op(rosenbrock, num_outputs=3)
-    with pytest.raises(TypeError, match="must be an array"):
-        tg.paddle_op(sincos, num_outputs=3)
-    with pytest.raises(ValueError, match=r"output_dims names \['nope'\]"):
-        tg.paddle_op(outer, output_dims={"nope": 3})
-
-    @tg.struct
-    class S:
-        a: float
-
-    @tg.kernel
-    def with_struct(s: S, out: tg.array[float]):
-        pass
-
-    with pytest.raises(TypeError, match="struct"):
-        tg.paddle_op(with_struct)
-
-    @tg.kernel
-    def no_inputs(a: float, out: tg.array[float]):
-        pass
-
-    with pytest.raises(TypeError, match="no array input"):
-        tg.paddle_op(no_inputs)
+    checks.op_construction_errors(tg.paddle_op)
 
 
 def test_call_errors_name_the_argument():

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")   # a module that imports torch cannot be s
 import tapegrad as tg  # noqa: E402
 from tapegrad.bridges._base import BridgeTypeError  # noqa: E402
 
+from . import _bridge_checks as checks  # noqa: E402
 from ._bridge_kernels import fwd_only, gather, outer, rosenbrock, row_sums, scale_vec, sincos, square32  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
@@ -147,32 +148,7 @@ def test_forward_only_kernel():
 # ---------------------------------------------------------------------------------- errors
 
 def test_construction_errors():
-    with pytest.raises(ValueError, match="num_outputs"):
-        tg.torch_op(rosenbrock, num_outputs=0)
-    with pytest.raises(ValueError, match="num_outputs"):
-        tg.torch_op(rosenbrock, num_outputs=3)
-    with pytest.raises(TypeError, match="must be an array"):
-        tg.torch_op(sincos, num_outputs=3)
-    with pytest.raises(ValueError, match="output_dims"):
-        tg.torch_op(outer, output_dims={"nope": 3})
-
-    @tg.struct
-    class P:
-        k: float
-
-    @tg.kernel
-    def with_struct(p: P, out: tg.array[float]):
-        out[tg.tid()] = p.k
-
-    with pytest.raises(TypeError, match="struct"):
-        tg.torch_op(with_struct)
-
-    @tg.kernel
-    def no_inputs(out: tg.array[float]):
-        out[tg.tid()] = 1.0
-
-    with pytest.raises(TypeError, match="no array input"):
-        tg.torch_op(no_inputs)
+    checks.op_construction_errors(tg.torch_op)
 
 
 def test_call_errors_name_the_argument():
