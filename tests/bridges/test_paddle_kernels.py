@@ -35,6 +35,23 @@ def test_tensors_passed_directly_including_stop_gradient_false():
     assert y.grad is None
 
 
+def test_launch_loads_the_bridge_on_its_first_paddle_tensor():
+    import subprocess
+    import sys
+    code = """
+import sys, paddle, tapegrad as tg
+from tests.bridges._bridge_kernels import saxpy
+y = paddle.zeros([4])
+assert "tapegrad.bridges.paddle" not in sys.modules
+tg.launch(saxpy, dim=4, inputs=[paddle.ones([4]), y, 2.0])      # no device=: taken from the tensors
+assert y.numpy().tolist() == [2.0] * 4 and "tapegrad.bridges.paddle" in sys.modules
+print("ok")
+"""
+    root = __file__.rsplit("/tests/", 1)[0]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=root)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
 def test_direct_vectors_matrices_and_strides():
     v = T(np.arange(12).reshape(4, 3))
     out = paddle.zeros([4, 3])
