@@ -7,7 +7,7 @@ import builtins as python_builtins
 
 import numpy as np
 
-from ..types import MatrixType, ScalarType, VectorType, bool_, int32, matrix, resolve_dtype, type_of, vector
+from ..types import MatrixType, ScalarType, VectorType, bool_, float32, int32, matrix, resolve_dtype, type_of, vector
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .ir import Print, Read, Var
 from .structs import StructInit, field_accepts, is_tuple_struct
@@ -246,6 +246,8 @@ class ExprMixin:
             obj = REGISTRY[PY_ALIASES[obj]]
         if isinstance(obj, Builtin):
             return self.call_builtin(obj, node, kwargs)
+        if obj is vector or obj is matrix:
+            return self.composite_value(obj, node)
         resolve = _resolver(obj)
         if resolve is not None:
             if kwargs:
@@ -262,8 +264,6 @@ class ExprMixin:
         st = getattr(obj, "_tg_struct", None) if isinstance(obj, type) else obj if is_struct(obj) else None
         if st is not None:
             return self.new_struct(st, args, {k: self.expr(v) for k, v in kwargs.items()}, node)
-        if obj is vector or obj is matrix:
-            self.error("build vector types outside the kernel: vec5 = tg.vector(5, float), then vec5(...)", node)
         if all(isinstance(a, Lit) for a in args) and callable(obj) and not kwargs:
             try:
                 return self.wrap_global(obj(*[a.value for a in args]), "", node)
@@ -340,6 +340,48 @@ class ExprMixin:
                 self.error(f"{type_name(t)}(...): {e}", node)
         vals = self.adapt(args, anchor=t.scalar)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
+
+    def composite_value(self, obj, node):
+        """``tg.vector(*components, length=n, dtype=T)`` / ``tg.matrix(*values, shape=(r, c), dtype=T)``
+        inside a kernel: a value (Warp's in-kernel ``vector``/``matrix``), zero when no values are given."""
+        what = "vector" if obj is vector else "matrix"
+        size_kw = "length" if obj is vector else "shape"
+        unknown = [k.arg for k in node.keywords if k.arg not in (size_kw, "dtype")]
+        if unknown:
+            self.error(f"tg.{what}() in a kernel takes the values and {size_kw}=, dtype= keywords, got "
+                       f"{unknown[0]}=", node)
+        kw = {k.arg: self.expr(k.value) for k in node.keywords}
+        args = [self.expr(a) for a in node.args]
+        dtype = None
+        if "dtype" in kw:
+            d = kw["dtype"]
+            try:
+                dtype = resolve_dtype(d.obj if isinstance(d, PyObj) else None)
+            except TypeError:
+                dtype = None
+            if not is_scalar(dtype):
+                self.error(f"tg.{what}(dtype=...) must be a scalar type such as float or tg.float64", node)
+        if dtype is None:
+            typed = [a.type for a in args if isinstance(a, Var) or (isinstance(a, Lit) and a.type is not None)]
+            dtype = next((t for t in typed if is_scalar(t)), float32)
+        size = kw.get(size_kw)
+        if size is not None:
+            if isinstance(size, TupleVal) and all(isinstance(x, Lit) for x in size.items):
+                size = tuple(int(x.value) for x in size.items)
+            elif isinstance(size, Lit):
+                size = int(size.value)
+            else:
+                self.error(f"tg.{what}({size_kw}=...) must be a constant", node)
+        if obj is vector:
+            n = size if size is not None else len(args)
+            if not isinstance(n, int) or n < 1:
+                self.error("tg.vector() needs components or a constant length=", node)
+            t = vector(n, dtype)
+        else:
+            if size is None:
+                self.error("tg.matrix() in a kernel needs shape=(rows, cols)", node)
+            t = matrix(size, dtype)
+        return self.construct(t, args, node, {})
 
     def new_struct(self, st, args, kwargs, node):
         """``S(...)``: positional values fill the fields in order, keywords name them; the rest are zero."""

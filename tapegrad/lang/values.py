@@ -122,6 +122,10 @@ def describe(v):
 def hint(name, types):
     scal = [t for t in types if is_scalar(t)]
     if len({id(t) for t in scal}) > 1:
+        if all(t.kind in ("int", "uint") for t in scal):
+            wide = max(scal, key=lambda t: t.bits)
+            return (f" — integer operands of different types (Warp refuses them too); cast one, "
+                    f"e.g. tg.{wide.name}(i)")
         return " — operands have different types; cast one, e.g. tg.float64(x)"
     return ""
 
