@@ -4,8 +4,9 @@ Nothing CUDA is imported until a CUDA device is asked for, so a CPU-only machine
 only numpy and a C++ compiler.
 
 The ``stream`` properties import ``tapegrad.cuda.stream`` on first use: the one permitted lazy
-import of the package (a stream belongs to a device, a device hands out its current stream),
-which keeps ``import tapegrad`` free of the CUDA layer (docs/architecture.md).
+import of the package (a stream belongs to a device, a device hands out its current stream,
+and ``cuda.stream`` imports this module), documented in docs/architecture.md. Neither module
+imports CuPy before a CUDA device is used.
 """
 from __future__ import annotations
 
