@@ -9,6 +9,7 @@ import numpy as np
 
 from ..types import MatrixType, ScalarType, VectorType, bool_, float32, int32, matrix, resolve_dtype, type_of, vector
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
+from .builtins_atomic import ATOMIC_VALUES, Where
 from .ir import Print, Read, Var
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
@@ -286,17 +287,24 @@ class ExprMixin:
         if kwargs:
             self.error(f"{name}() takes no keyword arguments", node)
         args = [self.expr(a) for a in node.args]
-        if name in ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"):
+        if name in ATOMIC_VALUES:
+            nv = ATOMIC_VALUES[name]
             if not args or not (isinstance(args[0], Var) and is_array(args[0].type)):
                 self.error(f"{name}() expects an array as first argument", node)
             arr = args[0]
-            if len(args) != arr.type.ndim + 2:
-                self.error(f"{name}() on a {arr.type.ndim}-D array takes {arr.type.ndim} index(es) and a value, "
+            if len(args) != arr.type.ndim + 1 + nv:
+                what = "a value" if nv == 1 else "a compare value and a value"
+                self.error(f"{name}() on a {arr.type.ndim}-D array takes {arr.type.ndim} index(es) and {what}, "
                            f"got {len(args) - 1} argument(s) after the array", node)
-            idx = self.index_vars(args[1:-1], node)
-            val = self.materialize(args[-1], arr.type.dtype) if isinstance(args[-1], Lit) else \
-                self.materialize(args[-1])
-            return self.builtin_args(name, [arr] + idx + [val], node)
+            idx = self.index_vars(args[1:len(args) - nv], node)
+            vals = [self.materialize(v, arr.type.dtype) if isinstance(v, Lit) else self.materialize(v)
+                    for v in args[len(args) - nv:]]
+            return self.builtin_args(name, [arr] + idx + vals, node)
+        if name in ("expect_eq", "expect_neq"):
+            if len(args) != 2:
+                self.error(f"{name}() takes two arguments", node)
+            self.side_effects = True
+            return self.builtin_args(name, self.adapt(args) + [TypeArg(Where(str(self.loc(node))))], node)
         if name == "len":
             if len(args) != 1:
                 self.error("len() takes one argument", node)

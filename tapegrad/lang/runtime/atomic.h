@@ -121,6 +121,52 @@ TG_FETCH_ADD(uint8_t) TG_FETCH_ADD(uint16_t) TG_FETCH_ADD(uint32_t) TG_FETCH_ADD
 #undef TG_FETCH_ADD
 #endif
 
+// exchange, compare-and-swap and bitwise atomics (issue 16): one CAS loop for every width
+template <typename T> struct op_exch { TG_FUNC T operator()(T, T b) const { return b; } };
+template <typename T> struct op_cas {
+    T cmp;
+    TG_FUNC T operator()(T a, T b) const { return to_bits(a) == to_bits(cmp) ? b : a; }
+};
+struct op_and { template <typename T> TG_FUNC T operator()(T a, T b) const { return T(a & b); } };
+struct op_or { template <typename T> TG_FUNC T operator()(T a, T b) const { return T(a | b); } };
+struct op_xor { template <typename T> TG_FUNC T operator()(T a, T b) const { return T(a ^ b); } };
+template <typename T> TG_FUNC T atomic_exch_(T* p, T v) { return atomic_rmw(p, v, op_exch<T>()); }
+template <typename T> TG_FUNC T atomic_cas_(T* p, T cmp, T v) { op_cas<T> f; f.cmp = cmp; return atomic_rmw(p, v, f); }
+template <typename T> TG_FUNC T atomic_and_(T* p, T v) { return atomic_rmw(p, v, op_and()); }
+template <typename T> TG_FUNC T atomic_or_(T* p, T v) { return atomic_rmw(p, v, op_or()); }
+template <typename T> TG_FUNC T atomic_xor_(T* p, T v) { return atomic_rmw(p, v, op_xor()); }
+
+// expect_eq(a, b): prints both values when they differ (as Warp's does; never aborts)
+template <typename T> TG_FUNC bool differ(const T& a, const T& b) { return !(a == b); }
+TG_FUNC bool differ(const half& a, const half& b) { return float(a) != float(b); }
+template <int N, typename T> TG_FUNC bool differ(const vec_t<N, T>& a, const vec_t<N, T>& b) {
+    for (int i = 0; i < N; ++i) if (differ(a.c[i], b.c[i])) return true;
+    return false;
+}
+template <int R, int C, typename T> TG_FUNC bool differ(const mat_t<R, C, T>& a, const mat_t<R, C, T>& b) {
+    for (int i = 0; i < R; ++i) for (int j = 0; j < C; ++j) if (differ(a.data[i][j], b.data[i][j])) return true;
+    return false;
+}
+template <typename T> TG_FUNC double as_double(const T& x) { return double(x); }
+TG_FUNC double as_double(const half& x) { return double(float(x)); }
+template <typename T> TG_FUNC void print_flat(const T& x) { printf(" %g", as_double(x)); }
+template <int N, typename T> TG_FUNC void print_flat(const vec_t<N, T>& v) { for (int i = 0; i < N; ++i) print_flat(v.c[i]); }
+template <int R, int C, typename T> TG_FUNC void print_flat(const mat_t<R, C, T>& m) {
+    for (int i = 0; i < R; ++i) for (int j = 0; j < C; ++j) print_flat(m.data[i][j]);
+}
+template <typename T> TG_FUNC void expect_eq(const T& actual, const T& expected, const char* where) {
+    if (differ(actual, expected)) {
+        printf("Error, expect_eq() failed at %s:\n\t Expected:", where); print_flat(expected);
+        printf("\n\t Actual:"); print_flat(actual); printf("\n");
+    }
+}
+template <typename T> TG_FUNC void expect_neq(const T& actual, const T& expected, const char* where) {
+    if (!differ(actual, expected)) {
+        printf("Error, expect_neq() failed at %s:\n\t Expected a value other than:", where); print_flat(expected);
+        printf("\n");
+    }
+}
+
 // component-wise on composite values
 #define TG_ATOMIC_CW(NAME)                                                                   \
     template <int N, typename T> TG_FUNC vec_t<N, T> NAME(vec_t<N, T>* p, const vec_t<N, T>& v) { \
