@@ -7,10 +7,23 @@ import builtins as python_builtins
 
 import numpy as np
 
-from ..types import MatrixType, ScalarType, VectorType, bool_, float32, int32, matrix, resolve_dtype, type_of, vector
+from ..types import (
+    MatrixType,
+    ScalarType,
+    VectorType,
+    bool_,
+    float32,
+    int32,
+    matrix,
+    resolve_dtype,
+    type_of,
+    uint32,
+    vector,
+)
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .builtins_atomic import ATOMIC_VALUES, Where
-from .ir import Print, Read, Var
+from .builtins_random import DRAWS
+from .ir import Print, Read, Var, Write
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
     is_array,
@@ -284,8 +297,14 @@ class ExprMixin:
             return self.print_(node)
         if name == "printf":
             return self.printf(node)
+        if name == "curlnoise":
+            return self.noise_call(name, node, kwargs)
         if kwargs:
             self.error(f"{name}() takes no keyword arguments", node)
+        if name in DRAWS:
+            return self.random_draw(name, node)
+        if name in ("noise", "pnoise"):
+            return self.noise_call(name, node, {})
         args = [self.expr(a) for a in node.args]
         if name in ATOMIC_VALUES:
             nv = ATOMIC_VALUES[name]
@@ -317,6 +336,53 @@ class ExprMixin:
         if name == "round" and len(args) == 1 and isinstance(args[0], Var) and is_float(args[0].type):
             return self.builtin("round", args, node)
         return self.builtin(name, args, node)
+
+    def random_state(self, name, node):
+        """The state argument of a random builtin (an uint32; a literal becomes one)."""
+        if not node.args:
+            self.error(f"{name}() needs a random state first: state = tg.rand_init(seed)", node)
+        v = self.expr(node.args[0])
+        v = self.materialize(v, uint32) if isinstance(v, Lit) else self.materialize(v)
+        if v.type is not uint32:
+            self.error(f"{name}(): the state must be a uint32 from tg.rand_init(seed[, offset]), got "
+                       f"{type_name(v.type)}", node)
+        return v
+
+    def random_draw(self, name, node):
+        """``randf(state, ...)``: the value drawn; ``state`` (a variable) is advanced in place."""
+        state = self.random_state(name, node)
+        lit = DRAWS[name][0]
+        extras = [self.expr(a) for a in node.args[1:]]
+        extras = [self.materialize(v, lit) if isinstance(v, Lit) and lit is not None else self.materialize(v)
+                  for v in extras]
+        out = self.builtin_args(name, [state] + extras, node)
+        new_state = self.builtin_args("rand_state", [out], node)
+        value = self.builtin_args("rand_value", [out], node)
+        target = node.args[0]
+        local = self.scope.get(target.id) if isinstance(target, ast.Name) else None
+        if isinstance(local, Var) and local.kind == "local":
+            self.emit(Write(local, new_state, self.loc(node)))
+        return value
+
+    def noise_call(self, name, node, kwargs):
+        """``noise``/``pnoise``/``curlnoise``: literals typed as Warp's signatures (float32 points,
+        int32 periods; curlnoise's octaves=1, lacunarity=2.0, gain=0.5 defaults)."""
+        state = self.random_state(name, node)
+        vals = [self.expr(a) for a in node.args[1:]]
+        kinds = [float32] + [int32] * (len(vals) - 1)
+        if name == "curlnoise":
+            opts = ["octaves", "lacunarity", "gain"]
+            bad = [k for k in kwargs if k not in opts]
+            if bad:
+                self.error(f"curlnoise() has no keyword '{bad[0]}' (it takes {', '.join(opts)})", node)
+            given = dict(zip(opts, vals[1:]))
+            for k, v in kwargs.items():
+                given[k] = self.expr(v)
+            defaults = {"octaves": Lit(1), "lacunarity": Lit(2.0), "gain": Lit(0.5)}
+            vals = vals[:1] + [given.get(k, defaults[k]) for k in opts]
+            kinds = [float32, uint32, float32, float32]
+        vals = [self.materialize(v, k) if isinstance(v, Lit) else self.materialize(v) for v, k in zip(vals, kinds)]
+        return self.builtin_args(name, [state] + vals, node)
 
     def tid_arity(self, node):
         return self.assign_targets or 1
