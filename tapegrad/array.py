@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import typing
 import weakref
 
 import numpy as np
@@ -25,6 +26,12 @@ _BY_NUMPY = types.SCALARS_BY_NUMPY
 __all__ = ["array", "array1d", "array2d", "array3d", "array4d", "clone", "copy"]
 
 
+def annotation_dtype(dtype):
+    """The dtype of an array annotation: a tapegrad type, or ``typing.Any`` (a generic kernel or
+    function parameter, specialized per argument type)."""
+    return dtype if dtype is typing.Any else types.resolve_dtype(dtype)
+
+
 class _ArrayAnnotationGetter:
     """``tg.array2d[tg.vec3]`` -> ``ArrayType(vec3, 2)``; ``tg.array2d(...)`` builds a 2-D array."""
 
@@ -32,7 +39,7 @@ class _ArrayAnnotationGetter:
         self.ndim = ndim
 
     def __getitem__(self, dtype):
-        return types.ArrayType(types.resolve_dtype(dtype), self.ndim)
+        return types.ArrayType(annotation_dtype(dtype), self.ndim)
 
     def __call__(self, *args, **kwargs):
         kwargs.setdefault("ndim", self.ndim)
@@ -84,7 +91,7 @@ class array:
     deleter = None
 
     def __class_getitem__(cls, dtype):
-        return types.ArrayType(types.resolve_dtype(dtype), 1)
+        return types.ArrayType(annotation_dtype(dtype), 1)
 
     def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
                  requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,
@@ -164,11 +171,12 @@ class array:
                                  f"({el} bytes), got {self._strides}")
 
     def _init_annotation(self, dtype, ndim, device):
-        dt = types.resolve_dtype(dtype if dtype is not None else types.float32)
+        dt = annotation_dtype(dtype if dtype is not None else types.float32)
         nd = 1 if ndim is None else int(ndim)
         if not 1 <= nd <= types.MAX_DIMS:
             raise RuntimeError(f"array: ndim must be 1..{types.MAX_DIMS}, got {nd}")
-        self._set(0, dt, (0,) * nd, (0,) * nd, get_device(device) if device is not None else None, None)
+        self._set(0, dt, (0,) * nd, (0,) * nd, get_device(device) if device is not None else None, None,
+                  check=dt is not typing.Any)
 
     def _init_ptr(self, ptr, dtype, shape, strides, device, owner, deleter, capacity):
         if dtype is None:

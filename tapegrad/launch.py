@@ -368,7 +368,11 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     args = list(inputs) + list(outputs)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
-    plan = kernel.launch_plan or _plan(kernel)
+    plan = kernel.launch_plan
+    if plan is None:
+        if kernel.is_generic():   # typing.Any parameters: the specialization for these arguments
+            kernel = kernel.specialize_for(args)
+        plan = kernel.launch_plan or _plan(kernel)
     packers = plan.packers
     if len(args) != len(packers):
         raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "

@@ -14,11 +14,11 @@ from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
 from . import builtins_atomic, builtins_random, structs  # noqa: F401  (they register builtins into the table)
 from .funcs import Func, func, func_grad
-from .kernel import Kernel, kernel
+from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant
 
 _exported = builtin_table.exported()
 globals().update(_exported)
 
 __all__ = ["kernel", "func", "func_grad", "Kernel", "Func", "KernelError", "TapeCompileWarning", "constant",
-           "adjoint"] + sorted(_exported)
+           "adjoint", "overload"] + sorted(_exported)

@@ -110,7 +110,9 @@ class Func:
                         break
                     actual.append(vt)
                 elif isinstance(v, Var):
-                    if t is not None and not (v.type is t or (is_array(t) and v.type == t)):
+                    if t is not None and not (v.type is t or (is_array(t) and v.type == t)
+                                              or (is_array(t) and t.dtype is typing.Any and is_array(v.type)
+                                                  and v.type.ndim == t.ndim)):
                         break
                     actual.append(v.type)
                 else:

@@ -7,16 +7,20 @@ Parsing is lazy: the first access to ``arg_names``/``arg_types``/``arg_access`` 
 from __future__ import annotations
 
 import threading
+import typing
 import weakref
 
 from .. import build
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
+from ..errors import KernelError
 from . import emit
+from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
 from .lower import Target, lower
 from .options import module_options
-from .signature import annotations, resolve_type, short_hash
+from .signature import annotations, resolve_type, short_hash, where
+from .typeutil import type_name
 
 _lock = threading.RLock()
 _KEYS: dict = {}
@@ -25,8 +29,11 @@ _KEYS: dict = {}
 class Kernel:
     """A compiled-on-demand kernel. See the module docstring for the lifecycle."""
 
-    def __init__(self, func, enable_backward=True, key=None):
+    def __init__(self, func, enable_backward=True, key=None, arg_types=None):
         self.func = func
+        self._forced = None if arg_types is None else tuple(arg_types)   # a specialization's types
+        self._params = None         # (names, annotated types) with None / array(Any) for generic ones
+        self._specs: dict = {}      # argument types -> specialized Kernel (generic kernels)
         self.enable_backward = bool(enable_backward)
         base = key or f"{func.__module__}.{func.__qualname__}".replace(".<locals>", "")
         with _lock:
@@ -56,15 +63,72 @@ class Kernel:
                            "inputs=[...])")
 
     # --------------------------------------------------------------- lazy parse
+    def _resolve_params(self):
+        if self._params is None:
+            params, _ = annotations(self.func, "kernel")
+            names = [n for n, _ in params]
+            if self._forced is not None:
+                types = list(self._forced)
+            else:   # typing.Any and array(dtype=Any) make the kernel generic; a missing annotation is an error
+                types = [None if a is typing.Any else resolve_type(self.func, "kernel", n, a) for n, a in params]
+            self._params = (names, types)
+        return self._params
+
+    def is_generic(self) -> bool:
+        """Whether parameters are ``typing.Any`` (or arrays of ``Any``): launches specialize it."""
+        return any(is_generic_type(t) for t in self._resolve_params()[1])
+
+    def specialize(self, types) -> "Kernel":
+        """The kernel for concrete parameter ``types`` (cached: one kernel, symbol and binary each).
+
+        Raises:
+            TypeError: wrong number of types, or a type a generic parameter cannot take.
+        """
+        names, params = self._resolve_params()
+        types = tuple(types)
+        k = self._specs.get(types)
+        if k is not None:
+            return k
+        if len(types) != len(params):
+            raise TypeError(f"kernel '{self.key}' takes {len(params)} arguments ({', '.join(names)}), "
+                            f"got {len(types)} types")
+        for n, p, t in zip(names, params, types):
+            if not is_generic_type(p) and t != p:
+                raise TypeError(f"kernel '{self.key}' parameter '{n}' is {type_name(p)}, got {type_name(t)}")
+        with _lock:
+            k = self._specs.get(types)
+            if k is None:
+                label = ", ".join(type_name(t) for t in types)
+                k = self._specs[types] = Kernel(self.func, self.enable_backward, key=f"{self.key}[{label}]",
+                                                arg_types=types)
+        return k
+
+    def specialize_for(self, args) -> "Kernel":
+        """The specialization a launch with ``args`` runs (types read from the arguments).
+
+        Raises:
+            TypeError: wrong argument count, or an argument whose type cannot be read.
+        """
+        names, params = self._resolve_params()
+        if len(args) != len(params):
+            raise TypeError(f"launch: kernel '{self.key}' takes {len(params)} arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+        types = tuple(infer_type(p, a, f"kernel '{self.key}' argument {i} ('{names[i]}')")
+                      if is_generic_type(p) else p for i, (p, a) in enumerate(zip(params, args)))
+        return self.specialize(types)
+
     def _parse(self):
         with _lock:
             if self._ir is not None:
                 return
-            params, _ = annotations(self.func, "kernel")
-            types = [resolve_type(self.func, "kernel", n, a) for n, a in params]
+            names, types = self._resolve_params()
+            if self.is_generic():
+                raise KernelError(f"{where(self.func)}: kernel '{self.key}' is generic (typing.Any parameters): "
+                                  f"launch it (each argument type combination compiles once) or take a "
+                                  f"specialization with tg.overload({self.__name__}, [types...])")
             ir = lower(Target(self.func, "kernel", self.key, tuple(types), label=self.key,
                               backward=self.enable_backward))
-            self._arg_names = [n for n, _ in params]
+            self._arg_names = names
             self._arg_types = types
             self._arg_access = ir.param_access
             self._ir = ir
@@ -182,8 +246,52 @@ def check_block_dim(block_dim, who: str) -> None:
 
 
 def all_kernels() -> list:
-    """Every live kernel, in no particular order (``force_load`` loads them)."""
-    return list(_ALL)
+    """Every live kernel that can be compiled as it is (generic kernels only through their
+    specializations), in no particular order (``force_load`` loads them)."""
+    return [k for k in list(_ALL) if not k.is_generic()]
+
+
+def overload(kernel, arg_types=None):
+    """Warp's ``wp.overload``: the specialization of a generic kernel for concrete types.
+
+    Forms: ``overload(k, [types...])``, ``overload(k, {"name": type})`` (the named generic
+    parameters), or ``@overload`` on a function named like a generic kernel of its module whose
+    annotations give the types.
+
+    Returns:
+        The specialized ``Kernel`` (launch it, pass it to bridges).
+    Raises:
+        TypeError: not a generic kernel, or types that do not fit its parameters.
+    """
+    if not isinstance(kernel, Kernel):
+        fn = kernel
+        target = getattr(fn, "__globals__", {}).get(getattr(fn, "__name__", None))
+        if not isinstance(target, Kernel) or not callable(fn):
+            raise TypeError(f"overload: expected a generic @tg.kernel (or a function named like one), got {fn!r}")
+        anns, _ = annotations(fn, "kernel overload")
+        arg_types = {n: a for n, a in anns}
+        kernel = target
+    names, params = kernel._resolve_params()
+    if arg_types is None:
+        raise TypeError("overload(kernel, arg_types): arg_types is required (a list or a dict of types)")
+    if isinstance(arg_types, dict):
+        unknown = [n for n in arg_types if n not in names]
+        if unknown:
+            raise TypeError(f"overload: kernel '{kernel.key}' has no parameter '{unknown[0]}'")
+        given = [arg_types.get(n) for n in names]
+    else:
+        given = list(arg_types)
+        if len(given) != len(names):
+            raise TypeError(f"overload: kernel '{kernel.key}' takes {len(names)} arguments, got {len(given)} types")
+    types = []
+    for n, p, g in zip(names, params, given):
+        if g is None or g is typing.Any:
+            if is_generic_type(p):
+                raise TypeError(f"overload: generic parameter '{n}' of kernel '{kernel.key}' needs a type")
+            types.append(p)
+        else:
+            types.append(concrete_type(p, g, f"overload: parameter '{n}'"))
+    return kernel.specialize(types)
 
 
 def _module_name(kernels):
