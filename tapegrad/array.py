@@ -378,9 +378,13 @@ class array:
 
     @property
     def retain_grad(self) -> bool:
-        """Keep this array's gradient through a copy adjoint (Warp's flag). A recorded
-        ``copy(dest, src)`` consumes ``dest.grad`` in backward (the old ``dest`` was overwritten)
-        unless ``dest.retain_grad``; kernel adjoints never consume gradients in tapegrad."""
+        """Keep this array's gradient through the adjoints of writes to it (Warp's flag).
+
+        The adjoint of a kernel's ``a[i] = v`` and of a recorded ``copy(a, src)`` *consume*
+        ``a.grad`` over what they wrote: the gradient passes to ``v`` / ``src`` and the element
+        is zeroed, so an earlier write that the later one overwrote gets nothing (final write
+        wins). With ``retain_grad`` the gradient is left in place (an array written several
+        times then counts it once per write)."""
         return self._retain_grad
 
     @retain_grad.setter
@@ -390,6 +394,7 @@ class array:
             raise ValueError("retain_grad: the array does not require gradients; pass requires_grad=True "
                              "(or set a.requires_grad = True) first")
         self._retain_grad = value
+        self._desc = None
 
     @property
     def grad(self):
@@ -427,7 +432,8 @@ class array:
                 d.shape[i] = n
                 d.strides[i] = s
             d.ndim = len(self._shape)
-            d.flags = 1 if self.readonly else 0
+            d.flags = (types.ARRAY_FLAG_READONLY if self.readonly else 0) | \
+                (types.ARRAY_FLAG_RETAIN_GRAD if self._retain_grad else 0)
             self._desc = d
         return d
 
@@ -633,6 +639,25 @@ class array:
     def flatten(self):
         return self.reshape((self.size,))
 
+    def flat_view(self, offset: int, count: int) -> "array":
+        """A 1-D view of ``count`` elements from flat (row-major) index ``offset``: for
+        contiguous arrays and 1-D strided views (``a[::2]``), which ``copy`` offsets address.
+
+        Raises:
+            ValueError: the range is out of bounds, or the array is strided with several dims
+                (its flat range is no single view).
+        """
+        if offset < 0 or count < 0 or offset + count > self.size:
+            raise ValueError(f"flat_view: range [{offset}, {offset + count}) is out of bounds for {self.size} elements")
+        if self.is_contiguous:
+            step = self.dtype.size
+        elif self.ndim == 1:
+            step = self._strides[0]
+        else:
+            raise ValueError(f"flat_view: a strided {self.ndim}-D array (shape {self.shape}, strides "
+                             f"{self.strides}) has no 1-D view of a flat range; copy it contiguous first")
+        return _view(self, self._ptr + offset * step, (count,), (step,))
+
     def transpose(self, axes=None):
         axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(axes) != list(range(self.ndim)):
@@ -691,12 +716,15 @@ def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
 def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, count: int = 0) -> None:
     """Copy elements from ``src`` into ``dest`` (any devices; on the current stream).
 
-    With offsets/count the arrays are treated as flat (both must be contiguous). Recorded on
-    an active Tape with its adjoint.
+    With offsets/count the arrays are treated as flat, row-major (contiguous arrays, or 1-D
+    strided views such as ``a[::2]``). Recorded on an active Tape with its adjoint:
+    ``src.grad`` gets ``dest.grad`` over the copied range, which is then consumed (zeroed)
+    unless ``dest.retain_grad``.
 
     Raises:
-        TypeError: arguments are not arrays of matching dtype.
-        ValueError: shapes/sizes do not match.
+        TypeError: arguments are not arrays of matching dtype; an offset or count not an int.
+        ValueError: shapes/sizes do not match; a negative or out-of-bounds range; offsets on a
+            strided array of several dims.
     """
     for name, a in (("dest", dest), ("src", src)):
         if not isinstance(a, array):
@@ -704,15 +732,18 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
     if dest.dtype.size != src.dtype.size or (dest.dtype.scalar is not src.dtype.scalar):
         raise TypeError(f"copy: dtypes differ (dest {dest.dtype!r}, src {src.dtype!r})")
     dest._check_writable("copy")
+    for name, v in (("dest_offset", dest_offset), ("src_offset", src_offset), ("count", count)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"copy({name}=...): expected an int, got {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"copy({name}=...): expected an int >= 0, got {v}")
     if dest_offset or src_offset or count:
-        if not (dest.is_contiguous and src.is_contiguous):
-            raise ValueError("copy with offsets/count needs contiguous arrays")
-        count = count or min(dest.size - dest_offset, src.size - src_offset)
+        count = int(count) or min(dest.size - dest_offset, src.size - src_offset)
         if dest_offset + count > dest.size or src_offset + count > src.size or count < 0:
-            raise ValueError(f"copy: range out of bounds (count={count}, dest size {dest.size}, src size {src.size})")
-        d = _view(dest, dest.ptr + dest_offset * dest.dtype.size, (count,), (dest.dtype.size,))
-        s = _view(src, src.ptr + src_offset * src.dtype.size, (count,), (src.dtype.size,))
-        memory_ops.copy(d, s)
+            raise ValueError(f"copy: range out of bounds (count={count}, dest_offset={dest_offset}, dest size "
+                             f"{dest.size}, src_offset={src_offset}, src size {src.size})")
+        # flat ranges of contiguous arrays or of 1-D strided views (a[::2])
+        memory_ops.copy(dest.flat_view(int(dest_offset), count), src.flat_view(int(src_offset), count))
     else:
         if dest.size != src.size:
             raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")

@@ -95,7 +95,7 @@ def _region(g, offset: int, count: int, other_size: int):
     if not (offset or count):
         return g
     count = count or min(g.size - offset, other_size)
-    return g.flatten()[offset:offset + count]
+    return g.flat_view(offset, count)
 
 
 @dataclass(frozen=True)

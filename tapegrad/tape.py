@@ -10,12 +10,13 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
-from . import recording
+from . import recording, tape_graph
 from .array import array
 from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import ZeroPlan
 from .recording import CopyRecord, FuncRecord
+from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
 
@@ -40,6 +41,8 @@ class Tape:
         self._readers: dict = {}       # id(array) -> (record index, label) of the first recorded read
         self._loss = None
         self._zero_plan = None         # (ids of the buffers, (host memsets, other buffers))
+        self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
+        self._structs: dict = {}       # id(struct instance) -> the instance (its arrays' grads are tracked)
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
@@ -98,7 +101,18 @@ class Tape:
         for acc in accesses:
             if acc.reads:
                 self._note_read(acc.array, index, acc.label)
+        for v in (*getattr(rec, "inputs", ()), *getattr(rec, "outputs", ())):
+            if is_struct_instance(v):
+                self._track_struct(v)
         self.records.append(rec)
+
+    def _track_struct(self, s) -> None:
+        """Track the gradients of the arrays a struct argument holds (nested structs too) and
+        keep ``gradients[s]``: a struct of the same type whose array fields are those grads."""
+        self._structs[id(s)] = s
+        for a in struct_arrays(s):
+            self._track(a)
+        self.gradients[s] = struct_gradients(s)
 
     def record_func(self, backward: Callable[[], None], arrays) -> None:
         """Record a Python callback run (in reverse order) during ``backward``.
@@ -107,14 +121,23 @@ class Tape:
             backward: called with no arguments; it reads/accumulates the ``.grad`` of arrays.
             arrays: the arrays whose gradients it touches (zeroed by ``zero()``).
         Raises:
-            TypeError: ``backward`` is not callable.
+            TypeError: ``backward`` is not callable, or an item of ``arrays`` is not an array.
+            RuntimeError: an array has no gradient (``requires_grad=False``).
         """
         if not callable(backward):
             raise TypeError(f"record_func: backward must be callable, got {type(backward).__name__}")
-        arrays = tuple(arrays)
-        for a in arrays:
-            if isinstance(a, array):
-                self._track(a)
+        try:
+            arrays = tuple(arrays)
+        except TypeError:
+            raise TypeError(f"record_func(arrays): expected a list of tapegrad arrays, got "
+                            f"{type(arrays).__name__}") from None
+        for k, a in enumerate(arrays):
+            if not isinstance(a, array):
+                raise TypeError(f"record_func(arrays): item {k} is a {type(a).__name__}, expected a tapegrad array")
+            if a.grad is None:
+                raise RuntimeError(f"record_func(arrays): item {k} (shape {a.shape}) has no gradient; create it "
+                                   "with requires_grad=True")
+            self._track(a)
         self.records.append(FuncRecord(backward, arrays))
 
     # --------------------------------------------------------------------------- backward
@@ -122,31 +145,43 @@ class Tape:
         """Replay the recorded adjoints in reverse.
 
         Args:
-            loss: an array whose gradient is seeded with ones.
+            loss: a one-element scalar array whose gradient is seeded with ones.
             grads: ``{array: gradient}``; each gradient is *copied* into ``array.grad`` (or a
                 tape-owned buffer when the array has none); the caller's buffer is not modified.
+            With neither, the gradients already in the outputs' ``.grad`` are backpropagated
+            (Warp's behaviour: set ``y.grad`` yourself, then ``tape.backward()``).
         Raises:
-            ValueError: neither or both of ``loss``/``grads``; shape mismatches.
-            RuntimeError: ``loss`` has no gradient buffer.
+            ValueError: both ``loss`` and ``grads``; a ``loss`` with more than one element or a
+                vector/matrix dtype; shape mismatches.
+            RuntimeError: ``loss`` has no gradient buffer; called while recording.
         """
-        if (loss is None) == (grads is None):
-            raise ValueError("Tape.backward: pass exactly one of loss= or grads=")
+        if loss is not None and grads is not None:
+            raise ValueError("Tape.backward: pass loss= or grads= (or neither, to use the outputs' .grad), not both")
         if recording.active_tape() is self:
             raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with "
                                "tape:' block first)")
         if loss is not None:
             if not isinstance(loss, array):
                 raise TypeError(f"Tape.backward(loss=...): expected a tapegrad array, got {type(loss).__name__}")
+            if loss.size != 1 or getattr(loss.dtype, "length", 1) != 1:
+                raise ValueError(f"Tape.backward(loss=...): expected a scalar loss (one element of a scalar dtype), "
+                                 f"got shape {loss.shape} of {loss.dtype!r}; pass grads={{y: dy}} for a "
+                                 "non-scalar output")
             if loss.grad is None:
                 raise RuntimeError("Tape.backward(loss=...): the loss array has no gradient; create it with "
                                    "requires_grad=True")
             loss.grad.fill_(1)
             self._track(loss)
-        else:
+        elif grads is not None:
+            if not isinstance(grads, dict):
+                raise TypeError(f"Tape.backward(grads=...): expected a dict {{array: gradient}}, got "
+                                f"{type(grads).__name__}")
             for a, g in grads.items():
                 self._seed(a, g)
         for rec in reversed(self.records):
             rec.replay()
+        for st in self._structs.values():     # a field's grad may have been set since the launch
+            self.gradients[st] = struct_gradients(st)
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -167,8 +202,11 @@ class Tape:
 
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
-        """Zero every gradient the tape touched (views of them stay valid)."""
-        bufs = [a.grad if a.grad is not None else g for a, g in self.gradients.items()]
+        """Zero every gradient the tape touched, those of arrays held in struct arguments
+        included (views of them stay valid)."""
+        bufs = [a.grad if a.grad is not None else g for a, g in self.gradients.items() if isinstance(a, array)]
+        for st in self._structs.values():      # arrays held in struct arguments (nested too)
+            bufs += [a.grad for a in struct_arrays(st) if a.grad is not None]
         bufs += self._owned.values()
         key = tuple(map(id, bufs))
         plan = self._zero_plan
@@ -186,9 +224,87 @@ class Tape:
         self.records.clear()
         self._readers.clear()
         self.gradients.clear()
+        self._structs.clear()
+        self.scopes.clear()
 
-    def get_adjoint(self, a: array):
-        return a.grad
+    # ----------------------------------------------------------------------------- scopes
+    def record_scope_begin(self, scope_name: str, metadata: dict | None = None) -> None:
+        """Open a named scope grouping the records that follow (``visualize`` draws it as a
+        box; ``ScopedTimer`` opens one per timed block). Scopes nest.
+
+        Raises:
+            TypeError: ``scope_name`` is not a str, ``metadata`` not a dict.
+        """
+        if not isinstance(scope_name, str):
+            raise TypeError(f"Tape.record_scope_begin(scope_name): expected a str, got {type(scope_name).__name__}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"Tape.record_scope_begin(metadata): expected None or a dict, got "
+                            f"{type(metadata).__name__}")
+        self.scopes.append((len(self.records), scope_name, {} if metadata is None else metadata))
+
+    def record_scope_end(self, remove_scope_if_empty: bool = True) -> None:
+        """Close the innermost open scope; a scope that recorded nothing is removed
+        (``remove_scope_if_empty``).
+
+        Raises:
+            RuntimeError: no scope is open (an end without a begin).
+        """
+        depth = sum(1 if name is not None else -1 for _, name, _ in self.scopes)
+        if depth <= 0:
+            raise RuntimeError("Tape.record_scope_end: ended tape scope, but scope not present "
+                               "(record_scope_end without a matching record_scope_begin)")
+        last = self.scopes[-1]
+        if remove_scope_if_empty and last[1] is not None and last[0] == len(self.records):
+            self.scopes.pop()
+        else:
+            self.scopes.append((len(self.records), None, None))
+
+    def visualize(self, filename: str | None = None, simplify_graph: bool = True,
+                  hide_readonly_arrays: bool = False, array_labels: dict | None = None,
+                  choose_longest_node_name: bool = True, ignore_graph_scopes: bool = False,
+                  track_inputs=None, track_outputs=None, track_input_names=None,
+                  track_output_names=None, graph_direction: str = "LR") -> str:
+        """The recorded operations as GraphViz ``dot`` text (written to ``filename`` too).
+
+        Records are boxes (kernel launches, copies, Python callbacks), arrays are ellipses
+        labelled by argument name; an edge goes from an array to each record that reads it and
+        from a record to each array it writes; scopes are clusters. Render with
+        ``dot -Tsvg tape.dot -o tape.svg``.
+
+        Args:
+            filename: where to write the text (None: only return it).
+            simplify_graph: leave out arrays no record reads or writes through a kernel
+                argument (Warp's option; tapegrad's graph has no other simplification).
+            hide_readonly_arrays: leave out arrays no record writes.
+            array_labels: ``{array: label}`` overriding the argument names.
+            choose_longest_node_name: an array passed under several names is labelled by the
+                longest (else by the first).
+            ignore_graph_scopes: draw no scope clusters.
+            track_inputs, track_outputs: arrays to highlight as inputs (green) / outputs (red),
+                named by ``track_input_names`` / ``track_output_names``.
+            graph_direction: GraphViz ``rankdir``: "LR", "RL", "TB" or "BT".
+        Returns:
+            The dot text.
+        Raises:
+            ValueError: a bad ``graph_direction``, or names and tracked arrays of different lengths.
+            TypeError: ``array_labels`` is not a dict.
+        """
+        text = tape_graph.dot(self.records, self.scopes, hide_readonly_arrays=hide_readonly_arrays,
+                              array_labels=array_labels, choose_longest=choose_longest_node_name,
+                              ignore_scopes=ignore_graph_scopes, track_inputs=track_inputs,
+                              track_outputs=track_outputs, track_input_names=track_input_names,
+                              track_output_names=track_output_names, direction=graph_direction)
+        if filename is not None:
+            with open(filename, "w") as f:
+                f.write(text)
+        return text
+
+    def get_adjoint(self, a):
+        """The gradient of a kernel argument: ``a.grad`` for an array, a struct of gradients
+        for a struct instance (see ``gradients``), None for other values."""
+        if is_struct_instance(a):
+            return struct_gradients(a)
+        return a.grad if isinstance(a, array) else None
 
     @property
     def launches(self) -> list:
@@ -208,3 +324,37 @@ def _zero_plan(bufs):
         else:
             other.append(b)
     return ZeroPlan(host), other
+
+
+def is_struct_instance(v) -> bool:
+    """Whether ``v`` is an instance of a ``@tg.struct`` class."""
+    return isinstance(getattr(type(v), "_tg_struct", None), StructType)
+
+
+def struct_arrays(s) -> list:
+    """The tapegrad arrays a struct instance holds, nested structs included."""
+    out = []
+    for fname, ftype in type(s)._tg_struct.fields:
+        v = getattr(s, fname, None)
+        if isinstance(ftype, ArrayType) and isinstance(v, array):
+            out.append(v)
+        elif isinstance(ftype, StructType) and v is not None:
+            out += struct_arrays(v)
+    return out
+
+
+def struct_gradients(s):
+    """A struct of ``s``'s type mirroring it with gradients: array fields hold the fields'
+    ``.grad`` (or None), nested structs recurse, other fields are copied (Warp's
+    ``tape.gradients[struct]``)."""
+    cls = type(s)
+    kwargs = {}
+    for fname, ftype in cls._tg_struct.fields:
+        v = getattr(s, fname, None)
+        if isinstance(ftype, ArrayType):
+            kwargs[fname] = v.grad if isinstance(v, array) else None
+        elif isinstance(ftype, StructType):
+            kwargs[fname] = struct_gradients(v) if v is not None else None
+        else:
+            kwargs[fname] = v
+    return cls(**kwargs)

@@ -18,11 +18,15 @@ __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "StructType", "ArrayType",
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
-    "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED",
+    "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD",
     "type_size_in_bytes", "type_size", "type_length", "type_scalar_type",
 ]
 
 MAX_DIMS = 4
+
+# ArrayDesc.flags bits (C++: tg::array_t::flags)
+ARRAY_FLAG_READONLY = 1      # kernels may not write the data
+ARRAY_FLAG_RETAIN_GRAD = 2   # write adjoints leave the gradient in place (array.retain_grad)
 
 # DLPack type codes (dlpack.h DLDataTypeCode)
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6

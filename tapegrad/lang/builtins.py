@@ -521,7 +521,15 @@ def _arr_adj(kind):
         if kind == "load":
             return lambda a, aa, g: (f"if ({aa[0]}.data && tg::nonzero({g})) "
                                      f"tg::atomic_add_({_addr(aa[0], aa[0], a[1:])}, {g});")
-        if kind in ("store", "add"):
+        if kind == "store":
+            # the write consumes the array's own gradient (Warp: final write wins; an earlier
+            # write it overwrote gets nothing), unless the array retains it (flags bit 1);
+            # an explicit adjoint buffer other than a.grad is only read
+            zero = f"{c}(0)" if is_scalar(ts[0].dtype) else f"{c}{{}}"
+            return lambda a, aa, g: (f"if ({aa[0]}.data) {{ {c}* tg_g = {_addr(aa[0], aa[0], a[1:-1])}; "
+                                     f"tg::accum({aa[-1]}, *tg_g); if ((void*){aa[0]}.data == (void*){a[0]}.grad "
+                                     f"&& !({a[0]}.flags & 2u)) *tg_g = {zero}; }}")
+        if kind == "add":
             return lambda a, aa, g: f"if ({aa[0]}.data) tg::accum({aa[-1]}, *{_addr(aa[0], aa[0], a[1:-1])});"
         if kind == "sub":
             return lambda a, aa, g: f"if ({aa[0]}.data) tg::accum({aa[-1]}, {c}(-*{_addr(aa[0], aa[0], a[1:-1])}));"

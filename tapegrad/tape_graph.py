@@ -1,0 +1,132 @@
+"""GraphViz ``dot`` text of a Tape's records (``Tape.visualize``).
+
+Works from what every record says about itself (``accesses()``, ``label()``), so it needs no
+knowledge of the record kinds beyond their class names; arrays are nodes keyed by identity.
+"""
+from __future__ import annotations
+
+__all__ = ["dot"]
+
+_DIRECTIONS = ("LR", "RL", "TB", "BT")
+
+
+def _quote(text: str) -> str:
+    # (a backslash is kept: "\\n" is dot's line break inside a label)
+    return '"' + str(text).replace('"', '\\"') + '"'
+
+
+def _tracked(arrays, names, what):
+    if arrays is None:
+        if names is not None:
+            raise ValueError(f"visualize: track_{what}_names given without track_{what}s")
+        return {}
+    arrays = list(arrays)
+    names = list(names) if names is not None else [f"{what}{k}" for k in range(len(arrays))]
+    if len(names) != len(arrays):
+        raise ValueError(f"visualize: {len(arrays)} track_{what}s but {len(names)} track_{what}_names")
+    return {id(a): n for a, n in zip(arrays, names)}
+
+
+def _record_label(rec, index: int) -> str:
+    kernel = getattr(rec, "kernel", None)
+    if kernel is not None:
+        return f"{getattr(kernel, 'key', kernel)}\\n#{index}"
+    kind = type(rec).__name__.replace("Record", "").lower() or "record"
+    return f"{kind}\\n#{index}"
+
+
+def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choose_longest=True,
+        ignore_scopes=False, track_inputs=None, track_outputs=None, track_input_names=None,
+        track_output_names=None, direction="LR") -> str:
+    """The dot text of ``records`` grouped by ``scopes`` (``Tape.scopes`` entries).
+
+    Raises:
+        ValueError: bad ``direction``; tracked arrays and names of different lengths.
+        TypeError: ``array_labels`` is not a dict.
+    """
+    if direction not in _DIRECTIONS:
+        raise ValueError(f"visualize(graph_direction): expected one of {_DIRECTIONS}, got {direction!r}")
+    if array_labels is not None and not isinstance(array_labels, dict):
+        raise TypeError(f"visualize(array_labels): expected a dict {{array: label}}, got {type(array_labels).__name__}")
+    labels = {id(a): str(v) for a, v in (array_labels or {}).items()}
+    inputs = _tracked(track_inputs, track_input_names, "input")
+    outputs = _tracked(track_outputs, track_output_names, "output")
+
+    names: dict = {}       # id(array) -> names it was passed under
+    arrays: dict = {}      # id(array) -> array (keeps the order of first use)
+    written: set = set()
+    edges: list = []
+    for i, rec in enumerate(records):
+        for acc in rec.accesses():
+            key = id(acc.array)
+            arrays.setdefault(key, acc.array)
+            names.setdefault(key, [])
+            if acc.name not in names[key]:
+                names[key].append(acc.name)
+            if acc.writes:
+                written.add(key)
+                edges.append((f"r{i}", f"a{key}"))
+            if acc.reads:
+                edges.append((f"a{key}", f"r{i}"))
+
+    shown = {k for k in arrays if not (hide_readonly_arrays and k not in written)} | set(inputs) | set(outputs)
+    lines = ["digraph Tape {", f"    rankdir={direction};", '    node [fontname="Helvetica"];']
+    for key in arrays:
+        if key not in shown:
+            continue
+        a = arrays[key]
+        if key in labels:
+            name = labels[key]
+        elif key in inputs:
+            name = inputs[key]
+        elif key in outputs:
+            name = outputs[key]
+        else:
+            cands = names[key]
+            name = max(cands, key=len) if choose_longest else cands[0]
+        shape = getattr(a, "shape", "")
+        dtype = getattr(a, "dtype", "")
+        style = ""
+        if key in inputs:
+            style = ', style=filled, fillcolor="palegreen"'
+        elif key in outputs:
+            style = ', style=filled, fillcolor="lightcoral"'
+        text = _quote(f"{name}\\n{dtype!r} {shape}")
+        lines.append(f"    a{key} [label={text}, shape=ellipse{style}];")
+
+    # records, inside the clusters of the scopes open around them
+    open_scopes: list = []
+    bounds = []            # (start, end, name, depth)
+    for idx, name, _meta in ([] if ignore_scopes else scopes):
+        if name is not None:
+            open_scopes.append((idx, name))
+        elif open_scopes:
+            start, sname = open_scopes.pop()
+            bounds.append((start, idx, sname, len(open_scopes)))
+    for start, sname in open_scopes:      # still open: up to the last record
+        bounds.append((start, len(records), sname, 0))
+
+    def emit(lo, hi, nested, indent):
+        # nested: the scopes inside [lo, hi); the outermost ones become clusters here
+        top = [b for b in nested if not any(c is not b and c[0] <= b[0] and b[1] <= c[1]
+                                            and (c[0], -c[1], c[3]) < (b[0], -b[1], b[3]) for c in nested)]
+        i = lo
+        for b in sorted(top):
+            for j in range(i, b[0]):
+                lines.append(f"{indent}r{j} [label={_quote(_record_label(records[j], j))}, shape=box];")
+            lines.append(f"{indent}subgraph cluster_{b[0]}_{b[1]}_{b[3]} {{")
+            lines.append(f"{indent}    label={_quote(b[2])}; style=rounded;")
+            inside = [c for c in nested if c is not b and b[0] <= c[0] and c[1] <= b[1] and c[3] > b[3]]
+            emit(b[0], b[1], inside, indent + "    ")
+            lines.append(f"{indent}}}")
+            i = b[1]
+        for j in range(i, hi):
+            lines.append(f"{indent}r{j} [label={_quote(_record_label(records[j], j))}, shape=box];")
+
+    emit(0, len(records), [b for b in bounds if b[1] > b[0]], "    ")
+    for src, dst in edges:
+        a_key = src[1:] if src.startswith("a") else dst[1:]
+        if int(a_key) in shown:
+            lines.append(f"    {src} -> {dst};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
