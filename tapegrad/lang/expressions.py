@@ -72,6 +72,25 @@ def _resolver(obj):
     return None
 
 
+# what to write instead of expressions kernels do not have
+EXPRESSION_HINTS = {
+    "List": ": kernels have no lists; use a vector (tg.vector(a, b, c)) or a tuple",
+    "ListComp": ": kernels have no lists; write a loop, or a vector of the values",
+    "Dict": ": kernels have no dicts; use a @tg.struct",
+    "DictComp": ": kernels have no dicts; use a @tg.struct",
+    "Set": ": kernels have no sets",
+    "SetComp": ": kernels have no sets",
+    "GeneratorExp": ": write a loop",
+    "Lambda": ": define the function at module level with @tg.func",
+    "JoinedStr": ": f-strings are not supported; use print(x, \"text\") or tg.printf(\"%f\\n\", x)",
+    "Starred": ": pass the arguments one by one",
+    "NamedExpr": ": assign on its own line first",
+    "Await": ": kernels are not coroutines",
+    "Yield": ": kernels are not generators",
+    "Slice": ": slices are not supported in kernels; index element by element",
+}
+
+
 class ExprMixin:
     """Expression methods of ``frontend.Builder``."""
 
@@ -80,7 +99,8 @@ class ExprMixin:
         self.node = node if isinstance(node, ast.expr) else self_node
         method = getattr(self, "e_" + type(node).__name__, None)
         if method is None:
-            self.error(f"unsupported expression `{type(node).__name__}`", node)
+            kind = type(node).__name__
+            self.error(f"unsupported expression `{kind}`{EXPRESSION_HINTS.get(kind, '')}", node)
         try:
             return method(node)
         finally:

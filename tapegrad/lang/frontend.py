@@ -43,6 +43,21 @@ from .values import (
 )
 
 MAX_UNROLL = 16
+# what to write instead of statements kernels do not have
+STATEMENT_HINTS = {
+    "Assert": ": kernels cannot raise; check with tg.expect_eq(a, b) (prints on failure) or tg.printf",
+    "Raise": ": kernels cannot raise; return early, or report with tg.printf",
+    "Try": ": kernels have no exceptions; test the condition with `if`",
+    "With": ": kernels have no context managers",
+    "FunctionDef": ": define helpers at module level with @tg.func",
+    "ClassDef": ": define structs at module level with @tg.struct",
+    "Global": ": module-level values are read as constants; write results into arrays",
+    "Nonlocal": ": closure values are read as constants; write results into arrays",
+    "Delete": ": variables live until the kernel ends",
+    "Import": ": import at module level",
+    "ImportFrom": ": import at module level",
+    "Match": ": use if / elif",
+}
 
 
 class Builder(ExprMixin):
@@ -265,7 +280,8 @@ class Builder(ExprMixin):
     def stmt(self, node):
         method = getattr(self, "s_" + type(node).__name__, None)
         if method is None:
-            self.error(f"unsupported statement `{type(node).__name__}`", node)
+            kind = type(node).__name__
+            self.error(f"unsupported statement `{kind}`{STATEMENT_HINTS.get(kind, '')}", node)
         method(node)
 
     def s_Pass(self, node):
@@ -473,9 +489,14 @@ class Builder(ExprMixin):
         if node.orelse:
             self.error("for/else is not supported", node)
         it = node.iter
+        backwards = isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed" \
+            and len(it.args) == 1 and not it.keywords
+        if backwards:
+            it = it.args[0]
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                 and 1 <= len(it.args) <= 3 and not it.keywords):
-            self.error("only `for i in range(...)` loops are supported", node)
+            self.error("only `for i in range(...)` and `for i in reversed(range(...))` loops are supported; "
+                       "iterate over an index instead (for k in range(len(a)): ... a[k])", node)
         if not isinstance(node.target, ast.Name):
             self.error("the loop variable must be a single name", node)
         rargs = [self.expr(a) for a in it.args]
@@ -484,12 +505,29 @@ class Builder(ExprMixin):
         elif len(rargs) == 2:
             rargs = rargs + [Lit(1)]
         if all(isinstance(a, Lit) for a in rargs):
-            values = range(*[int(a.value) for a in rargs])
             if rargs[2].value == 0:
                 self.error("range() step must not be zero", node)
+            values = range(*[int(a.value) for a in rargs])
+            if backwards:
+                values = values[::-1]
+                rargs = [Lit(x, rargs[0].type) for x in (values.start, values.stop, values.step)]
             if len(values) <= MAX_UNROLL:
                 return self.unrolled(node, list(values), rargs)
+        elif backwards:
+            rargs = self.reversed_range(rargs, node)
         self.dynamic_for(node, rargs)
+
+    def reversed_range(self, rargs, node):
+        """``reversed(range(a, b, s))`` as ``range(a + (n - 1) * s, a - s, -s)`` with ``n`` its length."""
+        anchor = next((a.type for a in rargs if isinstance(a, Var)), None)
+        if not is_int(anchor):
+            self.error(f"range() needs integer arguments, got {type_name(anchor)}", node)
+        start, stop, step = [self.materialize(a, anchor) if isinstance(a, Lit) else a for a in rargs]
+        count = self.call_op(op_range_count(), [start, stop, step], node)
+        n = self.builtin_args("cast", [TypeArg(anchor), count], node) if anchor is not int64 else count
+        last = self.builtin("add", [start, self.builtin("mul", [self.builtin("sub", [n, Lit(1)], node), step], node)],
+                            node)
+        return [last, self.builtin("sub", [start, step], node), self.builtin("neg", [step], node)]
 
     def unrolled(self, node, values, rargs):
         t = next((a.type for a in rargs if a.type is not None), None)   # weak when range() got literals
