@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import types
+from . import cpu_capture, types
 from .array import array
 from .device import Device, get_device
 from .frameworks import bridge_for_type_module
@@ -412,7 +412,13 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
             tape.record(LaunchRecord(kernel, tuple(dim), tuple(inputs), tuple(outputs), dev, stream, block_dim,
                                      max_blocks))
     argv = _argv_type(len(vals))(*[ctypes.addressof(v) for v in vals])
-    kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+    if cpu_capture.open_count and dev.is_cpu and cpu_capture.capturing():
+        # a CPU graph capture records the launch (the packed values and arguments stay alive
+        # with the graph) and runs it at each replay
+        mod = kernel.module(dev)
+        cpu_capture.record(lambda: mod.launch(bounds, argv, adjoint, 0, block_dim, max_blocks), (vals, args))
+    else:
+        kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):

@@ -24,7 +24,7 @@ import ctypes
 
 import numpy as np
 
-from . import build
+from . import build, cpu_capture
 from .cuda import memory as cuda_memory  # imports CuPy only when a CUDA operation runs
 
 __all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "load_zero_many"]
@@ -53,6 +53,10 @@ def cupy_view(a):
 def fill(a, value) -> None:
     """Set every element of ``a`` to ``value`` (a scalar, or a vector/matrix value)."""
     if a.device.is_cpu:
+        if cpu_capture.capturing():     # recorded into the CPU graph instead (Warp's CPU capture)
+            value = np.array(value, copy=True)
+            cpu_capture.record(lambda: fill(a, value), (a,))
+            return
         a.numpy()[...] = value
         return
     with on_current_stream(a.device):
@@ -62,6 +66,9 @@ def fill(a, value) -> None:
 def zero(a) -> None:
     """Set every byte of ``a`` to zero (one memset when contiguous)."""
     dev = a.device
+    if dev.is_cpu and cpu_capture.capturing():
+        cpu_capture.record(lambda: zero(a), (a,))
+        return
     if a.is_contiguous:
         if dev.is_cpu:
             ctypes.memset(a.ptr, 0, a.nbytes)
@@ -83,6 +90,9 @@ def copy(dest, src) -> None:
     if dest.size == 0:
         return
     if dest.device.is_cpu and src.device.is_cpu:
+        if cpu_capture.capturing():
+            cpu_capture.record(lambda: copy(dest, src), (dest, src))
+            return
         np.copyto(dest.numpy(), src.numpy(), casting="no")
         return
     cuda_dev = dest.device if dest.device.is_cuda else src.device
@@ -107,6 +117,9 @@ def accumulate(dest, src) -> None:
     if src.device is not dest.device:
         src = src.to(dest.device)
     if dest.device.is_cpu:
+        if cpu_capture.capturing():
+            cpu_capture.record(lambda: accumulate(dest, src), (dest, src))
+            return
         d = dest.numpy()
         d += src.numpy()
         return

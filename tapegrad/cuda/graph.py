@@ -15,6 +15,10 @@ current inside the block, so the work is recorded where it is captured; memory a
 inside a capture belongs to the graph and is freed correctly after the graph is destroyed;
 ``external=True`` joins a capture begun by another framework (``torch.cuda.graph``, XLA).
 
+On the CPU (``device="cpu"``, or a CPU current device) the same calls record the block's CPU
+launches and memory operations instead of running them, and ``capture_launch`` replays them
+(``tapegrad.cpu_capture``; Warp 1.19 does the same), so capture code runs on either device.
+
 Nothing here imports CuPy before a CUDA device is actually used.
 """
 from __future__ import annotations
@@ -24,6 +28,7 @@ import ctypes
 import sys
 import threading
 
+from .. import cpu_capture
 from ..device import ScopedDevice, get_device, is_cuda_available
 from . import allocators, captures
 from .preload import preload
@@ -68,6 +73,14 @@ def _resolve(device, stream, what):
     return dev, dev.stream
 
 
+def _cpu_target(device, stream):
+    """The CPU device when a capture call names the CPU (no stream given), else None."""
+    if stream is not None:
+        return None
+    dev = get_device(device)
+    return dev if dev.is_cpu else None
+
+
 def _parse_mode(mode):
     if isinstance(mode, bool) or mode is None:
         raise TypeError(f"capture_mode: expected 'thread_local', 'global', 'relaxed' or 0/1/2, got {mode!r}")
@@ -97,7 +110,7 @@ def is_capturing(device=None, stream=None) -> bool:
     if stream is None:
         dev = get_device(device)
         if not dev.is_cuda:
-            return False
+            return cpu_capture.capturing()
         stream = dev.stream
     elif not isinstance(stream, Stream):
         raise TypeError(f"is_capturing: stream must be a tapegrad Stream, got {type(stream).__name__}")
@@ -418,11 +431,25 @@ def capture_begin(device=None, stream=None, force_module_load=True, external=Fal
             leaves the foreign capture running.
         capture_mode: ``"thread_local"`` (default; other threads' CUDA calls cannot
             invalidate the capture), ``"global"`` or ``"relaxed"`` (cudaStreamCaptureMode).
+    On the CPU, CPU launches and memory operations of this thread are recorded from here on
+    instead of run (``capture_end`` returns the ``CpuGraph``).
+
     Raises:
-        RuntimeError: a CPU device; the stream is already capturing (``external=False``) or
-            is not capturing (``external=True``); the legacy default stream; CUDA refused.
+        RuntimeError: the stream (or this thread's CPU) is already capturing (``external=False``)
+            or is not capturing (``external=True``; always on the CPU); the legacy default
+            stream; CUDA refused.
         TypeError/ValueError: bad ``stream`` / ``capture_mode``.
     """
+    cpu = _cpu_target(device, stream)
+    if cpu is not None:
+        _parse_mode(capture_mode)
+        if external:
+            raise RuntimeError("capture_begin(external=True): there is no foreign capture to join on the CPU "
+                               "(external captures are CUDA stream captures of another framework)")
+        if force_module_load or force_module_load is None:
+            _preload_modules(cpu)
+        cpu_capture.begin()
+        return
     dev, st = _resolve(device, stream, "capture_begin")
     mode = _parse_mode(capture_mode)
     handle = int(st.cuda_stream)
@@ -469,6 +496,9 @@ def capture_end(device=None, stream=None):
             illegal call happened during it: a synchronisation, a host copy, ``cudaMalloc``,
             a launch that needed a module load on a driver older than CUDA 12.3...).
     """
+    cpu = _cpu_target(device, stream)
+    if cpu is not None:
+        return cpu_capture.end(cpu)
     dev, st = _resolve(device, stream, "capture_end")
     handle = int(st.cuda_stream)
     top = captures.peek(dev, handle)
@@ -533,6 +563,9 @@ def capture_launch(graph, stream=None) -> None:
         TypeError: ``graph`` is not a Graph (e.g. None from an external capture), or a bad stream.
         RuntimeError: the stream is on another device than the graph; the graph was destroyed.
     """
+    if isinstance(graph, cpu_capture.CpuGraph):
+        graph.launch(stream)
+        return
     if not isinstance(graph, Graph):
         if graph is None:
             raise TypeError("capture_launch: graph is None — an external capture (ScopedCapture(external=True)) "
@@ -544,7 +577,8 @@ def capture_launch(graph, stream=None) -> None:
 
 
 class ScopedCapture:
-    """``with tg.ScopedCapture() as capture:`` records the block's CUDA work into ``capture.graph``.
+    """``with tg.ScopedCapture() as capture:`` records the block's work into ``capture.graph``
+    (a CUDA ``Graph``; on the CPU a ``CpuGraph`` of the block's CPU launches and copies).
 
     Args:
         device: CUDA device whose current stream is captured (default: current device).
@@ -554,9 +588,8 @@ class ScopedCapture:
             ``capture.graph`` is then None.
         capture_mode: ``"thread_local"`` (default), ``"global"`` or ``"relaxed"``.
     Raises:
-        RuntimeError: on a CPU device (graphs are a CUDA concept), and as ``capture_begin`` /
-            ``capture_end``. If the block raises, the capture is ended and discarded and the
-            block's exception propagates.
+        RuntimeError: as ``capture_begin`` / ``capture_end``. If the block raises, the capture
+            is ended and discarded and the block's exception propagates.
     """
 
     def __init__(self, device=None, stream=None, force_module_load=True, external=False,
@@ -574,6 +607,13 @@ class ScopedCapture:
         self._scopes = []
 
     def __enter__(self):
+        cpu = _cpu_target(self.device, self.stream)
+        if cpu is not None:
+            capture_begin(cpu, None, self.force_module_load, self.external, self.capture_mode)
+            self._dev, self._stream, self._scopes = cpu, None, []
+            self.graph = None
+            self.active = True
+            return self
         dev, st = _resolve(self.device, self.stream, "ScopedCapture")
         scopes = []
         try:
