@@ -433,6 +433,10 @@ class ExprMixin:
             except (ValueError, TypeError) as e:
                 self.error(f"{type_name(t)}(...): {e}", node)
         vals = self.adapt(args, anchor=t.scalar)
+        bad = [v.type for v in vals if is_scalar(v.type) and v.type is not t.scalar]
+        if bad and len(vals) != 1:
+            self.error(f"{type_name(t)}(...) takes {type_name(t.scalar)} components, got {type_name(bad[0])}; "
+                       f"cast it, e.g. tg.{type_name(t.scalar)}(x)", node)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
 
     def composite_value(self, obj, node):

@@ -116,6 +116,8 @@ def type_name(t) -> str:
     """A short human name for messages (``float32``, ``vec3``, ``array(float32, 2d)``)."""
     if t is None:
         return "None"
+    if type(t).__name__ in ("TypeRef", "TypeArg"):     # a constructor's / cast's target type
+        return type_name(t.t)
     if isinstance(t, ArrayType):
         return f"array({type_name(t.dtype)}, {t.ndim}d)"
     if isinstance(t, StructType):

@@ -90,3 +90,13 @@ def test_integer_mixing_follows_warp():
 
     with pytest.raises(tg.KernelError, match=r"test_lang_constants.py:\d+.*add\(\) does not accept \(int64, int32\)"):
         tg.launch(refused, dim=2, inputs=[out, 1])
+
+
+def test_constructor_component_type_error_names_the_cast():
+    @tg.kernel
+    def bad(out: tg.array(dtype=tg.vec3d)):
+        e = 1.0e-3                  # a new variable from a literal is float32 (as in Warp)
+        out[0] = tg.vec3d(e, 0.0, 0.0)
+
+    with pytest.raises(tg.KernelError, match=r"vec3d\(\.\.\.\) takes float64 components, got float32; cast it"):
+        tg.launch(bad, dim=1, inputs=[tg.zeros(1, dtype=tg.vec3d)])
