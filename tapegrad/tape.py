@@ -144,12 +144,13 @@ class Tape:
     def backward(self, loss: array | None = None, grads: dict | None = None) -> None:
         """Replay the recorded adjoints in reverse.
 
+        With neither argument, the gradients already in the outputs' ``.grad`` are
+        backpropagated (Warp's behaviour: set ``y.grad`` yourself, then ``tape.backward()``).
+
         Args:
             loss: a one-element scalar array whose gradient is seeded with ones.
             grads: ``{array: gradient}``; each gradient is *copied* into ``array.grad`` (or a
                 tape-owned buffer when the array has none); the caller's buffer is not modified.
-            With neither, the gradients already in the outputs' ``.grad`` are backpropagated
-            (Warp's behaviour: set ``y.grad`` yourself, then ``tape.backward()``).
         Raises:
             ValueError: both ``loss`` and ``grads``; a ``loss`` with more than one element or a
                 vector/matrix dtype; shape mismatches.

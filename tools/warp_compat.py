@@ -1,0 +1,186 @@
+"""Write docs/warp_compat.md: every public top-level name of the installed NVIDIA Warp with its
+status in tapegrad.
+
+    python tools/warp_compat.py          # needs warp-lang installed (the peer, never a dependency)
+
+Statuses: **same** (present, semantics checked against Warp: the tests named in the note),
+**different** (present, the note says how and why), **present** (the name exists with Warp's
+signature; semantics not compared name by name), **missing** (belongs to an open issue, named),
+**not planned** (outside tapegrad's scope, why given).
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# --- present names: what was compared, or how they differ ------------------------------------
+_SAME_SURFACE = "tests/core/test_warp_surface.py"
+SAME = {
+    **{n: _SAME_SURFACE for n in (
+        "init", "get_devices", "get_cuda_device", "is_device_available", "get_module_options",
+        "pi", "e", "inf", "nan", "tau", "half_pi", "phi", "ln2", "ln10", "log2e", "log10e",
+        "PI", "E", "INF", "NAN", "TAU", "HALF_PI", "PHI", "LN2", "LN10", "LOG2E", "LOG10E",
+        "get_mempool_used_mem_current", "get_mempool_used_mem_high", "get_mempool_release_threshold",
+        "set_mempool_release_threshold", "is_mempool_supported", "is_mempool_enabled", "set_mempool_enabled",
+        "zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like", "types")},
+    **{n: "tests/core/test_types.py, test_warp_surface.py (same objects / families / `_type_`...)" for n in (
+        "vec2", "vec3", "vec4", "vec2f", "vec3f", "vec4f", "vec2d", "vec3d", "vec4d", "vec2h", "vec3h", "vec4h",
+        "vec2i", "vec3i", "vec4i", "vec2b", "vec3b", "vec4b", "vec2ub", "vec3ub", "vec4ub", "vec2s", "vec3s",
+        "vec4s", "vec2us", "vec3us", "vec4us", "vec2ui", "vec3ui", "vec4ui", "vec2l", "vec3l", "vec4l",
+        "vec2ul", "vec3ul", "vec4ul", "mat22", "mat33", "mat44", "mat22f", "mat33f", "mat44f", "mat22d",
+        "mat33d", "mat44d", "mat22h", "mat33h", "mat44h", "quat", "quatf", "quatd", "quath", "bool", "int8",
+        "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
+        "bfloat16")},
+    **{n: "tests/core/test_cpu_capture.py, test_graphs.py (CPU capture as Warp 1.19)" for n in (
+        "capture_begin", "capture_end", "capture_launch")},
+    "dtype_to_torch": "tests/bridges/test_torch.py (uint16/32/64 -> signed twins, as Warp)",
+    "dtype_from_torch": "tests/bridges/test_torch.py",
+    "clone": "tests/core/test_tape_features.py (final write wins: Warp's 8, not 27)",
+    "copy": "tests/core/test_tape_features.py (offsets on strided views, consumption, retain_grad)",
+    "from_numpy": "tests/core/test_array.py (2-D -> vector, 3-D -> matrix), retain_grad",
+}
+DIFFERENT = {
+    "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "
+            "scopes, `visualize`, structs, `backward()` and final-write-wins adjoints as Warp",
+    "ScopedCapture": "thread-local capture mode by default; `stream=` is made current inside the block; "
+                     "on the CPU it records and replays as Warp 1.19",
+    "ScopedTimer": "wall time, `synchronize=`, `print=`, `dict=`, `detailed=`, tape scopes as Warp; "
+                   "`use_nvtx`/`cuda_filter`/`report_func` accepted but produce no NVTX ranges or CUDA "
+                   "activity reports; prints with `print`, not Warp's logger",
+    "set_module_options": "Warp's option names are validated and stored; only `enable_backward` changes "
+                          "compilation (for kernels defined after the call)",
+    "load_module": "every kernel is its own module: loads the kernels found in the Python module's globals",
+    "force_load": "loads every kernel defined so far (each its own module)",
+    "clear_kernel_cache": "clears tapegrad's cache (`$TAPEGRAD_CACHE`, default `~/.cache/tapegrad`)",
+    "Kernel": "`kernel.module` is a per-kernel module object (`.load(device, block_dim=None)`, callable "
+              "with a device)",
+    "kernel": "`module=` accepted and ignored (every kernel is its own module)",
+    "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3",
+    "empty": "the memory is zero-filled (allocation is cheap; garbage is a footgun)",
+    "empty_like": "zero-filled, as `empty`",
+    "device_from_torch": "`torch.device('cuda')` (no index) gives the current CUDA device; Warp raises",
+    "from_torch": "missing gradients are allocated by torch, not by the bridge (no lazy-allocation sync)",
+    "to_torch": "uint16/32/64 arrays give torch's unsigned tensors",
+    "ScopedAllocator": "tapegrad's allocator names (`'async'`, `'cupy'`, `'torch'`), see docs/graphs.md",
+    "Stream": "owned streams are CuPy streams; external handles as Warp",
+    "from_dlpack": "DLPack 1.x (versioned capsules, read-only flag, `byte_offset` honoured) with legacy fallback",
+    "to_dlpack": "DLPack 1.x capsules when asked (`max_version`), legacy otherwise",
+    "config": "`tg.config` has tapegrad's switches (`strict_tape`, `verbose`), not Warp's",
+}
+
+# --- missing names: where they belong, or why not ---------------------------------------------
+ITEM2 = "missing: issue 15 item 2 (transform/spatial types and builtins), not done in this session"
+KLANG = "missing: kernel-language issue (builtin not in tapegrad's table yet)"
+NOT_GEOMETRY = ("not planned: spatial acceleration structures (meshes, volumes, grids, BVHs) are outside "
+                "tapegrad's scope")
+NOT_GRAPHICS = "not planned: graphics / Omniverse interop (OpenGL, textures, Fabric)"
+RULES = [
+    (r"^(transform|spatial)", ITEM2),
+    (r"^quat_(rpy|from_euler|from_matrix|to_matrix|to_euler|to_rpy|to_axis_angle|between_vectors|slerp|twist.*|rotate_inv)$",
+     "missing: issue 15 item 2 (quaternion constructors), not done in this session"),
+    (r"^(velocity_at_point)$", ITEM2),
+    (r"^(Mesh|Volume|Bvh|HashGrid)|^(mesh_|volume_|hash_grid|bvh_|closest_point)", NOT_GEOMETRY),
+    (r"^(Texture|GLTexture|RegisteredGLBuffer|texture_|fabric|indexedfabric|map_cuda_device|unmap_cuda_device)",
+     NOT_GRAPHICS),
+    (r"^(fabricarray|fabricarrayarray|indexedfabricarrayarray)$", NOT_GRAPHICS),
+    (r"^(indexedarray|fixedarray)", "missing: indexed / fixed-size array kinds (arrays issue)"),
+    (r"^(tile|Tile|launch_tiled|block_dim$)", "missing: tiles (kernel-language issue)"),
+    (r"^WarpCodegen", "missing: tapegrad's equivalent is `tg.KernelError` (one class, with the Python source line)"),
+    (r"^WarpDeterminismError$|^DeterministicMode$", "missing: deterministic-mode launches"),
+    (r"^(Logger|get_logger|set_logger|ScopedLogger|ScopedLogLevel|LOG_)",
+     "missing: Warp's logger (tapegrad reports with `warnings` and exceptions)"),
+    (r"^(TIMING_|timing_|TimingResult|ScopedCudaProfiler|cuda_profiler_)",
+     "missing: CUDA activity timing and profiler ranges"),
+    (r"^(capture_if|capture_while|is_conditional_graph_supported)$", "missing: conditional CUDA graph nodes"),
+    (r"^(capture_save|capture_load|capture_load_from_bytes|CaptureMode)$",
+     "not planned: Warp's APIC graph serialisation format"),
+    (r"^capture_debug_dot_print$", "missing: tapegrad's equivalent is `Graph.debug_dot_print(path)` (a method)"),
+    (r"^(compile_aot_module|load_aot_module|get_cpu_kernel_cache_key|clear_lto_cache|build_experimental|"
+     r"ModuleBuildOptions|get_cuda_kernel_properties|get_suggested_block_size|get_cuda_max_cluster_dim)$",
+     "missing: ahead-of-time modules and build introspection"),
+    (r"^(Module|get_module)$", "missing: tapegrad's equivalent is `kernel.module` (every kernel is its own module)"),
+    (r"^(Allocator|CudaManagedAllocator|get_device_allocator|set_device_allocator|set_cuda_allocator)$",
+     "missing: tapegrad's equivalent is `tg.set_allocator(name_or_allocator, device)` / `tg.ScopedAllocator`"),
+    (r"^(ScopedMempool|ScopedMempoolAccess|is_mempool_access|set_mempool_access|ScopedPeerAccess|"
+     r"is_peer_access|set_peer_access|can_access)", "missing: peer / mempool access between GPUs"),
+    (r"^(from_ipc_handle|event_from_ipc_handle)$", "missing: CUDA IPC"),
+    (r"^(get_cuda_driver_version|get_cuda_toolkit_version|get_cuda_supported_archs|is_cubql_available|"
+     r"print_diagnostics|print_memory_report|ScopedMemoryTracker|MemoryKind|get_event_elapsed_time)$",
+     "missing: runtime introspection and memory reports"),
+    (r"^(Float|Int|Scalar|DeviceLike)$", "missing: typing aliases (annotations only)"),
+    (r"^JaxModulePreloadMode$", "missing: jax_kernel loads on first call on the current device"),
+    (r"^(Function|Launch|func_native|func_replay|grad|static|ref|handle|address|address_of|from_ptr|map|utils|"
+     r"overload)$", "missing: kernel-language issue (native functions, recorded launches, static expressions)"),
+]
+
+
+def classify(name: str, present: bool, builtins: set) -> tuple[str, str]:
+    if present:
+        if name in DIFFERENT:
+            return "different", DIFFERENT[name]
+        if name in SAME:
+            return "same", SAME[name]
+        return "present", "kernel builtin" if name in builtins else ""
+    for pattern, note in RULES:
+        if re.search(pattern, name):
+            kind, _, why = note.partition(": ")
+            return kind, why
+    if name in builtins:
+        kind, _, why = KLANG.partition(": ")
+        return kind, why
+    return "missing", "not yet triaged"
+
+
+def main() -> int:
+    import warp
+
+    import tapegrad
+    builtins = set(warp._src.context.builtin_functions)
+    names = sorted(n for n in dir(warp) if not n.startswith("_"))
+    ours = set(dir(tapegrad))
+    rows, counts = [], {}
+    for n in names:
+        kind, note = classify(n, n in ours, builtins)
+        counts[kind] = counts.get(kind, 0) + 1
+        rows.append(f"| `{n}` | {kind} | {note} |")
+    order = ["same", "different", "present", "missing", "not planned"]
+    summary = ", ".join(f"{counts.get(k, 0)} {k}" for k in order)
+    present = sum(counts.get(k, 0) for k in ("same", "different", "present"))
+    text = [
+        "# Warp compatibility",
+        "",
+        f"Every public top-level name of NVIDIA Warp {warp.__version__} (`dir(warp)` without underscore",
+        "names) and its status in tapegrad, so code written as `import warp as wp` can be checked before",
+        "it is run as `import tapegrad as wp`. Generated by `python tools/warp_compat.py` (it imports the",
+        "installed Warp; tapegrad itself never does).",
+        "",
+        "Statuses: **same**: present, semantics compared with Warp (the note names the tests);",
+        "**different**: present, the note says how and why; **present**: the name exists with Warp's",
+        "signature, semantics not compared name by name (most are kernel builtins, each checked against",
+        "finite differences, not against Warp); **missing**: not yet, the note names where it belongs;",
+        "**not planned**: outside tapegrad's scope.",
+        "",
+        "| name | status | note |",
+        "|---|---|---|",
+        *rows,
+        "",
+        "## Counts",
+        "",
+        f"{len(names)} names: {summary}. Present in tapegrad: {present} of {len(names)}"
+        f" ({100.0 * present / len(names):.0f} %).",
+        "",
+        "Submodules reached as attributes (`wp.types`, `wp.utils`...) count as names; `tg.types` has",
+        "the dtype helpers Warp code reads (`type_size_in_bytes`, `type_length`, `type_scalar_type`).",
+        "",
+    ]
+    out = ROOT / "docs" / "warp_compat.md"
+    out.write_text("\n".join(text))
+    print(f"wrote {out}: {len(names)} names, {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
