@@ -14,6 +14,7 @@ from .. import build
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
 from ..errors import KernelError
+from ..types import type_of
 from . import emit
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
@@ -84,8 +85,10 @@ class Kernel:
         Raises:
             TypeError: wrong number of types, or a type a generic parameter cannot take.
         """
+        return self._specialized(tuple(type_of(t) for t in types))
+
+    def _specialized(self, types):
         names, params = self._resolve_params()
-        types = tuple(types)
         k = self._specs.get(types)
         if k is not None:
             return k
@@ -115,7 +118,7 @@ class Kernel:
                             f"got {len(args)}")
         types = tuple(infer_type(p, a, f"kernel '{self.key}' argument {i} ('{names[i]}')")
                       if is_generic_type(p) else p for i, (p, a) in enumerate(zip(params, args)))
-        return self.specialize(types)
+        return self._specialized(types)
 
     def _parse(self):
         with _lock:
@@ -255,15 +258,17 @@ def overload(kernel, arg_types=None):
     """Warp's ``wp.overload``: the specialization of a generic kernel for concrete types.
 
     Forms: ``overload(k, [types...])``, ``overload(k, {"name": type})`` (the named generic
-    parameters), or ``@overload`` on a function named like a generic kernel of its module whose
-    annotations give the types.
+    parameters), or ``@overload`` on a body-less function named like a generic kernel of its
+    module whose annotations give the types.
 
     Returns:
-        The specialized ``Kernel`` (launch it, pass it to bridges).
+        The specialized ``Kernel`` (launch it, pass it to bridges); the decorator form returns
+        the generic kernel itself, as Warp's does (its launches then find the specialization).
     Raises:
         TypeError: not a generic kernel, or types that do not fit its parameters.
     """
-    if not isinstance(kernel, Kernel):
+    decorated = not isinstance(kernel, Kernel)
+    if decorated:
         fn = kernel
         target = getattr(fn, "__globals__", {}).get(getattr(fn, "__name__", None))
         if not isinstance(target, Kernel) or not callable(fn):
@@ -291,7 +296,8 @@ def overload(kernel, arg_types=None):
             types.append(p)
         else:
             types.append(concrete_type(p, g, f"overload: parameter '{n}'"))
-    return kernel.specialize(types)
+    spec = kernel.specialize(types)
+    return kernel if decorated else spec
 
 
 def _module_name(kernels):

@@ -99,3 +99,23 @@ def test_generic_vectors_and_typed_scalars():
     out32 = tg.zeros(1, dtype=tg.float32)
     tg.launch(norms, dim=1, inputs=[v32, 1.0, out32])
     np.testing.assert_allclose(out32.numpy(), [5.0])
+
+
+@tg.kernel
+def fill_value(a: tg.array(dtype=Any), v: Any):
+    i = tg.tid()
+    a[i] = v
+
+
+@tg.overload
+def fill_value(a: tg.array(dtype=tg.float64), v: tg.float64):   # noqa: F811  (Warp's stub form)
+    ...
+
+
+def test_overload_decorator_keeps_the_generic_kernel():
+    assert isinstance(fill_value, tg.Kernel) and fill_value.is_generic()
+    spec = fill_value.specialize([tg.array(dtype=tg.float64), tg.float64])
+    assert spec is tg.overload(fill_value, [tg.array(dtype=tg.float64), tg.float64])
+    a = tg.zeros(3, dtype=tg.float64)
+    tg.launch(fill_value, dim=3, inputs=[a, np.float64(2.5)])
+    np.testing.assert_array_equal(a.numpy(), [2.5] * 3)
