@@ -20,9 +20,9 @@ from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Wr
 from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
 
 _RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
-_RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "atomic.h", "array.h")
+_RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h")
 # headers inlined only into units whose generated code names them (compile time of the rest)
-_OPTIONAL_RUNTIME = (("random.h", "tg::rng_"),)
+_OPTIONAL_RUNTIME = (("random.h", "tg::rng_"), ("spatial.h", "tg::sp_"))
 _runtime_text = None
 _optional_text: dict = {}
 
