@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
-from . import builtins_atomic, builtins_math, builtins_random, structs  # noqa: F401  (they register builtins into the table)
+# these register builtins into the table
+from . import builtins_atomic, builtins_math, builtins_random, structs  # noqa: F401
 from .funcs import Func, func, func_grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant
