@@ -64,13 +64,13 @@ def k_vectors(x: F64, out: F64):
     out[i] = tg.dot(v, v) + z[4] + tg.float64(w[2]) + tg.determinant(m) + mz[2, 3]
 
 
-def test_vector_matrix_values_in_kernel():
+def test_vector_matrix_values_in_kernel(device):
     x = np.array([0.5, -1.0, 2.0])
-    out = tg.zeros(3, dtype=tg.float64)
-    tg.launch(k_vectors, dim=3, inputs=[tg.array(x, dtype=tg.float64), out])
+    out = tg.zeros(3, dtype=tg.float64, device=device)
+    tg.launch(k_vectors, dim=3, inputs=[tg.array(x, dtype=tg.float64, device=device), out], device=device)
     exp = x ** 2 + 4 * x ** 2 + 9 + x ** 4 + 25 + x * x - 2
     np.testing.assert_allclose(out.numpy(), exp)
-    check_grad(k_vectors, 3, [x], [np.zeros(3)])
+    check_grad(k_vectors, 3, [x], [np.zeros(3)], device=device)
 
 
 def test_integer_mixing_follows_warp():

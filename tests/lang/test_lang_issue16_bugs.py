@@ -17,9 +17,9 @@ def k_empty(s: Empty, out: tg.array(dtype=float)):
     out[i] = float(i)
 
 
-def test_empty_struct_argument():
-    out = tg.zeros(4, dtype=float)
-    tg.launch(k_empty, dim=4, inputs=[Empty(), out])
+def test_empty_struct_argument(device):
+    out = tg.zeros(4, dtype=float, device=device)
+    tg.launch(k_empty, dim=4, inputs=[Empty(), out], device=device)
     np.testing.assert_array_equal(out.numpy(), [0, 1, 2, 3])
 
 
@@ -36,14 +36,14 @@ def k_struct_sum(xs: tg.array(dtype=Item), total: tg.array(dtype=float)):
     tg.atomic_add(total, 0, s.a + s.v[0] * 2.0)
 
 
-def test_array_of_structs_read_adjoint():
+def test_array_of_structs_read_adjoint(device):
     n = 5
-    xs = tg.zeros(n, dtype=Item, requires_grad=True)
-    total = tg.zeros(1, dtype=float, requires_grad=True)
+    xs = tg.zeros(n, dtype=Item, requires_grad=True, device=device)
+    total = tg.zeros(1, dtype=float, requires_grad=True, device=device)
     tape = tg.Tape()
     with tape:
-        tg.launch(k_struct_sum, dim=n, inputs=[xs, total])
-    tape.backward(grads={total: tg.array(np.ones(1, np.float32))})
+        tg.launch(k_struct_sum, dim=n, inputs=[xs, total], device=device)
+    tape.backward(grads={total: tg.array(np.ones(1, np.float32), device=device)})
     g = xs.grad.numpy()
     np.testing.assert_allclose(g["a"], np.ones(n))
     np.testing.assert_allclose(g["v"][:, 0], 2 * np.ones(n))

@@ -29,13 +29,13 @@ def k_reversed(x: F64, n: int, out: F64, order: tg.array(dtype=int)):
     out[i] = s
 
 
-def test_reversed_range():
+def test_reversed_range(device):
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    out, order = run(k_reversed, 1, [x, 5], [np.zeros(1), np.full(4, -1, np.int32)])
+    out, order = run(k_reversed, 1, [x, 5], [np.zeros(1), np.full(4, -1, np.int32)], device)
     w = 0.5 ** np.arange(5)
     assert out[0] == pytest.approx((w * x[::-1]).sum() + (np.arange(3) * x[:3] ** 2).sum())
     np.testing.assert_array_equal(order, [3, 1, -1, -1])
-    check_grad(k_reversed, 1, [x, 5], [np.zeros(1), np.zeros(4, np.int32)])
+    check_grad(k_reversed, 1, [x, 5], [np.zeros(1), np.zeros(4, np.int32)], device=device)
 
 
 @tg.kernel

@@ -51,9 +51,9 @@ def _sw(x, y):
     return (y * 2.0, x) if x > y else (x, y * 3.0)
 
 
-def test_tuple_return_forward():
+def test_tuple_return_forward(device):
     (x, y), outs = _tuple_inputs()
-    r, t, s, flags = run(k_tuple, 5, [x, y], outs)
+    r, t, s, flags = run(k_tuple, 5, [x, y], outs, device=device)
     np.testing.assert_allclose(r, np.hypot(x, y))
     np.testing.assert_allclose(t, np.arctan2(y, x))
     exp = []
@@ -117,14 +117,14 @@ def _struct_expected(pos, mass):
     return e + pos[:, 0] * mass
 
 
-def test_struct_in_kernel_forward():
+def test_struct_in_kernel_forward(device):
     rng = np.random.default_rng(2)
     n = 4
     pos, mass = rng.normal(size=(n, 3)), rng.uniform(1, 2, n)
-    bodies = tg.zeros(n, dtype=Body)
-    out = tg.zeros(n, dtype=tg.float64)
-    tg.launch(k_struct, dim=n, inputs=[tg.array(pos, dtype=tg.vec3d), tg.array(mass, dtype=tg.float64), out,
-                                       bodies])
+    bodies = tg.zeros(n, dtype=Body, device=device)
+    out = tg.zeros(n, dtype=tg.float64, device=device)
+    tg.launch(k_struct, dim=n, inputs=[tg.array(pos, dtype=tg.vec3d, device=device),
+                                       tg.array(mass, dtype=tg.float64, device=device), out, bodies], device=device)
     exp = _struct_expected(pos, mass)
     np.testing.assert_allclose(out.numpy(), exp)
     b = bodies.numpy()
