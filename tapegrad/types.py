@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "ScalarType", "VectorType", "MatrixType", "QuatType", "StructType", "ArrayType",
+    "ScalarType", "VectorType", "MatrixType", "QuatType", "TransformType", "StructType", "ArrayType",
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD",
@@ -229,6 +229,23 @@ class QuatType(VectorType):
     @property
     def cname(self) -> str:
         return f"tg::quat_t<{self.scalar.cname}>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TransformType(VectorType):
+    """A rigid transform, as Warp's: 7 components, position (x, y, z) then rotation quaternion
+    (x, y, z, w). ``tg.transform()`` is the identity; ``tg.transform(p, q)`` joins the parts."""
+
+    @property
+    def cname(self) -> str:
+        return f"tg::vec_t<7, {self.scalar.cname}>"
+
+    def __call__(self, *values):
+        if not values:
+            return np.array([0, 0, 0, 0, 0, 0, 1], dtype=self.np_dtype)
+        if len(values) == 2 and np.size(values[0]) == 3 and np.size(values[1]) == 4:
+            return np.concatenate([np.ravel(values[0]), np.ravel(values[1])]).astype(self.np_dtype)
+        return super().__call__(*values)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -701,6 +718,14 @@ mat22h, mat33h, mat44h = (matrix((n, n), float16) for n in (2, 3, 4))
 quat = QuatType(4, float32, "quat")
 quatd = QuatType(4, float64, "quatd")
 quath = QuatType(4, float16, "quath")
+
+transform = TransformType(7, float32, "transform")
+transformd = TransformType(7, float64, "transformd")
+transformh = TransformType(7, float16, "transformh")
+# spatial vectors / matrices are 6-vectors and 6x6 matrices (Warp: vec_t<6> / mat_t<6,6>)
+spatial_vector, spatial_vectord, spatial_vectorh = (vector(6, s) for s in (float32, float64, float16))
+spatial_matrix, spatial_matrixd, spatial_matrixh = (matrix((6, 6), s) for s in (float32, float64, float16))
+spatial_vectorf, spatial_matrixf, transformf = spatial_vector, spatial_matrix, transform
 
 # Warp's explicitly float32-suffixed names are the same objects
 vec2f, vec3f, vec4f = vec2, vec3, vec4

@@ -51,6 +51,8 @@ def _type(token, F):
         return T.int32
     if kind == "Q":
         return T.quatd if F is T.float64 else T.quat
+    if kind == "T":
+        return T.transformd if F is T.float64 else T.transform
     if kind[0] == "V":
         return T.vector(int(kind[1]), F)
     if kind[0] == "M":
@@ -70,6 +72,9 @@ def _sample(token, rng):
     if kind == "Q":
         q = rng.normal(size=(N, 4))
         return q / np.linalg.norm(q, axis=1, keepdims=True)
+    if kind == "T":   # a rigid transform: any position, a unit rotation quaternion
+        q = rng.normal(size=(N, 4))
+        return np.concatenate([rng.normal(size=(N, 3)), q / np.linalg.norm(q, axis=1, keepdims=True)], axis=1)
     if dom == "pos":
         return rng.uniform(0.5, 2.0, shape)
     if dom == "unit":
@@ -109,7 +114,8 @@ def _kernels(F, tmp_dir, device):
     import types as pytypes
     tmod = pytypes.ModuleType("tests_builtin_types")
     tmod.TYPES = {k: _type(k + ":any", F) for k in
-                  ("S", "B", "I", "Q", "V2", "V3", "V4", "M22", "M33", "M44", "M23", "M32")}
+                  ("S", "B", "I", "Q", "T", "V2", "V3", "V4", "V6", "M22", "M33", "M44", "M23", "M32",
+                   "M66")}
     sys.modules["tests_builtin_types"] = tmod
     path = os.path.join(tmp_dir, f"builtin_cases_{F.name}.py")
     with open(path, "w") as f:

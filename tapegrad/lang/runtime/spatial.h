@@ -1,0 +1,136 @@
+// tapegrad runtime: rigid transforms (vec_t<7,T>: position xyz, then rotation quaternion xyzw)
+// and spatial vectors/matrices (vec_t<6,T>: top = angular, bottom = linear; mat_t<6,6,T>), as
+// Warp's transform_* and spatial_* builtins. Inlined only into units that call a tg::sp_ name.
+// Convention as elsewhere: adj_f(args..., adj_args&..., adj_ret) accumulates.
+#pragma once
+
+namespace tg {
+
+template <typename T> TG_FUNC vec_t<3, T> sp_pos(const vec_t<7, T>& t) { return make_vec<3, T>(t.c[0], t.c[1], t.c[2]); }
+template <typename T> TG_FUNC vec_t<4, T> sp_rot(const vec_t<7, T>& t) { return make_vec<4, T>(t.c[3], t.c[4], t.c[5], t.c[6]); }
+template <typename T> TG_FUNC void sp_add_pos(vec_t<7, T>& at, const vec_t<3, T>& g) { for (int i = 0; i < 3; ++i) at.c[i] += g.c[i]; }
+template <typename T> TG_FUNC void sp_add_rot(vec_t<7, T>& at, const vec_t<4, T>& g) { for (int i = 0; i < 4; ++i) at.c[3 + i] += g.c[i]; }
+
+template <typename T> TG_FUNC vec_t<7, T> sp_transform(const vec_t<3, T>& p, const vec_t<4, T>& q) {
+    return make_vec<7, T>(p.c[0], p.c[1], p.c[2], q.c[0], q.c[1], q.c[2], q.c[3]);
+}
+template <typename T> TG_FUNC void adj_sp_transform(const vec_t<3, T>&, const vec_t<4, T>&, vec_t<3, T>& ap, vec_t<4, T>& aq, const vec_t<7, T>& g) {
+    ap += sp_pos(g); aq += sp_rot(g);
+}
+template <typename T> TG_FUNC vec_t<7, T> sp_transform_identity() { return make_vec<7, T>(0, 0, 0, 0, 0, 0, 1); }
+
+template <typename T> TG_FUNC vec_t<3, T> sp_get_translation(const vec_t<7, T>& t) { return sp_pos(t); }
+template <typename T> TG_FUNC void adj_sp_get_translation(const vec_t<7, T>&, vec_t<7, T>& at, const vec_t<3, T>& g) { sp_add_pos(at, g); }
+template <typename T> TG_FUNC vec_t<4, T> sp_get_rotation(const vec_t<7, T>& t) { return sp_rot(t); }
+template <typename T> TG_FUNC void adj_sp_get_rotation(const vec_t<7, T>&, vec_t<7, T>& at, const vec_t<4, T>& g) { sp_add_rot(at, g); }
+
+// x' = rotate(q, x) + p (a point); rotate(q, x) (a direction)
+template <typename T> TG_FUNC vec_t<3, T> sp_transform_point(const vec_t<7, T>& t, const vec_t<3, T>& x) {
+    return quat_rotate(sp_rot(t), x) + sp_pos(t);
+}
+template <typename T> TG_FUNC void adj_sp_transform_point(const vec_t<7, T>& t, const vec_t<3, T>& x, vec_t<7, T>& at, vec_t<3, T>& ax, const vec_t<3, T>& g) {
+    vec_t<4, T> aq; adj_quat_rotate(sp_rot(t), x, aq, ax, g); sp_add_rot(at, aq); sp_add_pos(at, g);
+}
+template <typename T> TG_FUNC vec_t<3, T> sp_transform_vector(const vec_t<7, T>& t, const vec_t<3, T>& x) { return quat_rotate(sp_rot(t), x); }
+template <typename T> TG_FUNC void adj_sp_transform_vector(const vec_t<7, T>& t, const vec_t<3, T>& x, vec_t<7, T>& at, vec_t<3, T>& ax, const vec_t<3, T>& g) {
+    vec_t<4, T> aq; adj_quat_rotate(sp_rot(t), x, aq, ax, g); sp_add_rot(at, aq);
+}
+
+// a * b = (rotate(qa, pb) + pa, qa * qb)
+template <typename T> TG_FUNC vec_t<7, T> sp_transform_multiply(const vec_t<7, T>& a, const vec_t<7, T>& b) {
+    return sp_transform(quat_rotate(sp_rot(a), sp_pos(b)) + sp_pos(a), quat_mul(sp_rot(a), sp_rot(b)));
+}
+template <typename T> TG_FUNC void adj_sp_transform_multiply(const vec_t<7, T>& a, const vec_t<7, T>& b, vec_t<7, T>& aa, vec_t<7, T>& ab, const vec_t<7, T>& g) {
+    vec_t<4, T> aqa, aqb; vec_t<3, T> apb;
+    adj_quat_rotate(sp_rot(a), sp_pos(b), aqa, apb, sp_pos(g));
+    adj_quat_mul(sp_rot(a), sp_rot(b), aqa, aqb, sp_rot(g));
+    sp_add_pos(aa, sp_pos(g)); sp_add_rot(aa, aqa); sp_add_pos(ab, apb); sp_add_rot(ab, aqb);
+}
+
+// inverse(t) = (-rotate(conj(q), p), conj(q))
+template <typename T> TG_FUNC vec_t<7, T> sp_transform_inverse(const vec_t<7, T>& t) {
+    vec_t<4, T> qi = quat_conj(sp_rot(t));
+    return sp_transform(-quat_rotate(qi, sp_pos(t)), qi);
+}
+template <typename T> TG_FUNC void adj_sp_transform_inverse(const vec_t<7, T>& t, vec_t<7, T>& at, const vec_t<7, T>& g) {
+    vec_t<4, T> qi = quat_conj(sp_rot(t)), aqi; vec_t<3, T> ap;
+    adj_quat_rotate(qi, sp_pos(t), aqi, ap, -sp_pos(g));
+    aqi += sp_rot(g);
+    sp_add_pos(at, ap); sp_add_rot(at, quat_conj(aqi));
+}
+
+// ---- spatial vectors (top: angular w, bottom: linear v)
+template <typename T> TG_FUNC vec_t<3, T> sp_top(const vec_t<6, T>& a) { return make_vec<3, T>(a.c[0], a.c[1], a.c[2]); }
+template <typename T> TG_FUNC vec_t<3, T> sp_bottom(const vec_t<6, T>& a) { return make_vec<3, T>(a.c[3], a.c[4], a.c[5]); }
+template <typename T> TG_FUNC void adj_sp_top(const vec_t<6, T>&, vec_t<6, T>& aa, const vec_t<3, T>& g) { for (int i = 0; i < 3; ++i) aa.c[i] += g.c[i]; }
+template <typename T> TG_FUNC void adj_sp_bottom(const vec_t<6, T>&, vec_t<6, T>& aa, const vec_t<3, T>& g) { for (int i = 0; i < 3; ++i) aa.c[3 + i] += g.c[i]; }
+template <typename T> TG_FUNC vec_t<6, T> sp_vector(const vec_t<3, T>& w, const vec_t<3, T>& v) {
+    return make_vec<6, T>(w.c[0], w.c[1], w.c[2], v.c[0], v.c[1], v.c[2]);
+}
+template <typename T> TG_FUNC void adj_sp_vector(const vec_t<3, T>&, const vec_t<3, T>&, vec_t<3, T>& aw, vec_t<3, T>& av, const vec_t<6, T>& g) {
+    aw += sp_top(g); av += sp_bottom(g);
+}
+template <typename T> TG_FUNC T sp_dot(const vec_t<6, T>& a, const vec_t<6, T>& b) { return dot(a, b); }
+template <typename T> TG_FUNC void adj_sp_dot(const vec_t<6, T>& a, const vec_t<6, T>& b, vec_t<6, T>& aa, vec_t<6, T>& ab, const T& g) {
+    aa += scale(b, g); ab += scale(a, g);
+}
+// motion cross product: (wa x wb, wa x vb + va x wb)
+template <typename T> TG_FUNC vec_t<6, T> sp_cross(const vec_t<6, T>& a, const vec_t<6, T>& b) {
+    return sp_vector(cross(sp_top(a), sp_top(b)), cross(sp_top(a), sp_bottom(b)) + cross(sp_bottom(a), sp_top(b)));
+}
+template <typename T> TG_FUNC void adj_sp_cross(const vec_t<6, T>& a, const vec_t<6, T>& b, vec_t<6, T>& aa, vec_t<6, T>& ab, const vec_t<6, T>& g) {
+    vec_t<3, T> awa, ava, awb, avb, gt = sp_top(g), gb = sp_bottom(g);
+    adj_cross(sp_top(a), sp_top(b), awa, awb, gt);
+    adj_cross(sp_top(a), sp_bottom(b), awa, avb, gb);
+    adj_cross(sp_bottom(a), sp_top(b), ava, awb, gb);
+    aa += sp_vector(awa, ava); ab += sp_vector(awb, avb);
+}
+// force cross product: (wa x wb + va x vb, wa x vb)
+template <typename T> TG_FUNC vec_t<6, T> sp_cross_dual(const vec_t<6, T>& a, const vec_t<6, T>& b) {
+    return sp_vector(cross(sp_top(a), sp_top(b)) + cross(sp_bottom(a), sp_bottom(b)), cross(sp_top(a), sp_bottom(b)));
+}
+template <typename T> TG_FUNC void adj_sp_cross_dual(const vec_t<6, T>& a, const vec_t<6, T>& b, vec_t<6, T>& aa, vec_t<6, T>& ab, const vec_t<6, T>& g) {
+    vec_t<3, T> awa, ava, awb, avb, gt = sp_top(g), gb = sp_bottom(g);
+    adj_cross(sp_top(a), sp_top(b), awa, awb, gt);
+    adj_cross(sp_bottom(a), sp_bottom(b), ava, avb, gt);
+    adj_cross(sp_top(a), sp_bottom(b), awa, avb, gb);
+    aa += sp_vector(awa, ava); ab += sp_vector(awb, avb);
+}
+// spatial_adjoint(R, S) = [[R, 0], [S, R]]
+template <typename T> TG_FUNC mat_t<6, 6, T> sp_adjoint(const mat_t<3, 3, T>& r, const mat_t<3, 3, T>& s) {
+    mat_t<6, 6, T> m;
+    for (int i = 0; i < 3; ++i) for (int j = 0; j < 3; ++j) {
+        m.data[i][j] = r.data[i][j]; m.data[3 + i][3 + j] = r.data[i][j]; m.data[3 + i][j] = s.data[i][j];
+    }
+    return m;
+}
+template <typename T> TG_FUNC void adj_sp_adjoint(const mat_t<3, 3, T>&, const mat_t<3, 3, T>&, mat_t<3, 3, T>& ar, mat_t<3, 3, T>& as, const mat_t<6, 6, T>& g) {
+    for (int i = 0; i < 3; ++i) for (int j = 0; j < 3; ++j) {
+        ar.data[i][j] += g.data[i][j] + g.data[3 + i][3 + j]; as.data[i][j] += g.data[3 + i][j];
+    }
+}
+
+// ---- quaternion from roll (x), pitch (y), yaw (z), as Warp's quat_rpy
+template <typename T> TG_FUNC vec_t<4, T> sp_quat_rpy(T roll, T pitch, T yaw) {
+    typedef typename compute<T>::type C;
+    C cr = cos(C(roll) / 2), sr = sin(C(roll) / 2), cp = cos(C(pitch) / 2), sp = sin(C(pitch) / 2);
+    C cy = cos(C(yaw) / 2), sy = sin(C(yaw) / 2);
+    return make_vec<4, T>(T(sr * cp * cy - cr * sp * sy), T(cr * sp * cy + sr * cp * sy),
+                          T(cr * cp * sy - sr * sp * cy), T(cr * cp * cy + sr * sp * sy));
+}
+template <typename T> TG_FUNC void adj_sp_quat_rpy(T roll, T pitch, T yaw, T& ar, T& ap, T& ay, const vec_t<4, T>& g) {
+    typedef typename compute<T>::type C;
+    C cr = cos(C(roll) / 2), sr = sin(C(roll) / 2), cp = cos(C(pitch) / 2), sp = sin(C(pitch) / 2);
+    C cy = cos(C(yaw) / 2), sy = sin(C(yaw) / 2);
+    C gx = C(g.c[0]), gy = C(g.c[1]), gz = C(g.c[2]), gw = C(g.c[3]);
+    // d/d(angle) of (c, s) at half angle is (-s/2, c/2)
+    C dr = gx * (cr * cp * cy + sr * sp * sy) + gy * (-sr * sp * cy + cr * cp * sy)
+         + gz * (-sr * cp * sy - cr * sp * cy) + gw * (-sr * cp * cy + cr * sp * sy);
+    C dp = gx * (-sr * sp * cy - cr * cp * sy) + gy * (cr * cp * cy - sr * sp * sy)
+         + gz * (-cr * sp * sy - sr * cp * cy) + gw * (-cr * sp * cy + sr * cp * sy);
+    C dy = gx * (-sr * cp * sy - cr * sp * cy) + gy * (-cr * sp * sy + sr * cp * cy)
+         + gz * (cr * cp * cy + sr * sp * sy) + gw * (-cr * cp * sy + sr * sp * cy);
+    ar += T(dr / 2); ap += T(dp / 2); ay += T(dy / 2);
+}
+
+}  // namespace tg

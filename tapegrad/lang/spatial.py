@@ -1,0 +1,220 @@
+"""Transforms, spatial vectors and quaternion constructors: Warp's ``transform_*``,
+``spatial_*`` and ``quat_rpy`` builtins, registered into the builtin table.
+
+A transform is ``tg.transform`` (7 components: position, then quaternion x, y, z, w); a
+spatial vector is a 6-vector (top: angular, bottom: linear), a spatial matrix 6x6. The C++
+lives in ``runtime/spatial.h`` (inlined into units that use a ``tg::sp_`` function). Every
+differentiable overload has finite-difference samples (``tests/lang/test_builtins_grad.py``:
+``T`` is a transform token). Each builtin also runs in Python scope on numpy values.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import (
+    TransformType,
+    float16,
+    float32,
+    float64,
+    quat,
+    quatd,
+    quath,
+    transform,
+    transformd,
+    transformh,
+)
+from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef
+from .typeutil import is_float, is_mat, is_quat, is_scalar, is_vec, mat, vec
+
+__all__ = ["QUATS", "TRANSFORMS"]
+
+QUATS = {float32: quat, float64: quatd, float16: quath}
+TRANSFORMS = {float32: transform, float64: transformd, float16: transformh}
+
+
+def _xf(t):
+    return isinstance(t, TransformType) and is_float(t.scalar)
+
+
+def _v(t, n):
+    return is_vec(t) and not is_quat(t) and not isinstance(t, TransformType) and t.length_ == n and is_float(t.scalar)
+
+
+def _m33(t):
+    return is_mat(t) and t.rows == 3 and t.cols == 3 and is_float(t.scalar)
+
+
+def _rule(pred, result):
+    def rule(ts):
+        return result(ts) if pred(ts) else NO
+    return rule
+
+
+# ------------------------------------------------------------------------- numpy (host)
+
+def _np_rotate(q, v):
+    q = np.asarray(q, dtype=np.float64)
+    u, w = q[:3], q[3]
+    v = np.asarray(v, dtype=np.float64)
+    return v * (2 * w * w - 1) + np.cross(u, v) * (2 * w) + u * (2 * np.dot(u, v))
+
+
+def _np_qmul(a, b):
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return np.array([aw * bx + bw * ax + ay * bz - by * az, aw * by + bw * ay + az * bx - bz * ax,
+                     aw * bz + bw * az + ax * by - bx * ay, aw * bw - ax * bx - ay * by - az * bz])
+
+
+def _np_conj(q):
+    return np.array([-q[0], -q[1], -q[2], q[3]])
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def _host_transform_point(t, p):
+    t = np.asarray(t, dtype=np.float64)
+    return _f32(_np_rotate(t[3:], p) + t[:3])
+
+
+def _host_transform_vector(t, v):
+    return _f32(_np_rotate(np.asarray(t, dtype=np.float64)[3:], v))
+
+
+def _host_transform_multiply(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _f32(np.concatenate([_np_rotate(a[3:], b[:3]) + a[:3], _np_qmul(a[3:], b[3:])]))
+
+
+def _host_transform_inverse(t):
+    t = np.asarray(t, dtype=np.float64)
+    qi = _np_conj(t[3:])
+    return _f32(np.concatenate([-_np_rotate(qi, t[:3]), qi]))
+
+
+def _host_quat_rpy(roll, pitch, yaw):
+    cr, sr = np.cos(roll / 2), np.sin(roll / 2)
+    cp, sp = np.cos(pitch / 2), np.sin(pitch / 2)
+    cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
+    return _f32([sr * cp * cy - cr * sp * sy, cr * sp * cy + sr * cp * sy,
+                 cr * cp * sy - sr * sp * cy, cr * cp * cy + sr * sp * sy])
+
+
+def _host_quat_from_axis_angle(axis, angle):
+    a = np.asarray(axis, dtype=np.float64)
+    return _f32(np.concatenate([a * np.sin(angle / 2), [np.cos(angle / 2)]]))
+
+
+def _host_spatial_cross(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _f32(np.concatenate([np.cross(a[:3], b[:3]), np.cross(a[:3], b[3:]) + np.cross(a[3:], b[:3])]))
+
+
+def _host_spatial_cross_dual(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return _f32(np.concatenate([np.cross(a[:3], b[:3]) + np.cross(a[3:], b[3:]), np.cross(a[:3], b[3:])]))
+
+
+def _host_spatial_adjoint(r, s):
+    m = np.zeros((6, 6), dtype=np.float32)
+    m[:3, :3] = r
+    m[3:, 3:] = r
+    m[3:, :3] = s
+    return m
+
+
+# ----------------------------------------------------------------------------- builtins
+
+V3, Q, T6 = "V3:any", "Q", "T"
+
+Builtin("transform_identity", lambda: transform(), "the identity transform (float32)").add(
+    lambda ts: transform if not ts else NO, lambda ts, r: (lambda a: "tg::sp_transform_identity<float>()"))
+Builtin("transform_get_translation", lambda t: _f32(np.asarray(t)[:3]), "the position part of a transform").add(
+    _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: vec(3, ts[0].scalar)),
+    "tg::sp_get_translation", "tg::adj_sp_get_translation", linear=(0,), samples=[Sample((T6,), "V3")])
+Builtin("transform_get_rotation", lambda t: _f32(np.asarray(t)[3:]), "the rotation quaternion of a transform").add(
+    _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: QUATS[ts[0].scalar]),
+    "tg::sp_get_rotation", "tg::adj_sp_get_rotation", linear=(0,), samples=[Sample((T6,), "Q")])
+Builtin("transform_point", _host_transform_point, "apply a transform to a point: rotate, then translate").add(
+    _rule(lambda ts: len(ts) == 2 and _xf(ts[0]) and _v(ts[1], 3) and ts[1].scalar is ts[0].scalar,
+          lambda ts: ts[1]),
+    "tg::sp_transform_point", "tg::adj_sp_transform_point", samples=[Sample((T6, V3), "V3")])
+Builtin("transform_vector", _host_transform_vector, "apply a transform's rotation to a direction").add(
+    _rule(lambda ts: len(ts) == 2 and _xf(ts[0]) and _v(ts[1], 3) and ts[1].scalar is ts[0].scalar,
+          lambda ts: ts[1]),
+    "tg::sp_transform_vector", "tg::adj_sp_transform_vector", samples=[Sample((T6, V3), "V3")])
+Builtin("transform_multiply", _host_transform_multiply, "compose two transforms: a * b applies b first").add(
+    _rule(lambda ts: len(ts) == 2 and _xf(ts[0]) and ts[1] is ts[0], lambda ts: ts[0]),
+    "tg::sp_transform_multiply", "tg::adj_sp_transform_multiply", samples=[Sample((T6, T6), "T")])
+Builtin("transform_inverse", _host_transform_inverse, "the inverse of a rigid transform").add(
+    _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: ts[0]),
+    "tg::sp_transform_inverse", "tg::adj_sp_transform_inverse", samples=[Sample((T6,), "T")])
+
+Builtin("spatial_top", lambda a: _f32(np.asarray(a)[:3]), "the first 3 components (angular) of a spatial vector").add(
+    _rule(lambda ts: len(ts) == 1 and _v(ts[0], 6), lambda ts: vec(3, ts[0].scalar)),
+    "tg::sp_top", "tg::adj_sp_top", linear=(0,), samples=[Sample(("V6:any",), "V3")])
+Builtin("spatial_bottom", lambda a: _f32(np.asarray(a)[3:]), "the last 3 components (linear) of a spatial vector").add(
+    _rule(lambda ts: len(ts) == 1 and _v(ts[0], 6), lambda ts: vec(3, ts[0].scalar)),
+    "tg::sp_bottom", "tg::adj_sp_bottom", linear=(0,), samples=[Sample(("V6:any",), "V3")])
+Builtin("spatial_dot", lambda a, b: np.float32(np.dot(a, b)), "dot product of two spatial vectors").add(
+    _rule(lambda ts: len(ts) == 2 and _v(ts[0], 6) and ts[1] is ts[0], lambda ts: ts[0].scalar),
+    "tg::sp_dot", "tg::adj_sp_dot", bilinear=True, samples=[Sample(("V6:any", "V6:any"), "S")])
+Builtin("spatial_cross", _host_spatial_cross, "motion cross product (w_a x w_b, w_a x v_b + v_a x w_b)").add(
+    _rule(lambda ts: len(ts) == 2 and _v(ts[0], 6) and ts[1] is ts[0], lambda ts: ts[0]),
+    "tg::sp_cross", "tg::adj_sp_cross", bilinear=True, samples=[Sample(("V6:any", "V6:any"), "V6")])
+Builtin("spatial_cross_dual", _host_spatial_cross_dual,
+        "force cross product (w_a x w_b + v_a x v_b, w_a x v_b)").add(
+    _rule(lambda ts: len(ts) == 2 and _v(ts[0], 6) and ts[1] is ts[0], lambda ts: ts[0]),
+    "tg::sp_cross_dual", "tg::adj_sp_cross_dual", bilinear=True, samples=[Sample(("V6:any", "V6:any"), "V6")])
+Builtin("spatial_adjoint", _host_spatial_adjoint, "the 6x6 matrix [[R, 0], [S, R]] of two 3x3 blocks").add(
+    _rule(lambda ts: len(ts) == 2 and _m33(ts[0]) and ts[1] is ts[0], lambda ts: mat(6, 6, ts[0].scalar)),
+    "tg::sp_adjoint", "tg::adj_sp_adjoint", linear=(0, 1), samples=[Sample(("M33:any", "M33:any"), "M66")])
+Builtin("quat_rpy", _host_quat_rpy, "unit quaternion from roll (x), pitch (y) and yaw (z) angles").add(
+    _rule(lambda ts: len(ts) == 3 and is_scalar(ts[0]) and is_float(ts[0]) and ts[1] is ts[0] and ts[2] is ts[0],
+          lambda ts: QUATS.get(ts[0], NO)),
+    "tg::sp_quat_rpy", "tg::adj_sp_quat_rpy", samples=[Sample(("S:any", "S:any", "S:any"), "Q")])
+
+if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
+    REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
+
+
+# -------------------------------------------------- constructors: tg.transform(p, q), tg.spatial_vector(w, v)
+
+def _construct_rule(ts):
+    if not ts or not isinstance(ts[0], TypeRef):
+        return NO
+    t, args = ts[0].t, ts[1:]
+    if isinstance(t, TransformType):
+        if not args:
+            return t
+        if len(args) == 2 and _v(args[0], 3) and is_quat(args[1]) and args[0].scalar is t.scalar \
+                and args[1].scalar is t.scalar:
+            return t
+    elif _v(t, 6) and len(args) == 2 and _v(args[0], 3) and args[1] is args[0] and args[0].scalar is t.scalar:
+        return t
+    return NO
+
+
+def _construct_fwd(ts, r):
+    t = ts[0].t
+    if len(ts) == 1:
+        return lambda a: f"tg::sp_transform_identity<{t.scalar.cname}>()"
+    fn = "tg::sp_transform" if isinstance(t, TransformType) else "tg::sp_vector"
+    return lambda a: f"{fn}({a[1]}, {a[2]})"
+
+
+def _construct_adj(ts, r):
+    if len(ts) == 1:
+        return None
+    fn = "tg::adj_sp_transform" if isinstance(ts[0].t, TransformType) else "tg::adj_sp_vector"
+    return lambda a, aa, g: f"{fn}({a[1]}, {a[2]}, {aa[1]}, {aa[2]}, {g});"
+
+
+# first: the generic constructor would build a zero transform from no arguments
+_construct = REGISTRY["construct"]
+_construct.add(_construct_rule, _construct_fwd, _construct_adj, linear=(1, 2),
+               samples=[Sample(("V3:any", "Q"), "T", "out[i] = tg.transform{d}({0}, {1})"),
+                        Sample(("V3:any", "V3:any"), "V6", "out[i] = tg.spatial_vector{d}({0}, {1})")])
+_construct.overloads.insert(0, _construct.overloads.pop())

@@ -1,0 +1,130 @@
+"""Issue 15, item 2: transforms, spatial vectors/matrices and quat_rpy — types, host functions
+and kernel builtins agree with each other and with Warp 1.19's values (taken from Warp)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.types import TransformType
+
+# Warp 1.19: wp.quat_rpy(0.1, 0.2, 0.3) and
+# wp.transform_point(wp.transform((1, 2, 3), wp.quat_rpy(0.1, 0.2, 0.3)), wp.vec3(1, 0, 0))
+WARP_RPY = [0.03427080065011978, 0.10602051019668579, 0.14357218146324158, 0.983347475528717]
+WARP_POINT = [1.936293363571167, 2.2896294593811035, 2.80133056640625]
+
+
+def test_types():
+    assert isinstance(tg.transform, TransformType) and tg.transform.length == 7
+    assert tg.transformf is tg.transform and tg.transformd.scalar is tg.float64 and tg.transformh.scalar is tg.float16
+    assert tg.spatial_vector is tg.vector(6, tg.float32) and tg.spatial_vectorf is tg.spatial_vector
+    assert tg.spatial_matrix is tg.matrix((6, 6), tg.float32) and tg.spatial_matrixd.scalar is tg.float64
+    assert tg.transform._shape_ == (7,) and tg.types.type_size_in_bytes(tg.transformd) == 56
+    assert tg.transform().tolist() == [0, 0, 0, 0, 0, 0, 1]            # Warp: identity
+    assert tg.transform((1, 2, 3), (0, 0, 0, 1)).tolist() == [1, 2, 3, 0, 0, 0, 1]
+    a = tg.zeros(4, dtype=tg.transform)
+    assert a.numpy().shape == (4, 7)
+
+
+def test_host_functions_match_warp():
+    np.testing.assert_allclose(tg.quat_rpy(0.1, 0.2, 0.3), WARP_RPY, rtol=1e-6)
+    t = tg.transform((1, 2, 3), tg.quat_rpy(0.1, 0.2, 0.3))
+    np.testing.assert_allclose(tg.transform_point(t, tg.vec3(1, 0, 0)), WARP_POINT, rtol=1e-6)
+    inv = tg.transform_inverse(t)
+    np.testing.assert_allclose(tg.transform_multiply(t, inv), tg.transform_identity(), atol=1e-6)
+    np.testing.assert_allclose(tg.quat_from_axis_angle((0, 0, 1), np.pi), [0, 0, 1, 0], atol=1e-7)
+
+
+@tg.kernel
+def xf_kernel(t: tg.array(dtype=tg.transform), p: tg.array(dtype=tg.vec3), out_p: tg.array(dtype=tg.vec3),
+              out_v: tg.array(dtype=tg.vec3), out_t: tg.array(dtype=tg.transform), out_i: tg.array(dtype=tg.transform)):
+    i = tg.tid()
+    x = t[i]
+    out_p[i] = tg.transform_point(x, p[i])
+    out_v[i] = tg.transform_vector(x, p[i])
+    built = tg.transform(tg.transform_get_translation(x), tg.transform_get_rotation(x))
+    out_t[i] = tg.transform_multiply(built, tg.transform_inverse(x))
+    out_i[i] = tg.transform_multiply(tg.transform(), tg.transform_identity())
+
+
+@tg.kernel
+def spatial_kernel(a: tg.array(dtype=tg.spatial_vector), b: tg.array(dtype=tg.spatial_vector),
+                   r: tg.array(dtype=tg.mat33), cross: tg.array(dtype=tg.spatial_vector),
+                   dual: tg.array(dtype=tg.spatial_vector), dots: tg.array(dtype=float),
+                   adj: tg.array(dtype=tg.spatial_matrix), q: tg.array(dtype=tg.quat)):
+    i = tg.tid()
+    cross[i] = tg.spatial_cross(a[i], b[i])
+    dual[i] = tg.spatial_cross_dual(tg.spatial_vector(tg.spatial_top(a[i]), tg.spatial_bottom(a[i])), b[i])
+    dots[i] = tg.spatial_dot(a[i], b[i])
+    adj[i] = tg.spatial_adjoint(r[i], r[i])
+    q[i] = tg.quat_rpy(0.1, 0.2, 0.3)
+
+
+def test_transform_builtins_in_kernels_match_the_host():
+    rng = np.random.default_rng(0)
+    n = 5
+    qs = rng.normal(size=(n, 4))
+    qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+    tnp = np.concatenate([rng.normal(size=(n, 3)), qs], axis=1).astype(np.float32)
+    pnp = rng.normal(size=(n, 3)).astype(np.float32)
+    t = tg.array(tnp, dtype=tg.transform)
+    p = tg.array(pnp, dtype=tg.vec3)
+    outs = [tg.zeros(n, dtype=tg.vec3), tg.zeros(n, dtype=tg.vec3), tg.zeros(n, dtype=tg.transform),
+            tg.zeros(n, dtype=tg.transform)]
+    tg.launch(xf_kernel, dim=n, inputs=[t, p], outputs=outs)
+    for k in range(n):
+        np.testing.assert_allclose(outs[0].numpy()[k], tg.transform_point(tnp[k], pnp[k]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outs[1].numpy()[k], tg.transform_vector(tnp[k], pnp[k]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[2].numpy(), np.tile([0, 0, 0, 0, 0, 0, 1], (n, 1)), atol=1e-5)
+    assert outs[3].numpy().tolist() == [[0, 0, 0, 0, 0, 0, 1]] * n
+
+
+def test_spatial_builtins_in_kernels_match_the_host():
+    rng = np.random.default_rng(1)
+    n = 3
+    anp, bnp = (rng.normal(size=(n, 6)).astype(np.float32) for _ in range(2))
+    rnp = rng.normal(size=(n, 3, 3)).astype(np.float32)
+    a, b = tg.array(anp, dtype=tg.spatial_vector), tg.array(bnp, dtype=tg.spatial_vector)
+    r = tg.array(rnp, dtype=tg.mat33)
+    cross, dual = tg.zeros(n, dtype=tg.spatial_vector), tg.zeros(n, dtype=tg.spatial_vector)
+    dots, adj, q = tg.zeros(n), tg.zeros(n, dtype=tg.spatial_matrix), tg.zeros(n, dtype=tg.quat)
+    tg.launch(spatial_kernel, dim=n, inputs=[a, b, r], outputs=[cross, dual, dots, adj, q])
+    for k in range(n):
+        np.testing.assert_allclose(cross.numpy()[k], tg.spatial_cross(anp[k], bnp[k]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dual.numpy()[k], tg.spatial_cross_dual(anp[k], bnp[k]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dots.numpy()[k], tg.spatial_dot(anp[k], bnp[k]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(adj.numpy()[k], tg.spatial_adjoint(rnp[k], rnp[k]), rtol=1e-6)
+        np.testing.assert_allclose(q.numpy()[k], WARP_RPY, rtol=1e-6)
+    np.testing.assert_allclose(tg.spatial_top(anp[0]), anp[0][:3])
+    np.testing.assert_allclose(tg.spatial_bottom(anp[0]), anp[0][3:])
+
+
+def test_gradient_through_a_transform_chain():
+    """d/dp of sum(transform_point(t, p)) through the tape equals R^T 1 (R the rotation)."""
+    @tg.kernel
+    def chain(t: tg.array(dtype=tg.transform), p: tg.array(dtype=tg.vec3), loss: tg.array(dtype=float)):
+        i = tg.tid()
+        y = tg.transform_point(tg.transform_multiply(t[i], tg.transform_inverse(t[i])), p[i])
+        tg.atomic_add(loss, 0, y[0] + y[1] + y[2])
+
+    t = tg.array(np.array([[1, 2, 3, *tg.quat_rpy(0.3, -0.2, 0.5)]], np.float32), dtype=tg.transform,
+                 requires_grad=True)
+    p = tg.array(np.array([[0.5, -1.0, 2.0]], np.float32), dtype=tg.vec3, requires_grad=True)
+    loss = tg.zeros(1, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(chain, dim=1, inputs=[t, p], outputs=[loss])
+    tape.backward(loss)
+    np.testing.assert_allclose(p.grad.numpy()[0], [1, 1, 1], rtol=1e-5)   # t * t^-1 is the identity
+    # the position cancels; the quaternion's gradient is not zero (off the unit sphere q q^-1 != 1)
+    np.testing.assert_allclose(t.grad.numpy()[0][:3], 0, atol=1e-5)
+
+
+def test_bad_argument_types_are_clear_errors():
+    @tg.kernel
+    def bad(t: tg.array(dtype=tg.vec3), out: tg.array(dtype=tg.vec3)):
+        i = tg.tid()
+        out[i] = tg.transform_point(t[i], t[i])      # a vec3 is not a transform
+
+    with pytest.raises(tg.KernelError, match=r"transform_point\(\) does not accept"):
+        tg.launch(bad, dim=1, inputs=[tg.zeros(1, dtype=tg.vec3), tg.zeros(1, dtype=tg.vec3)])
