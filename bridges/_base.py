@@ -220,13 +220,14 @@ class Bridge:
         tensor_types, key_of, requires_grad_of, ptr_of = fw.tensor_types, fw.layout_key, fw.requires_grad, fw.data_ptr
         cached, layout, grad_array = self._layouts.get, self.layout, self._grad_array
 
-        def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False):
+        def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False, retain_grad=False):
             """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
 
             Gradient (SPEC R10, R12, B3): ``grad`` (a tapegrad array or a tensor) is used as
             the array's gradient when given; else, when ``requires_grad`` (default: the
             tensor's own flag), the tensor's gradient is shared, allocated first by the
-            framework when missing.
+            framework when missing. ``retain_grad``: write adjoints leave that gradient in place
+            (``array.retain_grad``; also on ``return_ctype`` descriptors, which Warp drops).
             """
             if not isinstance(t, tensor_types):
                 raise TypeError(f"{fname}: expected a {fw.name} tensor, got {type(t).__name__}")
@@ -240,13 +241,21 @@ class Bridge:
                     grad = fw.alloc_grad(t)
             if lay.cuda:
                 fw.on_use(t, lay.device)
+            if retain_grad and grad is None:
+                raise ValueError(f"{fname}(retain_grad=True): the array gets no gradient; pass requires_grad=True "
+                                 "(or grad=...) too")
             if return_ctype:
                 if grad is None:
                     return lay.new_ctype(ptr_of(t), 0, (t,))
-                return lay.new_ctype(ptr_of(t), grad_array(grad, lay).ptr, (t, grad))
+                c = lay.new_ctype(ptr_of(t), grad_array(grad, lay).ptr, (t, grad))
+                if retain_grad:
+                    c.flags |= T.ARRAY_FLAG_RETAIN_GRAD
+                return c
             a = lay.new_array(ptr_of(t), t)
             if grad is not None:
                 a.grad = grad_array(grad, lay)
+                if retain_grad:
+                    a.retain_grad = True
             return a
 
         return from_tensor

@@ -305,6 +305,8 @@ from_paddle = Bridge.public(_bridge.from_tensor, "from_paddle", """\
         grad: a gradient to use instead (a tapegrad array or a paddle tensor).
         return_ctype: return a launchable descriptor (no array object: fastest) that keeps
             ``t`` and its gradient alive.
+        retain_grad: write adjoints leave the gradient in place (``array.retain_grad``;
+            ValueError when the array gets no gradient).
     Raises:
         TypeError: ``t`` is not a paddle tensor; a dtype tapegrad lacks (complex...);
             ``requires_grad`` on a non-float tensor.

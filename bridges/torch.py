@@ -223,6 +223,8 @@ from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """\
         grad: a gradient to use instead (a tapegrad array or a torch tensor).
         return_ctype: return a launchable descriptor (no array object: fastest) that keeps
             ``t`` and its gradient alive.
+        retain_grad: write adjoints leave the gradient in place (``array.retain_grad``;
+            ValueError when the array gets no gradient).
     Raises:
         TypeError: ``t`` is not a tensor; a dtype tapegrad lacks (bfloat16: see
             ``dtype_from_torch``); ``requires_grad`` on a non-float tensor.

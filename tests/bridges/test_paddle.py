@@ -425,3 +425,12 @@ def test_streams_without_cuda_are_clear_errors():
             tg.stream_from_paddle()
         with pytest.raises(RuntimeError, match="no CUDA"):
             tg.stream_to_paddle()
+
+
+def test_from_paddle_retain_grad():
+    t = paddle.zeros([3])
+    t.stop_gradient = False
+    a = tg.from_paddle(t, retain_grad=True)
+    assert a.retain_grad is True and a.grad is not None
+    with pytest.raises(ValueError, match=r"from_paddle\(retain_grad=True\).*no gradient"):
+        tg.from_paddle(paddle.zeros([3]), retain_grad=True)

@@ -465,3 +465,24 @@ def test_cuda_to_torch_on_a_non_blocking_stream_defers_release():
     assert pending_releases() == 0
     gc.collect()
     assert ref() is None
+
+
+def test_from_torch_retain_grad():
+    """retain_grad= as in Warp: the write adjoint leaves the shared gradient in place."""
+    from ._bridge_kernels import square
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = torch.zeros(2, requires_grad=True)
+    xw = tg.from_torch(x)
+    for retain, want in ((True, [1.0, 1.0]), (False, [0.0, 0.0])):
+        yw = tg.from_torch(y, retain_grad=retain)
+        assert yw.retain_grad is retain
+        tape = tg.Tape()
+        with tape:
+            tg.launch(square, dim=2, inputs=[xw], outputs=[yw])
+        y.grad.fill_(1.0)
+        tape.backward()
+        assert y.grad.tolist() == want and x.grad.tolist()[1] > 0
+    c = tg.from_torch(y, return_ctype=True, retain_grad=True)
+    assert c.flags & tg.types.ARRAY_FLAG_RETAIN_GRAD
+    with pytest.raises(ValueError, match=r"from_torch\(retain_grad=True\).*no gradient"):
+        tg.from_torch(torch.zeros(2), retain_grad=True)
