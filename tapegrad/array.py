@@ -697,8 +697,9 @@ def _data_device(data, copy):
     return get_device(None)
 
 
-def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
-    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad."""
+def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
+    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad;
+    ``retain_grad`` as for ``array`` (needs a gradient: ``ValueError`` otherwise)."""
     if not isinstance(src, array):
         raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
     dev = src.device if device is None else get_device(device)
@@ -710,6 +711,8 @@ def clone(src: array, device=None, requires_grad=None, pinned=False) -> array:
             out.grad = clone(src.grad, device=dev, requires_grad=False)
         else:
             out.requires_grad = True
+    if retain_grad:
+        out.retain_grad = True
     return out
 
 

@@ -30,6 +30,9 @@ def _arr(v, **kw):
     return tg.array(np.asarray(v, np.float32), requires_grad=True, **kw)
 
 
+
+
+
 # ------------------------------------------------------------------------------- backward
 
 def test_backward_without_arguments_uses_the_outputs_grad():
@@ -58,10 +61,10 @@ def test_non_scalar_loss_is_a_clear_error():
 
 # ----------------------------------------------------------------- final write wins (Warp)
 
-def test_clone_then_overwrite_contributes_no_gradient():
+def test_clone_then_overwrite_contributes_no_gradient(device):
     n = 4
-    x = _arr(np.arange(1.0, n + 1))
-    loss = tg.zeros(1, requires_grad=True)
+    x = tg.array(np.arange(1.0, n + 1, dtype=np.float32), requires_grad=True, device=device)
+    loss = tg.zeros(1, requires_grad=True, device=device)
     tape = tg.Tape()
     with tape:
         q = x
@@ -122,9 +125,9 @@ def test_partial_copy_consumes_only_its_region():
     assert x.grad.numpy().tolist() == [2.0, 0.0, 0.0, 2.0]
 
 
-def test_retain_grad_keeps_a_kernel_output_gradient():
-    x = _arr([1.0, 2.0])
-    y = tg.zeros(2, requires_grad=True, retain_grad=True)
+def test_retain_grad_keeps_a_kernel_output_gradient(device):
+    x = tg.array(np.array([1.0, 2.0], np.float32), requires_grad=True, device=device)
+    y = tg.zeros(2, requires_grad=True, retain_grad=True, device=device)
     tape = tg.Tape()
     with tape:
         tg.launch(square, dim=2, inputs=[x], outputs=[y])
@@ -298,3 +301,10 @@ def test_record_func_checks_its_arrays():
     assert a.grad.numpy().tolist() == [7.0, 7.0]
     tape.zero()
     assert a.grad.numpy().tolist() == [0.0, 0.0]
+
+
+def test_clone_retain_grad():
+    c = tg.clone(_arr([1.0, 2.0]), retain_grad=True)
+    assert c.retain_grad and c.requires_grad
+    with pytest.raises(ValueError, match="retain_grad"):
+        tg.clone(tg.zeros(2), retain_grad=True)
