@@ -60,7 +60,13 @@ def fill(a, value) -> None:
         a.numpy()[...] = value
         return
     with on_current_stream(a.device):
-        cupy_view(a)[...] = np.asarray(value, dtype=a.dtype.scalar.np_dtype)
+        view = cupy_view(a)
+        value = np.asarray(value, dtype=a.dtype.scalar.np_dtype)
+        # CuPy fills from a scalar, but broadcasts an array only from device memory
+        if value.ndim:
+            import cupy
+            value = cupy.asarray(value)
+        view[...] = value
 
 
 def zero(a) -> None:

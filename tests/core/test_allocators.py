@@ -244,7 +244,7 @@ def test_torch_allocator_memory_shows_in_torch_and_is_released():
     nbytes = 4 << 20
     with tg.ScopedAllocator("torch", device=dev):
         a = tg.zeros(nbytes // 4, dtype=tg.float32, device=dev)
-    assert type(a.owner).__name__ == "_TorchBlock"
+    assert type(a.owner).__name__ == "TorchBlock"
     assert torch.cuda.memory_allocated(0) - before >= nbytes
     np.testing.assert_array_equal(a.numpy()[:8], np.zeros(8, np.float32))
     tg.synchronize()
