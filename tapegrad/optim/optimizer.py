@@ -26,6 +26,7 @@ class Optimizer:
         self.params = None
         self.groups = []
         self._tables: dict = {}
+        self._launches_key = None
         if params is not None:
             self.set_params(params)
 
@@ -43,6 +44,7 @@ class Optimizer:
         self.groups = build_groups(params, self.state_names, self.slot_type)
         self.params = params
         self._tables = {}
+        self._launches_key = None
 
     def reset_internal_state(self) -> None:
         """Zero the optimizer state and the step count (the parameters are left as they are)."""
@@ -99,16 +101,26 @@ class Optimizer:
             ValueError: a missing gradient, or one whose dtype/shape/device differ from its parameter's.
             TypeError: a gradient that is not a tapegrad array.
         """
-        grads = self._grads(grad)
+        if grad is not None:
+            grad = list(grad)
+        current = [p.grad for p in self.params] if grad is None and self.params is not None else grad
+        key = tuple(map(id, current)) if current is not None else None
+        if key is None or key != self._launches_key:
+            # new gradient arrays: check them and build the launches (arrays never change shape,
+            # dtype or memory, so the same objects as last step need neither)
+            grads = self._grads(grad)
+            self._launches = [(group, self._kernel_of(group),
+                               [self._table(gi, group, grads), group.chunk_slot, group.chunk_start, group.step,
+                                group.dim[1]])
+                              for gi, group in enumerate(self.groups) if group.dim[0]]
+            self._launches_key, self._launches_grads = key, list(current)   # keeps the ids valid
         hyper = self.hyperparameters()
-        for gi, group in enumerate(self.groups):
-            if not group.dim[0]:
-                continue
-            table = self._table(gi, group, grads)
+        for group, k, tables in self._launches:
             group.tick()
-            k = self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
-            tables = [table, group.chunk_slot, group.chunk_start, group.step, group.dim[1]]
             launch(k, dim=group.dim, inputs=tables + hyper, device=group.device, record_tape=False)
+
+    def _kernel_of(self, group):
+        return self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
 
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):
