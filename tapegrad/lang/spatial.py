@@ -176,6 +176,25 @@ Builtin("quat_rpy", _host_quat_rpy, "unit quaternion from roll (x), pitch (y) an
           lambda ts: QUATS.get(ts[0], NO)),
     "tg::sp_quat_rpy", "tg::adj_sp_quat_rpy", samples=[Sample(("S:any", "S:any", "S:any"), "Q")])
 
+def _host_quat_to_matrix(q):
+    return _f32(np.stack([_np_rotate(q, e) for e in np.eye(3)], axis=1))
+
+
+def _host_transform_to_matrix(t):
+    t = np.asarray(t, dtype=np.float64)
+    m = np.eye(4, dtype=np.float32)
+    m[:3, :3] = _host_quat_to_matrix(t[3:])
+    m[:3, 3] = t[:3]
+    return m
+
+
+Builtin("quat_to_matrix", _host_quat_to_matrix, "the 3x3 rotation matrix of a quaternion").add(
+    _rule(lambda ts: len(ts) == 1 and is_quat(ts[0]) and is_float(ts[0].scalar), lambda ts: mat(3, 3, ts[0].scalar)),
+    "tg::sp_quat_to_matrix", "tg::adj_sp_quat_to_matrix", samples=[Sample((Q,), "M33")])
+Builtin("transform_to_matrix", _host_transform_to_matrix, "the 4x4 homogeneous matrix [[R, p], [0, 1]]").add(
+    _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: mat(4, 4, ts[0].scalar)),
+    "tg::sp_transform_to_matrix", "tg::adj_sp_transform_to_matrix", samples=[Sample((T6,), "M44")])
+
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
 

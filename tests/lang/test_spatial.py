@@ -128,3 +128,28 @@ def test_bad_argument_types_are_clear_errors():
 
     with pytest.raises(tg.KernelError, match=r"transform_point\(\) does not accept"):
         tg.launch(bad, dim=1, inputs=[tg.zeros(1, dtype=tg.vec3), tg.zeros(1, dtype=tg.vec3)])
+
+
+# Warp 1.19: wp.quat_to_matrix(wp.quat_rpy(0.1, 0.2, 0.3))
+WARP_MATRIX = [[0.9362934231758118, -0.2750958502292633, 0.21835066378116608],
+               [0.2896294891834259, 0.9564251899719238, -0.036957018077373505],
+               [-0.19866932928562164, 0.09784340113401413, 0.9751704335212708]]
+
+
+@tg.kernel
+def to_matrix_kernel(t: tg.array(dtype=tg.transform), r: tg.array(dtype=tg.mat33), m: tg.array(dtype=tg.mat44)):
+    i = tg.tid()
+    r[i] = tg.quat_to_matrix(tg.transform_get_rotation(t[i]))
+    m[i] = tg.transform_to_matrix(t[i])
+
+
+def test_rotation_matrices_match_warp_on_host_and_in_kernels():
+    q = tg.quat_rpy(0.1, 0.2, 0.3)
+    np.testing.assert_allclose(tg.quat_to_matrix(q), WARP_MATRIX, rtol=1e-5, atol=1e-6)
+    t = tg.transform((1, 2, 3), q)
+    ta = tg.array(t[None], dtype=tg.transform)
+    r, m = tg.zeros(1, dtype=tg.mat33), tg.zeros(1, dtype=tg.mat44)
+    tg.launch(to_matrix_kernel, dim=1, inputs=[ta], outputs=[r, m])
+    np.testing.assert_allclose(r.numpy()[0], WARP_MATRIX, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m.numpy()[0], tg.transform_to_matrix(t), rtol=1e-5, atol=1e-6)
+    assert m.numpy()[0][:3, 3].tolist() == [1, 2, 3] and m.numpy()[0][3].tolist() == [0, 0, 0, 1]

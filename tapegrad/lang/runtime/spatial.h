@@ -133,4 +133,36 @@ template <typename T> TG_FUNC void adj_sp_quat_rpy(T roll, T pitch, T yaw, T& ar
     ar += T(dr / 2); ap += T(dp / 2); ay += T(dy / 2);
 }
 
+// ---- rotation matrices: column k is the rotation of the basis vector e_k
+template <typename T> TG_FUNC mat_t<3, 3, T> sp_quat_to_matrix(const vec_t<4, T>& q) {
+    mat_t<3, 3, T> m;
+    for (int k = 0; k < 3; ++k) {
+        vec_t<3, T> e; e.c[k] = T(1);
+        vec_t<3, T> c = quat_rotate(q, e);
+        for (int i = 0; i < 3; ++i) m.data[i][k] = c.c[i];
+    }
+    return m;
+}
+template <typename T> TG_FUNC void adj_sp_quat_to_matrix(const vec_t<4, T>& q, vec_t<4, T>& aq, const mat_t<3, 3, T>& g) {
+    for (int k = 0; k < 3; ++k) {
+        vec_t<3, T> e, ae, gc; e.c[k] = T(1);
+        for (int i = 0; i < 3; ++i) gc.c[i] = g.data[i][k];
+        adj_quat_rotate(q, e, aq, ae, gc);
+    }
+}
+// the 4x4 homogeneous matrix [[R, p], [0, 1]] of a transform
+template <typename T> TG_FUNC mat_t<4, 4, T> sp_transform_to_matrix(const vec_t<7, T>& t) {
+    mat_t<3, 3, T> r = sp_quat_to_matrix(sp_rot(t));
+    mat_t<4, 4, T> m;
+    for (int i = 0; i < 3; ++i) { for (int j = 0; j < 3; ++j) m.data[i][j] = r.data[i][j]; m.data[i][3] = t.c[i]; }
+    m.data[3][3] = T(1);
+    return m;
+}
+template <typename T> TG_FUNC void adj_sp_transform_to_matrix(const vec_t<7, T>& t, vec_t<7, T>& at, const mat_t<4, 4, T>& g) {
+    mat_t<3, 3, T> gr; vec_t<4, T> aq;
+    for (int i = 0; i < 3; ++i) { for (int j = 0; j < 3; ++j) gr.data[i][j] = g.data[i][j]; at.c[i] += g.data[i][3]; }
+    adj_sp_quat_to_matrix(sp_rot(t), aq, gr);
+    sp_add_rot(at, aq);
+}
+
 }  // namespace tg
