@@ -27,7 +27,7 @@ import sys
 import threading
 import weakref
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.array import array
 from tapegrad.device import Device, get_device
 from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: every error lives in tapegrad.errors
@@ -39,17 +39,18 @@ __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "
            "CudaView", "release_after", "pending_releases"]
 
 _LAYOUT_CACHE_MAX = 4096
-_RAW_BF16 = (T.uint16, T.int16)   # dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)
+# dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)
+_RAW_BF16 = (types.uint16, types.int16)
 
 
 
-def check_compatible(src: T.ScalarType, dst: T.ScalarType, src_name: str, fname: str) -> None:
+def check_compatible(src: types.ScalarType, dst: types.ScalarType, src_name: str, fname: str) -> None:
     """Raise unless a tensor of scalar type ``src`` may be viewed as ``dst`` (no conversion).
 
     The rule is DLPack's (``tapegrad.dlpack``), so every import path agrees: the same type, or
     integer/bool types of one width (int32 as uint32, bool as uint8...).
     """
-    if not T.can_alias(dst, src):
+    if not types.can_alias(dst, src):
         raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
                               f"(zero-copy views need the same element type, or an integer/bool type of "
                               f"the same width; cast the tensor first)")
@@ -90,10 +91,10 @@ class Layout:
         if dtype is None:
             dt = scalar
         else:
-            dt = T.resolve_dtype(dtype, arg=f"{fname}(dtype=...)")
-            if isinstance(dt, T.StructType):
+            dt = types.resolve_dtype(dtype, arg=f"{fname}(dtype=...)")
+            if isinstance(dt, types.StructType):
                 raise BridgeTypeError(f"{fname}: struct dtype {dt.name} cannot view a tensor")
-            if not (scalar is T.bfloat16 and dt.scalar in _RAW_BF16):   # raw bits, asked for explicitly
+            if not (scalar is types.bfloat16 and dt.scalar in _RAW_BF16):   # raw bits, asked for explicitly
                 check_compatible(scalar, dt.scalar, src_name, fname)
         if not shape:                              # 0-d tensor: one element
             shape, strides = (1,), (size,)
@@ -249,7 +250,7 @@ class Bridge:
                     return lay.new_ctype(ptr_of(t), 0, (t,))
                 c = lay.new_ctype(ptr_of(t), grad_array(grad, lay).ptr, (t, grad))
                 if retain_grad:
-                    c.flags |= T.ARRAY_FLAG_RETAIN_GRAD
+                    c.flags |= types.ARRAY_FLAG_RETAIN_GRAD
                 return c
             a = lay.new_array(ptr_of(t), t)
             if grad is not None:
@@ -301,7 +302,7 @@ class Bridge:
             """
             if not isinstance(a, array):
                 raise TypeError(f"{fname}: expected a tapegrad array, got {type(a).__name__}")
-            if not a._ptr or a.dtype.__class__ is T.StructType:
+            if not a._ptr or a.dtype.__class__ is types.StructType:
                 check(a)
             t = wrap(a)
             if a._requires_grad if requires_grad is None else requires_grad:
@@ -314,7 +315,7 @@ class Bridge:
         return to_tensor
 
     def _check_wrappable(self, a):
-        if isinstance(a.dtype, T.StructType):
+        if isinstance(a.dtype, types.StructType):
             raise BridgeTypeError(f"{self.to_name}: struct arrays ({a.dtype.name}) have no {self.fw.name} equivalent")
         if a.device is None or (not a._ptr and a.size):
             raise ValueError(f"{self.to_name}: the array has no memory (an annotation-only array)")
@@ -349,7 +350,7 @@ class DtypeMap:
         column = column or f"{framework}_name"
         self.to_fw: dict = {}
         self.from_fw: dict = {}
-        for s in T.SCALARS.values():
+        for s in types.SCALARS.values():
             name = getattr(s, column)
             fd = getattr(module, name, None) if name is not None else None
             if fd is None:
@@ -375,8 +376,8 @@ class DtypeMap:
         if r is not None:
             return r
         fname = f"dtype_to_{self.framework}"
-        t = T.resolve_dtype(dtype, arg=fname)
-        if isinstance(t, T.StructType):
+        t = types.resolve_dtype(dtype, arg=fname)
+        if isinstance(t, types.StructType):
             raise TypeError(f"{fname}: struct dtype {t.name} has no {self.framework} equivalent")
         r = self.to_fw.get(t.scalar)
         if r is None:
@@ -401,7 +402,7 @@ class DtypeMap:
                 s = None
         return s
 
-    def from_framework(self, fdtype) -> T.ScalarType:
+    def from_framework(self, fdtype) -> types.ScalarType:
         """The tapegrad scalar type of a framework dtype.
 
         Raises:
@@ -528,7 +529,7 @@ def cai_typestr(dtype) -> str:
     """The ``__cuda_array_interface__`` typestr of a dtype's components (bfloat16: its raw
     bits, ``<u2``, which the framework re-views as its bfloat16)."""
     s = dtype.scalar
-    return "<u2" if s is T.bfloat16 else s.np_dtype.str
+    return "<u2" if s is types.bfloat16 else s.np_dtype.str
 
 
 class CudaView:

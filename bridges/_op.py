@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.launch import launch
 
 from ._base import check_compatible
@@ -44,7 +44,7 @@ class Param:
 
     @property
     def is_array(self) -> bool:
-        return isinstance(self.type, T.ArrayType)
+        return isinstance(self.type, types.ArrayType)
 
     @property
     def dtype(self):
@@ -278,7 +278,7 @@ class KernelSignature:
         if scalar is None:
             raise TypeError(f"{label}: dtype {dtype_name} has no tapegrad equivalent")
         want = p.dtype.scalar
-        if not T.can_alias(want, scalar):
+        if not types.can_alias(want, scalar):
             raise TypeError(f"{label}: expected elements of {want!r} for {p.type!r}, got {dtype_name} "
                             "(zero-copy views need the same element type, or an integer/bool type of the same "
                             "width; cast the tensor first)")

@@ -22,7 +22,7 @@ import operator
 
 import paddle
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import to_dlpack
 from tapegrad.launch import register_launch_adapter
@@ -120,7 +120,7 @@ def dtype_to_paddle(dtype):
     return DTYPES.to_framework(dtype)
 
 
-def dtype_from_paddle(paddle_dtype) -> T.ScalarType:
+def dtype_from_paddle(paddle_dtype) -> types.ScalarType:
     """The tapegrad scalar type of a paddle dtype (``paddle.bfloat16`` -> ``tg.bfloat16``).
 
     Raises:

@@ -17,7 +17,7 @@ import paddle
 from paddle.autograd import PyLayer
 from paddle.jit.sot.psdb import fallback as _sot_fallback
 
-from tapegrad import types as T
+from tapegrad import types
 
 from ._base import Bridge, wrap_stream_handle
 from ._op import KernelSignature, op_builder
@@ -79,7 +79,7 @@ class _KernelLayer:
         sig = self.sig = KernelSignature.of(kernel, num_outputs, launch_dims=launch_dims, output_dims=output_dims,
                                             who="paddle_op")
         for p in sig.inputs:
-            if isinstance(p.type, T.StructType):
+            if isinstance(p.type, types.StructType):
                 raise TypeError(f"paddle_op: parameter '{p.name}' of kernel '{kernel.key}' is a struct, which a "
                                 "paddle op cannot take (pass its fields)")
         self.arrays = list(sig.array_inputs)

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import torch
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_launch_adapter
 
@@ -92,7 +92,7 @@ _lookup = DTYPES.from_fw.get
 # torch's uint16/32/64 are "limited support" dtypes (most operators reject them), and Warp code
 # relies on getting a tensor dtype it can compute with. The tensors to_torch/from_torch exchange
 # keep the exact type (DTYPES below); only this public mapping follows Warp.
-_SIGNED_TWIN = {T.uint16: T.int16, T.uint32: T.int32, T.uint64: T.int64}
+_SIGNED_TWIN = {types.uint16: types.int16, types.uint32: types.int32, types.uint64: types.int64}
 
 
 def dtype_to_torch(dtype) -> torch.dtype:
@@ -177,7 +177,7 @@ class TorchAdapter(FrameworkAdapter):
         return g
 
     def wrap(self, a):
-        bf16 = a.dtype.scalar is T.bfloat16   # travels as its raw bits (numpy/CAI have no bfloat16)
+        bf16 = a.dtype.scalar is types.bfloat16   # travels as its raw bits (numpy/CAI have no bfloat16)
         if a.device.ordinal < 0:   # CPU: the array's cached numpy view, shared by torch
             n = a.numpy()
             t = torch.from_numpy(n.view(np.uint16)).view(torch.bfloat16) if bf16 else torch.from_numpy(n)

@@ -13,7 +13,7 @@ import itertools
 
 import torch
 
-from tapegrad import types as T
+from tapegrad import types
 
 from ._base import Bridge, wrap_stream_handle
 from ._op import KernelSignature, op_builder
@@ -67,11 +67,11 @@ _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a
 
 
 def _schema_type(t, label):
-    if isinstance(t, T.ArrayType):
+    if isinstance(t, types.ArrayType):
         return "Tensor"
-    if isinstance(t, T.StructType):
+    if isinstance(t, types.StructType):
         raise TypeError(f"torch_op: {label} is a struct, which a torch op cannot take (pass its fields)")
-    if isinstance(t, T.ScalarType):
+    if isinstance(t, types.ScalarType):
         return "float" if t.kind == "float" else ("bool" if t.kind == "bool" else "int")
     return "float[]" if t.scalar.kind == "float" else "int[]"   # vector/matrix values: lists
 

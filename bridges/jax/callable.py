@@ -26,14 +26,14 @@ from enum import IntEnum
 import jax
 import numpy as np
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.array import array as tg_array
 from tapegrad.device import ScopedDevice, get_device
 
 from .._base import Layout, wrap_stream_handle
 from .._op import KernelSignature, config_key, dims_of
-from . import entry as E
-from . import plan as P
+from . import entry
+from . import plan as ffi_plan
 from .convert import Tracer, dtype_to_jax, jax_scalar
 from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, set_callable_target
 from .graphs import GraphCache, copy_array
@@ -83,7 +83,7 @@ def _function_signature(func) -> _Signature:
             raise RuntimeError(f"{_WHO}: function '{func.__qualname__}': parameter '{name}' needs a type annotation "
                                f"(e.g. {name}: tg.array(dtype=float) or {name}: float)")
         try:
-            types_.append(T.type_of(ann, arg=name))
+            types_.append(types.type_of(ann, arg=name))
         except (TypeError, ValueError) as e:
             raise TypeError(f"{_WHO}: function '{func.__qualname__}': parameter '{name}': {e}") from None
         names.append(name)
@@ -134,7 +134,7 @@ class JaxCallable:
                     raise ValueError(f"{_WHO}: {label} names '{n}', which is no parameter of '{func.__qualname__}'")
         self.stage_in = None if stage_in_argnames is None else frozenset(stage_in_argnames)
         self.stage_out = None if stage_out_argnames is None else frozenset(stage_out_argnames)
-        self.module_preload_mode = E.ModulePreloadMode(module_preload_mode)
+        self.module_preload_mode = entry.ModulePreloadMode(module_preload_mode)
         self.has_side_effect = bool(has_side_effect)
         self.call_params = self.sig.inputs + self.sig.in_out
         self.label = f"{_WHO} '{func.__qualname__}'"
@@ -194,15 +194,15 @@ class JaxCallable:
                 if isinstance(v, Tracer):
                     raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value, got a "
                                      "traced value")
-                P.pack_value(p.type, v, f"{self.label} argument '{p.name}'")   # checks the value now
+                ffi_plan.pack_value(p.type, v, f"{self.label} argument '{p.name}'")   # checks the value now
                 statics[p.index] = v
         shapes = self._output_shapes(args, output_dims)
         slots = []
         for p in self.sig.inputs:
-            slots.append((P.IN, operand[p.index], -1, p, tuple(args[p.index].shape)[:p.type.ndim]) if p.is_array
-                         else (P.VALUE, -1, -1, p, ()))
+            slots.append((ffi_plan.IN, operand[p.index], -1, p, tuple(args[p.index].shape)[:p.type.ndim]) if p.is_array
+                         else (ffi_plan.VALUE, -1, -1, p, ()))
         for j, p in enumerate(self.sig.outputs):
-            kind = P.INOUT if j < len(self.sig.in_out) else P.OUT
+            kind = ffi_plan.INOUT if j < len(self.sig.in_out) else ffi_plan.OUT
             slots.append((kind, operand.get(p.index, -1), j, p, shapes[j][:p.type.ndim]))
         key = (id(self), tuple(sorted((k, repr(v)) for k, v in statics.items())), tuple(slots), len(arrays))
         with _lock:
@@ -309,7 +309,7 @@ class JaxCallable:
         """The function's arguments for batch element ``b``: arrays over XLA's buffers."""
         args = []
         for i, (kind, _, _, p, dims) in enumerate(call.slots):
-            if kind == P.VALUE:
+            if kind == ffi_plan.VALUE:
                 args.append(call.statics[p.index])
                 continue
             ptr, in_ptr, out_st, in_st = per[i]
@@ -317,14 +317,14 @@ class JaxCallable:
             lay = call.layouts.get((i, dev.alias))
             if lay is None:
                 lay = call.layouts[(i, dev.alias)] = Layout(p.dtype, dims, _strides(p.dtype, dims), dev)
-            if kind == P.IN:    # XLA's operands are immutable: kernel writes to them are refused
+            if kind == ffi_plan.IN:    # XLA's operands are immutable: kernel writes to them are refused
                 a = tg_array.wrap_memory(ptr + off, lay.dtype, lay.shape, lay.strides, dev, None, True)
             else:
                 a = lay.new_array(ptr + off, None)
-            if kind == P.INOUT and in_ptr != ptr:      # not aliased by XLA: seed the result from the operand
+            if kind == ffi_plan.INOUT and in_ptr != ptr:      # not aliased by XLA: seed the result from the operand
                 src = lay.new_array(in_ptr + _offset(batch, in_st, b), None)
                 copy_array(a, src)
-            elif kind == P.OUT:
+            elif kind == ffi_plan.OUT:
                 a.zero_()
             args.append(a)
         return args
@@ -352,7 +352,7 @@ def _geometry(call, bufs, nargs):
     geometry does not)."""
     batch = None
     for kind, arg, ret, p, dims in call.slots:
-        if kind in (P.OUT, P.INOUT):
+        if kind in (ffi_plan.OUT, ffi_plan.INOUT):
             buf = bufs[nargs + ret]
             rank = p.framework_ndim
             batch = tuple(buf[2:2 + buf[1] - rank])
@@ -360,18 +360,18 @@ def _geometry(call, bufs, nargs):
     batch = batch or ()
     per = []
     for kind, arg, ret, p, dims in call.slots:
-        if kind == P.VALUE:
+        if kind == ffi_plan.VALUE:
             per.append(None)
             continue
         item = p.dtype.size * math.prod(dims)
         out_buf = in_buf = 0
         out_st = in_st = ()
-        if kind in (P.IN, P.INOUT):
+        if kind in (ffi_plan.IN, ffi_plan.INOUT):
             in_buf, in_st = arg, _batch_strides(batch, bufs[arg], p.framework_ndim, item)
-        if kind in (P.OUT, P.INOUT):
+        if kind in (ffi_plan.OUT, ffi_plan.INOUT):
             out_buf = nargs + ret
             out_st = _batch_strides(batch, bufs[out_buf], p.framework_ndim, item)
-        if kind == P.IN:
+        if kind == ffi_plan.IN:
             out_buf, out_st = in_buf, in_st
         per.append((out_buf, in_buf, out_st, in_st))
     return batch, per
@@ -431,7 +431,7 @@ _counter = itertools.count()
 
 def jax_callable(func, num_outputs=1, graph_mode=GraphMode.JAX, vmap_method="broadcast_all", output_dims=None,
                  in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None,
-                 graph_cache_max=DEFAULT_GRAPH_CACHE_MAX, module_preload_mode=E.ModulePreloadMode.CURRENT_DEVICE,
+                 graph_cache_max=DEFAULT_GRAPH_CACHE_MAX, module_preload_mode=entry.ModulePreloadMode.CURRENT_DEVICE,
                  has_side_effect=False) -> JaxCallable:
     """A Python function launching tapegrad kernels, callable from JAX (inside ``jax.jit``).
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tapegrad import types as T
+from tapegrad import types
 from tapegrad.array import array
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import from_dlpack as _tg_from_dlpack
@@ -48,7 +48,7 @@ def dtype_to_jax(dtype):
     return DTYPES.to_framework(dtype)
 
 
-def dtype_from_jax(jax_dtype) -> T.ScalarType:
+def dtype_from_jax(jax_dtype) -> types.ScalarType:
     """The tapegrad scalar type of a JAX dtype (``jnp.float32``, ``np.dtype``, ``"float32"``...).
 
     Raises:
@@ -162,7 +162,7 @@ def to_jax(a):
     global _jax_cpu
     if not isinstance(a, array):
         raise TypeError(f"to_jax: expected a tapegrad array, got {type(a).__name__}")
-    if isinstance(a.dtype, T.StructType):
+    if isinstance(a.dtype, types.StructType):
         raise TypeError(f"to_jax: struct arrays ({a.dtype.name}) have no JAX equivalent")
     if a.device is _CPU and _FROM_CAPSULE is not None and (a.dtype.scalar.bits < 64 or jax.config.jax_enable_x64):
         if _jax_cpu is None:

@@ -13,7 +13,7 @@ from enum import IntEnum
 
 from tapegrad.device import get_device
 
-from . import plan as P
+from . import plan as ffi_plan
 
 __all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry"]
 
@@ -92,8 +92,8 @@ def _fill(plan, platform: int, ordinal: int) -> None:
     if platform == 0:
         c.cpu_entry = cpu_entry(spec.kernel, spec.adjoint)
     else:
-        if not 0 <= ordinal < P.MAX_DEVICES:
-            raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({P.MAX_DEVICES})")
+        if not 0 <= ordinal < ffi_plan.MAX_DEVICES:
+            raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({ffi_plan.MAX_DEVICES})")
         fn, cap = cuda_entry(spec.kernel, ordinal, spec.adjoint, spec.block_dim)
         c.cuda_blocks_cap[ordinal] = min(cap, 2 ** 31 - 1)
         c.cuda_fn[ordinal] = fn
@@ -112,15 +112,15 @@ def _load(plan_ptr, platform, ordinal, msg, msglen):
         return 1
 
 
-_LOADER = P.LOADER(_load)
+_LOADER = ffi_plan.LOADER(_load)
 
 
-def register(spec: P.PlanSpec) -> P.Plan:
+def register(spec: ffi_plan.PlanSpec) -> ffi_plan.Plan:
     """The plan for ``spec`` (built once; equal specs share it)."""
     with _lock:
         plan = _by_spec.get(spec)
         if plan is None:
-            plan = P.Plan(spec, _LOADER)
+            plan = ffi_plan.Plan(spec, _LOADER)
             _plans[plan.address] = plan
             _by_spec[spec] = plan
     return plan
@@ -129,7 +129,7 @@ def register(spec: P.PlanSpec) -> P.Plan:
 _by_spec: dict = {}
 
 
-def preload(plan: P.Plan, mode: ModulePreloadMode) -> None:
+def preload(plan: ffi_plan.Plan, mode: ModulePreloadMode) -> None:
     """Compile/load ``plan``'s kernel at trace time for the devices ``mode`` names.
 
     Compile errors propagate (a clear Python exception at trace time); devices tapegrad
@@ -150,7 +150,7 @@ def preload(plan: P.Plan, mode: ModulePreloadMode) -> None:
         ordinal = getattr(d, "local_hardware_id", None) if platform else 0
         ordinal = d.id if ordinal is None else ordinal
         c = plan.c
-        if (platform == 0 and c.cpu_entry) or (platform == 1 and ordinal < P.MAX_DEVICES and c.cuda_fn[ordinal]):
+        if (platform == 0 and c.cpu_entry) or (platform == 1 and ordinal < ffi_plan.MAX_DEVICES and c.cuda_fn[ordinal]):
             continue
         with plan.lock:
             _fill(plan, platform, ordinal)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import tapegrad
 
-from . import plan as P
+from . import plan as ffi_plan
 
 __all__ = ["GraphCache", "copy_array"]
 
@@ -118,22 +118,22 @@ class GraphCache:
         """Persistent arrays the graph works on; unstaged inputs are copied in once, here."""
         staging = []
         for (kind, _, _, p, _), a in zip(call.slots, args):
-            if kind == P.VALUE:
+            if kind == ffi_plan.VALUE:
                 staging.append(a)
                 continue
             s = tapegrad.empty(a.shape, dtype=a.dtype, device=a.device)
-            if kind != P.OUT and self.stage_in is not None and p.name not in self.stage_in:
+            if kind != ffi_plan.OUT and self.stage_in is not None and p.name not in self.stage_in:
                 copy_array(s, a)
             staging.append(s)
         return staging
 
     def _copies(self, call, args, staging, into):
         for (kind, _, _, p, _), a, s in zip(call.slots, args, staging):
-            if kind == P.VALUE:
+            if kind == ffi_plan.VALUE:
                 continue
-            if into and kind == P.OUT:
+            if into and kind == ffi_plan.OUT:
                 s.zero_()                     # outputs start at zero, as without staging
             elif into and (self.stage_in is None or p.name in self.stage_in):
                 copy_array(s, a)
-            if not into and kind != P.IN and (self.stage_out is None or p.name in self.stage_out):
+            if not into and kind != ffi_plan.IN and (self.stage_out is None or p.name in self.stage_out):
                 copy_array(a, s)

@@ -23,8 +23,8 @@ import jax
 import numpy as np
 
 from .._op import KernelSignature, check_launch_fits, config_key, dims_of
-from . import entry as E
-from . import plan as P
+from . import entry
+from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
 from .ffi import KERNEL_TARGET, ensure_registered
 
@@ -141,7 +141,7 @@ class JaxKernel:
         self.launch_dims = launch_dims
         self.output_dims = output_dims
         self.in_out_argnames = tuple(in_out_argnames) if in_out_argnames else None
-        self.module_preload_mode = E.ModulePreloadMode(module_preload_mode)
+        self.module_preload_mode = entry.ModulePreloadMode(module_preload_mode)
         self.enable_backward = bool(enable_backward)
         self.has_side_effect = bool(has_side_effect)
         self.block_dim = _check_block_dim(block_dim)
@@ -176,7 +176,7 @@ class JaxKernel:
                     raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value (a Python "
                                      "number known at trace time), got a traced value; under jax.jit pass it through "
                                      f"static_argnames/static_argnums or a closure")
-                statics[p.index] = P.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
+                statics[p.index] = ffi_plan.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
         return arrays, statics
 
     def _grid(self, args, launch_dims):
@@ -291,18 +291,18 @@ class JaxKernel:
         for p in self.sig.inputs:
             if p.is_array:
                 a = arrays[arg_of[p.index]]
-                slots.append(P.Slot(P.IN, p.name, arg=arg_of[p.index], dtype=p.dtype,
-                                    dims=tuple(a.shape)[:p.type.ndim], xla=P.xla_dtype(jax_scalar(a.dtype))))
+                slots.append(ffi_plan.Slot(ffi_plan.IN, p.name, arg=arg_of[p.index], dtype=p.dtype,
+                                    dims=tuple(a.shape)[:p.type.ndim], xla=ffi_plan.xla_dtype(jax_scalar(a.dtype))))
             else:
-                slots.append(P.Slot(P.VALUE, p.name, value=statics[p.index]))
+                slots.append(ffi_plan.Slot(ffi_plan.VALUE, p.name, value=statics[p.index]))
         for j, p in enumerate(self.sig.outputs):
             dims = shapes[j][:p.type.ndim]
             if j < n_io:
                 a = arrays[arg_of[p.index]]
-                slots.append(P.Slot(P.INOUT, p.name, arg=arg_of[p.index], ret=j, dtype=p.dtype, dims=dims,
-                                    xla=P.xla_dtype(jax_scalar(a.dtype))))
+                slots.append(ffi_plan.Slot(ffi_plan.INOUT, p.name, arg=arg_of[p.index], ret=j, dtype=p.dtype, dims=dims,
+                                    xla=ffi_plan.xla_dtype(jax_scalar(a.dtype))))
             else:
-                slots.append(P.Slot(P.OUT, p.name, ret=j, dtype=p.dtype, dims=dims))
+                slots.append(ffi_plan.Slot(ffi_plan.OUT, p.name, ret=j, dtype=p.dtype, dims=dims))
         out_dtypes = [dtype_to_jax(p.dtype) for p in self.sig.outputs]
         aliases = {arg_of[p.index]: j for j, p in enumerate(self.sig.in_out)} if vm in _ALIASING else None
         call, addr = self._ffi(slots, arrays, list(zip(shapes, out_dtypes)), grid, False, vm, aliases)
@@ -310,13 +310,13 @@ class JaxKernel:
 
     def _ffi(self, slots, operands, results, grid, adjoint, vm, aliases):
         """``(ffi callable, plan address attribute)`` for a call with these slots and operands."""
-        spec = P.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
+        spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
         ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None)
         hit = self._calls.get(ckey)
         meta = output_metadata(operands)
         if hit is None or meta:
-            plan = E.register(spec)
-            E.preload(plan, self.module_preload_mode)
+            plan = entry.register(spec)
+            entry.preload(plan, self.module_preload_mode)
             out_types = [jax.ShapeDtypeStruct(s, d) for s, d in results]
             if meta:
                 out_types = [t.update(**meta) for t in out_types]
@@ -359,24 +359,25 @@ class JaxKernel:
             if p.is_array:
                 a = arrays[k]
                 dims = tuple(a.shape)[:p.type.ndim]
-                primal.append(P.Slot(P.IN, p.name, arg=k, dtype=p.dtype, dims=dims,
-                                     xla=P.xla_dtype(jax_scalar(a.dtype))))
+                primal.append(ffi_plan.Slot(ffi_plan.IN, p.name, arg=k, dtype=p.dtype, dims=dims,
+                                     xla=ffi_plan.xla_dtype(jax_scalar(a.dtype))))
                 if p.is_differentiable:
-                    adjoint.append(P.Slot(P.OUT, f"adj_{p.name}", ret=len(results), dtype=p.dtype, dims=dims))
+                    adjoint.append(ffi_plan.Slot(ffi_plan.OUT, f"adj_{p.name}", ret=len(results), dtype=p.dtype,
+                                                 dims=dims))
                     results.append((tuple(a.shape), a.dtype))
                 else:
-                    adjoint.append(P.Slot(P.NULL_ARRAY, f"adj_{p.name}", dtype=p.dtype, dims=dims))
+                    adjoint.append(ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"adj_{p.name}", dtype=p.dtype, dims=dims))
                 k += 1
             else:
-                primal.append(P.Slot(P.VALUE, p.name, value=statics[p.index]))
-                adjoint.append(P.Slot(P.NULL_VALUE, f"adj_{p.name}", value=bytes(len(statics[p.index]))))
+                primal.append(ffi_plan.Slot(ffi_plan.VALUE, p.name, value=statics[p.index]))
+                adjoint.append(ffi_plan.Slot(ffi_plan.NULL_VALUE, f"adj_{p.name}", value=bytes(len(statics[p.index]))))
         aliases = {}
         for j, p in enumerate(sig.outputs):
             dims = tuple(outs[j].shape)[:p.type.ndim]
-            primal.append(P.Slot(P.IN, p.name, arg=n_arr + j, dtype=p.dtype, dims=dims))
+            primal.append(ffi_plan.Slot(ffi_plan.IN, p.name, arg=n_arr + j, dtype=p.dtype, dims=dims))
             # the adjoint may write the output gradients it reads: a result of its own, seeded from the cotangent
-            adjoint.append(P.Slot(P.INOUT, f"adj_{p.name}", arg=n_arr + n_out + j, ret=len(diff) + j, dtype=p.dtype,
-                                  dims=dims))
+            adjoint.append(ffi_plan.Slot(ffi_plan.INOUT, f"adj_{p.name}", arg=n_arr + n_out + j, ret=len(diff) + j,
+                                         dtype=p.dtype, dims=dims))
             aliases[n_arr + n_out + j] = len(diff) + j
             results.append((tuple(outs[j].shape), outs[j].dtype))
         cts = [c.astype(o.dtype) if c.dtype != o.dtype else c for c, o in zip(cts, outs)]
@@ -391,7 +392,7 @@ class JaxKernel:
 
 
 def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
-               in_out_argnames=None, module_preload_mode=E.ModulePreloadMode.CURRENT_DEVICE, enable_backward=False,
+               in_out_argnames=None, module_preload_mode=entry.ModulePreloadMode.CURRENT_DEVICE, enable_backward=False,
                has_side_effect=False, block_dim=None) -> JaxKernel:
     """A tapegrad kernel as a JAX primitive (XLA FFI), usable inside ``jax.jit`` on CPU and CUDA.
 

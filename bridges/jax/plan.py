@@ -14,7 +14,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from tapegrad import types as T
+from tapegrad import types
 
 __all__ = ["Slot", "PlanSpec", "Plan", "IN", "OUT", "INOUT", "VALUE", "NULL_ARRAY", "NULL_VALUE", "MAX_DEVICES",
            "xla_dtype"]
@@ -159,7 +159,7 @@ def pack_value(ptype, value, label) -> bytes:
     """
     import numpy as np
     try:
-        if isinstance(ptype, T.StructType):
+        if isinstance(ptype, types.StructType):
             return bytes(ptype.to_ctype(value))
         integral = ptype.scalar.kind in ("int", "uint")
         if isinstance(value, (str, bytes)) or (integral and isinstance(value, (float, np.floating))
