@@ -171,7 +171,7 @@ def test_export_capsule_contents(backend):
     assert info["data"] == a.ptr + 4 and info["shape"] == (3, 2) and info["strides"] == (4, 1)
 
 
-@pytest.mark.parametrize("name", sorted(tg.types.SCALARS))
+@pytest.mark.parametrize("name", sorted(n for n in tg.types.SCALARS if n != "bfloat16"))  # numpy: no bf16 DLPack
 def test_every_scalar_dtype_numpy_round_trip(name, backend):
     dt = tg.types.SCALARS[name]
     src = (np.arange(7) % 2).astype(dt.np_dtype) if name == "bool" else np.arange(7).astype(dt.np_dtype)
@@ -490,7 +490,7 @@ def test_unsupported_dtype_not_consumed(backend):
     with pytest.raises(TypeError, match="code=5"):
         tg.from_dlpack(cap)
     assert capsule_name(cap) == "dltensor_versioned"
-    cap = f.make(buf, (4,), dtype=(4, 16, 1))          # bfloat16
+    cap = f.make(buf, (4,), dtype=(10, 8, 1))          # float8_e4m3fn
     with pytest.raises(TypeError, match="no tapegrad"):
         tg.from_dlpack(cap)
 
