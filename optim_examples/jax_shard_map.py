@@ -5,6 +5,7 @@ replicated parameters is reduced by JAX), and optax steps the result — the sam
 device on the whole batch.
 
     python -m optim_examples.jax_shard_map                 # every local device (GPUs, or 1 CPU)
+    python -m optim_examples.jax_shard_map --gpus 2        # the two-GPU run (a message when fewer)
     XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=cpu python -m optim_examples.jax_shard_map
     python -m optim_examples.jax_shard_map --processes 2   # jax.distributed: 2 processes on the CPU
 
@@ -140,6 +141,8 @@ def main(argv=None):
     ap.add_argument("--processes", type=int, default=0, help="start this many jax.distributed processes (CPU)")
     ap.add_argument("--distributed", action="store_true",
                     help="call jax.distributed.initialize() from the environment (mpirun, SLURM...)")
+    ap.add_argument("--gpus", type=int, default=0,
+                    help="the two-GPU run: need this many GPUs (exits with a message when fewer are present)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.processes:
@@ -152,7 +155,18 @@ def main(argv=None):
         jax.distributed.initialize(os.environ["TG_COORD"], int(os.environ["TG_NPROC"]), int(os.environ["TG_RANK"]))
     elif args.distributed:
         jax.distributed.initialize()
-    w, loss = train(args.steps)
+    devices = None
+    if args.gpus:
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError:
+            gpus = []
+        if len(gpus) < args.gpus:
+            print(f"jax_shard_map: needs {args.gpus} GPUs, found {len(gpus)} (without --gpus it runs on every "
+                  "local device, CPU included)")
+            return 0
+        devices = gpus[:args.gpus]
+    w, loss = train(args.steps, devices=devices)
     print(f"process {jax.process_index()}/{jax.process_count()}, {len(jax.devices())} devices: "
           f"loss {loss:.5f}, w = {np.round(w, 4).tolist()}")
     return 0

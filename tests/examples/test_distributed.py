@@ -51,3 +51,18 @@ def test_jax_distributed_two_processes_match_plain_jax():
         line = [ln for ln in out.splitlines() if ln.startswith("process ")][-1]
         assert "2 devices" in line
         np.testing.assert_allclose(ast.literal_eval(line.split("w = ")[1]), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.jax
+def test_jax_two_gpu_example_says_why_it_skips():
+    import jax
+    try:
+        n = len(jax.devices("gpu"))
+    except RuntimeError:
+        n = 0
+    if n >= 2:
+        pytest.skip("two GPUs present: the example runs instead")
+    r = subprocess.run([sys.executable, "-m", "optim_examples.jax_shard_map", "--gpus", "2", "--steps", "5"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "needs 2 GPUs" in r.stdout
