@@ -4,17 +4,18 @@
 builtin callable by its Warp name (``tid``, ``sin``, ``dot``, ``atomic_add``...).
 
 Modules, bottom up: ``ir`` (the typed IR), ``typeutil``, ``builtins`` (the builtin table and its
-C++ renderers), ``values``, ``expressions`` + ``frontend`` (AST -> IR), ``adjoint`` (reverse-mode
-planning), ``check`` (the IR check), ``lower`` (the pass pipeline), ``emit`` (IR -> C++),
-``signature``, ``funcs`` (``@func``), ``kernel`` (``@kernel``, loading).
+C++ renderers; ``builtins_atomic``, ``builtins_math``, ``builtins_random`` and ``structs``
+register more builtins into it), ``values``, ``expressions`` + ``frontend`` (AST -> IR),
+``adjoint`` (reverse-mode planning), ``check`` (the IR check), ``lower`` (the pass pipeline),
+``emit`` (IR -> C++), ``signature``, ``funcs`` (``@func``), ``generic`` (types of generic
+kernel arguments), ``kernel`` (``@kernel``, ``overload``, loading).
 """
 from __future__ import annotations
 
 from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
-
 # these register builtins into the table
-from . import builtins_atomic, builtins_math, builtins_random, spatial, structs  # noqa: F401
+from . import builtins_atomic, builtins_math, builtins_random, structs  # noqa: F401
 from .funcs import Func, func, func_grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant
