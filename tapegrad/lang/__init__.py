@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
+
 # these register builtins into the table
-from . import builtins_atomic, builtins_math, builtins_random, structs  # noqa: F401
+from . import builtins_atomic, builtins_math, builtins_random, spatial, structs  # noqa: F401
 from .funcs import Func, func, func_grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant
