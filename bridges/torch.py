@@ -226,8 +226,8 @@ from_torch = Bridge.public(_bridge.from_tensor, "from_torch", """\
         retain_grad: write adjoints leave the gradient in place (``array.retain_grad``;
             ValueError when the array gets no gradient).
     Raises:
-        TypeError: ``t`` is not a tensor; a dtype tapegrad lacks (bfloat16: see
-            ``dtype_from_torch``); ``requires_grad`` on a non-float tensor.
+        TypeError: ``t`` is not a tensor; a dtype tapegrad lacks (complex, float8...);
+            ``requires_grad`` on a non-float tensor.
         BridgeTypeError: (a TypeError and a RuntimeError) ``dtype`` cannot view ``t``'s elements.
         RuntimeError: trailing dims do not match or are not contiguous (vector/matrix dtypes);
             more than 4 dims.
