@@ -195,6 +195,46 @@ Builtin("transform_to_matrix", _host_transform_to_matrix, "the 4x4 homogeneous m
     _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: mat(4, 4, ts[0].scalar)),
     "tg::sp_transform_to_matrix", "tg::adj_sp_transform_to_matrix", samples=[Sample((T6,), "M44")])
 
+_QM_BRANCHES = {   # main component, diagonal signs, (component, a, b, sign): Warp's quat_from_matrix
+    3: (3, (1, 1, 1), ((0, 2, 1, -1), (1, 0, 2, -1), (2, 1, 0, -1))),
+    0: (0, (1, -1, -1), ((1, 0, 1, 1), (2, 2, 0, 1), (3, 2, 1, -1))),
+    1: (1, (-1, 1, -1), ((2, 1, 2, 1), (0, 0, 1, 1), (3, 0, 2, -1))),
+    2: (2, (-1, -1, 1), ((0, 2, 0, 1), (1, 1, 2, 1), (3, 1, 0, -1))),
+}
+
+
+def _host_quat_from_matrix(m):
+    m = np.asarray(m, dtype=np.float64)
+    d = np.diag(m)[:3]
+    k = 3 if d.sum() >= 0 else (2 if d[2] > max(d[0], d[1]) else int(d[1] > d[0]))
+    main, sgn, others = _QM_BRANCHES[k]
+    s = 2 * np.sqrt(1 + np.dot(sgn, d))
+    q = np.zeros(4)
+    q[main] = s / 4
+    for c, a, b, pm in others:
+        q[c] = (m[a, b] + pm * m[b, a]) / s
+    return _f32(q / np.linalg.norm(q))
+
+
+def _host_transform_from_matrix(m):
+    m = np.asarray(m, dtype=np.float64)
+    return _f32(np.concatenate([m[:3, 3], _host_quat_from_matrix(m)]))
+
+
+def _square(t, n):
+    return is_mat(t) and t.rows == n and t.cols == n and is_float(t.scalar)
+
+
+Builtin("quat_from_matrix", _host_quat_from_matrix,
+        "the unit quaternion of a rotation matrix (3x3, or the top-left block of a 4x4)").add(
+    _rule(lambda ts: len(ts) == 1 and (_square(ts[0], 3) or _square(ts[0], 4)), lambda ts: QUATS[ts[0].scalar]),
+    "tg::sp_quat_from_matrix", "tg::adj_sp_quat_from_matrix",
+    samples=[Sample(("M33:any",), "Q"), Sample(("M44:any",), "Q")])
+Builtin("transform_from_matrix", _host_transform_from_matrix,
+        "the transform of a 4x4 homogeneous matrix (translation column, rotation block)").add(
+    _rule(lambda ts: len(ts) == 1 and _square(ts[0], 4), lambda ts: TRANSFORMS[ts[0].scalar]),
+    "tg::sp_transform_from_matrix", "tg::adj_sp_transform_from_matrix", samples=[Sample(("M44:any",), "T")])
+
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
 

@@ -153,3 +153,63 @@ def test_rotation_matrices_match_warp_on_host_and_in_kernels():
     np.testing.assert_allclose(r.numpy()[0], WARP_MATRIX, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.numpy()[0], tg.transform_to_matrix(t), rtol=1e-5, atol=1e-6)
     assert m.numpy()[0][:3, 3].tolist() == [1, 2, 3] and m.numpy()[0][3].tolist() == [0, 0, 0, 1]
+
+
+def _rotations():
+    """Rotation matrices that reach every branch of quat_from_matrix (trace >= 0, each diagonal max)."""
+    qs = [tg.quat_rpy(0.1, 0.2, 0.3), tg.quat_rpy(3.0, 0.1, 0.2), tg.quat_rpy(0.1, 3.0, 0.2),
+          tg.quat_rpy(0.2, 0.1, 3.0), tg.quat_rpy(2.5, -2.0, 1.0)]
+    return np.array([tg.quat_to_matrix(q) for q in qs], dtype=np.float32)
+
+
+@tg.kernel
+def from_matrix_kernel(m: tg.array(dtype=tg.mat33), h: tg.array(dtype=tg.mat44),
+                       q: tg.array(dtype=tg.quat), t: tg.array(dtype=tg.transform)):
+    i = tg.tid()
+    q[i] = tg.quat_from_matrix(m[i])
+    t[i] = tg.transform_from_matrix(h[i])
+
+
+def _homogeneous(r):
+    h = np.tile(np.eye(4, dtype=np.float32), (len(r), 1, 1))
+    h[:, :3, :3] = r
+    h[:, :3, 3] = np.arange(3 * len(r), dtype=np.float32).reshape(-1, 3)
+    return h
+
+
+def test_quat_from_matrix_inverts_quat_to_matrix_in_every_branch():
+    r = _rotations()
+    diag = np.diagonal(r, axis1=1, axis2=2)
+    assert (diag.sum(1) < 0).sum() >= 3 and set(diag.argmax(1)[diag.sum(1) < 0]) == {0, 1, 2}
+    h = _homogeneous(r)
+    q, t = tg.zeros(len(r), dtype=tg.quat), tg.zeros(len(r), dtype=tg.transform)
+    tg.launch(from_matrix_kernel, dim=len(r), inputs=[tg.array(r, dtype=tg.mat33), tg.array(h, dtype=tg.mat44)],
+              outputs=[q, t])
+    for i in range(len(r)):
+        np.testing.assert_allclose(tg.quat_to_matrix(q.numpy()[i]), r[i], atol=2e-6)
+        np.testing.assert_allclose(q.numpy()[i], tg.quat_from_matrix(r[i]), atol=1e-6)
+        np.testing.assert_allclose(t.numpy()[i], tg.transform_from_matrix(h[i]), atol=1e-6)
+        np.testing.assert_allclose(t.numpy()[i][:3], h[i][:3, 3])
+
+
+def test_quat_from_matrix_equals_warp():
+    wp = pytest.importorskip("warp")
+    r = _rotations()
+    h = _homogeneous(r)
+
+    @wp.kernel
+    def warp_from_matrix(m: wp.array(dtype=wp.mat33), hm: wp.array(dtype=wp.mat44),
+                         q: wp.array(dtype=wp.quat), t: wp.array(dtype=wp.transform)):
+        i = wp.tid()
+        q[i] = wp.quat_from_matrix(m[i])
+        t[i] = wp.transform_from_matrix(hm[i])
+
+    wq, wt = wp.zeros(len(r), dtype=wp.quat, device="cpu"), wp.zeros(len(r), dtype=wp.transform, device="cpu")
+    wp.launch(warp_from_matrix, dim=len(r), inputs=[wp.array(r, dtype=wp.mat33, device="cpu"),
+                                                   wp.array(h, dtype=wp.mat44, device="cpu")],
+              outputs=[wq, wt], device="cpu")
+    q, t = tg.zeros(len(r), dtype=tg.quat), tg.zeros(len(r), dtype=tg.transform)
+    tg.launch(from_matrix_kernel, dim=len(r), inputs=[tg.array(r, dtype=tg.mat33), tg.array(h, dtype=tg.mat44)],
+              outputs=[q, t])
+    np.testing.assert_allclose(q.numpy(), wq.numpy(), atol=1e-6)
+    np.testing.assert_allclose(t.numpy(), wt.numpy(), atol=1e-6)

@@ -165,4 +165,59 @@ template <typename T> TG_FUNC void adj_sp_transform_to_matrix(const vec_t<7, T>&
     sp_add_rot(at, aq);
 }
 
+// ---- quaternion of a rotation matrix (top-left 3x3 block), Warp's branches: the trace when it
+// is >= 0, else the largest diagonal entry. In a branch, with s = 2 sqrt(1 + sum_k sgn_k m_kk),
+// the main component is s/4 and each other one (m[a][b] + sgn m[b][a]) / s; then normalized.
+struct sp_qm_branch { int main; int sgn[3]; int comp[3], a[3], b[3], pm[3]; };
+template <int R, typename T> TG_FUNC sp_qm_branch sp_qm_pick(const mat_t<R, R, T>& m) {
+    typedef typename compute<T>::type C;
+    C d0 = C(m.data[0][0]), d1 = C(m.data[1][1]), d2 = C(m.data[2][2]);
+    if (d0 + d1 + d2 >= C(0)) return sp_qm_branch{3, {1, 1, 1}, {0, 1, 2}, {2, 0, 1}, {1, 2, 0}, {-1, -1, -1}};
+    int k = d1 > d0 ? 1 : 0;
+    if (d2 > (k ? d1 : d0)) k = 2;
+    if (k == 0) return sp_qm_branch{0, {1, -1, -1}, {1, 2, 3}, {0, 2, 2}, {1, 0, 1}, {1, 1, -1}};
+    if (k == 1) return sp_qm_branch{1, {-1, 1, -1}, {2, 0, 3}, {1, 0, 0}, {2, 1, 2}, {1, 1, -1}};
+    return sp_qm_branch{2, {-1, -1, 1}, {0, 1, 3}, {2, 1, 1}, {0, 2, 0}, {1, 1, -1}};
+}
+template <int R, typename T> TG_FUNC vec_t<4, T> sp_qm_raw(const mat_t<R, R, T>& m, const sp_qm_branch& br) {
+    typedef typename compute<T>::type C;
+    C arg = C(1);
+    for (int k = 0; k < 3; ++k) arg += C(br.sgn[k]) * C(m.data[k][k]);
+    C s = C(2) * sqrt(arg);
+    vec_t<4, T> q;
+    q.c[br.main] = T(s / C(4));
+    for (int j = 0; j < 3; ++j)
+        q.c[br.comp[j]] = T((C(m.data[br.a[j]][br.b[j]]) + C(br.pm[j]) * C(m.data[br.b[j]][br.a[j]])) / s);
+    return q;
+}
+template <int R, typename T> TG_FUNC vec_t<4, T> sp_quat_from_matrix(const mat_t<R, R, T>& m) {
+    return normalize(sp_qm_raw(m, sp_qm_pick(m)));
+}
+template <int R, typename T> TG_FUNC void adj_sp_quat_from_matrix(const mat_t<R, R, T>& m, mat_t<R, R, T>& am, const vec_t<4, T>& g) {
+    typedef typename compute<T>::type C;
+    sp_qm_branch br = sp_qm_pick(m);
+    vec_t<4, T> raw = sp_qm_raw(m, br), graw;
+    adj_normalize(raw, graw, g);
+    C arg = C(1);
+    for (int k = 0; k < 3; ++k) arg += C(br.sgn[k]) * C(m.data[k][k]);
+    C s = C(2) * sqrt(arg);
+    C gs = C(graw.c[br.main]) / C(4);       // d(loss)/ds
+    for (int j = 0; j < 3; ++j) {
+        C gj = C(graw.c[br.comp[j]]);
+        C e = C(m.data[br.a[j]][br.b[j]]) + C(br.pm[j]) * C(m.data[br.b[j]][br.a[j]]);
+        am.data[br.a[j]][br.b[j]] += T(gj / s);
+        am.data[br.b[j]][br.a[j]] += T(C(br.pm[j]) * gj / s);
+        gs -= gj * e / (s * s);
+    }
+    for (int k = 0; k < 3; ++k) am.data[k][k] += T(gs * C(br.sgn[k]) * C(2) / s);   // ds/dm_kk = 2 sgn_k / s
+}
+// the transform of a 4x4 homogeneous matrix: translation column, rotation of the 3x3 block
+template <typename T> TG_FUNC vec_t<7, T> sp_transform_from_matrix(const mat_t<4, 4, T>& m) {
+    return sp_transform(make_vec<3, T>(m.data[0][3], m.data[1][3], m.data[2][3]), sp_quat_from_matrix(m));
+}
+template <typename T> TG_FUNC void adj_sp_transform_from_matrix(const mat_t<4, 4, T>& m, mat_t<4, 4, T>& am, const vec_t<7, T>& g) {
+    for (int i = 0; i < 3; ++i) am.data[i][3] += g.c[i];
+    adj_sp_quat_from_matrix(m, am, sp_rot(g));
+}
+
 }  // namespace tg
