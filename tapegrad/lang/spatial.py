@@ -235,6 +235,43 @@ Builtin("transform_from_matrix", _host_transform_from_matrix,
     _rule(lambda ts: len(ts) == 1 and _square(ts[0], 4), lambda ts: TRANSFORMS[ts[0].scalar]),
     "tg::sp_transform_from_matrix", "tg::adj_sp_transform_from_matrix", samples=[Sample(("M44:any",), "T")])
 
+def _np_normalize(v):
+    v = np.asarray(v, dtype=np.float64)
+    return v / np.linalg.norm(v)
+
+
+def _host_quat_between_vectors(a, b):
+    a, b = _np_normalize(a), _np_normalize(b)
+    return _f32(_np_normalize(np.concatenate([np.cross(a, b), [1 + np.dot(a, b)]])))
+
+
+def _host_quat_to_rpy(q):
+    x, y, z, w = np.asarray(q, dtype=np.float64)
+    return _f32([np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
+                 np.arcsin(np.clip(2 * (w * y - z * x), -1, 1)),
+                 np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))])
+
+
+def _host_quat_slerp(a, b, t):
+    a = np.asarray(a, dtype=np.float64)
+    inc = _np_qmul(_np_conj(a), np.asarray(b, dtype=np.float64))
+    axis = _np_normalize(inc[:3]) * (-1 if inc[3] < 0 else 1)
+    angle = 2 * np.arctan2(np.linalg.norm(inc[:3]), abs(inc[3]))
+    return _f32(_np_qmul(a, _host_quat_from_axis_angle(axis, t * angle).astype(np.float64)))
+
+
+Builtin("quat_between_vectors", _host_quat_between_vectors,
+        "the shortest-arc unit rotation of direction a onto direction b (not opposite directions)").add(
+    _rule(lambda ts: len(ts) == 2 and _v(ts[0], 3) and ts[1] is ts[0], lambda ts: QUATS[ts[0].scalar]),
+    "tg::sp_quat_between_vectors", "tg::adj_sp_quat_between_vectors", samples=[Sample((V3, V3), "Q")])
+Builtin("quat_to_rpy", _host_quat_to_rpy, "(roll, pitch, yaw) of a unit quaternion, the inverse of quat_rpy").add(
+    _rule(lambda ts: len(ts) == 1 and is_quat(ts[0]) and is_float(ts[0].scalar), lambda ts: vec(3, ts[0].scalar)),
+    "tg::sp_quat_to_rpy", "tg::adj_sp_quat_to_rpy", samples=[Sample((Q,), "V3")])
+Builtin("quat_slerp", _host_quat_slerp, "spherical linear interpolation of rotations a (t = 0) and b (t = 1)").add(
+    _rule(lambda ts: len(ts) == 3 and is_quat(ts[0]) and is_float(ts[0].scalar) and ts[1] is ts[0]
+          and ts[2] is ts[0].scalar, lambda ts: ts[0]),
+    "tg::sp_quat_slerp", "tg::adj_sp_quat_slerp", samples=[Sample((Q, Q, "S:unit"), "Q")])
+
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
 

@@ -213,3 +213,63 @@ def test_quat_from_matrix_equals_warp():
               outputs=[q, t])
     np.testing.assert_allclose(q.numpy(), wq.numpy(), atol=1e-6)
     np.testing.assert_allclose(t.numpy(), wt.numpy(), atol=1e-6)
+
+
+@tg.kernel
+def quat_helpers_kernel(a: tg.array(dtype=tg.vec3), b: tg.array(dtype=tg.vec3), q0: tg.array(dtype=tg.quat),
+                        q1: tg.array(dtype=tg.quat), t: tg.array(dtype=float), between: tg.array(dtype=tg.quat),
+                        rpy: tg.array(dtype=tg.vec3), slerp: tg.array(dtype=tg.quat)):
+    i = tg.tid()
+    between[i] = tg.quat_between_vectors(a[i], b[i])
+    rpy[i] = tg.quat_to_rpy(q0[i])
+    slerp[i] = tg.quat_slerp(q0[i], q1[i], t[i])
+
+
+def _helper_inputs():
+    rng = np.random.default_rng(3)
+    q0, q1 = (rng.normal(size=(8, 4)) for _ in range(2))
+    q0, q1 = (q / np.linalg.norm(q, axis=1, keepdims=True) for q in (q0, q1))
+    return [x.astype(np.float32) for x in (rng.normal(size=(8, 3)), rng.normal(size=(8, 3)), q0, q1,
+                                            rng.uniform(0, 1, 8))]
+
+
+def _run_helpers(inputs):
+    dts = [tg.vec3, tg.vec3, tg.quat, tg.quat, tg.float32]
+    outs = [tg.zeros(8, dtype=d) for d in (tg.quat, tg.vec3, tg.quat)]
+    tg.launch(quat_helpers_kernel, dim=8, inputs=[tg.array(x, dtype=d) for x, d in zip(inputs, dts)], outputs=outs)
+    return [o.numpy() for o in outs]
+
+
+def test_quat_helpers_in_kernels_equal_the_host_versions():
+    a, b, q0, q1, t = inputs = _helper_inputs()
+    between, rpy, slerp = _run_helpers(inputs)
+    for i in range(8):
+        np.testing.assert_allclose(between[i], tg.quat_between_vectors(a[i], b[i]), atol=1e-6)
+        rotated = tg.transform_vector(tg.transform((0, 0, 0), between[i]), a[i] / np.linalg.norm(a[i]))
+        np.testing.assert_allclose(rotated, b[i] / np.linalg.norm(b[i]), atol=1e-5)
+        np.testing.assert_allclose(rpy[i], tg.quat_to_rpy(q0[i]), atol=1e-6)
+        np.testing.assert_allclose(np.abs(tg.quat_rpy(*rpy[i]) @ q0[i]), 1, atol=1e-5)   # same rotation
+        np.testing.assert_allclose(slerp[i], tg.quat_slerp(q0[i], q1[i], t[i]), atol=1e-6)
+    np.testing.assert_allclose(tg.quat_slerp(q0[0], q1[0], 0.0), q0[0], atol=1e-6)
+    np.testing.assert_allclose(np.abs(tg.quat_slerp(q0[0], q1[0], 1.0) @ q1[0]), 1, atol=1e-6)
+
+
+def test_quat_helpers_equal_warp():
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def warp_helpers(a: wp.array(dtype=wp.vec3), b: wp.array(dtype=wp.vec3), q0: wp.array(dtype=wp.quat),
+                     q1: wp.array(dtype=wp.quat), t: wp.array(dtype=float), between: wp.array(dtype=wp.quat),
+                     rpy: wp.array(dtype=wp.vec3), slerp: wp.array(dtype=wp.quat)):
+        i = wp.tid()
+        between[i] = wp.quat_between_vectors(a[i], b[i])
+        rpy[i] = wp.quat_to_rpy(q0[i])
+        slerp[i] = wp.quat_slerp(q0[i], q1[i], t[i])
+
+    inputs = _helper_inputs()
+    dts = [wp.vec3, wp.vec3, wp.quat, wp.quat, wp.float32]
+    outs = [wp.zeros(8, dtype=d, device="cpu") for d in (wp.quat, wp.vec3, wp.quat)]
+    wp.launch(warp_helpers, dim=8, inputs=[wp.array(x, dtype=d, device="cpu") for x, d in zip(inputs, dts)],
+              outputs=outs, device="cpu")
+    for ours, theirs in zip(_run_helpers(inputs), outs):
+        np.testing.assert_allclose(ours, theirs.numpy(), atol=2e-6)

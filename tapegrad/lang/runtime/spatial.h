@@ -220,4 +220,78 @@ template <typename T> TG_FUNC void adj_sp_transform_from_matrix(const mat_t<4, 4
     adj_sp_quat_from_matrix(m, am, sp_rot(g));
 }
 
+// ---- shortest-arc rotation of direction a onto direction b (Warp: opposite directions unhandled)
+template <typename T> TG_FUNC vec_t<4, T> sp_qbv_raw(const vec_t<3, T>& an, const vec_t<3, T>& bn) {
+    vec_t<3, T> c = cross(an, bn);
+    return make_vec<4, T>(c.c[0], c.c[1], c.c[2], T(1) + dot(an, bn));
+}
+template <typename T> TG_FUNC vec_t<4, T> sp_quat_between_vectors(const vec_t<3, T>& a, const vec_t<3, T>& b) {
+    return normalize(sp_qbv_raw(normalize(a), normalize(b)));
+}
+template <typename T> TG_FUNC void adj_sp_quat_between_vectors(const vec_t<3, T>& a, const vec_t<3, T>& b, vec_t<3, T>& aa, vec_t<3, T>& ab, const vec_t<4, T>& g) {
+    vec_t<3, T> an = normalize(a), bn = normalize(b), gan, gbn;
+    vec_t<4, T> gq; adj_normalize(sp_qbv_raw(an, bn), gq, g);
+    adj_cross(an, bn, gan, gbn, make_vec<3, T>(gq.c[0], gq.c[1], gq.c[2]));
+    gan += scale(bn, gq.c[3]); gbn += scale(an, gq.c[3]);
+    adj_normalize(a, aa, gan); adj_normalize(b, ab, gbn);
+}
+
+// ---- (roll, pitch, yaw) of a unit quaternion, the inverse of quat_rpy (pitch clamped as Warp)
+template <typename T> TG_FUNC vec_t<3, T> sp_quat_to_rpy(const vec_t<4, T>& q) {
+    typedef typename compute<T>::type C;
+    C x = C(q.c[0]), y = C(q.c[1]), z = C(q.c[2]), w = C(q.c[3]);
+    C t2 = C(2) * (w * y - z * x);
+    t2 = t2 > C(1) ? C(1) : (t2 < C(-1) ? C(-1) : t2);
+    return make_vec<3, T>(T(atan2(C(2) * (w * x + y * z), C(1) - C(2) * (x * x + y * y))), T(asin(t2)),
+                          T(atan2(C(2) * (w * z + x * y), C(1) - C(2) * (y * y + z * z))));
+}
+template <typename T> TG_FUNC void adj_sp_quat_to_rpy(const vec_t<4, T>& q, vec_t<4, T>& aq, const vec_t<3, T>& g) {
+    typedef typename compute<T>::type C;
+    C x = C(q.c[0]), y = C(q.c[1]), z = C(q.c[2]), w = C(q.c[3]);
+    C t0 = C(2) * (w * x + y * z), t1 = C(1) - C(2) * (x * x + y * y);
+    C t3 = C(2) * (w * z + x * y), t4 = C(1) - C(2) * (y * y + z * z), t2 = C(2) * (w * y - z * x);
+    C a0 = C(0), a1 = C(0), a3 = C(0), a4 = C(0);
+    adj_atan2(t0, t1, a0, a1, C(g.c[0]));
+    adj_atan2(t3, t4, a3, a4, C(g.c[2]));
+    C a2 = (t2 > C(-1) && t2 < C(1)) ? C(g.c[1]) / sqrt(C(1) - t2 * t2) : C(0);
+    C dx = C(2) * (a0 * w + a3 * y - a2 * z) - C(4) * a1 * x;
+    C dy = C(2) * (a0 * z + a3 * x + a2 * w) - C(4) * (a1 * y + a4 * y);
+    C dz = C(2) * (a0 * y + a3 * w - a2 * x) - C(4) * a4 * z;
+    C dw = C(2) * (a0 * x + a3 * z + a2 * y);
+    aq.c[0] += T(dx); aq.c[1] += T(dy); aq.c[2] += T(dz); aq.c[3] += T(dw);
+}
+
+// ---- slerp as Warp: a * from_axis_angle(axis, t * angle) of the rotation inv(a) * b; the axis sign
+// follows w, so the arc is the shortest one
+template <typename T> TG_FUNC void sp_axis_angle(const vec_t<4, T>& q, vec_t<3, T>& axis, T& angle) {
+    vec_t<3, T> v = make_vec<3, T>(q.c[0], q.c[1], q.c[2]);
+    axis = q.c[3] < T(0) ? -normalize(v) : normalize(v);
+    angle = T(2 * atan2(typename compute<T>::type(length(v)), typename compute<T>::type(abs(q.c[3]))));
+}
+template <typename T> TG_FUNC void adj_sp_axis_angle(const vec_t<4, T>& q, vec_t<4, T>& aq, const vec_t<3, T>& gaxis, T gangle) {
+    typedef typename compute<T>::type C;
+    vec_t<3, T> v = make_vec<3, T>(q.c[0], q.c[1], q.c[2]), av;
+    C sw = q.c[3] < T(0) ? C(-1) : C(1), lv = C(length(v)), alv = C(0), aw = C(0);
+    adj_normalize(v, av, scale(gaxis, T(sw)));
+    adj_atan2(lv, C(sw * C(q.c[3])), alv, aw, C(2) * C(gangle));
+    if (lv > C(0)) av += scale(v, T(alv / lv));
+    aq.c[0] += av.c[0]; aq.c[1] += av.c[1]; aq.c[2] += av.c[2]; aq.c[3] += T(aw * sw);
+}
+template <typename T> TG_FUNC vec_t<4, T> sp_quat_slerp(const vec_t<4, T>& a, const vec_t<4, T>& b, T t) {
+    vec_t<3, T> axis; T angle;
+    sp_axis_angle(quat_mul(quat_conj(a), b), axis, angle);
+    return quat_mul(a, quat_from_axis_angle(axis, T(t * angle)));
+}
+template <typename T> TG_FUNC void adj_sp_quat_slerp(const vec_t<4, T>& a, const vec_t<4, T>& b, T t, vec_t<4, T>& aa, vec_t<4, T>& ab, T& at, const vec_t<4, T>& g) {
+    vec_t<4, T> qi = quat_conj(a), inc = quat_mul(qi, b), aqt, ainc, aqi;
+    vec_t<3, T> axis, aaxis; T angle, ata = T(0);
+    sp_axis_angle(inc, axis, angle);
+    adj_quat_mul(a, quat_from_axis_angle(axis, T(t * angle)), aa, aqt, g);
+    adj_quat_from_axis_angle(axis, T(t * angle), aaxis, ata, aqt);
+    at += T(ata * angle);
+    adj_sp_axis_angle(inc, ainc, aaxis, T(ata * t));
+    adj_quat_mul(qi, b, aqi, ab, ainc);
+    aa += quat_conj(aqi);
+}
+
 }  // namespace tg
