@@ -100,22 +100,31 @@ def config_key(*parts):
     return key
 
 
-def op_builder(name: str, module: str, doc: str, build):
+def op_builder(name: str, module: str, doc: str, build, scalar_of=None):
     """The public ``<framework>_op(kernel, num_outputs=1, *, launch_dims=None, output_dims=None,
     name=None)`` function: builds an op with ``build(kernel, num_outputs, launch_dims,
-    output_dims, name)`` and returns the same op for the same configuration again.
+    output_dims, name)`` and returns the same op for the same configuration again. A generic
+    kernel gives a ``GenericOp`` that builds one op per specialization.
 
     Args:
         name, module, doc: the public function's ``__name__``, ``__module__`` and docstring.
         build: the framework's op constructor.
+        scalar_of: ``tensor -> tapegrad ScalarType or None`` (generic kernels read their types with it).
     """
     ops: dict = {}                 # configuration -> the op already built for it
+    who = name
 
     def make_op(kernel, num_outputs: int = 1, *, launch_dims=None, output_dims=None, name: str | None = None):
         key = config_key(kernel, num_outputs, launch_dims, output_dims, name)
         op = ops.get(key) if key is not None else None
         if op is None:
-            op = build(kernel, num_outputs, launch_dims, output_dims, name)
+            if getattr(kernel, "is_generic", None) is not None and kernel.is_generic():
+                def build_one(spec, g=[]):  # noqa: B006  (a counter for unique op names)
+                    g.append(None)
+                    return build(spec, num_outputs, launch_dims, output_dims, name and f"{name}_s{len(g)}")
+                op = GenericOp(kernel, num_outputs, build_one, scalar_of or (lambda t: None), who)
+            else:
+                op = build(kernel, num_outputs, launch_dims, output_dims, name)
             if key is not None:
                 ops[key] = op
         return op
@@ -445,3 +454,84 @@ def check_launch_fits(kernel, grid, shapes: dict, who: str) -> None:
                              f"allows: "
                              f"the kernel indexes its dimension {a.dim} (size {shape[a.dim]}) with tid() values up "
                              f"to {ext - 1}, unguarded (kernel '{kernel.key}')")
+
+
+# ------------------------------------------------------------------ generic kernels in ops
+
+class GenericOp:
+    """A framework op over a generic kernel (``typing.Any`` parameters): each call specializes
+    the kernel from its inputs' types and runs the op built for that specialization (built
+    once per type combination, as ``tg.launch`` compiles once per combination).
+
+    Rules: a generic array input takes the element type of its tensor; a generic scalar input
+    the type of its value (int -> int32, bool; a Python float the first generic array's float
+    type, else float32); a generic output array the element type of the first generic array
+    input (the common case: outputs like inputs).
+
+    Args:
+        kernel: the generic ``@tg.kernel``.
+        num_outputs: as for the op.
+        build: ``build(specialized kernel) -> op`` (the framework's own op builder).
+        scalar_of: ``scalar_of(tensor) -> tapegrad ScalarType or None`` (the bridge's dtype map).
+        who: the op builder's name, for messages.
+    """
+
+    def __init__(self, kernel, num_outputs, build, scalar_of, who):
+        self.kernel, self.num_outputs, self.build, self.scalar_of, self.who = kernel, num_outputs, build, scalar_of, who
+        self.names, self.params = kernel.parameters()
+        if not 1 <= num_outputs <= len(self.params):
+            raise ValueError(f"{who}: num_outputs must be 1..{len(self.params)} for kernel '{kernel.key}', "
+                             f"got {num_outputs!r}")
+        self.n_in = len(self.params) - num_outputs
+        self.ops: dict = {}
+        self.__name__ = getattr(kernel, "key", "generic_op")
+
+    def _types(self, args):
+        from tapegrad.lang.generic import is_generic_type
+        if len(args) != self.n_in:
+            raise TypeError(f"{self.who}('{self.kernel.key}'): expected {self.n_in} arguments "
+                            f"({', '.join(self.names[:self.n_in])}), got {len(args)}")
+        ins = list(zip(self.params[:self.n_in], args))
+        arrays = {i: self._scalar(a, i) for i, (p, a) in enumerate(ins) if is_generic_type(p) and p is not None}
+        first = next(iter(arrays.values()), None)
+        out = []
+        for i, (p, a) in enumerate(ins):
+            if not is_generic_type(p):
+                out.append(p)
+            elif p is not None:
+                out.append(types.ArrayType(arrays[i], p.ndim))
+            elif isinstance(a, bool):
+                out.append(types.bool_)
+            elif isinstance(a, float):   # a Python float follows the arrays' float type (float64 kernels)
+                out.append(first if first is not None and first.is_float else types.float32)
+            elif isinstance(a, int):
+                out.append(types.int32)
+            else:
+                out.append(self._scalar(a, i))
+        for i, p in enumerate(self.params[self.n_in:], self.n_in):
+            if is_generic_type(p):
+                if first is None or p is None:
+                    raise TypeError(f"{self.who}('{self.kernel.key}'): cannot tell the type of generic output "
+                                    f"'{self.names[i]}' (no generic array input to take it from); specialize "
+                                    "with tg.overload(kernel, [types...])")
+                p = types.ArrayType(first, p.ndim)
+            out.append(p)
+        return tuple(out)
+
+    def _scalar(self, a, i):
+        s = self.scalar_of(a)
+        if s is None:
+            raise TypeError(f"{self.who}('{self.kernel.key}') argument '{self.names[i]}': cannot read an element "
+                            f"type from {type(a).__name__}")
+        return s
+
+    def op_for(self, *args):
+        """The op of the specialization ``args`` select (built on first use)."""
+        key = self._types(args)
+        op = self.ops.get(key)
+        if op is None:
+            op = self.ops[key] = self.build(self.kernel.specialize(key))
+        return op
+
+    def __call__(self, *args, **kwargs):
+        return self.op_for(*args)(*args, **kwargs)

@@ -29,7 +29,8 @@ def make_paddle_op(bridge: Bridge):
     """The public ``paddle_op`` over the paddle ``bridge`` (``tapegrad.bridges.paddle`` calls this:
     the op module gets the conversions it needs as an argument, so it imports no bridge)."""
     return op_builder("paddle_op", "tapegrad.bridges.paddle", _DOC,
-                      lambda *config: _KernelLayer(bridge, *config).build())
+                      lambda *config: _KernelLayer(bridge, *config).build(),
+                      scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
 
 
 _DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.PyLayer``).

@@ -27,7 +27,8 @@ def make_torch_op(bridge: Bridge):
     """The public ``torch_op`` over the torch ``bridge`` (``tapegrad.bridges.torch`` calls this:
     the op module gets the conversions it needs as an argument, so it imports no bridge)."""
     return op_builder("torch_op", "tapegrad.bridges.torch", _DOC,
-                      lambda *config: _KernelOp(bridge, *config).build())
+                      lambda *config: _KernelOp(bridge, *config).build(),
+                      scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
 
 
 _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a fake impl.

@@ -22,7 +22,7 @@ import threading
 import jax
 import numpy as np
 
-from .._op import KernelSignature, check_launch_fits, config_key, dims_of
+from .._op import GenericOp, KernelSignature, check_launch_fits, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
@@ -430,6 +430,9 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
     """
     if isinstance(in_out_argnames, str):
         in_out_argnames = [in_out_argnames]
+    if getattr(kernel, "is_generic", None) is not None and kernel.is_generic():
+        return _generic(kernel, num_outputs, vmap_method, launch_dims, output_dims, in_out_argnames,
+                        module_preload_mode, enable_backward, has_side_effect, block_dim)
     if in_out_argnames is not None and len(set(in_out_argnames)) != len(in_out_argnames):
         raise ValueError(f"{_WHO}: in_out_argnames has duplicates: {list(in_out_argnames)}")
     key = config_key(kernel, num_outputs, vmap_method, launch_dims, output_dims,
@@ -448,3 +451,19 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
                 _registry[key] = hit
     return hit
 
+
+
+_generic_registry: dict = {}
+
+
+def _generic(kernel, num_outputs, *options):
+    """A generic kernel's ``jax_kernel``: specialized per call from the JAX arrays' dtypes
+    (``GenericOp``), each specialization a ``jax_kernel`` of its own."""
+    key = config_key(kernel, num_outputs, *[tuple(o) if isinstance(o, list) else o for o in options])
+    hit = _generic_registry.get(key) if key is not None else None
+    if hit is None:
+        hit = GenericOp(kernel, num_outputs, lambda spec: jax_kernel(spec, num_outputs, *options),
+                        lambda x: jax_scalar(getattr(x, "dtype", None)), _WHO)
+        if key is not None:
+            _generic_registry[key] = hit
+    return hit

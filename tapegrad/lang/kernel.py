@@ -75,6 +75,12 @@ class Kernel:
             self._params = (names, types)
         return self._params
 
+    def parameters(self) -> tuple:
+        """``(names, annotations)`` of the parameters, without parsing the body; a generic
+        parameter's annotation is None (``Any``) or an array of ``typing.Any``."""
+        names, types = self._resolve_params()
+        return list(names), list(types)
+
     def is_generic(self) -> bool:
         """Whether parameters are ``typing.Any`` (or arrays of ``Any``): launches specialize it."""
         return any(is_generic_type(t) for t in self._resolve_params()[1])
