@@ -190,12 +190,13 @@ def _make_composite_packer(kernel, i, ptype):
     npdt = ptype.scalar.np_dtype
 
     def pack(value, device):
-        flat = np.asarray(value, dtype=npdt).reshape(-1)
+        if ptype.scalar in (types.float16, types.bfloat16):
+            flat = types.bits16(ptype.scalar, value)
+        else:
+            flat = np.asarray(value, dtype=npdt).reshape(-1)
         if flat.size != n:
             raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
                             f"{np.size(value)} values")
-        if ptype.scalar is types.float16:
-            flat = flat.view(np.uint16)
         return ctype(*flat.tolist())
     return pack
 

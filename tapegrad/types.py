@@ -18,7 +18,8 @@ __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "TransformType", "StructType", "ArrayType",
     "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
-    "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD",
+    "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
+    "ARRAY_FLAG_RETAIN_GRAD",
     "type_size_in_bytes", "type_size", "type_length", "type_scalar_type",
 ]
 
@@ -142,9 +143,9 @@ float16, float32, float64 = (SCALARS[n] for n in ("float16", "float32", "float64
 bfloat16 = SCALARS["bfloat16"]
 half, float_, double = float16, float32, float64
 
-# Scalar types kernels cannot compute with yet (bfloat16 arithmetic: issue 15). Arrays of them
-# convert zero-copy with every framework; a kernel parameter of one is a clear TypeError.
-KERNEL_UNSUPPORTED = frozenset({bfloat16})
+# Scalar types kernels cannot compute with (none since bfloat16 arithmetic, issue 15; kept so a
+# future storage-only type has its place).
+KERNEL_UNSUPPORTED: frozenset = frozenset()
 
 # bfloat16 is left out: looking its numpy type up would import ml_dtypes (see resolve_dtype)
 SCALARS_BY_NUMPY = {s.np_dtype: s for s in SCALARS.values() if s is not bfloat16}
@@ -378,16 +379,39 @@ class StructType:
             elif isinstance(ftype, ScalarType):
                 setattr(out, fname, scalar_to_ctype(ftype, v))
             else:
-                flat = np.asarray(v, dtype=ftype.np_dtype).reshape(-1)
-                setattr(out, fname, ftype.ctype(*flat.tolist()) if ftype.scalar is not float16
-                        else ftype.ctype(*flat.view(np.uint16).tolist()))
+                flat = bits16(ftype.scalar, v) if ftype.scalar in (float16, bfloat16) \
+                    else np.asarray(v, dtype=ftype.np_dtype).reshape(-1)
+                setattr(out, fname, ftype.ctype(*flat.tolist()))
         return out
 
 
-def scalar_to_ctype(t: ScalarType, v):
-    """The Python value ctypes stores for scalar ``v`` of type ``t`` (float16: its raw bits)."""
+def bits16(t: ScalarType, values) -> np.ndarray:
+    """The raw uint16 bits of ``values`` as float16 or bfloat16 (``t``), flattened.
+
+    bfloat16 rounds float32 to nearest even as the kernels do (no ml_dtypes needed).
+
+    Args:
+        t: ``float16`` or ``bfloat16``.
+        values: anything ``np.asarray`` converts to floats.
+    Returns:
+        A 1-D uint16 array.
+    Raises:
+        TypeError: ``t`` is not a 16-bit float type.
+    """
     if t is float16:
-        return int(np.float16(v).view(np.uint16))
+        return np.asarray(values, dtype=np.float16).reshape(-1).view(np.uint16)
+    if t is not bfloat16:
+        raise TypeError(f"t: expected float16 or bfloat16, got {t!r}")
+    x = np.asarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
+    nan = (x & 0x7fffffff) > 0x7f800000
+    r = ((x + 0x7fff + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), r)
+
+
+def scalar_to_ctype(t: ScalarType, v):
+    """The Python value ctypes stores for scalar ``v`` of type ``t`` (16-bit floats: raw bits)."""
+    if t is float16 or t is bfloat16:
+        return int(bits16(t, v)[0])
     if t.kind == "float":
         return float(v)
     if t.kind == "bool":

@@ -63,7 +63,7 @@ def float_literal(v: float, s) -> str:
     text = repr(float(np.float32(v))) + "f"
     if "e" not in text and "." not in text:
         text = text[:-1] + ".0f"
-    return text if s is float32 else f"half({text})"
+    return text if s is float32 else f"{s.cname}({text})"   # half(...), tg::bfloat16_t(...)
 
 
 def literal(value, t) -> str:

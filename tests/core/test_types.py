@@ -39,13 +39,9 @@ def test_bfloat16_row():
     assert tg.dtype_from_numpy(np.uint16) is tg.uint16     # raw-bit storage never shadows uint16
 
 
-def test_bfloat16_is_not_a_kernel_type_yet():
-    with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        types.type_of(tg.array(dtype=tg.bfloat16), arg="x")
-    with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        types.type_of(tg.bfloat16, arg="x")
-    with pytest.raises(TypeError, match="bfloat16 arithmetic"):
-        types.type_of(tg.vector(2, tg.bfloat16), arg="x")
+def test_bfloat16_is_a_kernel_type():   # kernel arithmetic: tests/lang/test_lang_bfloat16.py
+    assert types.type_of(tg.array(dtype=tg.bfloat16), arg="x").dtype is tg.bfloat16
+    assert types.type_of(tg.vector(2, tg.bfloat16), arg="x").scalar is tg.bfloat16
 
 
 def test_python_types_resolve_like_warp():

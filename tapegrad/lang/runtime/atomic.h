@@ -85,16 +85,16 @@ template <typename T, typename Op> TG_FUNC T atomic_rmw(T* p, T v, Op op) {
 template <typename T> TG_FUNC T atomic_add_(T* p, T v) { return atomic_rmw(p, v, op_add()); }
 template <typename T> TG_FUNC T atomic_min_(T* p, T v) { return atomic_rmw(p, v, op_min()); }
 template <typename T> TG_FUNC T atomic_max_(T* p, T v) { return atomic_rmw(p, v, op_max()); }
-TG_FUNC half atomic_add_(half* p, half v) {
-    struct f { TG_FUNC half operator()(half a, half b) const { return half(float(a) + float(b)); } };
+template <typename K> TG_FUNC f16_t<K> atomic_add_(f16_t<K>* p, f16_t<K> v) {
+    struct f { TG_FUNC f16_t<K> operator()(f16_t<K> a, f16_t<K> b) const { return f16_t<K>(float(a) + float(b)); } };
     return atomic_rmw(p, v, f());
 }
-TG_FUNC half atomic_min_(half* p, half v) {
-    struct f { TG_FUNC half operator()(half a, half b) const { return float(b) < float(a) ? b : a; } };
+template <typename K> TG_FUNC f16_t<K> atomic_min_(f16_t<K>* p, f16_t<K> v) {
+    struct f { TG_FUNC f16_t<K> operator()(f16_t<K> a, f16_t<K> b) const { return float(b) < float(a) ? b : a; } };
     return atomic_rmw(p, v, f());
 }
-TG_FUNC half atomic_max_(half* p, half v) {
-    struct f { TG_FUNC half operator()(half a, half b) const { return float(a) < float(b) ? b : a; } };
+template <typename K> TG_FUNC f16_t<K> atomic_max_(f16_t<K>* p, f16_t<K> v) {
+    struct f { TG_FUNC f16_t<K> operator()(f16_t<K> a, f16_t<K> b) const { return float(a) < float(b) ? b : a; } };
     return atomic_rmw(p, v, f());
 }
 
@@ -138,7 +138,7 @@ template <typename T> TG_FUNC T atomic_xor_(T* p, T v) { return atomic_rmw(p, v,
 
 // expect_eq(a, b): prints both values when they differ (as Warp's does; never aborts)
 template <typename T> TG_FUNC bool differ(const T& a, const T& b) { return !(a == b); }
-TG_FUNC bool differ(const half& a, const half& b) { return float(a) != float(b); }
+template <typename K> TG_FUNC bool differ(const f16_t<K>& a, const f16_t<K>& b) { return float(a) != float(b); }
 template <int N, typename T> TG_FUNC bool differ(const vec_t<N, T>& a, const vec_t<N, T>& b) {
     for (int i = 0; i < N; ++i) if (differ(a.c[i], b.c[i])) return true;
     return false;
@@ -148,7 +148,7 @@ template <int R, int C, typename T> TG_FUNC bool differ(const mat_t<R, C, T>& a,
     return false;
 }
 template <typename T> TG_FUNC double as_double(const T& x) { return double(x); }
-TG_FUNC double as_double(const half& x) { return double(float(x)); }
+template <typename K> TG_FUNC double as_double(const f16_t<K>& x) { return double(float(x)); }
 template <typename T> TG_FUNC void print_flat(const T& x) { printf(" %g", as_double(x)); }
 template <int N, typename T> TG_FUNC void print_flat(const vec_t<N, T>& v) { for (int i = 0; i < N; ++i) print_flat(v.c[i]); }
 template <int R, int C, typename T> TG_FUNC void print_flat(const mat_t<R, C, T>& m) {

@@ -103,28 +103,51 @@ TG_FUNC float half_bits_to_float(uint16_t h) {
 #endif
 }
 
-// Storage type for float16: arithmetic promotes to float, as numpy/torch do for accuracy.
-struct half {
-    uint16_t bits;
-    TG_FUNC half() : bits(0) {}
-    template <typename U> TG_FUNC half(U f) : bits(float_to_half_bits(float(f))) {}
-    TG_FUNC operator float() const { return half_bits_to_float(bits); }
-};
-TG_FUNC half& operator+=(half& a, float b) { a = half(float(a) + b); return a; }
-TG_FUNC half& operator-=(half& a, float b) { a = half(float(a) - b); return a; }
+// bfloat16 <-> binary32: the top 16 bits of a float, round to nearest even (NaN stays quiet).
+// Software on both targets, so CPU and CUDA results are bit-identical.
+TG_FUNC uint16_t float_to_bf16_bits(float f) {
+    uint32_t x = float_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return uint16_t(x >> 16);
+}
+TG_FUNC float bf16_bits_to_float(uint16_t b) { return bits_float(uint32_t(b) << 16); }
 
-// the type math is done in: half computes in float
+struct half_codec {
+    static TG_FUNC uint16_t encode(float f) { return float_to_half_bits(f); }
+    static TG_FUNC float decode(uint16_t b) { return half_bits_to_float(b); }
+};
+struct bf16_codec {
+    static TG_FUNC uint16_t encode(float f) { return float_to_bf16_bits(f); }
+    static TG_FUNC float decode(uint16_t b) { return bf16_bits_to_float(b); }
+};
+
+// Storage type of the 16-bit floats (float16: half, bfloat16: bfloat16_t): loads and stores
+// convert, arithmetic promotes to float, as numpy/torch do for accuracy. Overloads for these
+// types are templates on the codec K, so both types share every one of them.
+template <typename K> struct f16_t {
+    uint16_t bits;
+    TG_FUNC f16_t() : bits(0) {}
+    template <typename U> TG_FUNC f16_t(U f) : bits(K::encode(float(f))) {}
+    TG_FUNC operator float() const { return K::decode(bits); }
+};
+typedef f16_t<half_codec> half;
+typedef f16_t<bf16_codec> bfloat16_t;
+template <typename K> TG_FUNC f16_t<K>& operator+=(f16_t<K>& a, float b) { a = f16_t<K>(float(a) + b); return a; }
+template <typename K> TG_FUNC f16_t<K>& operator-=(f16_t<K>& a, float b) { a = f16_t<K>(float(a) - b); return a; }
+
+// the type math is done in: the 16-bit floats compute in float
 template <typename T> struct compute { typedef T type; };
-template <> struct compute<half> { typedef float type; };
+template <typename K> struct compute<f16_t<K> > { typedef float type; };
 
 template <typename T> TG_FUNC bool nonzero(const T& x) { return x != T(0); }
-TG_FUNC bool nonzero(const half& x) { return (x.bits & 0x7fffu) != 0; }
+template <typename K> TG_FUNC bool nonzero(const f16_t<K>& x) { return (x.bits & 0x7fffu) != 0; }
 
 template <typename T> TG_FUNC void zero(T& x) { x = T(0); }
 
 // adjoint accumulation; overloaded for composite types (vec, mat, structs)
 template <typename T> TG_FUNC void accum(T& a, const T& b) { a += b; }
-TG_FUNC void accum(half& a, const half& b) { a = half(float(a) + float(b)); }
+template <typename K> TG_FUNC void accum(f16_t<K>& a, const f16_t<K>& b) { a = f16_t<K>(float(a) + float(b)); }
 TG_FUNC void accum(bool&, const bool&) {}
 
 // launch grid and thread coordinates
@@ -166,6 +189,7 @@ TG_FUNC int32_t tid(const launch_t& b, int64_t t, int k, int n) {
 }  // namespace tg
 
 using tg::half;
+using tg::bfloat16_t;
 
 namespace tg {
 // trip count of range(start, stop, step), as Python computes it

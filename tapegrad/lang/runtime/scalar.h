@@ -13,14 +13,14 @@ template <typename T> struct is_scalar { enum { value = 0 }; };
 TG_IS_SCALAR(bool) TG_IS_SCALAR(char) TG_IS_SCALAR(signed char) TG_IS_SCALAR(short) TG_IS_SCALAR(int)
 TG_IS_SCALAR(long) TG_IS_SCALAR(long long) TG_IS_SCALAR(unsigned char) TG_IS_SCALAR(unsigned short)
 TG_IS_SCALAR(unsigned int) TG_IS_SCALAR(unsigned long) TG_IS_SCALAR(unsigned long long)
-TG_IS_SCALAR(float) TG_IS_SCALAR(double) TG_IS_SCALAR(half)
+TG_IS_SCALAR(float) TG_IS_SCALAR(double) TG_IS_SCALAR(half) TG_IS_SCALAR(bfloat16_t)
 #undef TG_IS_SCALAR
 #define TG_S typename enable_if<is_scalar<T>::value, int>::type = 0
 
 #define TG_UNARY(NAME, FF, DF)                                            \
     TG_FUNC float NAME(float x) { return FF(x); }                        \
     TG_FUNC double NAME(double x) { return DF(x); }                      \
-    TG_FUNC half NAME(half x) { return half(FF(float(x))); }
+    template <typename K> TG_FUNC f16_t<K> NAME(f16_t<K> x) { return f16_t<K>(FF(float(x))); }
 
 TG_UNARY(sin, ::sinf, ::sin)
 TG_UNARY(cos, ::cosf, ::cos)
@@ -45,16 +45,16 @@ TG_UNARY(trunc, ::truncf, ::trunc)
 
 TG_FUNC float atan2(float y, float x) { return ::atan2f(y, x); }
 TG_FUNC double atan2(double y, double x) { return ::atan2(y, x); }
-TG_FUNC half atan2(half y, half x) { return half(::atan2f(float(y), float(x))); }
+template <typename K> TG_FUNC f16_t<K> atan2(f16_t<K> y, f16_t<K> x) { return f16_t<K>(::atan2f(float(y), float(x))); }
 TG_FUNC float pow(float x, float y) { return ::powf(x, y); }
 TG_FUNC double pow(double x, double y) { return ::pow(x, y); }
-TG_FUNC half pow(half x, half y) { return half(::powf(float(x), float(y))); }
+template <typename K> TG_FUNC f16_t<K> pow(f16_t<K> x, f16_t<K> y) { return f16_t<K>(::powf(float(x), float(y))); }
 TG_FUNC float fmod_(float x, float y) { return ::fmodf(x, y); }
 TG_FUNC double fmod_(double x, double y) { return ::fmod(x, y); }
 
 // abs/sign/min/max for every scalar type
 template <typename T, TG_S> TG_FUNC T abs(T x) { return x < T(0) ? T(-x) : x; }
-TG_FUNC half abs(half x) { half r; r.bits = uint16_t(x.bits & 0x7fffu); return r; }
+template <typename K> TG_FUNC f16_t<K> abs(f16_t<K> x) { f16_t<K> r; r.bits = uint16_t(x.bits & 0x7fffu); return r; }
 template <typename T, TG_S> TG_FUNC T sign(T x) { return x < T(0) ? T(-1) : T(1); }
 template <typename T, TG_S> TG_FUNC T min(T a, T b) { return b < a ? b : a; }
 template <typename T, TG_S> TG_FUNC T max(T a, T b) { return a < b ? b : a; }
@@ -137,7 +137,7 @@ TG_FUNC uint64_t div(uint64_t a, uint64_t b) { return b ? a / b : 0ull; }
 template <typename T, TG_S> TG_FUNC T mod(T a, T b) { return b ? T(a % b) : T(0); }
 TG_FUNC float mod(float a, float b) { return fmod_(a, b); }
 TG_FUNC double mod(double a, double b) { return fmod_(a, b); }
-TG_FUNC half mod(half a, half b) { return half(fmod_(float(a), float(b))); }
+template <typename K> TG_FUNC f16_t<K> mod(f16_t<K> a, f16_t<K> b) { return f16_t<K>(fmod_(float(a), float(b))); }
 // // : Python floor semantics
 template <typename T, TG_S> TG_FUNC T floordiv(T a, T b) {
     if (!b) return T(0);
@@ -147,7 +147,7 @@ template <typename T, TG_S> TG_FUNC T floordiv(T a, T b) {
 }
 TG_FUNC float floordiv(float a, float b) { return ::floorf(a / b); }
 TG_FUNC double floordiv(double a, double b) { return ::floor(a / b); }
-TG_FUNC half floordiv(half a, half b) { return half(::floorf(float(a) / float(b))); }
+template <typename K> TG_FUNC f16_t<K> floordiv(f16_t<K> a, f16_t<K> b) { return f16_t<K>(::floorf(float(a) / float(b))); }
 
 template <typename T, TG_S> TG_FUNC void adj_add(T, T, T& adj_a, T& adj_b, T adj_ret) {
     accum(adj_a, adj_ret); accum(adj_b, adj_ret);
