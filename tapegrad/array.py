@@ -606,10 +606,20 @@ class array:
 
     def __setitem__(self, key, value):
         idx = key if isinstance(key, tuple) else (key,)
-        # integer indices become 1-long slices so the target is always a view we can write
-        idx = tuple(slice(int(k) % max(self._shape[d], 1), int(k) % max(self._shape[d], 1) + 1)
-                    if isinstance(k, (int, np.integer)) else k for d, k in enumerate(idx))
-        target = self[idx]
+        if len(idx) > self.ndim:
+            raise IndexError(f"array index: too many indices ({len(idx)}) for an array of {self.ndim} dims")
+        # integer indices become 1-long slices so the target is always a view we can write;
+        # they are checked as reads are (negative ones count from the end, as in Python)
+        norm = []
+        for d, k in enumerate(idx):
+            if isinstance(k, (int, np.integer)):
+                n = self._shape[d]
+                i = int(k) + (n if k < 0 else 0)
+                if not 0 <= i < n:
+                    raise IndexError(f"array index {k} out of range for dimension {d} of size {n}")
+                k = slice(i, i + 1)
+            norm.append(k)
+        target = self[tuple(norm)]
         if isinstance(value, array):
             target.assign(value)
         elif np.ndim(value) <= len(target.dtype.inner_shape):

@@ -258,3 +258,23 @@ def test_clean_exit_with_live_views():
             "keep = (views, b)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == ""
+
+
+def test_host_writes_out_of_range_raise_like_reads():
+    """a[10] = 1 on a 3-element array used to write a[1] (the index was taken modulo the size)."""
+    a = tg.zeros(3, device="cpu")
+    for bad in (3, 10, -4, -10):
+        with pytest.raises(IndexError, match=f"array index {bad} out of range for dimension 0 of size 3"):
+            a[bad] = 1.0
+    assert a.numpy().tolist() == [0.0, 0.0, 0.0]
+    a[-1] = 5.0
+    a[0] = 2.0
+    assert a.numpy().tolist() == [2.0, 0.0, 5.0]
+    b = tg.zeros((2, 3), device="cpu")
+    b[1, -1] = 7.0
+    b[0] = [1.0, 2.0, 3.0]
+    assert b.numpy().tolist() == [[1.0, 2.0, 3.0], [0.0, 0.0, 7.0]]
+    with pytest.raises(IndexError, match="out of range for dimension 1 of size 3"):
+        b[0, 3] = 1.0
+    with pytest.raises(IndexError, match="too many indices"):
+        b[0, 0, 0] = 1.0
