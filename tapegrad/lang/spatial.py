@@ -24,7 +24,7 @@ from ..types import (
     transformh,
 )
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef
-from .typeutil import is_float, is_mat, is_quat, is_scalar, is_vec, mat, vec
+from .typeutil import is_float, is_int, is_mat, is_quat, is_scalar, is_vec, mat, vec
 
 __all__ = ["QUATS", "TRANSFORMS"]
 
@@ -271,6 +271,32 @@ Builtin("quat_slerp", _host_quat_slerp, "spherical linear interpolation of rotat
     _rule(lambda ts: len(ts) == 3 and is_quat(ts[0]) and is_float(ts[0].scalar) and ts[1] is ts[0]
           and ts[2] is ts[0].scalar, lambda ts: ts[0]),
     "tg::sp_quat_slerp", "tg::adj_sp_quat_slerp", samples=[Sample((Q, Q, "S:unit"), "Q")])
+
+def _host_quat_rotate_inv(q, v):
+    return _f32(_np_rotate(_np_conj(np.asarray(q, dtype=np.float64)), v))
+
+
+def _host_quat_from_euler(e, i, j, k):
+    for name, axis in (("i", i), ("j", j), ("k", k)):
+        if int(axis) not in (0, 1, 2):
+            raise ValueError(f"quat_from_euler: {name} must be an axis index 0, 1 or 2, got {axis!r}")
+    e = np.asarray(e, dtype=np.float64)
+    qi, qj, qk = (_host_quat_from_axis_angle(np.eye(3)[a], e[a]).astype(np.float64) for a in (i, j, k))
+    return _f32(_np_qmul(qk, _np_qmul(qj, qi)))
+
+
+Builtin("quat_rotate_inv", _host_quat_rotate_inv, "rotate a 3-vector by the inverse of a unit quaternion").add(
+    _rule(lambda ts: len(ts) == 2 and is_quat(ts[0]) and is_float(ts[0].scalar) and _v(ts[1], 3)
+          and ts[1].scalar is ts[0].scalar, lambda ts: ts[1]),
+    "tg::sp_quat_rotate_inv", "tg::adj_sp_quat_rotate_inv", samples=[Sample((Q, V3), "V3")])
+Builtin("quat_from_euler", _host_quat_from_euler,
+        "quat_from_euler(e, i, j, k): rotations e[i], e[j], e[k] about fixed axes i, then j, then k").add(
+    # i, j, k: integers; a literal index arrives adapted to the angles' float type (C++ takes int())
+    _rule(lambda ts: len(ts) == 4 and _v(ts[0], 3) and all(is_int(t) or is_float(t) for t in ts[1:]),
+          lambda ts: QUATS[ts[0].scalar]),
+    "tg::sp_quat_from_euler", "tg::adj_sp_quat_from_euler",
+    samples=[Sample((V3,), "Q", "out[i] = tg.quat_from_euler({0}, 0, 1, 2)"),
+             Sample((V3,), "Q", "out[i] = tg.quat_from_euler({0}, 2, 0, 2)")])
 
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle

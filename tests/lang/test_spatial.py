@@ -273,3 +273,52 @@ def test_quat_helpers_equal_warp():
               outputs=outs, device="cpu")
     for ours, theirs in zip(_run_helpers(inputs), outs):
         np.testing.assert_allclose(ours, theirs.numpy(), atol=2e-6)
+
+
+@tg.kernel
+def euler_kernel(e: tg.array(dtype=tg.vec3), q: tg.array(dtype=tg.quat), v: tg.array(dtype=tg.vec3),
+                 xyz: tg.array(dtype=tg.quat), zxz: tg.array(dtype=tg.quat), inv: tg.array(dtype=tg.vec3)):
+    i = tg.tid()
+    xyz[i] = tg.quat_from_euler(e[i], 0, 1, 2)
+    zxz[i] = tg.quat_from_euler(e[i], 2, 0, 2)
+    inv[i] = tg.quat_rotate_inv(q[i], v[i])
+
+
+def _euler_run():
+    e, _, q, _, _ = _helper_inputs()
+    v = _helper_inputs()[0]
+    outs = [tg.zeros(8, dtype=d) for d in (tg.quat, tg.quat, tg.vec3)]
+    tg.launch(euler_kernel, dim=8, inputs=[tg.array(e, dtype=tg.vec3), tg.array(q, dtype=tg.quat),
+                                           tg.array(v, dtype=tg.vec3)], outputs=outs)
+    return (e, q, v), [o.numpy() for o in outs]
+
+
+def test_quat_from_euler_and_rotate_inv():
+    (e, q, v), (xyz, zxz, inv) = _euler_run()
+    for i in range(8):
+        np.testing.assert_allclose(xyz[i], tg.quat_rpy(*e[i]), atol=1e-6)     # Warp: (e, 0, 1, 2) is quat_rpy
+        np.testing.assert_allclose(zxz[i], tg.quat_from_euler(e[i], 2, 0, 2), atol=1e-6)
+        back = tg.transform_vector(tg.transform((0, 0, 0), q[i]), inv[i])
+        np.testing.assert_allclose(back, v[i], atol=1e-5)
+        np.testing.assert_allclose(inv[i], tg.quat_rotate_inv(q[i], v[i]), atol=1e-6)
+    with pytest.raises(ValueError, match="k must be an axis index"):
+        tg.quat_from_euler(e[0], 0, 1, 3)
+
+
+def test_quat_from_euler_and_rotate_inv_equal_warp():
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def warp_euler(e: wp.array(dtype=wp.vec3), q: wp.array(dtype=wp.quat), v: wp.array(dtype=wp.vec3),
+                   xyz: wp.array(dtype=wp.quat), zxz: wp.array(dtype=wp.quat), inv: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        xyz[i] = wp.quat_from_euler(e[i], 0, 1, 2)
+        zxz[i] = wp.quat_from_euler(e[i], 2, 0, 2)
+        inv[i] = wp.quat_rotate_inv(q[i], v[i])
+
+    (e, q, v), ours = _euler_run()
+    outs = [wp.zeros(8, dtype=d, device="cpu") for d in (wp.quat, wp.quat, wp.vec3)]
+    ins = [wp.array(x, dtype=d, device="cpu") for x, d in ((e, wp.vec3), (q, wp.quat), (v, wp.vec3))]
+    wp.launch(warp_euler, dim=8, inputs=ins, outputs=outs, device="cpu")
+    for a, b in zip(ours, outs):
+        np.testing.assert_allclose(a, b.numpy(), atol=2e-6)

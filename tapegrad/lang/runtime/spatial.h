@@ -294,4 +294,31 @@ template <typename T> TG_FUNC void adj_sp_quat_slerp(const vec_t<4, T>& a, const
     aa += quat_conj(aqi);
 }
 
+// ---- rotation by the inverse of q
+template <typename T> TG_FUNC vec_t<3, T> sp_quat_rotate_inv(const vec_t<4, T>& q, const vec_t<3, T>& v) { return quat_rotate(quat_conj(q), v); }
+template <typename T> TG_FUNC void adj_sp_quat_rotate_inv(const vec_t<4, T>& q, const vec_t<3, T>& v, vec_t<4, T>& aq, vec_t<3, T>& av, const vec_t<3, T>& g) {
+    vec_t<4, T> aqc; adj_quat_rotate(quat_conj(q), v, aqc, av, g); aq += quat_conj(aqc);
+}
+
+// ---- Euler angles about fixed axes i, then j, then k (extrinsic; e indexed by axis): qk * qj * qi
+// axis indices arrive as integers, or as the float a literal adapted to (clamped to 0..2)
+template <typename I> TG_FUNC int sp_axis_index(I i) { int a = int(i); return a < 0 ? 0 : (a > 2 ? 2 : a); }
+template <typename T> TG_FUNC vec_t<3, T> sp_unit_axis(int i) { vec_t<3, T> a; a.c[i] = T(1); return a; }
+template <typename T, typename I, typename J, typename K> TG_FUNC vec_t<4, T> sp_quat_from_euler(const vec_t<3, T>& e, I i, J j, K k) {
+    int ii = sp_axis_index(i), jj = sp_axis_index(j), kk = sp_axis_index(k);
+    vec_t<4, T> qi = quat_from_axis_angle(sp_unit_axis<T>(ii), e.c[ii]), qj = quat_from_axis_angle(sp_unit_axis<T>(jj), e.c[jj]);
+    return quat_mul(quat_from_axis_angle(sp_unit_axis<T>(kk), e.c[kk]), quat_mul(qj, qi));
+}
+template <typename T, typename I, typename J, typename K> TG_FUNC void adj_sp_quat_from_euler(const vec_t<3, T>& e, I i_, J j_, K k_, vec_t<3, T>& ae, I&, J&, K&, const vec_t<4, T>& g) {
+    int i = sp_axis_index(i_), j = sp_axis_index(j_), k = sp_axis_index(k_);
+    vec_t<3, T> ai = sp_unit_axis<T>(i), aj = sp_unit_axis<T>(j), ak = sp_unit_axis<T>(k), unused;
+    vec_t<4, T> qi = quat_from_axis_angle(ai, e.c[i]), qj = quat_from_axis_angle(aj, e.c[j]), qk = quat_from_axis_angle(ak, e.c[k]);
+    vec_t<4, T> aqk, aqji, aqj, aqi;
+    adj_quat_mul(qk, quat_mul(qj, qi), aqk, aqji, g);
+    adj_quat_mul(qj, qi, aqj, aqi, aqji);
+    adj_quat_from_axis_angle(ai, e.c[i], unused, ae.c[i], aqi);
+    adj_quat_from_axis_angle(aj, e.c[j], unused, ae.c[j], aqj);
+    adj_quat_from_axis_angle(ak, e.c[k], unused, ae.c[k], aqk);
+}
+
 }  // namespace tg
