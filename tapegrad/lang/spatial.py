@@ -298,6 +298,19 @@ Builtin("quat_from_euler", _host_quat_from_euler,
     samples=[Sample((V3,), "Q", "out[i] = tg.quat_from_euler({0}, 0, 1, 2)"),
              Sample((V3,), "Q", "out[i] = tg.quat_from_euler({0}, 2, 0, 2)")])
 
+def _host_transform_compose(p, q, scale):
+    m = np.eye(4, dtype=np.float64)
+    m[:3, :3] = _host_quat_to_matrix(q).astype(np.float64) * np.asarray(scale, dtype=np.float64)[None, :]
+    m[:3, 3] = p
+    return _f32(m)
+
+
+Builtin("transform_compose", _host_transform_compose,
+        "the 4x4 matrix [[R(q) diag(scale), p], [0, 1]] of a position, rotation and scale").add(
+    _rule(lambda ts: len(ts) == 3 and _v(ts[0], 3) and is_quat(ts[1]) and ts[1].scalar is ts[0].scalar
+          and ts[2] is ts[0], lambda ts: mat(4, 4, ts[0].scalar)),
+    "tg::sp_transform_compose", "tg::adj_sp_transform_compose", samples=[Sample((V3, Q, V3), "M44")])
+
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
 

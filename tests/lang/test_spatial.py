@@ -322,3 +322,42 @@ def test_quat_from_euler_and_rotate_inv_equal_warp():
     wp.launch(warp_euler, dim=8, inputs=ins, outputs=outs, device="cpu")
     for a, b in zip(ours, outs):
         np.testing.assert_allclose(a, b.numpy(), atol=2e-6)
+
+
+@tg.kernel
+def compose_kernel(p: tg.array(dtype=tg.vec3), q: tg.array(dtype=tg.quat), s: tg.array(dtype=tg.vec3),
+                   m: tg.array(dtype=tg.mat44)):
+    i = tg.tid()
+    m[i] = tg.transform_compose(p[i], q[i], s[i])
+
+
+def _compose_run():
+    p, s, q, _, _ = _helper_inputs()
+    m = tg.zeros(8, dtype=tg.mat44)
+    tg.launch(compose_kernel, dim=8, inputs=[tg.array(p, dtype=tg.vec3), tg.array(q, dtype=tg.quat),
+                                             tg.array(s, dtype=tg.vec3)], outputs=[m])
+    return (p, q, s), m.numpy()
+
+
+def test_transform_compose_scales_the_rotation_columns():
+    (p, q, s), m = _compose_run()
+    for i in range(8):
+        np.testing.assert_allclose(m[i][:3, :3], tg.quat_to_matrix(q[i]) * s[i][None, :], atol=1e-6)
+        np.testing.assert_allclose(m[i][:3, 3], p[i])
+        np.testing.assert_allclose(m[i], tg.transform_compose(p[i], q[i], s[i]), atol=1e-6)
+
+
+def test_transform_compose_equals_warp():
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def warp_compose(p: wp.array(dtype=wp.vec3), q: wp.array(dtype=wp.quat), s: wp.array(dtype=wp.vec3),
+                     m: wp.array(dtype=wp.mat44)):
+        i = wp.tid()
+        m[i] = wp.transform_compose(p[i], q[i], s[i])
+
+    (p, q, s), ours = _compose_run()
+    wm = wp.zeros(8, dtype=wp.mat44, device="cpu")
+    ins = [wp.array(x, dtype=d, device="cpu") for x, d in ((p, wp.vec3), (q, wp.quat), (s, wp.vec3))]
+    wp.launch(warp_compose, dim=8, inputs=ins, outputs=[wm], device="cpu")
+    np.testing.assert_allclose(ours, wm.numpy(), atol=2e-6)

@@ -321,4 +321,21 @@ template <typename T, typename I, typename J, typename K> TG_FUNC void adj_sp_qu
     adj_quat_from_axis_angle(ak, e.c[k], unused, ae.c[k], aqk);
 }
 
+// ---- transform_compose(p, q, s) = [[R(q) diag(s), p], [0, 1]]
+template <typename T> TG_FUNC mat_t<4, 4, T> sp_transform_compose(const vec_t<3, T>& p, const vec_t<4, T>& q, const vec_t<3, T>& sc) {
+    mat_t<3, 3, T> r = sp_quat_to_matrix(q);
+    mat_t<4, 4, T> m;
+    for (int i = 0; i < 3; ++i) { for (int j = 0; j < 3; ++j) m.data[i][j] = T(r.data[i][j] * sc.c[j]); m.data[i][3] = p.c[i]; }
+    m.data[3][3] = T(1);
+    return m;
+}
+template <typename T> TG_FUNC void adj_sp_transform_compose(const vec_t<3, T>& p, const vec_t<4, T>& q, const vec_t<3, T>& sc, vec_t<3, T>& ap, vec_t<4, T>& aq, vec_t<3, T>& as, const mat_t<4, 4, T>& g) {
+    mat_t<3, 3, T> r = sp_quat_to_matrix(q), gr;
+    for (int i = 0; i < 3; ++i) {
+        ap.c[i] += g.data[i][3];
+        for (int j = 0; j < 3; ++j) { gr.data[i][j] = T(g.data[i][j] * sc.c[j]); as.c[j] += T(g.data[i][j] * r.data[i][j]); }
+    }
+    adj_sp_quat_to_matrix(q, aq, gr);
+}
+
 }  // namespace tg
