@@ -45,7 +45,7 @@ SAME = {
         "quat_rpy", "transform_point", "transform", "transformf", "transform_identity", "quat_from_axis_angle",
         "quat_to_matrix", "transform_to_matrix", "quat_from_matrix", "transform_from_matrix",
         "quat_between_vectors", "quat_to_rpy", "quat_slerp", "quat_from_euler", "quat_rotate_inv",
-        "transform_compose")},
+        "transform_compose", "quat_to_euler")},
 }
 DIFFERENT = {
     "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "

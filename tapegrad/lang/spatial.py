@@ -311,6 +311,44 @@ Builtin("transform_compose", _host_transform_compose,
           and ts[2] is ts[0], lambda ts: mat(4, 4, ts[0].scalar)),
     "tg::sp_transform_compose", "tg::adj_sp_transform_compose", samples=[Sample((V3, Q, V3), "M44")])
 
+def _host_quat_to_euler(q, i, j, k):
+    for name, axis in (("i", i), ("j", j), ("k", k)):
+        if int(axis) not in (0, 1, 2):
+            raise ValueError(f"quat_to_euler: {name} must be an axis index 0, 1 or 2, got {axis!r}")
+    i, j, k = int(i) + 1, int(j) + 1, int(k) + 1
+    proper = i == k
+    if proper:
+        k = 6 - i - j
+    e = (i - j) * (j - k) * (k - i) / 2
+    x, y, z, w = np.asarray(q, dtype=np.float64)
+    qs = [w, x, y, z]
+    np_ = 0.0 if proper else 1.0
+    a, b = qs[0] - np_ * qs[j], qs[i] + np_ * e * qs[k]
+    c, d = qs[j] + np_ * qs[0], e * qs[k] - np_ * qs[i]
+    t2 = np.arccos(2 * (a * a + b * b) / (a * a + b * b + c * c + d * d) - 1)
+    tp, tm = np.arctan2(b, a), np.arctan2(d, c)
+    t1 = 0.0
+    if abs(t2) < 1e-6:
+        t3 = 2 * tp
+    elif abs(t2 - np.pi) < 1e-6:
+        t3 = 2 * tm
+    else:
+        t1, t3 = tp - tm, tp + tm
+    if not proper:
+        t2, t3 = t2 - np.pi / 2, t3 * e
+    out = np.zeros(3)
+    out[i - 1], out[j - 1], out[k - 1] = t1, t2, t3
+    return _f32(out)
+
+
+Builtin("quat_to_euler", _host_quat_to_euler,
+        "quat_to_euler(q, i, j, k): Euler angles (indexed by axis) of q for fixed axes i, j, k").add(
+    _rule(lambda ts: len(ts) == 4 and is_quat(ts[0]) and is_float(ts[0].scalar)
+          and all(is_int(t) or is_float(t) for t in ts[1:]), lambda ts: vec(3, ts[0].scalar)),
+    "tg::sp_quat_to_euler", "tg::adj_sp_quat_to_euler",
+    samples=[Sample((Q,), "V3", "out[i] = tg.quat_to_euler({0}, 0, 1, 2)"),
+             Sample((Q,), "V3", "out[i] = tg.quat_to_euler({0}, 2, 0, 2)")])
+
 if REGISTRY["quat_from_axis_angle"].py is None:     # host side of the existing kernel builtin
     REGISTRY["quat_from_axis_angle"].py = _host_quat_from_axis_angle
 

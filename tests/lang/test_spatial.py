@@ -361,3 +361,49 @@ def test_transform_compose_equals_warp():
     ins = [wp.array(x, dtype=d, device="cpu") for x, d in ((p, wp.vec3), (q, wp.quat), (s, wp.vec3))]
     wp.launch(warp_compose, dim=8, inputs=ins, outputs=[wm], device="cpu")
     np.testing.assert_allclose(ours, wm.numpy(), atol=2e-6)
+
+
+@tg.kernel
+def to_euler_kernel(q: tg.array(dtype=tg.quat), xyz: tg.array(dtype=tg.vec3), zxz: tg.array(dtype=tg.vec3),
+                    yzx: tg.array(dtype=tg.vec3)):
+    i = tg.tid()
+    xyz[i] = tg.quat_to_euler(q[i], 0, 1, 2)
+    zxz[i] = tg.quat_to_euler(q[i], 2, 0, 2)
+    yzx[i] = tg.quat_to_euler(q[i], 1, 2, 0)
+
+
+def _to_euler_run():
+    q = _helper_inputs()[2]
+    outs = [tg.zeros(8, dtype=tg.vec3) for _ in range(3)]
+    tg.launch(to_euler_kernel, dim=8, inputs=[tg.array(q, dtype=tg.quat)], outputs=outs)
+    return q, [o.numpy() for o in outs]
+
+
+def test_quat_to_euler_round_trips_through_quat_from_euler():
+    q, outs = _to_euler_run()
+    for axes, e in zip(((0, 1, 2), (2, 0, 2), (1, 2, 0)), outs):
+        for n in range(8):
+            np.testing.assert_allclose(e[n], tg.quat_to_euler(q[n], *axes), atol=2e-6)
+            if axes[0] != axes[2]:   # Tait-Bryan; a proper sequence stores its third angle at e[3 - i - j]
+                back = tg.quat_from_euler(e[n], *axes)
+                np.testing.assert_allclose(abs(float(back @ q[n])), 1, atol=1e-5)     # the same rotation
+    with pytest.raises(ValueError, match="j must be an axis index"):
+        tg.quat_to_euler(q[0], 0, -1, 2)
+
+
+def test_quat_to_euler_equals_warp():
+    wp = pytest.importorskip("warp")
+
+    @wp.kernel
+    def warp_to_euler(q: wp.array(dtype=wp.quat), xyz: wp.array(dtype=wp.vec3), zxz: wp.array(dtype=wp.vec3),
+                      yzx: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        xyz[i] = wp.quat_to_euler(q[i], 0, 1, 2)
+        zxz[i] = wp.quat_to_euler(q[i], 2, 0, 2)
+        yzx[i] = wp.quat_to_euler(q[i], 1, 2, 0)
+
+    q, ours = _to_euler_run()
+    outs = [wp.zeros(8, dtype=wp.vec3, device="cpu") for _ in range(3)]
+    wp.launch(warp_to_euler, dim=8, inputs=[wp.array(q, dtype=wp.quat, device="cpu")], outputs=outs, device="cpu")
+    for a, b in zip(ours, outs):
+        np.testing.assert_allclose(a, b.numpy(), atol=1e-5)

@@ -338,4 +338,51 @@ template <typename T> TG_FUNC void adj_sp_transform_compose(const vec_t<3, T>& p
     adj_sp_quat_to_matrix(q, aq, gr);
 }
 
+// ---- Euler angles of a rotation for axes i, j, k (Warp's quat_to_euler: Bernardes & Viollet's
+// general formula, scalar-first q_s = (w, x, y, z), gimbal-lock branches at 1e-6)
+struct sp_euler_plan { int i, j, k; int np; double e; };
+template <typename I, typename J, typename K> TG_FUNC sp_euler_plan sp_euler_setup(I i_, J j_, K k_) {
+    sp_euler_plan p;
+    p.i = sp_axis_index(i_) + 1; p.j = sp_axis_index(j_) + 1; p.k = sp_axis_index(k_) + 1;
+    p.np = 1;
+    if (p.i == p.k) { p.np = 0; p.k = 6 - p.i - p.j; }
+    p.e = double((p.i - p.j) * (p.j - p.k) * (p.k - p.i)) / 2.0;
+    return p;
+}
+TG_FUNC int sp_qs(int s) { return s == 0 ? 3 : s - 1; }   // scalar-first index -> xyzw index
+template <typename T> TG_FUNC vec_t<3, T> sp_quat_to_euler_impl(const vec_t<4, T>& q, const sp_euler_plan& p, vec_t<4, T>* aq, const vec_t<3, T>* g) {
+    typedef typename compute<T>::type C;
+    C qs[4] = {C(q.c[3]), C(q.c[0]), C(q.c[1]), C(q.c[2])}, e = C(p.e), np = C(p.np);
+    C a = qs[0] - np * qs[p.j], b = qs[p.i] + np * e * qs[p.k], c = qs[p.j] + np * qs[0], d = e * qs[p.k] - np * qs[p.i];
+    C S = a * a + b * b, N = S + c * c + d * d, u = C(2) * S / N - C(1);
+    C t2 = acos(u), tp = atan2(b, a), tm = atan2(d, c), t1 = C(0), t3;
+    int branch = abs(t2) < C(1e-6) ? 1 : (abs(t2 - C(3.14159265358979323846)) < C(1e-6) ? 2 : 0);
+    if (branch == 1) t3 = C(2) * tp; else if (branch == 2) t3 = C(2) * tm; else { t1 = tp - tm; t3 = tp + tm; }
+    if (p.np) { t2 -= C(1.57079632679489661923); t3 *= e; }
+    vec_t<3, T> r;
+    r.c[p.i - 1] = T(t1); r.c[p.j - 1] = T(t2); r.c[p.k - 1] = T(t3);
+    if (aq) {
+        C g1 = C(g->c[p.i - 1]), g2 = C(g->c[p.j - 1]), g3 = C(g->c[p.k - 1]) * (p.np ? e : C(1));
+        C gtp = branch == 1 ? C(2) * g3 : (branch == 0 ? g1 + g3 : C(0));
+        C gtm = branch == 2 ? C(2) * g3 : (branch == 0 ? g3 - g1 : C(0));
+        C ga = C(0), gb = C(0), gc = C(0), gd = C(0);
+        adj_atan2(b, a, gb, ga, gtp);
+        adj_atan2(d, c, gd, gc, gtm);
+        if (u > C(-1) && u < C(1)) {
+            C gu = -g2 / sqrt(C(1) - u * u), k2 = C(4) / (N * N);
+            ga += gu * k2 * a * (N - S); gb += gu * k2 * b * (N - S); gc -= gu * k2 * c * S; gd -= gu * k2 * d * S;
+        }
+        C gs[4] = {C(0), C(0), C(0), C(0)};
+        gs[0] += ga + np * gc; gs[p.j] += gc - np * ga; gs[p.i] += gb - np * gd; gs[p.k] += np * e * gb + e * gd;
+        for (int s = 0; s < 4; ++s) aq->c[sp_qs(s)] += T(gs[s]);
+    }
+    return r;
+}
+template <typename T, typename I, typename J, typename K> TG_FUNC vec_t<3, T> sp_quat_to_euler(const vec_t<4, T>& q, I i, J j, K k) {
+    return sp_quat_to_euler_impl<T>(q, sp_euler_setup(i, j, k), (vec_t<4, T>*)0, (const vec_t<3, T>*)0);
+}
+template <typename T, typename I, typename J, typename K> TG_FUNC void adj_sp_quat_to_euler(const vec_t<4, T>& q, I i, J j, K k, vec_t<4, T>& aq, I&, J&, K&, const vec_t<3, T>& g) {
+    sp_quat_to_euler_impl<T>(q, sp_euler_setup(i, j, k), &aq, &g);
+}
+
 }  // namespace tg
