@@ -149,7 +149,8 @@ def _make_array_packer(kernel, i, ptype):
                 _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
             return value.descriptor()
         if value is None:
-            return types.ArrayDesc()
+            raise TypeError(f"{label}: expected an array for {ptype!r}, got None (a kernel would read "
+                            "through a NULL pointer; pass an empty array instead)")
         if type(value) is ndarray and device.is_cpu and _ADAPTERS.get(ndarray) is None:
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
@@ -167,6 +168,8 @@ def _make_scalar_packer(kernel, i, ptype):
     kind = ptype.kind
 
     def pack(value, device):
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {value!r}")
         if isinstance(value, (array, list, tuple, np.ndarray)) and np.ndim(value) > 0:
             raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {type(value).__name__}")
         try:
@@ -259,6 +262,9 @@ def _bounds(dim):
     return dims, b
 
 
+MAX_LAUNCH_SIZE = 2 ** 31 - 1
+
+
 def _make_bounds(dim):
     if isinstance(dim, (int, np.integer)):
         dim = (int(dim),)
@@ -270,11 +276,16 @@ def _make_bounds(dim):
         raise TypeError(f"launch: dim must be an int or a tuple of up to {types.MAX_DIMS} ints, got {dim!r}") from None
     if not 1 <= len(dim) <= types.MAX_DIMS or any(d < 0 for d in dim):
         raise ValueError(f"launch: dim must have 1..{types.MAX_DIMS} non-negative entries, got {dim}")
-    b = types.LaunchBounds()
     size = 1
+    for d in dim:
+        size *= d
+    if size > MAX_LAUNCH_SIZE:
+        # tid() is an int32, as in Warp: a larger grid would hand threads wrapped indices
+        raise ValueError(f"launch: dim {dim} has {size} threads; at most {MAX_LAUNCH_SIZE} (2^31 - 1) are "
+                         "supported (tid() is a 32-bit index): split the launch, or loop inside the kernel")
+    b = types.LaunchBounds()
     for k, d in enumerate(dim):
         b.shape[k] = d
-        size *= d
     b.ndim = len(dim)
     b.size = size
     return dim, b
@@ -342,6 +353,8 @@ def _grad_desc(g, pack, device):
     """Descriptor of a gradient buffer: its *data* is what the adjoint kernel accumulates into."""
     if isinstance(g, array):
         return g.descriptor()
+    if g is None:
+        return types.ArrayDesc()    # NULL data: "no gradient" (reads accumulate nothing)
     return pack(g, device)
 
 

@@ -152,3 +152,26 @@ def test_device_mismatch_names_both_devices():
     with pytest.raises(RuntimeError, match="device"):
         tg.launch(axpy, dim=3, inputs=[np.zeros(3, np.float32), tg.zeros(3, device="cuda:0"), 1.0],
                   device="cuda:0")
+
+
+def test_silent_acceptances_are_errors_naming_the_argument():
+    """Issue 14: a string for a float, None for an array (a NULL pointer the kernel would read),
+    and grids whose thread count overflows are clear errors, not conversions or crashes."""
+    @tg.kernel
+    def put(x: tg.array[float], s: float):
+        i = tg.tid()
+        x[i] = s
+
+    a = tg.zeros(4, device="cpu")
+    with pytest.raises(TypeError, match=r"argument 1 \('s'\): expected a scalar of .*float32, got '2.0'"):
+        tg.launch(put, dim=4, inputs=[a, "2.0"])
+    with pytest.raises(TypeError, match=r"argument 1 \('s'\): expected a scalar .* got None"):
+        tg.launch(put, dim=4, inputs=[a, None])
+    with pytest.raises(TypeError, match=r"argument 0 \('x'\): expected an array .* got None"):
+        tg.launch(put, dim=4, inputs=[None, 1.0])
+    for dim in ((2 ** 32, 2 ** 32), 2 ** 31, (2 ** 16, 2 ** 16)):
+        with pytest.raises(ValueError, match=r"launch: dim .* threads; at most 2147483647"):
+            tg.launch(put, dim=dim, inputs=[a, 1.0])
+    assert a.numpy().tolist() == [0.0, 0.0, 0.0, 0.0]
+    tg.launch(put, dim=4, inputs=[a, 2.0])      # adjoint launches still take None for "no gradient"
+    tg.launch(put, dim=4, inputs=[a, 2.0], adjoint=True, adj_inputs=[None, 0.0])
