@@ -17,6 +17,7 @@ updates them in place), and must come first among the outputs.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -119,9 +120,10 @@ def op_builder(name: str, module: str, doc: str, build, scalar_of=None):
         op = ops.get(key) if key is not None else None
         if op is None:
             if getattr(kernel, "is_generic", None) is not None and kernel.is_generic():
-                def build_one(spec, g=[]):  # noqa: B006  (a counter for unique op names)
-                    g.append(None)
-                    return build(spec, num_outputs, launch_dims, output_dims, name and f"{name}_s{len(g)}")
+                serial = itertools.count(1)   # a given op name gets a suffix per specialization
+
+                def build_one(spec):
+                    return build(spec, num_outputs, launch_dims, output_dims, name and f"{name}_s{next(serial)}")
                 op = GenericOp(kernel, num_outputs, build_one, scalar_of or (lambda t: None), who)
             else:
                 op = build(kernel, num_outputs, launch_dims, output_dims, name)
