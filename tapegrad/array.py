@@ -554,8 +554,25 @@ class array:
         return self
 
     def fill_(self, value):
-        """Set every element to ``value`` (a scalar, or a vector/matrix value)."""
+        """Set every element to ``value`` (a scalar, or a vector/matrix value).
+
+        Raises:
+            TypeError: ``value`` is not a number (or a vector/matrix of numbers) of the array's
+                component shape.
+        """
         self._check_writable("fill_")
+        inner = self.dtype.inner_shape
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(f"fill_(value): expected a number{' or a value of shape ' + str(inner) if inner else ''} "
+                            f"for an array of {self.dtype!r}, got {value!r}")
+        if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+            try:
+                shape = np.shape(np.asarray(value, dtype=self.dtype.scalar.np_dtype))
+            except (TypeError, ValueError):
+                shape = None
+            if shape not in ((), inner):
+                raise TypeError(f"fill_(value): expected a number or a value of shape {inner} for an array of "
+                                f"{self.dtype!r}, got {value!r}")
         memory_ops.fill(self, value)
         self._bump()
         return self

@@ -278,3 +278,17 @@ def test_host_writes_out_of_range_raise_like_reads():
         b[0, 3] = 1.0
     with pytest.raises(IndexError, match="too many indices"):
         b[0, 0, 0] = 1.0
+
+
+def test_fill_refuses_values_that_are_not_numbers_of_the_component_shape():
+    a = tg.zeros(3, device="cpu")
+    for bad in ("x", None, [1.0, 2.0], [[1.0]]):
+        with pytest.raises(TypeError, match=r"fill_\(value\): expected a number"):
+            a.fill_(bad)
+    a.fill_(np.float32(3.0))
+    assert a.numpy().tolist() == [3.0, 3.0, 3.0]
+    v = tg.zeros(2, dtype=tg.vec3, device="cpu")
+    v.fill_((1.0, 2.0, 3.0))
+    assert v.numpy().tolist() == [[1.0, 2.0, 3.0]] * 2
+    with pytest.raises(TypeError, match=r"shape \(3,\)"):
+        v.fill_((1.0, 2.0))
