@@ -2,8 +2,8 @@
 
 The one native build path of tapegrad: kernels (``tapegrad.lang.kernel``), the batched host
 helpers (``tapegrad.memory_ops``) and the DLPack capsule helper (``tapegrad.dlpack.capsules``)
-all compile here. This module knows toolchains, the cache and how to load a binary; it knows
-nothing about kernels beyond the names of their entry points.
+all compile here (``tapegrad.modules`` wraps a loaded kernel binary for launching). This module
+knows toolchains, the cache and how to load a binary; it knows nothing about kernels.
 
 Binaries are cached on disk under a content hash of (generated source, target, arch,
 compiler identity and flags, tapegrad version) in ``$TAPEGRAD_CACHE`` or
@@ -26,7 +26,7 @@ from .errors import CacheDirError, CompileError
 from .version import __version__
 
 __all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "build_cpu", "build_cuda", "load_cpu_library",
-           "load_cuda_image", "CpuModule", "CudaModule", "CXXFLAGS"]
+           "load_cuda_image", "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
@@ -254,86 +254,6 @@ def _nvrtc(nvrtc, source, arch, kernels):
         return (ptx.encode() if isinstance(ptx, str) else bytes(ptx)), "ptx"
     finally:
         nvrtc.destroyProgram(prog)
-
-
-# ------------------------------------------------------------------------------ modules
-
-class CpuModule:
-    """A loaded CPU kernel: ``launch`` calls the exported entry point with OpenMP inside."""
-
-    __slots__ = ("_fwd", "_bwd", "key", "lib")
-
-    def __init__(self, lib, kernel):
-        self.lib = lib
-        self.key = kernel.key
-        self._fwd = getattr(lib, f"{kernel.symbol}_cpu_forward")
-        self._fwd.restype = None
-        self._bwd = None
-        if kernel.enable_backward:
-            self._bwd = getattr(lib, f"{kernel.symbol}_cpu_backward")
-            self._bwd.restype = None
-
-    def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
-        """Run the forward (or adjoint) over ``bounds``; ``argv`` is the packed ``void*`` array."""
-        if adjoint:
-            if self._bwd is None:
-                raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
-            self._bwd(ctypes.byref(bounds), argv)
-        else:
-            self._fwd(ctypes.byref(bounds), argv)
-
-
-class CudaModule:
-    """A loaded CUDA kernel; ``launch`` prepends the bounds and calls ``cuLaunchKernel``."""
-
-    def __init__(self, module_handle, kernel, device):
-        from cupy.cuda import driver, runtime
-        self._driver, self._runtime = driver, runtime
-        self.key = kernel.key
-        self.ordinal = device.ordinal
-        self._module = module_handle
-        with device.context_guard():
-            self._fwd = driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_forward")
-            self._bwd = (driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_backward")
-                         if kernel.enable_backward else None)
-        self._nargs = len(kernel.arg_types)
-        self._params = {}
-        # Default grid cap (max_blocks=0): enough resident threads to fill every SM several
-        # times over, then the grid-stride loop. Measured on an H200 for a 2^28 saxpy: one
-        # thread per element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
-        sms = device.sm_count
-        self._threads_cap = sms * 2048 * 4 if sms else 0
-
-    def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
-        """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""
-        f = self._bwd if adjoint else self._fwd
-        if f is None:
-            raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
-        size = bounds.size
-        if size <= 0:
-            return
-        n = len(argv)
-        params = (ctypes.c_void_p * (n + 1))()
-        params[0] = ctypes.addressof(bounds)
-        ctypes.memmove(ctypes.addressof(params) + ctypes.sizeof(ctypes.c_void_p), argv,
-                       n * ctypes.sizeof(ctypes.c_void_p))
-        block_dim = int(block_dim) or 256
-        blocks = (size + block_dim - 1) // block_dim
-        if max_blocks and max_blocks > 0:
-            blocks = min(blocks, int(max_blocks))
-        elif self._threads_cap:
-            blocks = min(blocks, max(1, self._threads_cap // block_dim))
-        blocks = min(blocks, 2 ** 31 - 1)
-        rt = self._runtime
-        prev = rt.getDevice()
-        if prev != self.ordinal:
-            rt.setDevice(self.ordinal)
-        try:
-            self._driver.launchKernel(f, blocks, 1, 1, block_dim, 1, 1, 0, int(stream or 0),
-                                      ctypes.addressof(params), 0)
-        finally:
-            if prev != self.ordinal:
-                rt.setDevice(prev)
 
 
 def load_cpu_library(path: str, python_api: bool = False):

@@ -10,7 +10,7 @@ import threading
 import typing
 import weakref
 
-from .. import build
+from .. import build, modules
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
 from ..errors import KernelError
@@ -328,11 +328,11 @@ def load_kernels(kernels, device):
     name = _module_name(kernels)
     if not getattr(device, "is_cuda", False):
         lib = build.load_cpu_library(build.build_cpu(source, name, kernels))
-        mods = [build.CpuModule(lib, k) for k in kernels]
+        mods = [modules.CpuModule(lib, k) for k in kernels]
     else:
         image, _ = build.build_cuda(source, name, int(device.arch), kernels)
         handle = build.load_cuda_image(image, device)
-        mods = [build.CudaModule(handle, k, device) for k in kernels]
+        mods = [modules.CudaModule(handle, k, device) for k in kernels]
     for k, m in zip(kernels, mods):
         k.memoize_module(device, m)
     return mods
