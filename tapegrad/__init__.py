@@ -64,7 +64,8 @@ from .runtime import (  # noqa: F401
     load_module,
     set_module_options,
 )
-from .tape import Tape, config  # noqa: F401
+from .config import config  # noqa: F401
+from .tape import Tape  # noqa: F401
 from .types import (  # noqa: F401
     ArrayType,
     MatrixType,

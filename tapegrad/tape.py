@@ -12,6 +12,7 @@ from typing import Callable
 
 from . import recording, tape_graph
 from .array import array
+from .config import config
 from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import ZeroPlan
@@ -19,16 +20,6 @@ from .recording import CopyRecord, FuncRecord
 from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
-
-
-class _Config:
-    """Global switches: ``tg.config.strict_tape = True`` turns TapeWarning into an error."""
-
-    strict_tape = False
-    verbose = False
-
-
-config = _Config()
 
 
 class Tape:

@@ -1,0 +1,58 @@
+"""Global switches (``tg.config``): read by the compiler, the launch path and the tape.
+
+This module sits in the lowest layer (it imports nothing of tapegrad), so every layer can
+read it: the kernel compiler reads ``mode``, the tape reads ``strict_tape``.
+"""
+from __future__ import annotations
+
+__all__ = ["config", "Config", "MODES", "check_mode"]
+
+MODES = ("release", "debug")
+
+
+class Config:
+    """tapegrad's global switches (``tg.config``; Warp's ``wp.config`` names where they exist).
+
+    Attributes:
+        mode: ``"release"`` (default) or ``"debug"``. Debug compiles kernels with bounds checks
+            on every array access: an out-of-range index raises `tapegrad.KernelIndexError`
+            after the launch instead of corrupting memory. The mode is part of the compiled
+            module's key, so switching modes picks the other variant (no reload needed, unlike
+            Warp, which reads ``wp.config.mode`` when a module is first loaded). A module option
+            ``"mode"`` (``set_module_options``) overrides it for that module's kernels.
+        strict_tape: ``True`` turns a ``TapeWarning`` into a ``RuntimeError``.
+        verbose: print what the runtime does (kept for Warp compatibility).
+
+    Other attributes may be set freely, as on Warp's ``wp.config`` module (code written for
+    Warp that sets e.g. ``quiet`` keeps working); tapegrad reads only the ones above.
+    """
+
+    def __init__(self):
+        self._mode = "release"
+        self.strict_tape = False
+        self.verbose = False
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value) -> None:
+        self._mode = check_mode(value, "config.mode")
+
+    def __repr__(self):
+        return f"Config(mode={self._mode!r}, strict_tape={self.strict_tape!r}, verbose={self.verbose!r})"
+
+
+def check_mode(value, who: str) -> str:
+    """``value`` when it is a valid mode name.
+
+    Raises:
+        ValueError: ``value`` is not ``"release"`` or ``"debug"``.
+    """
+    if not isinstance(value, str) or value not in MODES:
+        raise ValueError(f"{who}: mode must be 'release' or 'debug', got {value!r}")
+    return value
+
+
+config = Config()
