@@ -394,6 +394,9 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
                         f"({len(inputs)} inputs + {len(outputs)} outputs)")
     dev = _infer_device(device, stream, args)
     dim, bounds = _bounds(dim)
+    if kernel.tid_ndim > len(dim):   # i, j = tid() in a 1-D launch: the missing index would be 0
+        raise ValueError(f"launch: kernel '{kernel.key}' unpacks tid() into {kernel.tid_ndim} indices, so dim needs "
+                         f"{kernel.tid_ndim} entries (e.g. dim=(n, m)), got dim={dim}")
     if stream is not None:
         from .cuda.stream import Stream
         if not isinstance(stream, Stream):

@@ -50,6 +50,7 @@ from .values import (
     adjoint,
     describe,
     hashable,
+    is_constant,
 )
 
 # Objects a kernel can call besides builtins and types, by class: ``@tg.func`` (``funcs.Func``)
@@ -117,6 +118,8 @@ class ExprMixin:
     def e_Name(self, node):
         name = node.id
         if name in self.scope:
+            if self.paths.may_be_unbound(name):
+                self.unbound_error(name, node)
             v = self.scope[name]
             if isinstance(v, Var) and v.kind == "local":
                 out = self.new_var(v.type)
@@ -131,9 +134,28 @@ class ExprMixin:
             return PyObj(getattr(python_builtins, name))
         self.error(f"name '{name}' is not defined", node)
 
-    def wrap_global(self, obj, name, node):
+    def unbound_error(self, name, node):
+        v = self.scope[name]
+        first = self.paths.first.get(name)
+        init = f"{type_name(v.type)}(0)" if isinstance(v, Var) and is_scalar(v.type) else "..."
+        self.error(f"local variable '{name}' may be read before it is assigned: it is assigned (line {first}) on "
+                   f"some paths to here but not all (in one branch of an `if`, or in a loop that may run zero "
+                   f"times; Python would raise UnboundLocalError); assign it on every path, e.g. `{name} = {init}` "
+                   f"before the `if` or loop", node)
+
+    def wrap_global(self, obj, name, node, captured=True):
+        """A module-level / closure value (``captured``) or a compile-time call's result as a
+        kernel value: numbers and ``tg.constant`` values become constants; arrays and lists
+        are refused (their contents would be baked in at the first compile, later changes ignored)."""
         if isinstance(obj, (bool, int, float)) and not isinstance(obj, np.generic):
             return Lit(obj)
+        if captured and _mutable_capture(obj):
+            kind = "NumPy array" if isinstance(obj, np.ndarray) else type(obj).__name__
+            self.error(f"'{name}' is a module-level (or closure) {kind}: kernels capture only numbers and "
+                       f"tg.constant(...) values, since an array read here would be baked into the compiled "
+                       f"kernel and later changes to it ignored; pass it as an array argument "
+                       f"(x: tg.array(dtype=...), launched with tg.array({name})), or, for a fixed small "
+                       f"vector/matrix, declare `{name} = tg.constant(...)`", node)
         t = type_of_value(obj)
         if t is not None:
             return Lit(obj, t)
@@ -197,7 +219,7 @@ class ExprMixin:
             k = int(idx[0].value)
             if not 0 <= k < base.array.type.ndim:
                 self.error(f"shape index {k} out of range for a {base.array.type.ndim}-D array", node)
-            return self.call_op(op_shape(k), [base.array], node)
+            return self.call_op(op_shape(k, self.wide), [base.array], node)
         if isinstance(base, TupleVal):
             if len(idx) != 1 or not isinstance(idx[0], Lit):
                 self.error("tuples must be indexed with a constant", node)
@@ -207,16 +229,38 @@ class ExprMixin:
                 self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
             return self.builtin_args("load", [base] + self.index_vars(idx, node), node)
         if isinstance(base, Var) and is_composite(base.type):
+            idx = self.component_indices(base.type, idx, node)
             return self.builtin_args("extract", [base] + self.index_vars(idx, node), node)
         if isinstance(base, Lit) and base.type is not None and is_composite(base.type):
+            idx = self.component_indices(base.type, idx, node)
             return self.builtin_args("extract", [self.materialize(base)] + self.index_vars(idx, node), node)
         self.error(f"{describe(base)} cannot be indexed", node)
+
+    def component_indices(self, t, idx, node):
+        """Constant component indices of a vector/matrix ``t`` checked against its shape and
+        normalized (``-1`` is the last, as in Python); other indices pass through."""
+        dims = (t.length_,) if is_vec(t) else (t.rows, t.cols)
+        out = []
+        for k, v in enumerate(idx):
+            if isinstance(v, Lit) and k < len(dims) and isinstance(v.value, (int, np.integer)) \
+                    and not isinstance(v.value, (bool, np.bool_)):
+                n, i = dims[k], int(v.value)
+                if not -n <= i < n:
+                    what = "component" if is_vec(t) else ("row" if k == 0 else "column")
+                    self.error(f"{what} index {i} is out of range for a {type_name(t)} (valid: 0..{n - 1}, or "
+                               f"-{n}..-1 from the end)", node)
+                v = Lit(i % n, v.type)
+            out.append(v)
+        return out
 
     def builtin_args(self, name, args, node):
         try:
             op = REGISTRY[name].resolve([a.type for a in args])
         except TypeError as e:
-            self.error(str(e), node)
+            widened = self.widen(name, args, node)
+            if widened is None:
+                self.error(str(e), node)
+            op, args = widened
         return self.call_op(op, args, node)
 
     def e_BinOp(self, node):
@@ -300,7 +344,7 @@ class ExprMixin:
             return self.new_struct(st, args, {k: self.expr(v) for k, v in kwargs.items()}, node)
         if all(isinstance(a, Lit) for a in args) and callable(obj) and not kwargs:
             try:
-                return self.wrap_global(obj(*[a.value for a in args]), "", node)
+                return self.wrap_global(obj(*[a.value for a in args]), "", node, captured=False)
             except Exception as e:
                 self.error(f"compile-time call of {getattr(obj, '__name__', obj)!r} failed: {e}", node)
         self.error(f"{describe(fn)} cannot be called inside a kernel", node)
@@ -311,7 +355,7 @@ class ExprMixin:
             if self.kind != "kernel":
                 self.error("tg.tid() can only be used in kernels", node)
             n = self.tid_arity(node)
-            items = [self.call_op(op_tid(k, n), [], node) for k in range(n)]
+            items = [self.call_op(op_tid(k, n, self.wide), [], node) for k in range(n)]
             return items[0] if n == 1 else TupleVal(items)
         if name == "print":
             return self.print_(node)
@@ -352,7 +396,10 @@ class ExprMixin:
             a = args[0]
             if isinstance(a, Var) and is_composite(a.type):
                 return Lit(a.type.length_ if is_vec(a.type) else a.type.rows, int32)
-            return self.builtin_args("len", [self.materialize(a)], node)
+            a = self.materialize(a)
+            if self.wide and is_array(a.type):     # the wide variant's arrays may pass 2^31 - 1
+                return self.call_op(op_shape(0, True), [a], node)
+            return self.builtin_args("len", [a], node)
         if name == "round" and len(args) == 1 and isinstance(args[0], Var) and is_float(args[0].type):
             return self.builtin("round", args, node)
         return self.builtin(name, args, node)
@@ -405,7 +452,9 @@ class ExprMixin:
         return self.builtin_args(name, [state] + vals, node)
 
     def tid_arity(self, node):
-        return self.assign_targets or 1
+        n = self.assign_targets or 1
+        self.tid_ndim = max(self.tid_ndim, n)
+        return n
 
     def cast(self, target, v, node, weak=False):
         if isinstance(v, Lit) and weak and v.type is None:
@@ -581,3 +630,13 @@ class ExprMixin:
             base = self._peek(node.value)
             return getattr(base, node.attr, None) if base is not None else None
         return None
+
+
+def _mutable_capture(obj) -> bool:
+    """Whether a captured object is array-like data a kernel must not bake in: a NumPy array
+    (unless ``tg.constant`` made it), a list, or a tuple of numbers."""
+    if isinstance(obj, np.ndarray):
+        return not is_constant(obj)
+    if isinstance(obj, list):
+        return True
+    return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, (int, float, np.number)) for x in obj)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ast
 
+import numpy as np
+
 from ..types import ScalarType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin
+from .flow import Paths, meet
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
 from .signature import source_of
 from .structs import FieldName, StructInit, is_tuple_struct, tuple_struct
@@ -20,6 +23,7 @@ from .typeutil import (
     constant_value,
     is_array,
     is_composite,
+    is_float,
     is_int,
     is_scalar,
     is_struct,
@@ -63,10 +67,12 @@ STATEMENT_HINTS = {
 class Builder(ExprMixin):
     """Builds the ``FunctionIR`` of one kernel, function specialization or custom adjoint."""
 
-    def __init__(self, pyfunc, kind, name, param_types, ret_type=None, grad_of=None):
+    def __init__(self, pyfunc, kind, name, param_types, ret_type=None, grad_of=None, label="", wide=False):
         self.pyfunc = pyfunc
+        self.wide = wide               # a kernel's wide variant: tid() is int64, int32 operands widen next to it
         self.kind = kind
         self.name = name
+        self.label = label or name     # the name messages use (a function's Python name, not its symbol)
         self.src, self.file, self.first = source_of(pyfunc)
         self.src_lines = self.src.splitlines()
         self.param_types = param_types
@@ -96,12 +102,14 @@ class Builder(ExprMixin):
         self.side_effects = False
         self.node = None
         self.assign_targets = None     # names on the left of the assignment being built (tid() arity)
+        self.tid_ndim = 0              # the most indices tid() is unpacked into (launch checks len(dim))
+        self.paths = Paths()           # the locals bound on the path being built (flow.py)
 
     # ------------------------------------------------------------------ utilities
     def loc(self, node=None):
         node = node or self.node
         line = getattr(node, "lineno", 1)
-        return Loc(self.file, self.first + line - 1, self.name)
+        return Loc(self.file, self.first + line - 1, self.label)
 
     def error(self, msg, node=None):
         node = node or self.node
@@ -115,7 +123,7 @@ class Builder(ExprMixin):
                 expr = f" (in `{ast.unparse(node)}`)"
             except Exception:
                 expr = ""
-        raise KernelError(f"{loc}: {what} '{self.name}': {msg}{expr}\n    {text}")
+        raise KernelError(f"{loc}: {what} '{self.label}': {msg}{expr}\n    {text}")
 
     def new_var(self, type_, kind="temp", label=""):
         self.counter += 1
@@ -208,15 +216,34 @@ class Builder(ExprMixin):
         try:
             op = REGISTRY[name].resolve([a.type for a in args])
         except TypeError as e:
-            self.error(str(e) + hint(name, [a.type for a in args]), node)
+            widened = self.widen(name, args, node)
+            if widened is None:
+                self.error(str(e) + hint(name, [a.type for a in args]), node)
+            op, args = widened
         return self.call_op(op, args, node)
+
+    def widen(self, name, args, node):
+        """In a kernel's wide variant, ``(op, args)`` of builtin ``name`` with its int32 operands
+        promoted to int64 when an int64 (a tid()-derived index) is among them and the promoted
+        call resolves; None otherwise (narrow builds never promote: Warp refuses the mix)."""
+        if not self.wide or not any(a.type is int64 for a in args if isinstance(a, Var)):
+            return None
+        if not any(a.type is int32 for a in args if isinstance(a, Var)):
+            return None
+        b = REGISTRY[name]
+        types = [int64 if isinstance(a, Var) and a.type is int32 else a.type for a in args]
+        ov, _ = b.match(types)
+        if ov is None:
+            return None
+        args = [self.cast(int64, a, node) if isinstance(a, Var) and a.type is int32 else a for a in args]
+        return b.resolve([a.type for a in args]), args
 
     # ------------------------------------------------------------------ entry
     def build(self) -> FunctionIR:
         tree = ast.parse(self.src)
         fdef = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
         if fdef is None:
-            raise KernelError(f"{self.file}:{self.first}: no function definition found for '{self.name}'")
+            raise KernelError(f"{self.file}:{self.first}: no function definition found for '{self.label}'")
         self.node = fdef
         argnames = [a.arg for a in fdef.args.args]
         if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs:
@@ -228,6 +255,7 @@ class Builder(ExprMixin):
             p = Var(f"p_{n}", t, "param", n)
             params.append(p)
         self.params = params
+        self.paths = Paths(argnames)
         if fdef.body and any(_has_return(s) for s in fdef.body):
             self.ret_flag = self.new_var(bool_, "flag", "ret")
         for k, p in enumerate(params):
@@ -246,8 +274,8 @@ class Builder(ExprMixin):
             body = body[1:]   # docstring
         self.stmts(body)
         fn = FunctionIR(self.name, self.kind, params, self.block, ret_type=self.ret_type, ret_var=self.ret_var,
-                        vars=self.vars, loc=Loc(self.file, self.first, self.name), side_effects=self.side_effects,
-                        callees=self.callees, ret_flag=self.ret_flag)
+                        vars=self.vars, loc=Loc(self.file, self.first, self.label), side_effects=self.side_effects,
+                        callees=self.callees, ret_flag=self.ret_flag, tid_ndim=self.tid_ndim)
         return fn
 
     # ------------------------------------------------------------------ statements
@@ -365,6 +393,7 @@ class Builder(ExprMixin):
             self.error("only components of local vector/matrix variables (or of their struct fields) can be "
                        "assigned", node)
         t = base.type
+        idx = self.component_indices(t, idx, node)
         val = self.materialize(value, t.scalar) if isinstance(value, Lit) else self.materialize(value)
         new = self.builtin_args("assign", [base] + self.index_vars(idx, node) + [val], node)
         self.assign(base_node, new, node)
@@ -383,6 +412,7 @@ class Builder(ExprMixin):
         self.assign(target.value, new, node)
 
     def assign_name(self, name, value, node):
+        self.paths.assigned(name, getattr(node, "lineno", 1) + self.first - 1)
         cur = self.scope.get(name)
         if isinstance(value, (PyObj, TupleVal, ShapeOf)) or (isinstance(value, Var) and is_array(value.type)):
             if isinstance(cur, Var) and cur.kind == "local":
@@ -409,21 +439,27 @@ class Builder(ExprMixin):
             self.stmts(node.body if cond.value else node.orelse)
             return
         cond = self.materialize(cond)
+        entry = self.paths.snapshot()
         with self.sub_block() as body:
             self.stmts(node.body)
+        after_body = self.paths.snapshot()
+        self.paths.restore(entry)
         with self.sub_block() as orelse:
             self.stmts(node.orelse)
+        self.paths.restore(meet(after_body, self.paths.bound))
         self.emit(If(cond, body.stmts, orelse.stmts, self.loc(node)))
 
     def s_Break(self, node):
         if not self.loops:
             self.error("'break' outside a loop", node)
         self.set_flag(self.loops[-1][0])
+        self.paths.leave("break")
 
     def s_Continue(self, node):
         if not self.loops:
             self.error("'continue' outside a loop", node)
         self.set_flag(self.loops[-1][1])
+        self.paths.leave("continue")
 
     def s_Return(self, node):
         if node.value is not None:
@@ -446,6 +482,7 @@ class Builder(ExprMixin):
         elif self.ret_type is not None and self.kind != "kernel":
             self.error("a function that returns a value must return one on every path", node)
         self.set_flag(self.ret_flag)
+        self.paths.leave("return")
 
     def return_tuple(self, value, node):
         """``return a, b``: the tuple as a value of its generated struct (``structs.tuple_struct``)."""
@@ -475,13 +512,20 @@ class Builder(ExprMixin):
             self.error("while/else is not supported", node)
         brk = self.new_var(bool_, "flag", "brk")
         cont = self.new_var(bool_, "flag", "cont")
+        entry = self.paths.snapshot()
         with self.sub_block() as header:
             cond = self.expr(node.test)
+            forever = isinstance(cond, Lit) and bool(cond.value)
             cond = self.materialize(cond if not isinstance(cond, Lit) else Lit(bool(cond.value), bool_))
         self.loops.append((brk, cont))
+        self.paths.enter_loop()
         with self.sub_block() as body:
             self.stmts(node.body)
+        breaks, conts = self.paths.leave_loop()
         self.loops.pop()
+        # the loop ends when its condition fails (at entry or after an iteration) or at a break
+        ends = breaks if forever else [entry, self.paths.bound, *conts, *breaks]
+        self.paths.restore(meet(*ends))
         cnt = self.new_var(int64, "counter", "n")
         self.emit(Loop("while", body.stmts, cnt, self.loc(node), header=header.stmts, cond=cond, brk=brk, cont=cont))
 
@@ -500,6 +544,11 @@ class Builder(ExprMixin):
         if not isinstance(node.target, ast.Name):
             self.error("the loop variable must be a single name", node)
         rargs = [self.expr(a) for a in it.args]
+        for a, src in zip(rargs, it.args):
+            if isinstance(a, Lit) and not isinstance(a.value, bool) and (
+                    isinstance(a.value, (float, np.floating)) or (a.type is not None and is_float(a.type))):
+                self.error(f"range() needs integer bounds, got {a.value!r} (Python raises TypeError; a float bound "
+                           f"would run 0 times): convert it, e.g. range(int({ast.unparse(src)}))", node)
         if len(rargs) == 1:
             rargs = [Lit(0)] + rargs + [Lit(1)]
         elif len(rargs) == 2:
@@ -513,6 +562,7 @@ class Builder(ExprMixin):
                 rargs = [Lit(x, rargs[0].type) for x in (values.start, values.stop, values.step)]
             if len(values) <= MAX_UNROLL:
                 return self.unrolled(node, list(values), rargs)
+            return self.dynamic_for(node, rargs, runs=len(values) > 0)
         elif backwards:
             rargs = self.reversed_range(rargs, node)
         self.dynamic_for(node, rargs)
@@ -521,7 +571,7 @@ class Builder(ExprMixin):
         """``reversed(range(a, b, s))`` as ``range(a + (n - 1) * s, a - s, -s)`` with ``n`` its length."""
         anchor = next((a.type for a in rargs if isinstance(a, Var)), None)
         if not is_int(anchor):
-            self.error(f"range() needs integer arguments, got {type_name(anchor)}", node)
+            self.error(f"range() needs integer arguments, got {type_name(anchor)}; convert with int(...)", node)
         start, stop, step = [self.materialize(a, anchor) if isinstance(a, Lit) else a for a in rargs]
         count = self.call_op(op_range_count(), [start, stop, step], node)
         n = self.builtin_args("cast", [TypeArg(anchor), count], node) if anchor is not int64 else count
@@ -538,6 +588,7 @@ class Builder(ExprMixin):
         stops = [brk] + ([self.ret_flag] if self.ret_flag else [])
         if _contains(node.body, ast.Break):
             self.emit(SetFlag(brk, "false"))
+        breaks = []
 
         def iteration(k):
             if k >= len(values):
@@ -545,9 +596,14 @@ class Builder(ExprMixin):
             if has_cont:
                 self.emit(SetFlag(cont, "false"))
             self.scope[name] = Lit(values[k], t)     # a compile-time constant in each copy
+            self.paths.assigned(name, node.lineno + self.first - 1)
             before = sum(self.flag_sets.get(f, 0) for f in stops)
             self.loops.append((brk, cont))
+            self.paths.enter_loop()
             self.stmts(node.body)
+            brks, conts = self.paths.leave_loop()
+            breaks.extend(brks)
+            self.paths.restore(meet(self.paths.bound, *conts))   # where the next iteration starts
             self.loops.pop()
             after = sum(self.flag_sets.get(f, 0) for f in stops)
             if after > before and k + 1 < len(values):
@@ -559,12 +615,15 @@ class Builder(ExprMixin):
                 iteration(k + 1)
 
         iteration(0)
+        if values:
+            self.paths.restore(meet(self.paths.bound, *breaks))
 
-    def dynamic_for(self, node, rargs):
+    def dynamic_for(self, node, rargs, runs=False):
+        """A ``Loop`` over ``range(*rargs)``; ``runs``: the trip count is known to be positive."""
         anchor = next((a.type for a in rargs if isinstance(a, Var)), None) or \
             next((a.type for a in rargs if isinstance(a, Lit) and a.type is not None), int32)
         if not is_int(anchor):
-            self.error(f"range() needs integer arguments, got {type_name(anchor)}", node)
+            self.error(f"range() needs integer arguments, got {type_name(anchor)}; convert with int(...)", node)
         start, stop, step = [self.materialize(a, anchor) if isinstance(a, Lit) else a for a in rargs]
         for a in (start, stop, step):
             if a.type is not anchor:
@@ -580,10 +639,15 @@ class Builder(ExprMixin):
             self.scope[name] = var
         brk = self.new_var(bool_, "flag", "brk")
         cont = self.new_var(bool_, "flag", "cont")
+        entry = self.paths.snapshot()
         self.loops.append((brk, cont))
+        self.paths.enter_loop()
+        self.paths.assigned(name, node.lineno + self.first - 1)
         with self.sub_block() as body:
             self.stmts(node.body)
+        breaks, conts = self.paths.leave_loop()
         self.loops.pop()
+        self.paths.restore(meet(*([] if runs else [entry]), self.paths.bound, *conts, *breaks))
         cnt = self.new_var(int64, "counter", "n")
         self.emit(Loop("range", body.stmts, cnt, self.loc(node), count=count, start=start, step=step, var=var,
                        brk=brk, cont=cont))

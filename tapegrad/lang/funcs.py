@@ -138,7 +138,8 @@ class Func:
             ir = lower(Target(ov.pyfunc, "func", name, types, ret_type=rt, label=self.name))
             if ov.grad is not None:
                 gtypes = types + ((ir.ret_type,) if ir.ret_type is not None else ())
-                ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type))
+                ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
+                                          label=getattr(ov.grad, "__name__", self.name)))
                 ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees)
             spec = _Spec(ir)
             ov.specs[types] = spec

@@ -183,6 +183,7 @@ class FunctionIR:
     adj_params: list = field(default_factory=list)  # for kind == "grad": adjoint params
     param_access: list = field(default_factory=list)  # [(reads, writes)] per param
     grad_ir: Optional["FunctionIR"] = None          # for kind == "func": the @func_grad body, if any
+    tid_ndim: int = 0               # for kind == "kernel": the most indices tid() is unpacked into
 
 
 def walk(stmts):

@@ -164,6 +164,11 @@ class Kernel:
         self._parse()
         return self._ir
 
+    @property
+    def tid_ndim(self) -> int:
+        """How many indices the body unpacks ``tg.tid()`` into (``i, j = tg.tid()``: 2; 0: no tid())."""
+        return (self._ir or self.ir).tid_ndim
+
     # --------------------------------------------------------------- codegen
     def cpp_parts(self, seen=None):
         """The generated C++ parts (structs, functions, this kernel) for one translation unit;

@@ -39,6 +39,7 @@ class Target:
         ret_type: the declared return type (None: inferred, or none).
         label: the name messages use (the kernel's key, the function's Python name).
         backward: plan the reverse mode (a kernel's ``enable_backward``).
+        wide: the kernel's wide variant (int64 ``tid()``, for launches past 2^31 - 1 threads).
     """
 
     pyfunc: Callable
@@ -48,6 +49,7 @@ class Target:
     ret_type: Any = None
     label: str = ""
     backward: bool = True
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def build(ir, target: Target) -> FunctionIR:
     """Parse and type the function: names resolved, literals typed, break/continue/return
     lowered to flags and guards, small constant ``range`` loops unrolled."""
     return Builder(target.pyfunc, target.kind, target.name, list(target.param_types),
-                   ret_type=target.ret_type).build()
+                   ret_type=target.ret_type, label=target.label, wide=target.wide).build()
 
 
 def plan_loops(ir: FunctionIR, target: Target) -> FunctionIR:

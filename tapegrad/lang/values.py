@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import builtins as python_builtins
 import math
+import weakref
 
 import numpy as np
 
@@ -58,9 +59,46 @@ class _AdjointMarker:
 adjoint = _AdjointMarker()
 
 
+_CONSTANTS: dict = {}   # id -> weak reference of each vector/matrix value constant() returned
+
+
 def constant(x):
-    """Mark a module-level value as a compile-time constant (returns ``x``; as in Warp)."""
-    return x
+    """Declare a compile-time constant kernels may read (Warp's ``wp.constant``).
+
+    Kernels capture module-level numbers as they are; a vector or matrix value must go through
+    ``constant`` (a plain NumPy array read in a kernel is refused: its later changes would be
+    ignored). The value is captured when the kernel first compiles.
+
+    Args:
+        x: a number (bool, int, float, NumPy scalar) or a vector/matrix value (``tg.vec3(...)``,
+            a 1-D or 2-D NumPy array or nested list of numbers).
+    Returns:
+        ``x`` for a number; for a vector/matrix a read-only copy (changing it raises instead of
+        being silently ignored by compiled kernels).
+    Raises:
+        TypeError: any other object (as Warp's ``wp.constant``).
+    """
+    if isinstance(x, (bool, int, float, np.bool_, np.number)):
+        return x
+    if isinstance(x, (np.ndarray, list, tuple)):
+        try:
+            a = np.array(x)
+        except ValueError as e:   # ragged nesting
+            raise TypeError(f"tg.constant(x): expected a number, vector or matrix value, got {type(x).__name__} "
+                            f"({e})") from None
+        if a.ndim in (1, 2) and a.size and a.dtype.kind in "iuf":
+            a.setflags(write=False)
+            _CONSTANTS[id(a)] = weakref.ref(a, lambda _r, k=id(a): _CONSTANTS.pop(k, None))
+            return a
+        raise TypeError(f"tg.constant(x): expected a number, or a vector/matrix value (a non-empty 1-D or 2-D array "
+                        f"of numbers), got a {a.ndim}-D {type(x).__name__} of {a.dtype}")
+    raise TypeError(f"tg.constant(x): expected a number, or a vector/matrix value, got {type(x).__name__}")
+
+
+def is_constant(obj) -> bool:
+    """Whether ``obj`` is a vector/matrix value ``constant`` returned."""
+    r = _CONSTANTS.get(id(obj))
+    return r is not None and r() is obj
 
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -124,8 +162,9 @@ def hint(name, types):
     if len({id(t) for t in scal}) > 1:
         if all(t.kind in ("int", "uint") for t in scal):
             wide = max(scal, key=lambda t: t.bits)
+            other = next(t for t in scal if t is not wide)
             return (f" — integer operands of different types (Warp refuses them too); cast one, "
-                    f"e.g. tg.{wide.name}(i)")
+                    f"e.g. tg.{wide.name}(x) or tg.{other.name}(x)")
         return " — operands have different types; cast one, e.g. tg.float64(x)"
     return ""
 
