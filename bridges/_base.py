@@ -534,7 +534,7 @@ def cai_typestr(dtype) -> str:
 
 class CudaView:
     """Exposes an array's CUDA memory through ``__cuda_array_interface__`` (v2, no stream: no
-    synchronisation, ordering is the caller's) and keeps the array alive.
+    synchronisation, ordering is the caller's) and keeps the array (or its memory owner) alive.
 
     When the framework drops its tensor while its current stream is not ordered with
     tapegrad's (a non-blocking framework stream may still be using the memory), the array is
@@ -545,28 +545,30 @@ class CudaView:
         a: the array (CUDA, with memory; a scalar layout with component dims appended).
         current_handle: ``f(ordinal) -> handle`` of the framework's current stream, or None
             when no stream-ordered release is possible (a graph capture is running).
+        owner: what to keep alive instead of ``a`` (``a.memory_owner()``), so that ``a`` can
+            cache the framework tensor without a reference cycle (default: ``a`` itself).
     """
 
-    __slots__ = ("__cuda_array_interface__", "array", "_current")
+    __slots__ = ("__cuda_array_interface__", "owner", "device", "_current")
 
-    def __init__(self, a, current_handle):
+    def __init__(self, a, current_handle, owner=None):
         shape, strides = a.flat_layout()
         self.__cuda_array_interface__ = {"version": 2, "shape": shape, "typestr": cai_typestr(a.dtype),
                                          "data": (a.ptr, a.readonly), "strides": strides}
-        self.array = a
+        self.owner = a if owner is None else owner
+        self.device = a.device
         self._current = current_handle
 
     def __del__(self):
         if sys.is_finalizing():
             return
         try:
-            a = self.array
-            dev = a.device
+            dev = self.device
             handle = self._current(dev.ordinal)
             if handle is not None:
                 s, handle = unordered_handle(dev, handle)
                 if handle is not None:
-                    release_after(wrap_stream_handle(dev, handle), a)
+                    release_after(wrap_stream_handle(dev, handle), self.owner)
         except Exception:  # never raise from a finaliser (interpreter shutdown, no CUDA...)
             pass
 

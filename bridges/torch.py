@@ -124,17 +124,27 @@ def dtype_from_torch(torch_dtype) -> "tapegrad.ScalarType":  # noqa: F821
 
 # --------------------------------------------------------------------------------- streams
 
+# torch's C accessor of the current stream's raw handle (what torch.compile and Triton use):
+# 0.16 us on an H200 against 3.0 us for torch.cuda.current_stream(n).cuda_stream, which builds a
+# Stream object; every conversion and every tensor passed to launch on CUDA asks for it
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
 def current_stream_handle(ordinal: int) -> int:
     """The raw handle of torch's current CUDA stream on device ``ordinal``."""
+    if _raw_stream is not None:
+        return _raw_stream(ordinal)
     return torch.cuda.current_stream(ordinal).cuda_stream
 
 
 def _release_handle(ordinal: int):
     # a graph capture forbids event queries: no stream-ordered release then (docs/graphs.md)
-    return None if torch.cuda.is_current_stream_capturing() else current_stream_handle(ordinal)
+    return None if _capturing() else current_stream_handle(ordinal)
 
 
 _TORCH_STREAMS = weakref.WeakKeyDictionary()  # tapegrad Stream -> torch ExternalStream
+_CUDA_BASES = weakref.WeakKeyDictionary()  # CUDA array -> its torch tensor (to_torch aliases it)
 
 
 def _torch_stream(s):
@@ -183,9 +193,21 @@ class TorchAdapter(FrameworkAdapter):
             t = torch.from_numpy(n.view(np.uint16)).view(torch.bfloat16) if bf16 else torch.from_numpy(n)
             t._tg_array = a          # the view holds the memory's owner; this holds the array
             return t
-        # CAI v2 (no "stream"): no synchronisation, ordering is the caller's (see stream_from_torch)
-        t = torch.as_tensor(CudaView(a, _release_handle), device=f"cuda:{a.device.ordinal}")
-        return t.view(torch.bfloat16) if bf16 else t
+        base = _CUDA_BASES.get(a)
+        if base is None:
+            # CAI v2 (no "stream"): no synchronisation, ordering is the caller's (see stream_from_torch)
+            owner = a.memory_owner()
+            base = torch.as_tensor(CudaView(a, _release_handle, owner), device=f"cuda:{a.device.ordinal}")
+            if bf16:
+                base = base.view(torch.bfloat16)
+            if owner is None:   # the array itself frees the memory: the tensor must hold the array
+                return base
+            # the base's storage holds the memory owner, not the array: no cycle through the cache
+            _CUDA_BASES[a] = base
+        # a fresh alias of the cached base (same storage and version counter): 4-5 us less than
+        # torch's CAI parsing per call; the base itself is never handed out, so no caller can
+        # change its flags, grad or metadata
+        return base.detach()
 
     def set_grad(self, t, g):
         t.requires_grad_(True)

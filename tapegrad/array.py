@@ -495,6 +495,16 @@ class array:
         from .dlpack import export
         return export.array_device(self)
 
+    def memory_owner(self):
+        """The object keeping this array's memory alive, or None when only the array itself does.
+
+        A view that holds it (a cached framework tensor, a numpy view) keeps the memory without
+        keeping the array, so the array can cache the view without a reference cycle. None for
+        memory released by a ``deleter`` when the array dies, and for borrowed pointers with no
+        owner (the caller keeps those alive).
+        """
+        return None if self.deleter is not None else self._owner
+
     # ------------------------------------------------------------------------------ numpy
     def numpy(self) -> np.ndarray:
         """A zero-copy numpy view (CPU) or a synchronizing host copy (CUDA)."""
@@ -773,7 +783,7 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
             raise ValueError(f"copy: range out of bounds (count={count}, dest_offset={dest_offset}, dest size "
                              f"{dest.size}, src_offset={src_offset}, src size {src.size})")
         # flat ranges of contiguous arrays or of 1-D strided views (a[::2])
-        memory_ops.copy(dest.flat_view(int(dest_offset), count), src.flat_view(int(src_offset), count))
+        pair = (dest.flat_view(int(dest_offset), count), src.flat_view(int(src_offset), count))
     else:
         if dest.size != src.size:
             raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
@@ -781,10 +791,11 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
             if not (dest.is_contiguous and src.is_contiguous):
                 raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are "
                                  f"not contiguous")
-            memory_ops.copy(dest.reshape((dest.size,)), src.reshape((src.size,)))
+            pair = (dest.reshape((dest.size,)), src.reshape((src.size,)))
         else:
-            memory_ops.copy(dest, src)
-    dest._bump()
+            pair = (dest, src)
     tape = active_tape()
-    if tape is not None:
+    if tape is not None:     # before copying: the tape may save the values dest is about to lose
         tape.record(CopyRecord(dest, src, dest_offset, src_offset, count))
+    memory_ops.copy(*pair)
+    dest._bump()
