@@ -14,8 +14,8 @@ copy adjoints and by DLPack, so the CUDA rules live in one function each:
 
 The functions take tapegrad arrays but only use their public attributes (``device``, ``ptr``,
 ``nbytes``, ``is_contiguous``, ``dtype``, ``size``, ``numpy()``, ``flat_layout()``), so this
-module sits below ``array``. ``ZeroPlan`` zeroes many host buffers in one native call
-(``Tape.zero()``).
+module sits below ``array``. ``ZeroPlan`` zeroes many host buffers in one native call and
+``BufferZeroPlan`` many arrays on any devices (``Tape.zero()``: one call, one CUDA launch per device).
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ import numpy as np
 from . import build, cpu_capture
 from .cuda import memory as cuda_memory  # imports CuPy only when a CUDA operation runs
 
-__all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "load_zero_many"]
+__all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "BufferZeroPlan",
+           "load_zero_many"]
 
 
 @contextlib.contextmanager
@@ -182,3 +183,43 @@ class ZeroPlan:
         else:
             for p, s in self._regions:
                 ctypes.memset(p, 0, s)
+
+
+class BufferZeroPlan:
+    """Many arrays zeroed together, planned once (``Tape.zero()`` of every gradient buffer).
+
+    Contiguous writable host buffers go to one native ``memset`` call (``ZeroPlan``),
+    contiguous CUDA buffers to one kernel launch per device on its current stream at ``run()``
+    time (``tapegrad.cuda.memory.SegmentZeroPlan``), everything else (strided views, read-only
+    arrays, annotation-only arrays) to ``zero()`` one by one. An array listed twice is zeroed once.
+
+    The plan holds the arrays (their memory stays valid while it lives). Build it outside a CUDA
+    graph capture (it copies its range table to the device); ``run()`` may be captured.
+    """
+
+    def __init__(self, arrays):
+        host, cuda, other, seen = [], {}, [], set()
+        for a in arrays:
+            if id(a) in seen:
+                continue
+            seen.add(id(a))
+            if a.is_contiguous and not a.readonly and a.ptr:
+                if a.device.is_cpu:
+                    host.append((a.ptr, a.nbytes))
+                    continue
+                if a.device.is_cuda:
+                    cuda.setdefault(a.device, []).append((a.ptr, a.nbytes))
+                    continue
+            other.append(a)
+        self.arrays = tuple(arrays)
+        self._host = ZeroPlan(host)
+        self._cuda = [cuda_memory.SegmentZeroPlan(dev, regions) for dev, regions in cuda.items()]
+        self._other = other
+
+    def run(self) -> None:
+        """Zero every array (CUDA work is queued on each device's current stream)."""
+        self._host.run()
+        for plan in self._cuda:
+            plan.run(plan.device.stream.cuda_stream)
+        for a in self._other:
+            zero(a)
