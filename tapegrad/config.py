@@ -21,6 +21,8 @@ class Config:
             Warp, which reads ``wp.config.mode`` when a module is first loaded). A module option
             ``"mode"`` (``set_module_options``) overrides it for that module's kernels.
         strict_tape: ``True`` turns a ``TapeWarning`` into a ``RuntimeError``.
+        tape_save_overwritten: the default of ``Tape(save_overwritten=)`` (True): a tape keeps
+            copies of the arrays recorded in-place updates overwrite, for exact gradients.
         verbose: print what the runtime does (kept for Warp compatibility).
 
     Other attributes may be set freely, as on Warp's ``wp.config`` module (code written for
@@ -30,6 +32,7 @@ class Config:
     def __init__(self):
         self._mode = "release"
         self.strict_tape = False
+        self.tape_save_overwritten = True
         self.verbose = False
 
     @property

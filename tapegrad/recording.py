@@ -43,6 +43,8 @@ class Access:
         writes: the record's forward writes it.
         what: how an overwrite message names the write (``kernel 'k' writing 'y'``).
         label: how a later overwrite names this read (``k.x``, ``copy``).
+        values: the record's adjoint needs the values it read (False for a copy, whose
+            adjoint only moves gradients): an overwrite of them must be saved (``Tape``).
     """
 
     array: Any
@@ -51,6 +53,7 @@ class Access:
     writes: bool
     what: str
     label: str
+    values: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,9 @@ class CopyRecord:
     count: int
 
     def accesses(self) -> tuple:
-        """The write of ``dest``, then the read of ``src``."""
-        return (Access(self.dest, "dest", False, True, f"copy into array of shape {self.dest.shape}", "copy"),
-                Access(self.src, "src", True, False, "copy", "copy"))
+        """The write of ``dest``, then the read of ``src`` (whose values the adjoint never needs)."""
+        return (Access(self.dest, "dest", False, True, f"copy into array of shape {self.dest.shape}", "copy", False),
+                Access(self.src, "src", True, False, "copy", "copy", False))
 
     def label(self, index: int) -> str:
         return f"copy #{index}"
@@ -111,7 +114,10 @@ class FuncRecord:
     arrays: tuple
 
     def accesses(self) -> tuple:
-        return ()
+        """Reads of ``arrays``: the callback may use their values, so a later recorded
+        overwrite of one is saved and restored before the callback runs (``Tape``)."""
+        return tuple(Access(a, f"arrays[{k}]", True, False, "record_func", "record_func")
+                     for k, a in enumerate(self.arrays))
 
     def label(self, index: int) -> str:
         return f"record #{index}"

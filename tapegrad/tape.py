@@ -4,6 +4,11 @@ adjoints in reverse.
 Gradient-buffer ownership (SPEC R16): ``backward(grads={out: g})`` *copies* ``g`` into a
 buffer (``out``'s own grad, or one the tape allocates once and reuses) and never adopts or
 modifies ``g`` — so re-running backward with the same ``g`` gives the same result.
+
+In-place updates (SPEC B12): a recorded launch or copy that overwrites values a differentiable
+record still needs is preceded by a copy of the array (``tape_saves``); ``backward`` restores
+those copies in reverse order, so each adjoint sees the values its forward saw, and then puts
+the forward's final values back. ``Tape(save_overwritten=False)`` turns this off (and warns).
 """
 from __future__ import annotations
 
@@ -17,19 +22,42 @@ from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import ZeroPlan
 from .recording import CopyRecord, FuncRecord
+from .tape_saves import SavedValues, kernel_reads, restore, snapshot
 from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
 
 
 class Tape:
-    """Records launches inside ``with tape:`` and computes gradients with ``backward``."""
+    """Records launches inside ``with tape:`` and computes gradients with ``backward``.
 
-    def __init__(self):
+    Args:
+        save_overwritten: keep a copy of each array a recorded launch or copy overwrites while
+            a differentiable record still needs its values (an in-place kernel, or a write to
+            an array an earlier launch read), so ``backward`` is exact (see docs/tape.md,
+            "In-place updates"). None (default): ``tg.config.tape_save_overwritten`` (True).
+            False saves nothing and warns (``TapeWarning``) that such gradients may be wrong.
+            The ``save_overwritten`` attribute may be changed between records.
+    Raises:
+        TypeError: ``save_overwritten`` is not a bool or None.
+    """
+
+    def __init__(self, save_overwritten: bool | None = None):
+        who = "Tape(save_overwritten=...)"
+        if save_overwritten is None:
+            save_overwritten, who = config.tape_save_overwritten, "tg.config.tape_save_overwritten"
+        if not isinstance(save_overwritten, bool):
+            raise TypeError(f"{who}: expected True or False (None: the config's default), got "
+                            f"{type(save_overwritten).__name__}")
+        self.save_overwritten = save_overwritten
         self.records: list = []
         self.gradients: dict = {}      # array -> its gradient array (every array touched)
         self._owned: dict = {}         # id(array) -> tape-owned seed buffer
-        self._readers: dict = {}       # id(array) -> (record index, label) of the first recorded read
+        # id(array) -> (record index, read label, array): a differentiable record read the
+        # array's current values (its adjoint needs them), so overwriting them needs a save
+        self._live: dict = {}
+        self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
+        self._finals: dict = {}        # id(array) -> (array, buffer for its values at backward start)
         self._loss = None
         self._zero_plan = None         # (ids of the buffers, (host memsets, other buffers))
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
@@ -57,45 +85,80 @@ class Tape:
             raise RuntimeError(msg)
         warnings.warn(msg, TapeWarning, stacklevel=4)
 
-    def _note_read(self, a, index, what):
-        if isinstance(a, array):
-            self._readers.setdefault(id(a), (index, what, a))
-            self._track(a)
-
-    def _check_write(self, a, what, index):
-        if not isinstance(a, array):
-            return
-        prev = self._readers.get(id(a))
-        if prev is not None and prev[0] < index:
-            self._warn(f"Tape: {what} (record #{index}) overwrites an array that {self._label(prev[0])} "
-                       f"read as '{prev[1]}'; its replayed adjoint would see the new values. "
-                       "Write to a new array instead.")
-        self._track(a)
-
     def _track(self, a):
         if a.requires_grad and a.grad is not None:
             self.gradients[a] = a.grad
 
     def record(self, rec) -> None:
-        """Append ``rec`` (a ``LaunchRecord`` built by ``launch``, a ``CopyRecord`` built by
-        ``copy``) after checking its accesses: a write to an array an earlier record read, or a
-        read and write of one array that needs gradients, warns (``TapeWarning``)."""
+        """Append ``rec`` (a ``LaunchRecord`` built by ``launch`` *before* the kernel runs, a
+        ``CopyRecord`` built by ``copy`` before it copies, a ``FuncRecord``).
+
+        An array the record overwrites while its current values are still needed — the record
+        reads them before writing (in place), or an earlier differentiable record read them —
+        is first copied (``save_overwritten``; ``backward`` restores it), or, with saving off,
+        a ``TapeWarning`` says that gradients through it may be wrong. A kernel that reads an
+        array both before and after writing it warns either way.
+
+        Raises:
+            RuntimeError: such a warning while ``tg.config.strict_tape`` is set.
+        """
         index = len(self.records)
         accesses = rec.accesses()
+        uses = _uses(rec, accesses)
+        diff = _differentiable(rec)
+        saves = []
+        for key, u in uses.items():
+            if not u.writes:
+                continue
+            own = diff and u.before                     # the record reads the old values itself
+            prev = self._live.get(key)
+            if own and u.after:
+                self._warn(f"Tape: {rec.label(index)} reads array '{u.name}' both before and after writing "
+                           "it; its adjoint sees the values from before the launch for both reads, so "
+                           "gradients through the values read after the write may be wrong. Write the "
+                           "new values to a separate array.")
+            if not (own or prev is not None):
+                continue
+            if self.save_overwritten:
+                stream = getattr(rec, "stream", None)
+                saves.append(SavedValues(u.array, snapshot(u.array, stream), own or not (diff and u.after), stream))
+            elif own:
+                self._warn(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, and this "
+                           f"tape does not save overwritten values (save_overwritten=False): its adjoint "
+                           f"sees the overwritten values, so gradients through it may be wrong. "
+                           f"{_SAVE_HINT.format(nbytes=u.array.nbytes)}")
+            else:
+                self._warn(f"Tape: {u.what} (record #{index}) overwrites an array that {self._label(prev[0])} "
+                           f"read as '{prev[1]}', and this tape does not save overwritten values "
+                           f"(save_overwritten=False): that adjoint sees the new values, so gradients "
+                           f"through it may be wrong. {_SAVE_HINT.format(nbytes=u.array.nbytes)}")
+        for key, u in uses.items():
+            if u.writes:
+                if diff and u.after:                    # the record read what it wrote
+                    self._live[key] = (index, u.label, u.array)
+                else:
+                    self._live.pop(key, None)
+            elif diff and u.before:
+                self._live.setdefault(key, (index, u.label, u.array))
         for acc in accesses:
-            if acc.writes:
-                self._check_write(acc.array, acc.what, index)
-                if acc.reads and acc.array.requires_grad:
-                    self._warn(f"Tape: {rec.label(index)} reads and writes array '{acc.name}' in place; "
-                               "the adjoint replays the forward with the overwritten values, "
-                               "so gradients through it are wrong. Write to a separate output array.")
-        for acc in accesses:
-            if acc.reads:
-                self._note_read(acc.array, index, acc.label)
+            if isinstance(acc.array, array):
+                self._track(acc.array)
         for v in (*getattr(rec, "inputs", ()), *getattr(rec, "outputs", ())):
             if is_struct_instance(v):
                 self._track_struct(v)
+        if saves:
+            self._saves[index] = saves
+            for s in saves:       # where backward keeps the forward's last values (allocated once)
+                if id(s.array) not in self._finals:
+                    self._finals[id(s.array)] = (s.array, snapshot(s.array, s.stream))
         self.records.append(rec)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes the tape holds for in-place updates: the saved copies of overwritten arrays
+        plus one buffer per such array for its final values (0 when nothing was overwritten)."""
+        return (sum(s.nbytes for saves in self._saves.values() for s in saves)
+                + sum(buf.nbytes for _, buf in self._finals.values()))
 
     def _track_struct(self, s) -> None:
         """Track the gradients of the arrays a struct argument holds (nested structs too) and
@@ -128,8 +191,7 @@ class Tape:
             if a.grad is None:
                 raise RuntimeError(f"record_func(arrays): item {k} (shape {a.shape}) has no gradient; create it "
                                    "with requires_grad=True")
-            self._track(a)
-        self.records.append(FuncRecord(backward, arrays))
+        self.record(FuncRecord(backward, arrays))
 
     # --------------------------------------------------------------------------- backward
     def backward(self, loss: array | None = None, grads: dict | None = None) -> None:
@@ -170,10 +232,37 @@ class Tape:
                                 f"{type(grads).__name__}")
             for a, g in grads.items():
                 self._seed(a, g)
-        for rec in reversed(self.records):
-            rec.replay()
+        self._replay()
         for st in self._structs.values():     # a field's grad may have been set since the launch
             self.gradients[st] = struct_gradients(st)
+
+    def _replay(self) -> None:
+        """The adjoints in reverse order, with the saved values of overwritten arrays put back
+        at their records' places and the forward's final values restored at the end."""
+        if not self._saves:
+            for rec in reversed(self.records):
+                rec.replay()
+            return
+        streams = {}      # id(array) -> streams of its first and last saving records
+        for index in sorted(self._saves):
+            for s in self._saves[index]:
+                first = streams.get(id(s.array), (s.stream,))[0]
+                streams[id(s.array)] = (first, s.stream)
+        for key, (a, buf) in self._finals.items():
+            restore(buf, a, streams[key][1])
+        try:
+            for index in range(len(self.records) - 1, -1, -1):
+                saved = self._saves.get(index, ())
+                for s in saved:
+                    if s.before_adjoint:
+                        restore(s.array, s.values, s.stream)
+                self.records[index].replay()
+                for s in saved:
+                    if not s.before_adjoint:
+                        restore(s.array, s.values, s.stream)
+        finally:
+            for key, (a, buf) in self._finals.items():
+                restore(a, buf, streams[key][0])
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -214,7 +303,9 @@ class Tape:
         """Zero the gradients and forget the records."""
         self.zero()
         self.records.clear()
-        self._readers.clear()
+        self._live.clear()
+        self._saves.clear()
+        self._finals.clear()
         self.gradients.clear()
         self._structs.clear()
         self.scopes.clear()
@@ -301,6 +392,63 @@ class Tape:
     @property
     def launches(self) -> list:
         return [r for r in self.records if isinstance(r, LaunchRecord)]
+
+
+_SAVE_HINT = ("Leave tg.Tape(save_overwritten=...) at its default (or set tg.config.tape_save_overwritten = "
+              "True) to save a copy of the array ({nbytes} bytes) and get exact gradients.")
+
+
+class _Use:
+    """How one record uses one array (all the arguments it is passed as, together)."""
+
+    __slots__ = ("array", "name", "what", "label", "before", "after", "writes")
+
+    def __init__(self, acc):
+        self.array, self.name, self.what, self.label = acc.array, acc.name, acc.what, acc.label
+        self.before = self.after = self.writes = False
+
+
+def _uses(rec, accesses) -> dict:
+    """``{id(array): _Use}``: for a launch, the kernel's load/store order (``kernel_reads``);
+    for other records, their accesses (a read whose values the adjoint needs counts as "before")."""
+    reads = kernel_reads(rec.kernel, rec.inputs + rec.outputs) if isinstance(rec, LaunchRecord) else None
+    uses: dict = {}
+    for acc in accesses:
+        if not isinstance(acc.array, array):
+            continue
+        key = id(acc.array)
+        u = uses.get(key)
+        if u is None:
+            u = uses[key] = _Use(acc)
+        if acc.writes:
+            u.writes = True
+            u.what = acc.what
+        elif acc.reads:
+            u.label = acc.label          # how a later overwrite names this read
+        if reads is not None:
+            r = reads[key]
+            u.before |= r.before
+            u.after |= r.after
+            u.writes |= r.writes
+        elif acc.reads and acc.values:
+            u.before = True
+    return uses
+
+
+def _differentiable(rec) -> bool:
+    """Whether ``rec``'s adjoint can produce a gradient, so the values it reads matter: a
+    launch with an array (or a struct holding one) that has a gradient; a callback always."""
+    if isinstance(rec, CopyRecord):
+        return False
+    if not isinstance(rec, LaunchRecord):
+        return True
+    for v in (*rec.inputs, *rec.outputs):
+        if isinstance(v, array):
+            if v.grad is not None:
+                return True
+        elif is_struct_instance(v) and any(a.grad is not None for a in struct_arrays(v)):
+            return True
+    return False
 
 
 def _zero_plan(bufs):

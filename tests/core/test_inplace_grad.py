@@ -1,0 +1,532 @@
+"""Exact gradients for in-place kernels on a Tape (issue 14 fault 5, SPEC B12).
+
+Every gradient is checked against float64 central finite differences of the whole recorded
+computation, re-run from scratch for each perturbed input. Before the fix the tape's adjoints
+read the already-overwritten values (``x[i] = x[i] * x[i]`` gave ``2 x_new`` instead of
+``2 x``), and tapegrad only warned.
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+F64 = tg.float64
+
+
+@pytest.fixture(autouse=True)
+def _default_cpu():
+    with tg.ScopedDevice("cpu"):
+        yield
+
+
+# ----------------------------------------------------------------------------------- kernels
+
+@tg.kernel
+def square_inplace(x: tg.array(dtype=F64)):
+    i = tg.tid()
+    x[i] = x[i] * x[i]
+
+
+@tg.kernel
+def double_inplace(x: tg.array(dtype=F64)):
+    i = tg.tid()
+    x[i] = x[i] * 2.0
+
+
+@tg.kernel
+def sin_sum(x: tg.array(dtype=F64), s: tg.array(dtype=F64)):
+    i = tg.tid()
+    tg.atomic_add(s, 0, tg.sin(x[i]))
+
+
+@tg.kernel
+def plain_sum(x: tg.array(dtype=F64), s: tg.array(dtype=F64)):
+    i = tg.tid()
+    tg.atomic_add(s, 0, x[i])
+
+
+@tg.kernel
+def mul(x: tg.array(dtype=F64), w: tg.array(dtype=F64), y: tg.array(dtype=F64)):
+    i = tg.tid()
+    y[i] = x[i] * w[i]
+
+
+@tg.kernel
+def set_zero(w: tg.array(dtype=F64)):
+    i = tg.tid()
+    w[i] = 0.0
+
+
+@tg.kernel
+def triple_of(y: tg.array(dtype=F64), x: tg.array(dtype=F64)):
+    i = tg.tid()
+    x[i] = 3.0 * y[i]
+
+
+@tg.kernel
+def euler_step(x: tg.array(dtype=F64), v: tg.array(dtype=F64), dt: F64):
+    i = tg.tid()
+    xi = x[i]
+    vi = v[i]
+    xn = xi + dt * vi * xi
+    x[i] = xn
+    v[i] = vi - dt * xn * xn
+
+
+@tg.kernel
+def drift(x: tg.array(dtype=F64), v: tg.array(dtype=F64), dt: F64):
+    i = tg.tid()
+    x[i] = x[i] + dt * v[i] * x[i]
+
+
+@tg.kernel
+def square_into(a: tg.array(dtype=F64), b: tg.array(dtype=F64)):
+    i = tg.tid()
+    b[i] = a[i] * a[i]
+
+
+@tg.kernel
+def write_then_read(x: tg.array(dtype=F64), y: tg.array(dtype=F64), z: tg.array(dtype=F64)):
+    i = tg.tid()
+    y[i] = tg.sin(x[i])
+    z[i] = y[i] * y[i]
+
+
+@tg.kernel
+def read_write_read(x: tg.array(dtype=F64), z: tg.array(dtype=F64)):
+    i = tg.tid()
+    x[i] = x[i] * x[i]
+    z[i] = x[i] * x[i]
+
+
+@tg.kernel
+def vec_inplace(x: tg.array(dtype=tg.vec3d)):
+    i = tg.tid()
+    x[i] = x[i] * tg.dot(x[i], x[i])
+
+
+@tg.kernel
+def vec_sum(x: tg.array(dtype=tg.vec3d), s: tg.array(dtype=F64)):
+    i = tg.tid()
+    tg.atomic_add(s, 0, tg.sin(x[i][0]) + 2.0 * x[i][1] * x[i][1] + tg.cos(x[i][2]))
+
+
+@tg.kernel
+def grid_inplace(x: tg.array(dtype=F64, ndim=2)):
+    i, j = tg.tid()
+    x[i, j] = x[i, j] * x[i, j] + tg.sin(x[i, j])
+
+
+@tg.kernel
+def grid_sum(x: tg.array(dtype=F64, ndim=2), s: tg.array(dtype=F64)):
+    i, j = tg.tid()
+    tg.atomic_add(s, 0, x[i, j] * F64(i + 2 * j + 1))
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+def _arrays(values, device, grad):
+    return [tg.array(v, dtype=d, device=device, requires_grad=grad) for v, d in values]
+
+
+def _loss(device):
+    return tg.zeros(1, dtype=F64, device=device, requires_grad=True)
+
+
+def finite_differences(forward, values, device, eps=1e-6):
+    """Central differences of ``forward(*arrays) -> loss``, re-running it from fresh arrays."""
+    def f(vals):
+        return float(forward(*_arrays(vals, device, False)).numpy()[0])
+
+    grads = []
+    for k, (v, d) in enumerate(values):
+        g = np.zeros_like(v)
+        for idx in np.ndindex(v.shape):
+            plus = [(w.copy(), dd) for w, dd in values]
+            minus = [(w.copy(), dd) for w, dd in values]
+            plus[k][0][idx] += eps
+            minus[k][0][idx] -= eps
+            g[idx] = (f(plus) - f(minus)) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def tape_gradients(forward, values, device, **tape_kw):
+    """(gradients, arrays, tape, loss) from one recorded forward and ``backward(loss)``."""
+    arrays = _arrays(values, device, True)
+    tape = tg.Tape(**tape_kw)
+    with tape:
+        loss = forward(*arrays)
+    tape.backward(loss=loss)
+    return [a.grad.numpy().copy() for a in arrays], arrays, tape, loss
+
+
+def check(forward, values, device):
+    grads, arrays, tape, loss = tape_gradients(forward, values, device)
+    for g, ref in zip(grads, finite_differences(forward, values, device)):
+        np.testing.assert_allclose(g, ref, rtol=1e-6, atol=1e-7)
+    return grads, arrays, tape, loss
+
+
+def _x(n=5, lo=0.3, hi=1.7, seed=0):
+    return np.random.default_rng(seed).uniform(lo, hi, n)
+
+
+def f_square(x):
+    loss = _loss(x.device)
+    tg.launch(square_inplace, dim=x.shape[0], inputs=[x])
+    tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+    return loss
+
+
+# ------------------------------------------------------------------------------------- tests
+
+def test_inplace_square_is_exact(device):
+    grads, (x,), tape, _ = check(f_square, [(_x(), F64)], device)
+    x0 = _x()
+    np.testing.assert_allclose(grads[0], 2 * x0 * np.cos(x0 * x0), rtol=1e-12)
+    np.testing.assert_allclose(x.numpy(), x0 * x0, rtol=1e-15)        # final forward values kept
+    assert tape.saved_bytes == 2 * x.nbytes                          # one copy + the final values
+
+
+def test_issue_example_sum_of_inplace_square_and_double(device):
+    for k, truth in ((square_inplace, [2.0, 4.0, 6.0]), (double_inplace, [2.0, 2.0, 2.0])):
+        x = tg.array(np.array([1.0, 2.0, 3.0]), dtype=F64, device=device, requires_grad=True)
+        loss = _loss(device)
+        tape = tg.Tape()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tg.TapeWarning)       # saving on: nothing to warn about
+            with tape:
+                tg.launch(k, dim=3, inputs=[x])
+                tg.launch(plain_sum, dim=3, inputs=[x, loss])
+        tape.backward(loss=loss)
+        assert x.grad.numpy().tolist() == truth
+
+
+def test_inplace_double_is_exact(device):
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(double_inplace, dim=x.shape[0], inputs=[x])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    check(f, [(_x(), F64)], device)
+
+
+def test_overwrite_after_read_of_an_array_without_gradient(device):
+    """y = x * w, then w = 0: d loss / d x needs w's old values although w has no gradient."""
+    def f(x, w):
+        y = tg.zeros(x.shape[0], dtype=F64, device=x.device, requires_grad=True)
+        loss = _loss(x.device)
+        tg.launch(mul, dim=x.shape[0], inputs=[x, w, y])
+        tg.launch(set_zero, dim=w.shape[0], inputs=[w])
+        tg.launch(sin_sum, dim=y.shape[0], inputs=[y, loss])
+        return loss
+    x0, w0 = _x(seed=1), _x(seed=2)
+    x = tg.array(x0, dtype=F64, device=device, requires_grad=True)
+    w = tg.array(w0, dtype=F64, device=device)                       # no gradient
+    tape = tg.Tape()
+    with tape:
+        loss = f(x, w)
+    tape.backward(loss=loss)
+    np.testing.assert_allclose(x.grad.numpy(), w0 * np.cos(x0 * w0), rtol=1e-12)
+    assert np.all(w.numpy() == 0.0)
+    # and with w differentiable too, against finite differences
+    grads, (_, w2), _, _ = check(f, [(x0, F64), (w0, F64)], device)
+    np.testing.assert_allclose(grads[1], x0 * np.cos(x0 * w0), rtol=1e-12)
+
+
+def test_overwrite_after_read_across_two_launches(device):
+    """y = x*x reads x; then x = 3 y overwrites it; loss = sum(sin(x)) + sum(sin(y))."""
+    def f(x):
+        n = x.shape[0]
+        y = tg.zeros(n, dtype=F64, device=x.device, requires_grad=True)
+        loss = _loss(x.device)
+        tg.launch(square_into, dim=n, inputs=[x, y])
+        tg.launch(triple_of, dim=n, inputs=[y, x])
+        tg.launch(sin_sum, dim=n, inputs=[x, loss])
+        tg.launch(sin_sum, dim=n, inputs=[y, loss])
+        return loss
+    grads, (x,), _, _ = check(f, [(_x(seed=3), F64)], device)
+    x0 = _x(seed=3)
+    np.testing.assert_allclose(x.numpy(), 3 * x0 * x0)
+
+
+def test_same_array_passed_as_input_and_output(device):
+    """square_into(a=x, b=x): the kernel's alias makes it in place."""
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(square_into, dim=x.shape[0], inputs=[x, x])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    check(f, [(_x(seed=4), F64)], device)
+
+
+def simulate(steps, dt=0.05):
+    def f(x, v):
+        loss = _loss(x.device)
+        for _ in range(steps):
+            tg.launch(euler_step, dim=x.shape[0], inputs=[x, v, dt])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        tg.launch(sin_sum, dim=v.shape[0], inputs=[v, loss])
+        return loss
+    return f
+
+
+def test_simulation_loop_of_five_inplace_steps(device):
+    values = [(_x(seed=5), F64), (_x(seed=6, lo=-1.0, hi=1.0), F64)]
+    _, (x, v), tape, _ = check(simulate(5), values, device)
+    assert tape.saved_bytes == (5 + 1) * (x.nbytes + v.nbytes)
+
+
+def test_simulation_step_from_the_brief(device):
+    """x[i] = x[i] + dt * v[i] * x[i], 5 steps; v is only read (saved: no)."""
+    def f(x, v):
+        loss = _loss(x.device)
+        for _ in range(5):
+            tg.launch(drift, dim=x.shape[0], inputs=[x, v, 0.1])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    _, (x, v), tape, _ = check(f, [(_x(seed=7), F64), (_x(seed=8), F64)], device)
+    assert tape.saved_bytes == (5 + 1) * x.nbytes
+
+
+def test_repeated_backward_gives_the_same_gradients(device):
+    values = [(_x(seed=9), F64), (_x(seed=10, lo=-1.0, hi=1.0), F64)]
+    forward = simulate(3)
+    ref = finite_differences(forward, values, device)
+    x, v = _arrays(values, device, True)
+    tape = tg.Tape()
+    with tape:
+        loss = forward(x, v)
+    final = (x.numpy().copy(), v.numpy().copy())
+    for _ in range(3):
+        tape.backward(loss=loss)
+        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(x.numpy(), final[0])
+        np.testing.assert_array_equal(v.numpy(), final[1])
+        tape.zero()
+    seed = tg.array(np.ones(1), dtype=F64, device=device)
+    for _ in range(2):                                   # the grads= form, and no seeding at all
+        tape.backward(grads={loss: seed})
+        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+        tape.zero()
+    loss.grad.fill_(1.0)
+    tape.backward()
+    np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(x.numpy(), final[0])
+
+
+def test_off_switch_warns_and_gives_the_old_wrong_gradient(device):
+    x0 = np.array([1.0, 2.0, 3.0])
+    x = tg.array(x0, dtype=F64, device=device, requires_grad=True)
+    loss = _loss(device)
+    tape = tg.Tape(save_overwritten=False)
+    with tape:
+        with pytest.warns(tg.TapeWarning, match=r"square_inplace.*'x'.*may be wrong.*save_overwritten"):
+            tg.launch(square_inplace, dim=3, inputs=[x])
+        tg.launch(plain_sum, dim=3, inputs=[x, loss])
+    tape.backward(loss=loss)
+    assert x.grad.numpy().tolist() == (2 * x0 * x0).tolist()       # 2 * x_new: the adjoint saw x_new
+    assert tape.saved_bytes == 0
+
+
+def test_off_switch_from_the_config_and_strict_mode(device):
+    x = tg.array(_x(), dtype=F64, device=device, requires_grad=True)
+    w = tg.array(_x(seed=1), dtype=F64, device=device)
+    y = tg.zeros(5, dtype=F64, device=device, requires_grad=True)
+    tg.config.tape_save_overwritten = False
+    try:
+        tape = tg.Tape()
+        assert tape.save_overwritten is False
+        with tape:
+            tg.launch(mul, dim=5, inputs=[x, w, y])
+            with pytest.warns(tg.TapeWarning, match=r"set_zero.*launch #0.*'.*mul\.w'.*may be wrong"):
+                tg.launch(set_zero, dim=5, inputs=[w])
+        tg.config.strict_tape = True
+        with tg.Tape():
+            with pytest.raises(RuntimeError, match="square_inplace"):
+                tg.launch(square_inplace, dim=5, inputs=[x])
+    finally:
+        tg.config.tape_save_overwritten = True
+        tg.config.strict_tape = False
+    with tg.Tape() as t:                      # saving on: strict mode has nothing to object to
+        tg.config.strict_tape = True
+        try:
+            tg.launch(square_inplace, dim=5, inputs=[x])
+        finally:
+            tg.config.strict_tape = False
+    assert t.saved_bytes == 2 * x.nbytes
+
+
+def test_bad_save_overwritten_values():
+    with pytest.raises(TypeError, match=r"Tape\(save_overwritten=...\).*got str"):
+        tg.Tape(save_overwritten="yes")
+    tg.config.tape_save_overwritten = 1
+    try:
+        with pytest.raises(TypeError, match=r"tape_save_overwritten.*got int"):
+            tg.Tape()
+    finally:
+        tg.config.tape_save_overwritten = True
+
+
+def test_vec3_arrays(device):
+    rng = np.random.default_rng(11)
+
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(vec_inplace, dim=x.shape[0], inputs=[x])
+        tg.launch(vec_inplace, dim=x.shape[0], inputs=[x])
+        tg.launch(vec_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    _, (x,), tape, _ = check(f, [(rng.uniform(-0.8, 0.8, (4, 3)), tg.vec3d)], device)
+    assert tape.saved_bytes == 3 * 4 * 3 * 8
+
+
+def test_2d_array(device):
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(grid_inplace, dim=x.shape, inputs=[x])
+        tg.launch(grid_inplace, dim=x.shape, inputs=[x])
+        tg.launch(grid_sum, dim=x.shape, inputs=[x, loss])
+        return loss
+    check(f, [(np.random.default_rng(12).uniform(0.1, 0.9, (3, 4)), F64)], device)
+
+
+def test_recorded_copy_over_an_array_a_launch_read(device):
+    """tg.copy(x, z) inside the tape overwrites x, which square_into read: saved before the copy."""
+    def f(x, z):
+        n = x.shape[0]
+        y = tg.zeros(n, dtype=F64, device=x.device, requires_grad=True)
+        loss = _loss(x.device)
+        tg.launch(square_into, dim=n, inputs=[x, y])
+        tg.copy(x, z)
+        tg.launch(square_inplace, dim=n, inputs=[x])
+        tg.launch(sin_sum, dim=n, inputs=[x, loss])
+        tg.launch(sin_sum, dim=n, inputs=[y, loss])
+        return loss
+    _, (x, z), _, _ = check(f, [(_x(seed=13), F64), (_x(seed=14), F64)], device)
+    np.testing.assert_allclose(x.numpy(), _x(seed=14) ** 2)
+
+
+def test_write_then_read_kernel_stays_exact(device):
+    """A kernel that reads back what it wrote needs the values from *after* it: restored after
+    its adjoint (here an earlier launch read y, so y is saved)."""
+    def f(x, y):
+        n = x.shape[0]
+        z = tg.zeros(n, dtype=F64, device=x.device, requires_grad=True)
+        loss = _loss(x.device)
+        tg.launch(sin_sum, dim=n, inputs=[y, loss])              # reads y's initial values
+        tg.launch(write_then_read, dim=n, inputs=[x, y, z])
+        tg.launch(sin_sum, dim=n, inputs=[z, loss])
+        return loss
+    check(f, [(_x(seed=15), F64), (_x(seed=16), F64)], device)
+
+
+def test_read_write_read_kernel_warns(device):
+    x = tg.array(_x(), dtype=F64, device=device, requires_grad=True)
+    z = tg.zeros(5, dtype=F64, device=device, requires_grad=True)
+    with tg.Tape():
+        with pytest.warns(tg.TapeWarning, match=r"read_write_read.*'x' both before and after"):
+            tg.launch(read_write_read, dim=5, inputs=[x, z])
+
+
+def test_only_needed_arrays_are_saved(device):
+    x = tg.array(_x(), dtype=F64, device=device)                          # no gradients anywhere
+    tape = tg.Tape()
+    with tape:
+        tg.launch(square_inplace, dim=5, inputs=[x])
+    assert tape.saved_bytes == 0
+    a = tg.array(_x(), dtype=F64, device=device, requires_grad=True)
+    b = tg.zeros(5, dtype=F64, device=device, requires_grad=True)
+    c = tg.zeros(5, dtype=F64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(square_into, dim=5, inputs=[a, b])      # b written, not read: nothing to keep
+        tg.launch(square_into, dim=5, inputs=[a, b])      # b overwritten, but no one read it
+        tg.copy(c, b)                                     # a copy's adjoint needs no values...
+        tg.launch(set_zero, dim=5, inputs=[b])            # ...so overwriting b after it is free
+    assert tape.saved_bytes == 0
+    with tape:
+        tg.launch(set_zero, dim=5, inputs=[a])            # a was read by differentiable launches
+    assert tape.saved_bytes == 2 * a.nbytes
+    tape.reset()
+    assert tape.saved_bytes == 0
+
+
+def test_record_func_sees_the_values_of_its_arrays(device):
+    """A callback recorded with record_func sees its arrays as they were when it was recorded."""
+    x0 = _x(seed=17)
+    x = tg.array(x0, dtype=F64, device=device, requires_grad=True)
+    seen = []
+    tape = tg.Tape()
+    with tape:
+        tape.record_func(lambda: seen.append(x.numpy().copy()), [x])
+        tg.launch(square_inplace, dim=5, inputs=[x])
+    tape.backward(grads={x: np.ones(5)})
+    np.testing.assert_array_equal(seen[0], x0)
+    np.testing.assert_array_equal(x.numpy(), x0 * x0)
+
+
+def test_final_values_come_back_when_an_adjoint_raises(device):
+    x0 = _x(seed=18)
+    x = tg.array(x0, dtype=F64, device=device, requires_grad=True)
+
+    def fail():
+        raise ArithmeticError("boom")
+    tape = tg.Tape()
+    with tape:
+        tape.record_func(fail, [x])
+        tg.launch(square_inplace, dim=5, inputs=[x])
+    with pytest.raises(ArithmeticError):
+        tape.backward(grads={x: np.ones(5)})
+    np.testing.assert_array_equal(x.numpy(), x0 * x0)
+
+
+def test_captured_cpu_backward_restores_inside_the_graph():
+    """tape.backward inside a CPU ScopedCapture: the restores are recorded with the adjoints,
+    so each replay of the graph is exact and leaves the final values in place."""
+    values = [(_x(seed=19), F64), (_x(seed=20, lo=-1.0, hi=1.0), F64)]
+    forward = simulate(3)
+    ref = finite_differences(forward, values, "cpu")
+    x, v = _arrays(values, "cpu", True)
+    tape = tg.Tape()
+    with tape:
+        loss = forward(x, v)
+    final = x.numpy().copy()
+    with tg.ScopedCapture(device="cpu") as cap:
+        tape.backward(loss=loss)
+    assert np.all(x.grad.numpy() == 0.0)
+    for _ in range(2):
+        tg.capture_launch(cap.graph)
+        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(x.numpy(), final)
+        tape.zero()
+
+
+@pytest.mark.cuda
+def test_captured_cuda_backward_restores_inside_the_graph():
+    values = [(_x(seed=21), F64), (_x(seed=22, lo=-1.0, hi=1.0), F64)]
+    forward = simulate(3)
+    ref = finite_differences(forward, values, "cuda:0")
+    x, v = _arrays(values, "cuda:0", True)
+    tape = tg.Tape()
+    with tape:
+        loss = forward(x, v)
+    tape.backward(loss=loss)                      # loads the adjoint kernels outside the capture
+    tape.zero()
+    final = x.numpy().copy()
+    tg.synchronize()
+    with tg.ScopedCapture(device="cuda:0") as cap:
+        tape.backward(loss=loss)
+    for _ in range(2):
+        tg.capture_launch(cap.graph)
+        tg.synchronize()
+        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(x.numpy(), final)
+        tape.zero()
+        tg.synchronize()
