@@ -1,5 +1,7 @@
 """Tape cost side by side with NVIDIA Warp (when `warp-lang` is installed): backward over 100
-recorded small launches (per launch) and `tape.zero()`, on the CPU (or --device cuda:0).
+recorded small launches (per launch) and `tape.zero()`, on the CPU (or --device cuda:0). On CUDA
+also the backward captured once into a CUDA graph and replayed (per launch): the fastest way to
+replay many small adjoints (docs/graphs.md, "Capturing a backward pass").
 
     python benchmarks/tape.py [--device cpu] [--reps 50]
 
@@ -42,7 +44,17 @@ def bench_tapegrad(device):
         tape.zero()
         tg.synchronize_device(device)
 
-    return backward, zero
+    captured = None
+    if tg.get_device(device).is_cuda:
+        backward()                          # outside the capture: compiles and allocates
+        with tg.ScopedCapture(device=device) as cap:
+            tape.backward(grads=seed)
+
+        def captured():
+            tg.capture_launch(cap.graph)
+            tg.synchronize_device(device)
+
+    return backward, zero, captured
 
 
 def bench_warp(device):
@@ -73,7 +85,17 @@ def bench_warp(device):
         tape.zero()
         wp.synchronize_device(device)
 
-    return backward, zero
+    captured = None
+    if wp.get_device(device).is_cuda:
+        backward()
+        with wp.ScopedCapture(device=device) as cap:
+            tape.backward(grads={xs[-1]: g})
+
+        def captured():
+            wp.capture_launch(cap.graph)
+            wp.synchronize_device(device)
+
+    return backward, zero, captured
 
 
 def main():
@@ -86,10 +108,12 @@ def main():
     peer_name = "warp" if peer else None
     # best of single calls, tapegrad and Warp alternating (the backward is per launch)
     rows = [("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
+    if ours[2] is not None:
+        rows.append(("captured backward/launch", 2, N_LAUNCHES))
     out = {"device": args.device, "peer": peer_name, "results": []}
     print(f"{'measure':24s} {'tapegrad':>12s} {peer_name or '-':>12s} {'ratio':>8s}")
     for name, k, per in rows:
-        samples = interleave({"tapegrad": per_call(ours[k], 1), "warp": per_call(peer[k], 1) if peer else None},
+        samples = interleave({"tapegrad": per_call(ours[k], 1), "warp": per_call(peer[k], 1) if peer and peer[k] else None},
                              args.reps)
         c = compare({n: [t / per for t in v] for n, v in samples.items()}, "tapegrad", peer_name, stat="best")
         print(f"{name:24s} {fmt_time(c.ours, width=10)} {fmt_time(c.peer, width=10)} {fmt_ratio(c.ratio):>8s}")
