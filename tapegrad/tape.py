@@ -20,7 +20,7 @@ from .array import array
 from .config import config
 from .errors import TapeWarning
 from .launch import LaunchRecord
-from .memory_ops import ZeroPlan
+from .memory_ops import BufferZeroPlan
 from .recording import CopyRecord, FuncRecord
 from .tape_saves import SavedValues, kernel_reads, restore, snapshot
 from .types import ArrayType, StructType
@@ -59,7 +59,7 @@ class Tape:
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._finals: dict = {}        # id(array) -> (array, buffer for its values at backward start)
         self._loss = None
-        self._zero_plan = None         # (ids of the buffers, (host memsets, other buffers))
+        self._zero_plan = None         # (ids of the buffers, their BufferZeroPlan)
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
         self._structs: dict = {}       # id(struct instance) -> the instance (its arrays' grads are tracked)
 
@@ -292,10 +292,9 @@ class Tape:
         key = tuple(map(id, bufs))
         plan = self._zero_plan
         if plan is None or plan[0] != key:
-            plan = self._zero_plan = (key, _zero_plan(bufs))
-        plan[1][0].run()
-        for buf in plan[1][1]:
-            buf.zero_()
+            # host buffers: one native memset call; CUDA buffers: one launch per device
+            plan = self._zero_plan = (key, BufferZeroPlan(bufs))
+        plan[1].run()
         for buf in bufs:
             buf.version += 1
 
@@ -449,21 +448,6 @@ def _differentiable(rec) -> bool:
         elif is_struct_instance(v) and any(a.grad is not None for a in struct_arrays(v)):
             return True
     return False
-
-
-def _zero_plan(bufs):
-    """Split gradient buffers into raw host memsets (one ctypes call each, the common case on
-    the CPU) and buffers that need ``zero_()`` (CUDA, strided, read-only); duplicates once."""
-    host, other, seen = [], [], set()
-    for b in bufs:
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
-        if b.device.is_cpu and b.is_contiguous and not b.readonly and b.ptr:
-            host.append((b.ptr, b.nbytes))
-        else:
-            other.append(b)
-    return ZeroPlan(host), other
 
 
 def is_struct_instance(v) -> bool:
