@@ -285,7 +285,8 @@ class Tape:
     def zero(self) -> None:
         """Zero every gradient the tape touched, those of arrays held in struct arguments
         included (views of them stay valid)."""
-        bufs = [a.grad if a.grad is not None else g for a, g in self.gradients.items() if isinstance(a, array)]
+        bufs = [g if (ag := a.grad) is None else ag for a, g in self.gradients.items() if a.__class__ is array or
+                isinstance(a, array)]
         for st in self._structs.values():      # arrays held in struct arguments (nested too)
             bufs += [a.grad for a in struct_arrays(st) if a.grad is not None]
         bufs += self._owned.values()
