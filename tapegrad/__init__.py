@@ -11,6 +11,7 @@ import importlib
 from . import frameworks as _frameworks
 from . import types as _types
 from .array import array, array1d, array2d, array3d, array4d, clone, copy  # noqa: F401
+from .config import config  # noqa: F401
 from .constants import *  # noqa: F401,F403  pi, e, inf, nan, tau...
 from .creation import (  # noqa: F401
     empty,
@@ -46,6 +47,7 @@ from .errors import (  # noqa: F401
     GradcheckError,
     GradLayoutError,
     KernelError,
+    KernelIndexError,
     TapeCompileWarning,
     TapeWarning,
 )
@@ -64,7 +66,6 @@ from .runtime import (  # noqa: F401
     load_module,
     set_module_options,
 )
-from .config import config  # noqa: F401
 from .tape import Tape  # noqa: F401
 from .types import (  # noqa: F401
     ArrayType,

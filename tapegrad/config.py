@@ -5,9 +5,16 @@ read it: the kernel compiler reads ``mode``, the tape reads ``strict_tape``.
 """
 from __future__ import annotations
 
-__all__ = ["config", "Config", "MODES", "check_mode"]
+__all__ = ["config", "Config", "MODES", "check_mode", "add_mode_listener"]
 
 MODES = ("release", "debug")
+_LISTENERS: list = []   # callables run after config.mode changes (higher layers register)
+
+
+def add_mode_listener(fn) -> None:
+    """Call ``fn()`` whenever ``config.mode`` changes (the compiler drops its cached choice of
+    build). Lower layers own this table; higher layers register into it."""
+    _LISTENERS.append(fn)
 
 
 class Config:
@@ -41,7 +48,11 @@ class Config:
 
     @mode.setter
     def mode(self, value) -> None:
-        self._mode = check_mode(value, "config.mode")
+        value = check_mode(value, "config.mode")
+        if value != self._mode:
+            self._mode = value
+            for fn in list(_LISTENERS):
+                fn()
 
     def __repr__(self):
         return f"Config(mode={self._mode!r}, strict_tape={self.strict_tape!r}, verbose={self.verbose!r})"

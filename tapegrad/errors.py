@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "TapeWarning", "TapeCompileWarning",
            "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
-           "BridgeTypeError", "GradLayoutError"]
+           "BridgeTypeError", "GradLayoutError", "KernelIndexError"]
 
 
 # ------------------------------------------------------------------------- kernels and builds
@@ -31,6 +31,26 @@ class CompileError(RuntimeError):
 
 class CacheDirError(PermissionError):
     """The kernel cache directory is unsafe (world-writable or owned by another user)."""
+
+
+class KernelIndexError(IndexError):
+    """A kernel built in debug mode (``tg.config.mode = "debug"``) indexed an array out of range.
+
+    Raised after the launch; the out-of-range access was skipped (a read gave zero). The
+    message names the kernel, the array, the index, the array's shape and the Python line.
+
+    Attributes:
+        kernel: the kernel's key. function: the kernel or ``@func`` where the access is.
+        array: the array's name. index: the index tuple. shape: the array's shape.
+        location: ``file:line``. access: "read", "write", "atomic_add"... count: how many
+            out-of-range accesses the launch made (only the first is described).
+    """
+
+    def __init__(self, message, kernel="", function="", array="", index=(), shape=(), location="", access="",
+                 count=1):
+        super().__init__(message)
+        self.kernel, self.function, self.array = kernel, function, array
+        self.index, self.shape, self.location, self.access, self.count = index, shape, location, access, count
 
 
 class TapeCompileWarning(UserWarning):

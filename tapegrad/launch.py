@@ -262,7 +262,8 @@ def _bounds(dim):
     return dims, b
 
 
-MAX_LAUNCH_SIZE = 2 ** 31 - 1
+MAX_LAUNCH_SIZE = 2 ** 63 - 1       # threads in one launch: the grid loops' index is an int64
+NARROW_LAUNCH_SIZE = 2 ** 31 - 1    # launches up to this size run the default build (int32 tid())
 
 
 def _make_bounds(dim):
@@ -276,13 +277,16 @@ def _make_bounds(dim):
         raise TypeError(f"launch: dim must be an int or a tuple of up to {types.MAX_DIMS} ints, got {dim!r}") from None
     if not 1 <= len(dim) <= types.MAX_DIMS or any(d < 0 for d in dim):
         raise ValueError(f"launch: dim must have 1..{types.MAX_DIMS} non-negative entries, got {dim}")
+    if any(d > MAX_LAUNCH_SIZE for d in dim):
+        raise ValueError(f"launch: dim {dim} has an extent over {MAX_LAUNCH_SIZE} (2^63 - 1, the int64 launch bounds)")
     size = 1
     for d in dim:
         size *= d
     if size > MAX_LAUNCH_SIZE:
-        # tid() is an int32, as in Warp: a larger grid would hand threads wrapped indices
-        raise ValueError(f"launch: dim {dim} has {size} threads; at most {MAX_LAUNCH_SIZE} (2^31 - 1) are "
-                         "supported (tid() is a 32-bit index): split the launch, or loop inside the kernel")
+        # Python ints do not overflow: the product is exact, so (2^32, 2^32) is refused here
+        # instead of wrapping to 0 threads in the int64 launch bounds
+        raise ValueError(f"launch: dim {dim} has {size} threads; at most {MAX_LAUNCH_SIZE} (2^63 - 1, the "
+                         "int64 thread index) are supported: split the launch, or loop inside the kernel")
     b = types.LaunchBounds()
     for k, d in enumerate(dim):
         b.shape[k] = d
@@ -432,10 +436,12 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     if cpu_capture.open_count and dev.is_cpu and cpu_capture.capturing():
         # a CPU graph capture records the launch (the packed values and arguments stay alive
         # with the graph) and runs it at each replay
-        mod = kernel.module(dev)
+        mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         cpu_capture.record(lambda: mod.launch(bounds, argv, adjoint, 0, block_dim, max_blocks), (vals, args))
     else:
-        kernel.module(dev).launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+        # past 2^31 - 1 threads: the kernel's wide build (int64 tid()), compiled on first use
+        mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
+        mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):

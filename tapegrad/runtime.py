@@ -111,11 +111,12 @@ def set_module_options(options: dict, module=None) -> None:
     """Set options for the kernels of a Python module (default: the calling module), as Warp.
 
     ``enable_backward`` takes effect for kernels defined after the call (a kernel's own
-    ``enable_backward=`` wins); the other options are stored for ``get_module_options``.
+    ``enable_backward=`` wins); ``mode`` (``"release"``/``"debug"``, None: ``tg.config.mode``)
+    at the module's kernels' next launch; the other options are stored for ``get_module_options``.
 
     Raises:
         TypeError: ``options`` is not a dict, a bad ``module``, or an option of the wrong type.
-        ValueError: an option name Warp does not have.
+        ValueError: an option name Warp does not have; a ``mode`` other than those.
     """
     update_module_options(_module_name(module, "set_module_options"), options)
 

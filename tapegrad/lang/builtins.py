@@ -572,12 +572,18 @@ Builtin("len", None, "len(a): the first dimension of an array", export=False).ad
 Builtin("tid", None, "thread index: i = tg.tid(); i, j = tg.tid() in a 2-D launch ...")
 
 
-def op_tid(k, n) -> Op:
-    """The Op computing output ``k`` of ``n`` of ``tid()``."""
+def op_tid(k, n, wide=False) -> Op:
+    """The Op computing output ``k`` of ``n`` of ``tid()``: an int32, as in Warp, or an int64 in
+    the wide variant of a kernel (``wide``: launches of more than 2^31 - 1 threads)."""
+    if wide:
+        return Op("tid", lambda a: f"tg::tid64(tg_bounds, tg_tid, {k}, {n})", int64)
     return Op("tid", lambda a: f"tg::tid(tg_bounds, tg_tid, {k}, {n})", int32)
 
 
-def op_shape(k) -> Op:
+def op_shape(k, wide=False) -> Op:
+    """``a.shape[k]``: an int32 (an int64 in the wide variant, whose arrays may pass 2^31 - 1)."""
+    if wide:
+        return Op("shape", lambda a: f"tg::shape64({a[0]}, {k})", int64)
     return Op("shape", lambda a: f"tg::shape({a[0]}, {k})", int32)
 
 

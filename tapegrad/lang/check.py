@@ -272,8 +272,8 @@ class _Checker:
                           "plan_loops hoists such reads")
 
 
-def _tid(types, ret):
-    return None if not types and ret is int32 else "takes no operands and gives int32"
+def _tid(types, ret):   # int64 in a kernel's wide variant
+    return None if not types and ret in (int32, int64) else "takes no operands and gives int32 (int64: wide)"
 
 
 def _guard(types, ret):
@@ -287,7 +287,9 @@ def _range_count(types, ret):
 
 
 def _shape(types, ret):
-    return None if len(types) == 1 and is_array(types[0]) and ret is int32 else "takes an array and gives int32"
+    if len(types) == 1 and is_array(types[0]) and ret in (int32, int64):   # int64 in a wide variant
+        return None
+    return "takes an array and gives int32 (int64: wide)"
 
 
 def _field(types, ret):

@@ -6,11 +6,19 @@ struct definitions, every ``@func`` as ``NAME_fwd`` / ``NAME_rep`` (replay: no s
 points: ``KEY_cpu_forward/backward(const launch_t*, void**)`` (OpenMP over the grid) and
 ``KEY_cuda_forward/backward(launch_t, args...)`` (grid-stride loop), selected by ``TG_CUDA``.
 Statements carry ``// @file:line`` comments so compiler errors map back to Python lines.
+
+Variants (``Variant``): the default build is what release launches of at most 2^31 - 1
+threads run; the *wide* variant (``tid()``, ``len()``, ``a.shape[k]`` int64, 64-bit grid loops)
+serves larger launches and the *debug* variant guards every array access with a bounds check
+(``runtime/debug.h``; the sites table maps each check back to its array and Python line). The
+runtime headers a variant needs are inlined only into its units, so default builds are
+byte-identical to what they were before variants existed.
 """
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,7 +30,8 @@ from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, 
 _RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h")
 # headers inlined only into units whose generated code names them (compile time of the rest)
-_OPTIONAL_RUNTIME = (("random.h", "tg::rng_"), ("spatial.h", "tg::sp_"))
+_OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
+                     ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)))
 _runtime_text = None
 _optional_text: dict = {}
 
@@ -39,6 +48,60 @@ def runtime_source() -> str:
                 parts.append(f"// ---- runtime/{f}\n" + fh.read().replace("#pragma once\n", ""))
         _runtime_text = "\n".join(parts)
     return _runtime_text
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Which build of a kernel: ``wide`` (64-bit thread index) and ``debug`` (bounds checks)."""
+
+    wide: bool = False
+    debug: bool = False
+
+    @property
+    def suffix(self) -> str:
+        """What the variant adds to a module's file name ("" for the default build)."""
+        return ("_w" if self.wide else "") + ("_dbg" if self.debug else "")
+
+
+DEFAULT = Variant()
+
+
+@dataclass(frozen=True)
+class DebugSite:
+    """One bounds-checked array access of a debug build.
+
+    Attributes:
+        function: the kernel's key or the ``@func``'s Python name.
+        array: the array's name in the source (a parameter's name, else "an array").
+        location: ``file:line`` of the statement.
+        access: "read", "write", "atomic_add"..., or "adjoint of ..." in the backward pass.
+    """
+
+    function: str
+    array: str
+    location: str
+    access: str
+
+
+@dataclass
+class DebugSites:
+    """The table of ``DebugSite`` of one translation unit (the C++ checks carry the index)."""
+
+    sites: list = field(default_factory=list)
+    _ids: dict = field(default_factory=dict)
+
+    def site(self, key, make) -> int:
+        """The id of the site ``key`` (a statement and pass), made by ``make()`` when new."""
+        k = self._ids.get(key)
+        if k is None:
+            k = self._ids[key] = len(self.sites)
+            self.sites.append(make())
+        return k
+
+
+# the array-access ops and how many trailing value operands follow the indices
+_ACCESS_VALUES = {"load": 0, "store": 1, "atomic_add": 1, "atomic_sub": 1, "atomic_min": 1, "atomic_max": 1,
+                  "atomic_exch": 1, "atomic_cas": 2, "atomic_and": 1, "atomic_or": 1, "atomic_xor": 1}
 
 
 def adj_name(v) -> str:
@@ -149,9 +212,31 @@ def param_adjoint_type(t):
 class FunctionEmitter:
     """Emits the forward, replay and adjoint C++ functions of one ``FunctionIR``."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, sites=None):
         self.fn = fn
+        self.sites = sites          # a DebugSites in debug builds: every array access is checked
         self._last_loc = None
+
+    # -------------------------------------------------------------- debug checks
+    def check(self, s, reverse=False):
+        """The bounds-check condition guarding statement ``s`` in a debug build (None: no check)."""
+        if self.sites is None or not isinstance(s, Assign):
+            return None
+        nv = _ACCESS_VALUES.get(s.op.name)
+        if nv is None or not s.args or not is_array(s.args[0].type):
+            return None
+        arr = s.args[0]
+        idx = s.args[1:len(s.args) - nv]
+        loc = getattr(s, "loc", None) or self._last_loc or self.fn.loc
+        access = {"load": "read", "store": "write"}.get(s.op.name, s.op.name)
+
+        def make():
+            who = self.fn.loc.func if self.fn.kind != "kernel" and self.fn.loc is not None else self.fn.name
+            where = f"{loc.file}:{loc.line}" if loc is not None else "?"
+            name = arr.label if arr.kind == "param" and arr.label else "an array"
+            return DebugSite(who, name, where, f"adjoint of {access}" if reverse else access)
+        site = self.sites.site((id(s), reverse), make)
+        return f"tg::dbg_ok({', '.join([arr.name, str(site)] + [a.name for a in idx])})"
 
     # -------------------------------------------------------------- forward statements
     def fwd(self, stmts, lines, ind, replay=False):
@@ -168,7 +253,13 @@ class FunctionEmitter:
                     continue
                 render = op.replay if replay and op.replay is not None else op.fwd
                 text = render(args)
-                if s.out is not None:
+                guard = self.check(s)
+                if guard is not None:
+                    if s.out is not None:
+                        lines.append(f"{pad}{s.out.name} = {guard} ? ({text}) : {s.out.type.cname}{{}};")
+                    else:
+                        lines.append(f"{pad}if ({guard}) {{ {text if text.rstrip().endswith(';') else text + ';'} }}")
+                elif s.out is not None:
                     lines.append(f"{pad}{s.out.name} = {text};")
                     if replay and op.array_adj is not None:
                         lines.append(f"{pad}{adj_name(s.out)} = {op.array_adj(args, [adj_name(a) for a in s.args])};")
@@ -303,7 +394,9 @@ class FunctionEmitter:
             args = [a.name for a in s.args]
             adjs = [adj_name(a) for a in s.args]
             g = adj_name(s.out) if s.out is not None else None
-            lines.append(pad + s.op.adj(args, adjs, g))
+            guard = self.check(s, reverse=True)
+            text = s.op.adj(args, adjs, g)
+            lines.append(pad + (text if guard is None else f"if ({guard}) {{ {text} }}"))
         elif isinstance(s, Read):
             if float_based(s.out.type) and not is_array(s.out.type):
                 lines.append(f"{pad}tg::accum({adj_name(s.var)}, {adj_name(s.out)});")
@@ -370,21 +463,22 @@ def _body_temps(loop):
     return out
 
 
-def emit_func(fn, grad=None) -> str:
+def emit_func(fn, grad=None, sites=None) -> str:
     """C++ for a ``@func`` specialization: ``_fwd``, ``_rep`` when it has side effects, and
-    ``_adj`` (generated, or the user's ``@func_grad`` when ``grad`` is given)."""
-    e = FunctionEmitter(fn)
+    ``_adj`` (generated, or the user's ``@func_grad`` when ``grad`` is given); ``sites``: the
+    debug build's table of bounds checks (None: no checks)."""
+    e = FunctionEmitter(fn, sites)
     parts = [e.forward_function(f"{fn.name}_fwd")]
     if fn.side_effects:
         parts.append(e.forward_function(f"{fn.name}_rep", replay=True))
     if grad is not None:
-        parts.append(FunctionEmitter(grad).adjoint_function(f"{fn.name}_adj"))
+        parts.append(FunctionEmitter(grad, sites).adjoint_function(f"{fn.name}_adj"))
     else:
         parts.append(e.adjoint_function(f"{fn.name}_adj"))
     return "\n\n".join(parts)
 
 
-def _cpu_forward_loops(fn, sym, ts) -> list:
+def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
     """The forward grid loop of the CPU entry point.
 
     Dynamic scheduling in chunks (``tg::omp_chunk``): when another process shares a core, the
@@ -394,6 +488,8 @@ def _cpu_forward_loops(fn, sym, ts) -> list:
     the compile-time element size, with a 32-bit thread index (``tid()`` is 32-bit anyway):
     the compiler can then vectorize it (with its own run-time overlap checks, so behaviour is
     identical). Otherwise (strided views, ``None`` arrays, grids past 2^31) the generic loop runs.
+    The wide variant (``wide``: launches past 2^31 - 1 threads) keeps the dense copy with a
+    64-bit index.
     """
     n = len(fn.params)
     arrays = [i for i, p in enumerate(fn.params) if is_array(p.type)]
@@ -406,25 +502,28 @@ def _cpu_forward_loops(fn, sym, ts) -> list:
     if not arrays:
         return generic
     dense = " && ".join(f"a{i}.strides[{fn.params[i].type.ndim - 1}] == int64_t(sizeof(*a{i}.data))" for i in arrays)
-    fast = [f"    if (tg_bounds.size <= 0x7fffffff && {dense}) {{",
+    fast = [f"    if ({dense}) {{" if wide else f"    if (tg_bounds.size <= 0x7fffffff && {dense}) {{",
             "        #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "        {"]
     for i, t in enumerate(ts):
         fast.append(f"            {t} d{i} = a{i};")
         if i in arrays:
             k = fn.params[i].type.ndim - 1
             fast[-1] += f" d{i}.strides[{k}] = int64_t(sizeof(*d{i}.data));"
-    fast += ["            const int32_t tg_n = int32_t(tg_bounds.size);",
-             "            const int32_t tg_chunk = int32_t(tg::omp_chunk(tg_n));",
+    ti = "int64_t" if wide else "int32_t"
+    fast += [f"            const {ti} tg_n = {ti}(tg_bounds.size);",
+             f"            const {ti} tg_chunk = {ti}(tg::omp_chunk(tg_n));",
              "            #pragma omp for schedule(dynamic, tg_chunk)",
-             f"            for (int32_t tg_t = 0; tg_t < tg_n; ++tg_t) "
+             f"            for ({ti} tg_t = 0; tg_t < tg_n; ++tg_t) "
              f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'd{i}' for i in range(n)])});",
              "        }", "        return;", "    }"]
     return fast + generic
 
 
-def emit_kernel(fn, sym, enable_backward) -> str:
-    """C++ for a kernel: per-thread bodies and the CPU/CUDA entry points."""
-    e = FunctionEmitter(fn)
+def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
+    """C++ for a kernel: per-thread bodies and the CPU/CUDA entry points (of ``variant``; a
+    debug variant's checks are numbered in ``sites`` and its CPU unit exports
+    ``KEY_cpu_dbg_slot()``, the address of the error slot)."""
+    e = FunctionEmitter(fn, sites)
     parts = [e.forward_function(f"{sym}_fwd")]
     if enable_backward:
         parts.append(e.adjoint_function(f"{sym}_adj"))
@@ -436,7 +535,9 @@ def emit_kernel(fn, sym, enable_backward) -> str:
     cpu = [f'extern "C" TG_EXPORT void {sym}_cpu_forward(const tg::launch_t* tg_b, void** tg_args) {{',
            "    const tg::launch_t tg_bounds = *tg_b;"]
     cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
-    cpu += _cpu_forward_loops(fn, sym, ts) + ["}"]
+    cpu += _cpu_forward_loops(fn, sym, ts, variant.wide) + ["}"]
+    if variant.debug:
+        cpu.append(f'extern "C" TG_EXPORT void* {sym}_cpu_dbg_slot() {{ return &tg_dbg_slot; }}')
     if enable_backward:
         cpu += [f'extern "C" TG_EXPORT void {sym}_cpu_backward(const tg::launch_t* tg_b, void** tg_args) {{',
                 "    const tg::launch_t tg_bounds = *tg_b;"]
@@ -501,9 +602,10 @@ def callee_order(fn) -> list:
     return order
 
 
-def kernel_parts(fn, symbol, enable_backward, seen) -> list:
+def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None) -> list:
     """The C++ parts of one kernel for a translation unit: the structs and functions it uses
-    that ``seen`` (a set, updated) does not hold yet, then the kernel itself."""
+    that ``seen`` (a set, updated) does not hold yet, then the kernel itself (its ``variant``;
+    ``sites``: the unit's ``DebugSites`` for a debug variant)."""
     fns = callee_order(fn)
     parts = []
     for st in structs_used([fn] + fns):
@@ -513,8 +615,8 @@ def kernel_parts(fn, symbol, enable_backward, seen) -> list:
     for f in fns:
         if ("func", f.name) not in seen:
             seen.add(("func", f.name))
-            parts.append(emit_func(f, f.grad_ir))
-    parts.append(emit_kernel(fn, symbol, enable_backward))
+            parts.append(emit_func(f, f.grad_ir, sites))
+    parts.append(emit_kernel(fn, symbol, enable_backward, variant, sites))
     return parts
 
 
@@ -578,5 +680,6 @@ def module_source(parts) -> str:
     """Join the runtime and generated parts into one translation unit (optional runtime headers
     only when the generated code uses them)."""
     body = "\n\n".join(parts)
-    extra = "".join(_optional_runtime(f) + "\n" for f, marker in _OPTIONAL_RUNTIME if marker in body)
+    extra = "".join(_optional_runtime(f) + "\n" for f, markers in _OPTIONAL_RUNTIME
+                    if any(m in body for m in markers))
     return PRELUDE + runtime_source() + "\n" + extra + "// ---- generated\n" + body + "\n"

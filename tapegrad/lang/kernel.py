@@ -11,15 +11,16 @@ import typing
 import weakref
 
 from .. import build, modules
+from ..config import add_mode_listener, config
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
 from ..errors import KernelError
 from ..types import type_of
-from . import emit
+from . import debug, emit
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
 from .lower import Target, lower
-from .options import module_options
+from .options import add_options_listener, module_options
 from .signature import annotations, resolve_type, short_hash, where
 from .typeutil import type_name
 
@@ -46,12 +47,13 @@ class Kernel:
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
         self._ir = None
+        self._wide_ir = None        # the wide variant's IR (int64 tid()), lowered on first wide launch
         self._arg_names = None
         self._arg_types = None
         self._arg_access = None
         self._source = None
-        self._modules: dict = {}
-        self._by_id: dict = {}
+        self._modules: dict = {}    # device alias (default build) or (alias, Variant) -> loaded module
+        self._by_id: dict = {}      # id(device) -> (device, module of the launches <= 2^31 - 1 threads)
         self.launch_plan = None   # what tapegrad.launch computes once per kernel (its LaunchPlan)
         self.module = KernelModule(self)   # kernel.module(device) / Warp's kernel.module.load(device)
         _ALL.add(self)
@@ -170,11 +172,41 @@ class Kernel:
         return (self._ir or self.ir).tid_ndim
 
     # --------------------------------------------------------------- codegen
-    def cpp_parts(self, seen=None):
-        """The generated C++ parts (structs, functions, this kernel) for one translation unit;
-        ``seen`` (a set) skips parts another kernel of the same unit already contributed."""
+    def wide_ir(self):
+        """The IR of the kernel's wide variant (``tid()``, ``len()``, ``a.shape[k]`` int64; int32
+        operands next to them promoted), lowered on first use.
+
+        Raises:
+            KernelError: the body does not type-check with a 64-bit ``tid()`` (e.g. it stores a
+                tid()-derived value into an int32 array); the message says so and names the line.
+        """
         self._parse()
-        return emit.kernel_parts(self._ir, self.symbol, self.enable_backward, set() if seen is None else seen)
+        with _lock:
+            if self._wide_ir is None:
+                names, types = self._resolve_params()
+                try:
+                    self._wide_ir = lower(Target(self.func, "kernel", self.key, tuple(types), label=self.key,
+                                                 backward=self.enable_backward, wide=True))
+                except KernelError as e:
+                    raise KernelError(f"kernel '{self.key}' cannot run over 2^31 - 1 threads: in such launches "
+                                      f"tid() is an int64 (int32 operands next to it widen; storing or assigning "
+                                      f"it to an int32 needs an explicit tg.int32(...)): {e}") from None
+        return self._wide_ir
+
+    def cpp_parts(self, seen=None, variant=emit.DEFAULT, sites=None):
+        """The generated C++ parts (structs, functions, this kernel) for one translation unit;
+        ``seen`` (a set) skips parts another kernel of the same unit already contributed;
+        ``variant``: which build (``emit.Variant``), ``sites``: a debug build's ``emit.DebugSites``."""
+        self._parse()
+        ir = self.wide_ir() if variant.wide else self._ir
+        return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
+                                 variant, sites)
+
+    def mode(self) -> str:
+        """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
+        (``tg.set_module_options``), else ``tg.config.mode``."""
+        opt = module_options(self.func.__module__)["mode"]
+        return opt if opt is not None else config.mode
 
     def source(self) -> str:
         """The complete C++ translation unit of this kernel (both targets)."""
@@ -182,32 +214,38 @@ class Kernel:
             self._source = emit.module_source(self.cpp_parts())
         return self._source
 
-    def module_for(self, device):
+    def module_for(self, device, wide=False):
         """Compile (or load from cache) for ``device``; memoized per device (``kernel.module(device)``
-        calls it).
+        calls it). The build follows ``mode()`` (a debug build checks every array access) and
+        ``wide`` (the variant with a 64-bit ``tid()``, for launches of more than 2^31 - 1 threads);
+        each variant is compiled on first use and cached on its own.
 
         Returns:
-            An object with ``launch(bounds, argv, adjoint, stream, block_dim, max_blocks)``.
+            An object with ``launch(bounds, argv, adjoint, stream, block_dim, max_blocks)`` (a
+            debug build's raises ``tapegrad.KernelIndexError`` after a launch that indexed out of range).
         Raises:
-            KernelError: the kernel does not type-check.
+            KernelError: the kernel does not type-check (for ``wide``: with a 64-bit ``tid()``).
             tapegrad.CompileError: the C++ compiler / NVRTC failed.
         """
-        hit = self._by_id.get(id(device))
-        if hit is not None and hit[0] is device:
-            return hit[1]
-        alias = getattr(device, "alias", None) or str(device)
-        m = self._modules.get(alias)
+        if not wide:
+            hit = self._by_id.get(id(device))
+            if hit is not None and hit[0] is device:
+                return hit[1]
+        variant = emit.Variant(bool(wide), self.mode() == "debug")
+        key = _module_key(device, variant)
+        m = self._modules.get(key)
         if m is None:
             with _lock:
-                m = self._modules.get(alias)
+                m = self._modules.get(key)
                 if m is None:
-                    m = load_kernels([self], device)[0]
-        self._by_id[id(device)] = (device, m)   # keeps device alive: its id cannot be reused
+                    m = load_kernels([self], device, variant)[0]
+        if not wide:
+            self._by_id[id(device)] = (device, m)   # keeps device alive: its id cannot be reused
         return m
 
-    def memoize_module(self, device, module) -> None:
-        """Remember the loaded ``module`` for ``device`` (``load_kernels`` calls it)."""
-        self._modules[getattr(device, "alias", None) or str(device)] = module
+    def memoize_module(self, device, module, variant=emit.DEFAULT) -> None:
+        """Remember the loaded ``module`` of ``variant`` for ``device`` (``load_kernels`` calls it)."""
+        self._modules[_module_key(device, variant)] = module
         _LOADED.add(self)
 
 
@@ -317,30 +355,51 @@ def _module_name(kernels):
     return base[:80]
 
 
-def load_kernels(kernels, device):
+def _module_key(device, variant):
+    alias = getattr(device, "alias", None) or str(device)
+    return alias if variant == emit.DEFAULT else (alias, variant)
+
+
+def load_kernels(kernels, device, variant=emit.DEFAULT):
     """Compile ``kernels`` together into one binary for ``device`` (or load it from the cache)
     and return one module object per kernel (also memoized on each kernel).
 
+    Args:
+        variant: which build (``emit.Variant``: wide, debug); the default build by default.
     Raises:
-        CompileError: compilation failed.
+        KernelError: a kernel does not type-check. CompileError: compilation failed.
     """
     kernels = list(kernels)
     seen: set = set()
+    sites = emit.DebugSites() if variant.debug else None
     parts = []
     for k in kernels:
-        parts += k.cpp_parts(seen)
+        parts += k.cpp_parts(seen, variant, sites)
     source = emit.module_source(parts)
-    name = _module_name(kernels)
+    name = _module_name(kernels) + variant.suffix
     if not getattr(device, "is_cuda", False):
         lib = build.load_cpu_library(build.build_cpu(source, name, kernels))
         mods = [modules.CpuModule(lib, k) for k in kernels]
+        if sites is not None:
+            mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:
         image, _ = build.build_cuda(source, name, int(device.arch), kernels)
         handle = build.load_cuda_image(image, device)
         mods = [modules.CudaModule(handle, k, device) for k in kernels]
+        if sites is not None:
+            mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), cuda_module=handle)
+                    for m, k in zip(mods, kernels)]
     for k, m in zip(kernels, mods):
-        k.memoize_module(device, m)
+        k.memoize_module(device, m, variant)
     return mods
+
+
+def forget_variant_choices() -> None:
+    """Drop every kernel's per-device shortcut to its loaded module, so the next launch picks
+    the build of the current mode (called when ``tg.config.mode`` or a module's "mode" option
+    changes; the loaded modules stay cached)."""
+    for k in list(_ALL):
+        k._by_id.clear()
 
 
 _LOADED: "weakref.WeakSet" = weakref.WeakSet()   # kernels loaded for some device
@@ -390,3 +449,5 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None):
 
 
 register_capture_preloader(preload_for_capture)
+add_mode_listener(forget_variant_choices)
+add_options_listener(forget_variant_choices)

@@ -2,14 +2,18 @@
 the Python module name kernels are defined in.
 
 The kernel decorator reads ``enable_backward`` from it when the decorator is not given one;
-the other options are stored and returned for code that reads them back (tapegrad's compiler
+kernel loads read ``mode`` (``"release"``/``"debug"``; None: ``tg.config.mode``), and a change
+of it takes effect at the module's next launch (the other build is compiled or loaded then); the
+other options are stored and returned for code that reads them back (tapegrad's compiler
 flags do not depend on them). ``tapegrad.runtime`` exposes the public functions.
 """
 from __future__ import annotations
 
 import threading
 
-__all__ = ["DEFAULTS", "module_options", "update_module_options"]
+from ..config import check_mode
+
+__all__ = ["DEFAULTS", "module_options", "update_module_options", "add_options_listener"]
 
 # Warp 1.19's option names and defaults (``wp.get_module_options()``)
 DEFAULTS = {
@@ -23,6 +27,12 @@ _BOOLS = ("enable_backward", "fast_math", "fuse_fp", "lineinfo", "compile_time_t
 
 _lock = threading.Lock()
 _TABLE: dict = {}   # module name -> its options (a full copy of DEFAULTS, updated)
+_LISTENERS: list = []   # callables run after options change (the kernel loader's cached choices)
+
+
+def add_options_listener(fn) -> None:
+    """Call ``fn()`` after every ``update_module_options``."""
+    _LISTENERS.append(fn)
 
 
 def module_options(name: str) -> dict:
@@ -37,7 +47,8 @@ def update_module_options(name: str, options: dict, who: str = "set_module_optio
     Raises:
         TypeError: ``options`` is not a dict, or a boolean option is not a bool, or
             ``block_dim``/``max_unroll`` is not an int.
-        ValueError: an option name Warp does not have; a non-positive ``block_dim``.
+        ValueError: an option name Warp does not have; a non-positive ``block_dim``; a ``mode``
+            other than None, "release" or "debug".
     """
     if not isinstance(options, dict):
         raise TypeError(f"{who}(options): expected a dict like {{'enable_backward': False}}, "
@@ -52,5 +63,9 @@ def update_module_options(name: str, options: dict, who: str = "set_module_optio
             raise TypeError(f"{who}(options): '{k}' expects an int, got {v!r}")
         if k == "block_dim" and v <= 0:
             raise ValueError(f"{who}(options): 'block_dim' expects a positive int, got {v}")
+        if k == "mode" and v is not None:
+            check_mode(v, f"{who}(options): 'mode'")
     with _lock:
         _TABLE.setdefault(name, dict(DEFAULTS)).update(options)
+    for fn in list(_LISTENERS):
+        fn()

@@ -87,8 +87,8 @@ def test_cxx_failure_raises_compile_error(tmp_path, monkeypatch):
     k._parse()
     real = k.cpp_parts
 
-    def broken(seen=None):
-        parts = real(seen)
+    def broken(seen=None, *variant):
+        parts = real(seen, *variant)
         return parts[:-1] + [parts[-1].replace(" + 1.0", " + this_does_not_compile", 1).replace(
             "t5 = ", "t5 = this_does_not_compile + ", 1)]
     monkeypatch.setattr(k, "cpp_parts", broken)

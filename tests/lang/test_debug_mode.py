@@ -1,0 +1,150 @@
+"""Debug mode (issue 14, fault 7): ``tg.config.mode = "debug"`` (or the module option ``"mode"``)
+builds kernels with bounds checks; an out-of-range index raises ``tg.KernelIndexError`` after
+the launch, naming the kernel, the array, the index and the Python line, and the access is
+skipped. Release builds are unchanged (no checks in their source)."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+@pytest.fixture
+def debug_mode():
+    prev = tg.config.mode
+    tg.config.mode = "debug"
+    yield
+    tg.config.mode = prev
+
+
+def _line_of(fn, text):
+    src, first = inspect.getsourcelines(fn.func if isinstance(fn, tg.Kernel) else fn)
+    return first + next(k for k, line in enumerate(src) if text in line)
+
+
+@tg.kernel
+def shifted_read(x: tg.array[float], y: tg.array[float], off: int):
+    i = tg.tid()
+    y[i] = x[i + off] * 2.0
+
+
+@tg.kernel
+def shifted_write(y: tg.array[float], off: int):
+    i = tg.tid()
+    y[i + off] = float(i)
+
+
+@tg.kernel
+def grid_add(m: tg.array2d[float], di: int):
+    i, j = tg.tid()
+    tg.atomic_add(m, i + di, j, 1.0)
+
+
+@tg.func
+def fetch(a: tg.array[float], k: int) -> float:
+    return a[k]
+
+
+@tg.kernel
+def via_func(x: tg.array[float], y: tg.array[float]):
+    i = tg.tid()
+    y[i] = fetch(x, i - 1)
+
+
+def test_out_of_range_read_names_kernel_array_index_and_line(device, debug_mode):
+    x = tg.array(np.arange(4, dtype=np.float32), device=device)
+    y = tg.zeros(4, device=device)
+    with pytest.raises(tg.KernelIndexError) as err:
+        tg.launch(shifted_read, dim=4, inputs=[x, y, 2])
+    e = err.value
+    assert isinstance(e, IndexError)
+    msg = str(e)
+    line = _line_of(shifted_read, "y[i] = x[i + off]")
+    assert shifted_read.key in msg and "read of array 'x'" in msg and "shape (4,)" in msg
+    assert f"test_debug_mode.py:{line}" in msg
+    assert e.array == "x" and e.shape == (4,) and e.index[0] in (4, 5) and e.access == "read" and e.count == 2
+    # the in-range threads ran, the out-of-range reads were skipped (zero)
+    assert y.numpy().tolist() == [4.0, 6.0, 0.0, 0.0]
+    # the slot is cleared: the next in-range launch is fine
+    tg.launch(shifted_read, dim=4, inputs=[x, y, 0])
+    assert y.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_out_of_range_write_is_skipped(device, debug_mode):
+    y = tg.full(6, -1.0, device=device)
+    with pytest.raises(tg.KernelIndexError, match=r"write of array 'y' at index -?\d+ is out of range for its shape "
+                                                  r"\(6,\)"):
+        tg.launch(shifted_write, dim=6, inputs=[y, 3])
+    assert y.numpy().tolist() == [-1.0, -1.0, -1.0, 0.0, 1.0, 2.0]   # nothing past the end was written
+    with pytest.raises(tg.KernelIndexError, match=r"at index -1 is out of range"):   # negative: no wrap-around
+        tg.launch(shifted_write, dim=1, inputs=[y, -1])
+
+
+def test_two_dimensional_atomic(device, debug_mode):
+    m = tg.zeros((3, 2), device=device)
+    with pytest.raises(tg.KernelIndexError) as err:
+        tg.launch(grid_add, dim=(3, 2), inputs=[m, 1])
+    assert "atomic_add of array 'm' at index (3, " in str(err.value) and "shape (3, 2)" in str(err.value)
+    assert m.numpy().tolist() == [[0, 0], [1, 1], [1, 1]]
+
+
+def test_access_inside_a_func_names_the_func(device, debug_mode):
+    x = tg.array(np.arange(3, dtype=np.float32), device=device)
+    y = tg.zeros(3, device=device)
+    with pytest.raises(tg.KernelIndexError) as err:
+        tg.launch(via_func, dim=3, inputs=[x, y])
+    msg = str(err.value)
+    assert "in @func 'fetch'" in msg and "index -1" in msg and via_func.key in msg
+    assert f"test_debug_mode.py:{_line_of(fetch, 'return a[k]')}" in msg
+    assert y.numpy().tolist() == [0.0, 0.0, 1.0]
+
+
+def test_backward_launch_is_checked(device, debug_mode):
+    x = tg.array(np.arange(4, dtype=np.float32), device=device, requires_grad=True)
+    y = tg.zeros(4, device=device, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(shifted_read, dim=4, inputs=[x, y, 0])
+    tape.backward(grads={y: tg.ones(4, device=device)})
+    assert x.grad.numpy().tolist() == [2.0, 2.0, 2.0, 2.0]
+    with pytest.raises(tg.KernelIndexError, match=r"\(backward launch\) \(debug mode\): read of array 'x'"):
+        tg.launch(shifted_read, dim=4, inputs=[x, y, 1], adjoint=True, adj_inputs=[x.grad, y.grad, 0])
+
+
+def test_release_builds_have_no_checks_and_modes_are_cached_apart(debug_mode):
+    cpu = tg.get_device("cpu")
+    x = tg.array(np.arange(4, dtype=np.float32))
+    y = tg.zeros(4)
+    tg.launch(shifted_read, dim=4, inputs=[x, y, 0])
+    dbg = shifted_read.module(cpu)
+    assert getattr(dbg, "debug", False)
+    tg.config.mode = "release"
+    rel = shifted_read.module(cpu)
+    assert rel is not dbg and not getattr(rel, "debug", False)
+    assert "dbg_ok" not in shifted_read.source() and "tg_dbg_slot" not in shifted_read.source()
+    tg.launch(shifted_read, dim=4, inputs=[x, y, 1])   # release: in range here, no check either way
+    tg.config.mode = "debug"
+    assert shifted_read.module(cpu) is dbg              # switching back picks the cached debug build
+
+
+def test_mode_values_and_module_option():
+    with pytest.raises(ValueError, match=r"mode.*'release' or 'debug', got 'fast'"):
+        tg.config.mode = "fast"
+    with pytest.raises(ValueError, match=r"'mode'.*'release' or 'debug', got 1"):
+        tg.set_module_options({"mode": 1})
+    assert tg.config.mode == "release"
+    cpu = tg.get_device("cpu")
+    x = tg.array(np.arange(4, dtype=np.float32))
+    y = tg.zeros(4)
+    try:
+        tg.set_module_options({"mode": "debug"})
+        assert tg.get_module_options()["mode"] == "debug"
+        with pytest.raises(tg.KernelIndexError):
+            tg.launch(shifted_read, dim=4, inputs=[x, y, 1])
+        assert getattr(shifted_read.module(cpu), "debug", False)
+    finally:
+        tg.set_module_options({"mode": None})
+    assert not getattr(shifted_read.module(cpu), "debug", False)
