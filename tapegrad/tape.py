@@ -437,11 +437,14 @@ def _uses(rec, accesses) -> dict:
 
 def _differentiable(rec) -> bool:
     """Whether ``rec``'s adjoint can produce a gradient, so the values it reads matter: a
-    launch with an array (or a struct holding one) that has a gradient; a callback always."""
+    launch of a kernel with a backward and an array (or a struct holding one) that has a
+    gradient; a callback always; a copy never (its adjoint only moves gradients)."""
     if isinstance(rec, CopyRecord):
         return False
     if not isinstance(rec, LaunchRecord):
         return True
+    if not rec.kernel.enable_backward:      # no adjoint to feed
+        return False
     for v in (*rec.inputs, *rec.outputs):
         if isinstance(v, array):
             if v.grad is not None:

@@ -106,7 +106,9 @@ def kernel_reads(kernel, args) -> dict:
         per_kernel = {}
     found = per_kernel.get(groups)
     if found is None:
-        found = per_kernel[groups] = _group_reads(kernel.ir, groups)
+        ir = getattr(kernel, "ir", None)
+        found = per_kernel[groups] = (_group_reads(ir, groups) if ir is not None
+                                      else _declared_reads(kernel.arg_access, groups))
     out = {}
     for a, g in zip(args, groups):
         if g is not None:
@@ -118,6 +120,18 @@ def _group_reads(ir, groups) -> dict:
     key = {id(p): g for p, g in zip(ir.params, groups) if g is not None}
     flags: dict = {}
     _walk(ir.body, key, set(), flags, (id(ir),))
+    return {g: ArrayReads(*f) for g, f in flags.items()}
+
+
+def _declared_reads(access, groups) -> dict:
+    """Without an IR: the kernel's ``(reads, writes)`` per argument, reads taken as before
+    any write (the in-place update ``x[i] = f(x[i])``)."""
+    flags: dict = {}
+    for (r, w), g in zip(access, groups):
+        if g is not None:
+            f = flags.setdefault(g, [False, False, False])
+            f[0] |= bool(r)
+            f[2] |= bool(w)
     return {g: ArrayReads(*f) for g, f in flags.items()}
 
 

@@ -395,6 +395,21 @@ def test_2d_array(device):
     check(f, [(np.random.default_rng(12).uniform(0.1, 0.9, (3, 4)), F64)], device)
 
 
+def test_strided_view_updated_in_place(device):
+    def f(base):
+        view = base[::2]
+        loss = _loss(base.device)
+        tg.launch(square_inplace, dim=view.shape[0], inputs=[view])
+        tg.launch(square_inplace, dim=view.shape[0], inputs=[view])
+        tg.launch(sin_sum, dim=base.shape[0], inputs=[base, loss])
+        return loss
+    grads, (base,), _, _ = check(f, [(_x(n=7, seed=23), F64)], device)
+    b0 = _x(n=7, seed=23)
+    expect = np.cos(b0)
+    expect[::2] = np.cos(b0[::2] ** 4) * 4 * b0[::2] ** 3
+    np.testing.assert_allclose(grads[0], expect, rtol=1e-12)
+
+
 def test_recorded_copy_over_an_array_a_launch_read(device):
     """tg.copy(x, z) inside the tape overwrites x, which square_into read: saved before the copy."""
     def f(x, z):
