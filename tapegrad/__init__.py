@@ -40,6 +40,7 @@ from .device import (  # noqa: F401
 from .errors import (  # noqa: F401
     BridgeTypeError,
     CacheDirError,
+    CacheWarning,
     CompileError,
     ConsumedCapsuleError,
     DLPackDtypeError,

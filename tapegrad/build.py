@@ -1,19 +1,28 @@
 """Build, cache and load native binaries: the system C++ compiler for the CPU, NVRTC for CUDA.
 
 The one native build path of tapegrad: kernels (``tapegrad.lang.kernel``), the batched host
-helpers (``tapegrad.memory_ops``) and the DLPack capsule helper (``tapegrad.dlpack.capsules``)
-all compile here (``tapegrad.modules`` wraps a loaded kernel binary for launching). This module
-knows toolchains, the cache and how to load a binary; it knows nothing about kernels.
+helpers (``tapegrad.memory_ops``), the DLPack capsule helper (``tapegrad.dlpack.capsules``) and
+the JAX FFI handler all compile and load here, through ``load_cpu`` / ``load_cuda``
+(``tapegrad.modules`` wraps a loaded kernel binary for launching). This module knows
+toolchains, the cache and how to load a binary; it knows nothing about kernels.
 
 Binaries are cached on disk under a content hash of (generated source, target, arch,
-compiler identity and flags, tapegrad version) in ``$TAPEGRAD_CACHE`` or
-``~/.cache/tapegrad``. The directory is per-user (mode 0700; a world-writable or foreign-owned
-directory is refused: loading a shared library from it would run anyone's code). Builds write
-to a temporary file in the same directory and ``os.replace`` it into place, so concurrent
-processes compiling the same kernel never see a partial file.
+compiler identity and flags — for CUDA a fingerprint of the NVRTC found on disk —, tapegrad
+version) in ``$TAPEGRAD_CACHE`` or ``~/.cache/tapegrad``. The directory is per-user (mode
+0700; one writable by group or others, or owned by another user, is refused: loading a
+shared library from it would run anyone's code; checked for every directory the process
+builds into, again whenever ``$TAPEGRAD_CACHE`` changes).
+
+Each binary has a sidecar ``<file>.sum`` with its size and sha256, checked before every load;
+a damaged entry (truncated, altered, foreign-owned, writable by others, or refused by
+``dlopen``) is rebuilt and ``tg.CacheWarning`` names it once. Builds write to a temporary file
+in the same directory and ``os.replace`` it into place, under a per-entry lock (a thread lock,
+and a POSIX record lock on the directory's ``.tapegrad.lock`` across processes), so threads
+and processes asking for the same new binary compile it once and never see a partial file.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -22,39 +31,57 @@ import stat
 import sys
 import threading
 
-from .errors import CacheDirError, CompileError
+from .errors import CacheDirError, CacheWarning, CompileError
 from .version import __version__
 
-__all__ = ["CompileError", "CacheDirError", "cache_dir", "find_cxx", "build_cpu", "build_cuda", "load_cpu_library",
-           "load_cuda_image", "CXXFLAGS"]
+__all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_cache_dir", "find_cxx",
+           "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
+           "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
+           "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
 _lock = threading.Lock()
-_checked_dirs: set = set()
+_current = (None, None)     # ($TAPEGRAD_CACHE as last seen, the checked directory it names)
 _cxx = None
 
 
 def cache_dir() -> str:
-    """The kernel cache directory, created with mode 0700 if missing.
+    """The kernel cache directory (``$TAPEGRAD_CACHE`` or ``~/.cache/tapegrad``), created with
+    mode 0700 if missing and checked by ``check_cache_dir`` whenever ``$TAPEGRAD_CACHE``
+    differs from the previous call (the unchanged case is one environment lookup).
 
     Raises:
-        CacheDirError: the directory is world-writable or owned by another user.
+        CacheDirError: the directory is writable by group or others, or owned by another user.
     """
-    d = os.path.abspath(os.path.expanduser(os.environ.get("TAPEGRAD_CACHE") or "~/.cache/tapegrad"))
-    if d in _checked_dirs:
-        return d
+    global _current
+    env = os.environ.get("TAPEGRAD_CACHE")
+    last_env, last_dir = _current
+    if last_dir is not None and env == last_env:
+        return last_dir
+    d = os.path.abspath(os.path.expanduser(env or "~/.cache/tapegrad"))
+    check_cache_dir(d)
+    _current = (env, d)
+    return d
+
+
+def check_cache_dir(d: str) -> None:
+    """Create ``d`` (mode 0700) if missing and refuse it unless only its owner, you, can write it.
+
+    Raises:
+        CacheDirError: ``d`` is writable by group or others, or owned by another user; the
+            message names the directory and the fix.
+    """
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.stat(d)
-    if st.st_mode & stat.S_IWOTH:
-        raise CacheDirError(f"refusing to use kernel cache directory {d}: it is world-writable, so anyone could "
-                            f"plant a library tapegrad would load. Run `chmod o-w {d}` or set TAPEGRAD_CACHE to a "
-                            "private directory.")
+    if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+        who = "world-writable" if st.st_mode & stat.S_IWOTH else "group-writable"
+        raise CacheDirError(f"refusing to use kernel cache directory {d}: it is {who} (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}), so another user could plant a library tapegrad "
+                            f"would load. Run `chmod go-w {d}` or set TAPEGRAD_CACHE to a private directory.")
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
         raise CacheDirError(f"refusing to use kernel cache directory {d}: it is owned by uid {st.st_uid}, not you "
                             f"(uid {os.getuid()}). Set TAPEGRAD_CACHE to a directory you own.")
-    _checked_dirs.add(d)
-    return d
 
 
 def find_cxx():
@@ -100,6 +127,31 @@ def find_cxx():
     return _cxx
 
 
+def _python_location(source: str, cpp_line: int, kernels) -> str:
+    """Map a line of generated C++ back to the nearest ``// @file:line`` marker above it."""
+    lines = source.splitlines()
+    for k in range(min(cpp_line, len(lines)) - 1, -1, -1):
+        text = lines[k].strip()
+        if text.startswith("// @"):
+            return text[4:]
+    return ", ".join(f"{k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno}" for k in kernels)
+
+
+def _compile_error(what, kernels, source, log, path_hint):
+    import re
+    loc = None
+    m = re.search(rf"{re.escape(path_hint)}\((\d+)\)|{re.escape(os.path.basename(path_hint))}:(\d+)", log)
+    if m:
+        loc = _python_location(source, int(m.group(1) or m.group(2)), kernels)
+    names = ", ".join(f"'{k.key}' ({k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno})" for k in kernels)
+    near = f"\n  nearest Python line: {loc}" if loc else ""
+    tail = log.strip()
+    if len(tail) > 6000:
+        tail = tail[:6000] + "\n... (truncated)"
+    return CompileError(f"{what} failed for kernel {names}{near}\n{tail}")
+
+
+
 def _flags_for(cmd):
     flags = list(CXXFLAGS)
     if "ziglang" in cmd:
@@ -140,43 +192,195 @@ def _atomic_write(path, data: bytes):
         raise
 
 
-def _python_location(source: str, cpp_line: int, kernels) -> str:
-    """Map a line of generated C++ back to the nearest ``// @file:line`` marker above it."""
-    lines = source.splitlines()
-    for k in range(min(cpp_line, len(lines)) - 1, -1, -1):
-        text = lines[k].strip()
-        if text.startswith("// @"):
-            return text[4:]
-    return ", ".join(f"{k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno}" for k in kernels)
+# ------------------------------------------------------------------ verified cache entries
+#
+# Every binary in the cache has a sidecar ``<file>.sum`` (written atomically after the
+# binary) holding its size and sha256. A load reads the binary, checks both, and only then
+# hands the bytes to the driver (CUDA) or the path to dlopen (CPU): a truncated or altered
+# file is rebuilt instead of crashing the process. The check costs a read and a hash of a
+# file of a few dozen KB (see docs/kernels.md for the figure).
+
+_SUM_MAGIC = "tapegrad-cache-entry 1"
+_UNVERIFIED = "no checksum recorded"      # an entry written before checksums: rebuilt quietly
+_warned: set = set()
 
 
-def _compile_error(what, kernels, source, log, path_hint):
-    import re
-    loc = None
-    m = re.search(rf"{re.escape(path_hint)}\((\d+)\)|{re.escape(os.path.basename(path_hint))}:(\d+)", log)
-    if m:
-        loc = _python_location(source, int(m.group(1) or m.group(2)), kernels)
-    names = ", ".join(f"'{k.key}' ({k.func.__code__.co_filename}:{k.func.__code__.co_firstlineno})" for k in kernels)
-    near = f"\n  nearest Python line: {loc}" if loc else ""
-    tail = log.strip()
-    if len(tail) > 6000:
-        tail = tail[:6000] + "\n... (truncated)"
-    return CompileError(f"{what} failed for kernel {names}{near}\n{tail}")
+def _unsafe_file(st) -> str | None:
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not you (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
+
+def read_entry(path: str):
+    """Read a cache entry and check it against its sidecar ``<path>.sum``.
+
+    Returns:
+        ``(data, problem)``: ``(None, None)`` when there is no entry; ``(bytes, None)`` when
+        it is intact; otherwise ``problem`` says what is wrong (``data`` may be None).
+    """
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"unreadable ({e})"
+    bad = _unsafe_file(st)
+    if bad:
+        return data, bad
+    try:
+        with open(path + ".sum", "rb") as f:
+            sst = os.fstat(f.fileno())
+            record = f.read(4096).decode("ascii", "replace")
+    except FileNotFoundError:
+        return data, _UNVERIFIED
+    except OSError as e:
+        return data, f"its checksum record is unreadable ({e})"
+    bad = _unsafe_file(sst)
+    if bad:
+        return data, f"its checksum record is {bad}"
+    fields = dict(line.split(" ", 1) for line in record.splitlines()[1:] if " " in line)
+    if not record.startswith(_SUM_MAGIC) or "size" not in fields or "sha256" not in fields:
+        return data, "its checksum record is damaged"
+    if str(len(data)) != fields["size"]:
+        return data, f"{len(data)} bytes, {fields['size']} when it was built (truncated or extended)"
+    if hashlib.sha256(data).hexdigest() != fields["sha256"]:
+        return data, "its sha256 differs from the one recorded when it was built (altered)"
+    return data, None
+
+
+def write_entry(path: str, data: bytes, tmp: str | None = None, info: str = "") -> None:
+    """Publish a cache entry: the binary (``tmp``, a finished file in the same directory, is
+    renamed into place; else ``data`` is written atomically), then its sidecar ``.sum``."""
+    if tmp is None:
+        _atomic_write(path, data)
+    else:
+        os.replace(tmp, path)
+    record = f"{_SUM_MAGIC}\nsize {len(data)}\nsha256 {hashlib.sha256(data).hexdigest()}\n"
+    if info:
+        record += f"info {info}\n"
+    _atomic_write(path + ".sum", record.encode())
+
+
+def _warn_damaged(path: str, problem: str) -> None:
+    if path in _warned:
+        return
+    _warned.add(path)
+    import warnings
+    warnings.warn(CacheWarning(f"tapegrad cache entry {path} is damaged: {problem}; rebuilding it"),
+                  stacklevel=4)
+
+
+_entry_locks: dict = {}            # entry path -> threading.Lock (one build per entry in a process)
+_lock_fds: dict = {}               # cache dir -> fd of its ".tapegrad.lock" (never closed)
+
+
+@contextlib.contextmanager
+def entry_lock(path: str):
+    """Exclusive right to (re)build the cache entry ``path``: a thread lock per entry in this
+    process and, where ``fcntl`` exists, a POSIX record lock on one byte of the cache
+    directory's ``.tapegrad.lock`` (the byte is chosen by the entry's name) across processes.
+    Two different entries never wait for each other (barring a 2^-31 hash collision)."""
+    with _lock:
+        lk = _entry_locks.get(path)
+        if lk is None:
+            lk = _entry_locks[path] = threading.Lock()
+    with lk:
+        fd = _lock_fd(os.path.dirname(path))
+        if fd is None:
+            yield
+            return
+        import fcntl
+        offset = int(hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, offset)
+        try:
+            yield
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+
+
+def _lock_fd(d):
+    # One fd per directory for the life of the process: closing any fd of a file drops every
+    # POSIX record lock the process holds on it, so it is never closed.
+    if sys.platform == "win32":
+        return None
+    with _lock:
+        fd = _lock_fds.get(d)
+        if fd is None:
+            try:
+                fd = os.open(os.path.join(d, ".tapegrad.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                fd = -1          # a read-only cache: builds in this process are serialised only
+            _lock_fds[d] = fd
+    return fd if fd >= 0 else None
+
+
+def cached_entry(paths, build, force: bool = False):
+    """The verified bytes of the first intact entry among ``paths`` (the same entry under its
+    possible names, e.g. ``.cubin`` and ``.ptx``), building it with ``build() -> (path, data)``
+    when none is intact: missing, damaged (warned once, naming the file) or written before
+    checksums. CPU libraries and CUDA images both come through here.
+
+    Args:
+        force: rebuild even when an entry verifies (its load failed).
+    Returns:
+        ``(path, data)``.
+    """
+    if not force:
+        for p in paths:
+            data, problem = read_entry(p)
+            if problem is None and data is not None:
+                return p, data
+            if problem is not None:
+                break
+    with entry_lock(paths[0]):
+        if not force:   # re-check under the lock: another thread or process may have just built it
+            for p in paths:
+                data, problem = read_entry(p)
+                if problem is None and data is not None:
+                    return p, data
+                if problem is not None and problem != _UNVERIFIED:
+                    _warn_damaged(p, problem)
+        return build()
+
+
+# ----------------------------------------------------------------------------------- CPU
 
 def build_cpu(source: str, name: str, kernels=()) -> str:
-    """Compile ``source`` into a shared library (cached); returns its path.
+    """Compile ``source`` into a shared library (cached, verified); returns its path.
+
+    A cached entry that fails its check is rebuilt (``tg.CacheWarning`` names it).
 
     Raises:
         CompileError: the compiler failed or none is available.
+        CacheDirError: the cache directory is unsafe.
     """
-    cmd, ident = find_cxx()
-    flags = _flags_for(cmd)
+    return _build_cpu(source, name, kernels, False)
+
+
+def _build_cpu(source, name, kernels, force):
+    cmd, ident, flags = _toolchain()
     key = _key(source, "cpu", ident, " ".join(flags), __version__, sys.platform)
-    d = cache_dir()
-    path = os.path.join(d, f"{name}_{key[:24]}.so")
-    if os.path.exists(path):
-        return path
+    path = os.path.join(cache_dir(), f"{name}_{key[:24]}.so")
+    return cached_entry([path], lambda: _compile_cpu(cmd, flags, source, name, kernels, path), force)[0]
+
+
+def _toolchain():
+    global _flags
+    cmd, ident = find_cxx()
+    if _flags is None or _flags[0] is not cmd:
+        _flags = (cmd, _flags_for(cmd))
+    return cmd, ident, _flags[1]
+
+
+_flags = None
+
+
+def _compile_cpu(cmd, flags, source, name, kernels, path):
+    d = os.path.dirname(path)
     import tempfile  # only when compiling (as subprocess below)
     fd, src_path = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".cpp")
     with os.fdopen(fd, "w") as f:
@@ -189,36 +393,144 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
         if proc.returncode != 0:
             raise _compile_error("C++ compilation", kernels, source, proc.stderr + proc.stdout, src_path)
         os.chmod(out_tmp, 0o700)
-        os.replace(out_tmp, path)
+        with open(out_tmp, "rb") as f:
+            data = f.read()
+        write_entry(path, data, tmp=out_tmp)
         os.replace(src_path, path[:-3] + ".cpp")   # kept beside the binary for debugging
     finally:
         for p in (out_tmp, src_path):
             if os.path.exists(p):
                 os.unlink(p)
-    return path
+    return path, data
+
+
+def load_cpu(source: str, name: str, kernels=(), python_api: bool = False):
+    """Build (or find in the cache), verify and load a CPU library: the one entry point for
+    kernels and the native helpers.
+
+    A cache entry that fails its size/sha256 check, or that ``dlopen`` refuses, is rebuilt
+    once (warning ``tg.CacheWarning`` naming the file) and loaded again.
+
+    Args:
+        source: the C++ translation unit. name: the file name's prefix.
+        kernels: the kernels in ``source`` (named in compile errors).
+        python_api: load with ``ctypes.PyDLL`` (calls keep the GIL, Python errors propagate).
+    Returns:
+        The ``ctypes`` library.
+    Raises:
+        CompileError: the compiler failed. CacheDirError: the cache directory is unsafe.
+        OSError: a freshly rebuilt library still cannot be loaded.
+    """
+    path = build_cpu(source, name, kernels)
+    try:
+        return load_cpu_library(path, python_api)
+    except OSError as e:
+        _warn_damaged(path, f"it cannot be loaded ({e})")
+    return load_cpu_library(_build_cpu(source, name, kernels, True), python_api)
+
+
+def load_cpu_library(path: str, python_api: bool = False):
+    """Load a shared library built by ``build_cpu`` (serialised: concurrent ``dlopen`` of one new
+    library from several threads is not safe on every libc). Prefer ``load_cpu``, which also
+    heals a damaged cache entry.
+
+    Args:
+        python_api: load with ``ctypes.PyDLL`` (calls keep the GIL and propagate Python errors),
+            for helpers that call the Python C API.
+    """
+    with _lock:
+        return (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
+
+
+# ---------------------------------------------------------------------------------- CUDA
+
+_NVRTC_SONAMES = ("libnvrtc.so", "libnvrtc.so.11.2", "libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so.14")
+_NVRTC_WHEEL_DIRS = ("nvidia/cuda_nvrtc/lib", "nvidia/cu12/lib", "nvidia/cu13/lib", "nvidia/cu14/lib")
+_nvrtc_id = None
+
+
+def nvrtc_search_dirs() -> list:
+    """Where the NVRTC a CUDA compile would load can live, in the dynamic loader's order:
+    ``$LD_LIBRARY_PATH``, the CUDA toolkit (``$CUDA_PATH``, ``$CUDA_HOME``, ``/usr/local/cuda``),
+    the NVIDIA pip wheels and CuPy's extension directory on ``sys.path``, the environment's
+    ``lib``, and the system library directories."""
+    dirs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        root = os.environ.get(var)
+        if root:
+            dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+    dirs += ["/usr/local/cuda/lib64"]
+    for p in sys.path:
+        if p and os.path.isdir(os.path.join(p, "nvidia")):
+            dirs += [os.path.join(p, w) for w in _NVRTC_WHEEL_DIRS]
+        if p and os.path.isdir(os.path.join(p, "cupy_backends")):
+            dirs.append(os.path.join(p, "cupy_backends", "cuda", "libs"))
+    dirs += [os.path.join(sys.prefix, "lib"), "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+             "/usr/lib64", "/usr/lib", "/usr/local/lib"]
+    return dirs
+
+
+def nvrtc_identity() -> str:
+    """A fingerprint of the NVRTC this process would compile with, found without loading it
+    (no CuPy import, no dlopen): realpath, size and mtime of every ``libnvrtc`` and CuPy NVRTC
+    binding in ``nvrtc_search_dirs()`` (in order), plus the loader cache ``/etc/ld.so.cache``
+    (rewritten whenever a library is installed). Any change — an upgrade, another toolkit
+    first on the path — gives another fingerprint, so a cached CUDA image is never reused
+    with a different NVRTC; a cache hit touches no NVRTC. Computed once per process."""
+    global _nvrtc_id
+    if _nvrtc_id is None:
+        seen = []
+        for d in nvrtc_search_dirs():
+            names = _NVRTC_SONAMES
+            if d.endswith(os.path.join("cupy_backends", "cuda", "libs")):
+                try:
+                    names = sorted(n for n in os.listdir(d) if n.startswith("nvrtc"))
+                except OSError:
+                    continue
+            for n in names:
+                p = os.path.join(d, n)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                seen.append(f"{p}>{os.path.realpath(p)}:{st.st_size}:{st.st_mtime_ns}")
+        try:
+            st = os.stat("/etc/ld.so.cache")
+            seen.append(f"ld.so.cache:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            pass
+        _nvrtc_id = _key(*seen)
+    return _nvrtc_id
 
 
 def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
-    """Compile ``source`` with NVRTC for ``sm_<arch>`` (cached); returns (image bytes, kind).
+    """Compile ``source`` with NVRTC for ``sm_<arch>`` (cached, verified); returns (image bytes, kind).
+
+    A cache hit reads and checks the image and loads no NVRTC (the key holds
+    ``nvrtc_identity()``); a damaged image is rebuilt (``tg.CacheWarning`` names it).
 
     Raises:
         CompileError: NVRTC failed.
     """
+    key = _key(source, "cuda", str(arch), nvrtc_identity(), " ".join(NVRTC_FLAGS), __version__)
+    base = os.path.join(cache_dir(), f"{name}_{key[:24]}")
+    path, data = cached_entry([base + ".cubin", base + ".ptx"], lambda: _compile_cuda(source, arch, kernels, base))
+    return data, path.rsplit(".", 1)[1]
+
+
+def _compile_cuda(source, arch, kernels, base):
     from cupy_backends.cuda.libs import nvrtc  # only ever imported when compiling for CUDA
     try:
         ver = ".".join(map(str, nvrtc.getVersion()))
     except Exception:
         ver = "?"
-    key = _key(source, "cuda", str(arch), ver, " ".join(NVRTC_FLAGS), __version__)
-    d = cache_dir()
-    for ext in (".cubin", ".ptx"):
-        path = os.path.join(d, f"{name}_{key[:24]}{ext}")
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                return f.read(), ext[1:]
     image, kind = _nvrtc(nvrtc, source, arch, kernels)
-    _atomic_write(os.path.join(d, f"{name}_{key[:24]}.{kind}"), image)
-    return image, kind
+    path = f"{base}.{kind}"
+    write_entry(path, image, info=f"nvrtc {ver}")
+    other = f"{base}.{'ptx' if kind == 'cubin' else 'cubin'}"
+    if os.path.exists(other):   # a damaged image of the other kind must not shadow this one
+        os.unlink(other)
+    return path, image
 
 
 def _nvrtc(nvrtc, source, arch, kernels):
@@ -256,18 +568,6 @@ def _nvrtc(nvrtc, source, arch, kernels):
         nvrtc.destroyProgram(prog)
 
 
-def load_cpu_library(path: str, python_api: bool = False):
-    """Load a shared library built by ``build_cpu`` (serialised: concurrent ``dlopen`` of one new
-    library from several threads is not safe on every libc).
-
-    Args:
-        python_api: load with ``ctypes.PyDLL`` (calls keep the GIL and propagate Python errors),
-            for helpers that call the Python C API.
-    """
-    with _lock:
-        return (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
-
-
 def load_cuda_image(image: bytes, device):
     """Load a cubin/PTX image built by ``build_cuda`` on CUDA ``device``; returns the
     ``CUmodule`` handle."""
@@ -278,3 +578,14 @@ def load_cuda_image(image: bytes, device):
             # one), where cudaFree would invalidate the capture
             runtime.free(0)
         return driver.moduleLoadData(image)
+
+
+def load_cuda(source: str, name: str, device, kernels=()):
+    """Build (or find in the cache), verify and load a CUDA module on ``device``: the CUDA
+    twin of ``load_cpu``; returns the ``CUmodule`` handle.
+
+    Raises:
+        CompileError: NVRTC failed.
+    """
+    image, _ = build_cuda(source, name, int(device.arch), kernels)
+    return load_cuda_image(image, device)

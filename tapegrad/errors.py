@@ -8,7 +8,7 @@ This module imports nothing: every layer may raise these.
 """
 from __future__ import annotations
 
-__all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "TapeWarning", "TapeCompileWarning",
+__all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning", "TapeCompileWarning",
            "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
            "BridgeTypeError", "GradLayoutError", "KernelIndexError"]
 
@@ -30,7 +30,14 @@ class CompileError(RuntimeError):
 
 
 class CacheDirError(PermissionError):
-    """The kernel cache directory is unsafe (world-writable or owned by another user)."""
+    """The kernel cache directory is unsafe (writable by group or others, or owned by another
+    user); the message names the directory and the fix."""
+
+
+class CacheWarning(UserWarning):
+    """A cached binary (kernel, native helper, CUDA image) failed its size/sha256 check or
+    could not be loaded, and is being rebuilt; the message names the file. Warned once per
+    file and process."""
 
 
 class KernelIndexError(IndexError):

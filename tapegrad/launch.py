@@ -227,7 +227,12 @@ class LaunchPlan:
 
 def _plan(kernel) -> LaunchPlan:
     plan = kernel.launch_plan
-    if plan is None:
+    if plan is not None:
+        return plan
+    with kernel.build_lock:   # threads making the first launch together build the plan once
+        plan = kernel.launch_plan
+        if plan is not None:
+            return plan
         p = []
         for i, t in enumerate(kernel.arg_types):
             if isinstance(t, types.ArrayType):

@@ -152,7 +152,7 @@ def load_zero_many():
     global _zero_many
     if _zero_many is None:
         try:
-            lib = build.load_cpu_library(build.build_cpu(_ZERO_MANY_SOURCE, "tg_hostops"))
+            lib = build.load_cpu(_ZERO_MANY_SOURCE, "tg_hostops")
             f = lib.tg_zero_many
             f.restype = None
             f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]

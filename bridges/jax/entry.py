@@ -71,8 +71,7 @@ def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
                 from cupy.cuda import driver
                 build = _build()
                 dev = get_device(f"cuda:{ordinal}")
-                image, _ = build.build_cuda(kernel.source(), kernel.symbol, int(dev.arch), [kernel])
-                handle = build.load_cuda_image(image, dev)
+                handle = build.load_cuda(kernel.source(), kernel.symbol, dev, [kernel])
                 with dev.context_guard():
                     fwd = driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_forward")
                     bwd = (driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_backward")

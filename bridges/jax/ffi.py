@@ -68,9 +68,8 @@ def handler_library():
             body = f.read()
         source = f"// xla/ffi/api/c_api.h of jaxlib {jax.__version__}\n{head}\n// ffi_handler.cpp\n{body}"
         build = _build_module()
-        path = build.build_cpu(source, "tapegrad_xla_ffi")
-        load = getattr(build, "load_cpu_library", ctypes.CDLL)
-        lib = load(path)
+        lib = build.load_cpu(source, "tapegrad_xla_ffi")   # verified; a damaged cache entry is rebuilt
+        path = lib._name
         for name in ("tgx_kernel_cpu", "tgx_kernel_cuda", "tgx_callable_cpu", "tgx_callable_cuda",
                      "tgx_callable_cuda_graphable"):
             getattr(lib, name).restype = ctypes.c_void_p

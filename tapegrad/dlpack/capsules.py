@@ -69,9 +69,12 @@ def build_helper() -> str:
         CompileError: no C++ compiler works.
         CacheDirError: the cache directory is unsafe (a PermissionError).
     """
+    return build.build_cpu(_helper_source(), "tg_dlpack")
+
+
+def _helper_source() -> str:
     with open(C_SOURCE_PATH) as f:
-        source = f.read()
-    return build.build_cpu(source, "tg_dlpack")
+        return f.read()
 
 
 def _api_table(consumed_exc, memory_exc=MemoryError):
@@ -94,7 +97,7 @@ class _NativeBackend:
     name = "native"
 
     def __init__(self):
-        lib = build.load_cpu_library(build_helper(), python_api=True)
+        lib = build.load_cpu(_helper_source(), "tg_dlpack", python_api=True)   # verified; rebuilt when damaged
         lib.tg_dlpack_init.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.tg_dlpack_init.restype = ctypes.c_int
         table = _api_table(ConsumedCapsuleError)

@@ -24,8 +24,32 @@ from .options import add_options_listener, module_options
 from .signature import annotations, resolve_type, short_hash, where
 from .typeutil import type_name
 
+# Lowering and code generation run under one lock: they are pure Python (the GIL admits one
+# thread anyway) and share the frontend's tables (``@func`` specializations and their recursion
+# guard, tuple structs), so no build of another kernel waits for a C++ compile behind it.
+# Compiling and loading take only the kernel's own ``build_lock``.
 _lock = threading.RLock()
-_KEYS: dict = {}
+_KEYS: dict = {}    # key base -> suffixes held by live kernels (a dead kernel's key is reused)
+
+
+def _take_key(base: str) -> str:
+    """A key unique among live kernels: ``base``, else ``base_1``, ``base_2``... (the smallest
+    free). A kernel re-created after its predecessor died gets the same key, hence the same
+    symbol, source and disk-cache entry, instead of compiling ``base_<n>`` for every new n."""
+    with _lock:
+        used = _KEYS.setdefault(base, set())
+        n = 0
+        while n in used:
+            n += 1
+        used.add(n)
+    return base if n == 0 else f"{base}_{n}"
+
+
+def _free_key(base: str, key: str) -> None:
+    # a weakref.finalize callback (may run inside a gc pass on any thread): set.discard
+    # needs no lock
+    n = 0 if key == base else int(key[len(base) + 1:])
+    _KEYS.get(base, set()).discard(n)
 
 
 class Kernel:
@@ -38,10 +62,8 @@ class Kernel:
         self._specs: dict = {}      # argument types -> specialized Kernel (generic kernels)
         self.enable_backward = bool(enable_backward)
         base = key or f"{func.__module__}.{func.__qualname__}".replace(".<locals>", "")
-        with _lock:
-            n = _KEYS.get(base, 0)
-            _KEYS[base] = n + 1
-        self.key = base if n == 0 else f"{base}_{n}"
+        self.key = _take_key(base)
+        weakref.finalize(self, _free_key, base, self.key)
         self.symbol = f"tgk_{c_identifier(func.__name__)}_{short_hash(self.key)}"
         self.__name__ = func.__name__
         self.__doc__ = func.__doc__
@@ -56,7 +78,12 @@ class Kernel:
         self._by_id: dict = {}      # id(device) -> (device, module of the launches <= 2^31 - 1 threads)
         self.launch_plan = None   # what tapegrad.launch computes once per kernel (its LaunchPlan)
         self.module = KernelModule(self)   # kernel.module(device) / Warp's kernel.module.load(device)
-        _ALL.add(self)
+        # Held while this kernel compiles and loads (module_for) and while its launch plan is
+        # built: threads making its first launch together build it once, and other kernels'
+        # builds never wait for it. Everything it guards is published fully built (assigned once).
+        self.build_lock = threading.Lock()
+        with _lock:   # a WeakSet add racing a snapshot (list(_ALL)) would break the iteration
+            _ALL.add(self)
 
     def __repr__(self):
         return f"<tapegrad kernel {self.key}>"
@@ -129,6 +156,8 @@ class Kernel:
         return self._specialized(types)
 
     def _parse(self):
+        if self._ir is not None:    # published last, after the argument tables
+            return
         with _lock:
             if self._ir is not None:
                 return
@@ -198,9 +227,10 @@ class Kernel:
         ``seen`` (a set) skips parts another kernel of the same unit already contributed;
         ``variant``: which build (``emit.Variant``), ``sites``: a debug build's ``emit.DebugSites``."""
         self._parse()
-        ir = self.wide_ir() if variant.wide else self._ir
-        return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
-                                 variant, sites)
+        with _lock:   # emission reads IR shared with other kernels (their @func specializations)
+            ir = self.wide_ir() if variant.wide else self._ir
+            return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
+                                     variant, sites)
 
     def mode(self) -> str:
         """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
@@ -235,7 +265,7 @@ class Kernel:
         key = _module_key(device, variant)
         m = self._modules.get(key)
         if m is None:
-            with _lock:
+            with self.build_lock:   # this kernel only: others compile in parallel
                 m = self._modules.get(key)
                 if m is None:
                     m = load_kernels([self], device, variant)[0]
@@ -246,7 +276,8 @@ class Kernel:
     def memoize_module(self, device, module, variant=emit.DEFAULT) -> None:
         """Remember the loaded ``module`` of ``variant`` for ``device`` (``load_kernels`` calls it)."""
         self._modules[_module_key(device, variant)] = module
-        _LOADED.add(self)
+        with _lock:
+            _LOADED.add(self)
 
 
 class KernelModule:
@@ -300,7 +331,9 @@ def check_block_dim(block_dim, who: str) -> None:
 def all_kernels() -> list:
     """Every live kernel that can be compiled as it is (generic kernels only through their
     specializations), in no particular order (``force_load`` loads them)."""
-    return [k for k in list(_ALL) if not k.is_generic()]
+    with _lock:
+        every = list(_ALL)
+    return [k for k in every if not k.is_generic()]
 
 
 def overload(kernel, arg_types=None):
@@ -378,13 +411,12 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
     source = emit.module_source(parts)
     name = _module_name(kernels) + variant.suffix
     if not getattr(device, "is_cuda", False):
-        lib = build.load_cpu_library(build.build_cpu(source, name, kernels))
+        lib = build.load_cpu(source, name, kernels)   # verified; a damaged cache entry is rebuilt
         mods = [modules.CpuModule(lib, k) for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:
-        image, _ = build.build_cuda(source, name, int(device.arch), kernels)
-        handle = build.load_cuda_image(image, device)
+        handle = build.load_cuda(source, name, device, kernels)
         mods = [modules.CudaModule(handle, k, device) for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), cuda_module=handle)
@@ -398,7 +430,9 @@ def forget_variant_choices() -> None:
     """Drop every kernel's per-device shortcut to its loaded module, so the next launch picks
     the build of the current mode (called when ``tg.config.mode`` or a module's "mode" option
     changes; the loaded modules stay cached)."""
-    for k in list(_ALL):
+    with _lock:
+        every = list(_ALL)
+    for k in every:
         k._by_id.clear()
 
 
@@ -419,7 +453,9 @@ def preload_for_capture(device, scopes) -> None:
                 ids.add(id(v))
                 found.append(v)
     if get_cuda_device_count() >= 2:
-        found += [k for k in list(_LOADED) if id(k) not in ids]
+        with _lock:
+            loaded = list(_LOADED)
+        found += [k for k in loaded if id(k) not in ids]
     for k in found:
         try:
             k.module(device)
