@@ -68,9 +68,10 @@ class SavedValues:
 
 
 def snapshot(a, stream=None):
-    """A new contiguous array holding ``a``'s current values (copied on ``stream``)."""
-    out = array(shape=a.shape, dtype=a.dtype, device=a.device)
+    """A new contiguous array holding ``a``'s current values (allocated and copied on
+    ``stream``, so a stream-ordered allocation is ready where the copy runs)."""
     with ScopedStream(stream, sync_enter=False):
+        out = array(shape=a.shape, dtype=a.dtype, device=a.device)
         memory_ops.copy(out, a)
     return out
 
