@@ -68,7 +68,7 @@ class Layout:
     __slots__ = ("dtype", "shape", "strides", "device", "cuda", "_tmpl")
 
     def __init__(self, dtype, shape, strides, device):
-        proto = array(ptr=0, dtype=dtype, shape=shape, strides=strides, device=device)   # checks
+        proto = array.layout_prototype(dtype, shape, strides, device)   # checks
         self.dtype, self.shape, self.strides, self.device = dtype, proto.shape, proto.strides, device
         self.cuda = device.is_cuda
         self._tmpl = bytes(proto.descriptor())

@@ -178,7 +178,19 @@ class array:
         self._set(0, dt, (0,) * nd, (0,) * nd, get_device(device) if device is not None else None, None,
                   check=dt is not typing.Any)
 
-    def _init_ptr(self, ptr, dtype, shape, strides, device, owner, deleter, capacity):
+    @classmethod
+    def layout_prototype(cls, dtype, shape, strides, device) -> "array":
+        """A pointer-less array of this layout, checked as ``array(ptr=..., ...)`` checks one
+        (bridges build descriptor templates from it). Never read it or launch it: it has no memory.
+
+        Raises:
+            TypeError, ValueError: as the constructor, for the dtype, shape and strides.
+        """
+        a = cls.__new__(cls)
+        a._init_ptr(0, dtype, shape, strides, device, None, None, None, allow_null=True)
+        return a
+
+    def _init_ptr(self, ptr, dtype, shape, strides, device, owner, deleter, capacity, allow_null=False):
         if dtype is None:
             raise TypeError("array(ptr=...): dtype is required")
         if shape is None:
@@ -192,9 +204,17 @@ class array:
             if target is None:
                 raise RuntimeError("array(ptr=..., owner=...): the owner of the external memory is already dead")
             owner = target
-        if ptr.__class__ is not int and not isinstance(ptr, np.integer) or ptr < 0:
+        if ptr.__class__ is not int and not isinstance(ptr, np.integer) or isinstance(ptr, bool) or ptr < 0:
             raise TypeError(f"array(ptr=...): expected a non-negative int address, got {ptr!r}")
-        self._set(int(ptr), dt, shape, strides, get_device(device), owner, check)
+        ptr = int(ptr)
+        if ptr == 0 and math.prod(shape) > 0 and not allow_null:   # a kernel or a copy would dereference NULL
+            raise ValueError(f"array(ptr=0): a NULL pointer for a non-empty shape {shape}; pass the address of "
+                             f"the memory (ptr=0 is only valid for an empty array)")
+        align = ctypes.alignment(dt.ctype) if getattr(dt, "ctype", None) is not None else 1
+        if ptr % align:   # misaligned loads are undefined behaviour in C++ and fault on the GPU
+            raise ValueError(f"array(ptr=...): {dt!r} elements need an address aligned to {align} bytes, got "
+                             f"ptr={ptr:#x} ({ptr} % {align} = {ptr % align})")
+        self._set(ptr, dt, shape, strides, get_device(device), owner, check)
         if deleter is not None:
             self.deleter = deleter
             nbytes = capacity if capacity is not None else self.nbytes
@@ -251,7 +271,9 @@ class array:
             try:
                 arr = np.asarray(data, dtype=npdt)
             except (TypeError, ValueError) as e:
-                raise TypeError(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
+                # ragged nesting is a shape problem (ValueError); a value numpy cannot convert, a type one
+                cls = ValueError if "inhomogeneous" in str(e) or "sequence" in str(e) else TypeError
+                raise cls(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
             copy = True
         if arr.dtype.kind in "OUSVMmc" and arr.dtype != types.bfloat16.np_dtype:   # ml_dtypes' bfloat16 is kind V
             raise TypeError(f"array(data=...): numpy dtype {arr.dtype} is not supported")

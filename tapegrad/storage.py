@@ -39,9 +39,11 @@ def normalize_shape(shape, arg="shape"):
         return (shape,)
     if type(shape) is tuple and 0 < len(shape) <= types.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
         return shape
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
     try:
+        if isinstance(shape, (str, bytes)) or not all(isinstance(d, (int, np.integer)) for d in shape):
+            raise TypeError   # int() would truncate 1.5 and parse "3"
         shape = tuple(int(d) for d in shape)
     except TypeError:
         raise TypeError(f"{arg}: expected an int or a tuple of ints, got {shape!r}") from None

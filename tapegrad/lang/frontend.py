@@ -245,6 +245,8 @@ class Builder(ExprMixin):
         if fdef is None:
             raise KernelError(f"{self.file}:{self.first}: no function definition found for '{self.label}'")
         self.node = fdef
+        if isinstance(fdef, ast.AsyncFunctionDef):
+            self.error("an `async def` cannot be a kernel or function: define it with plain `def`", fdef)
         argnames = [a.arg for a in fdef.args.args]
         if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs:
             self.error("*args, **kwargs and keyword-only parameters are not supported", fdef)

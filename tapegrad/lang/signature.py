@@ -45,6 +45,11 @@ def annotations(pyfunc, what):
                 pass
     out = []
     for name, p in sig.parameters.items():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            form = {p.VAR_POSITIONAL: f"*{name}", p.VAR_KEYWORD: f"**{name}"}.get(p.kind, f"keyword-only '{name}'")
+            raise KernelError(f"{where(pyfunc)}: {what} '{pyfunc.__name__}': parameter {form}: *args, **kwargs and "
+                              f"keyword-only parameters are not supported; list each parameter with its type "
+                              f"before any '*'")
         ann = p.annotation
         if isinstance(ann, str):
             try:
