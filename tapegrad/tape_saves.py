@@ -70,15 +70,20 @@ class SavedValues:
 def snapshot(a, stream=None):
     """A new contiguous array holding ``a``'s current values (allocated and copied on
     ``stream``, so a stream-ordered allocation is ready where the copy runs)."""
-    with ScopedStream(stream, sync_enter=False):
+    if stream is None:
         out = array(shape=a.shape, dtype=a.dtype, device=a.device)
         memory_ops.copy(out, a)
-    return out
+        return out
+    with ScopedStream(stream, sync_enter=False):
+        return snapshot(a)
 
 
 def restore(dest, src, stream=None) -> None:
     """Copy ``src``'s values into ``dest`` on ``stream`` (no version bump: the tape puts the
     forward's values back before ``backward`` returns)."""
+    if stream is None:
+        memory_ops.copy(dest, src)
+        return
     with ScopedStream(stream, sync_enter=False):
         memory_ops.copy(dest, src)
 
@@ -101,10 +106,13 @@ def kernel_reads(kernel, args) -> dict:
         else:
             groups.append(None)
     groups = tuple(groups)
-    try:
-        per_kernel = _CACHE.setdefault(kernel, {})
-    except TypeError:          # not weak-referenceable: no cache
+    per_kernel = _CACHE.get(kernel)
+    if per_kernel is None:
         per_kernel = {}
+        try:
+            _CACHE[kernel] = per_kernel
+        except TypeError:      # not weak-referenceable: no cache
+            pass
     found = per_kernel.get(groups)
     if found is None:
         ir = getattr(kernel, "ir", None)

@@ -125,6 +125,33 @@ def grid_sum(x: tg.array(dtype=F64, ndim=2), s: tg.array(dtype=F64)):
     tg.atomic_add(s, 0, x[i, j] * F64(i + 2 * j + 1))
 
 
+@tg.func
+def square_at(x: tg.array(dtype=F64), i: int):
+    x[i] = x[i] * x[i]
+
+
+@tg.kernel
+def square_through_func(x: tg.array(dtype=F64)):
+    i = tg.tid()
+    square_at(x, i)
+
+
+@tg.kernel
+def square_if_large(x: tg.array(dtype=F64)):
+    i = tg.tid()
+    if x[i] > 1.0:
+        x[i] = x[i] * x[i]
+    else:
+        x[i] = tg.sin(x[i])
+
+
+@tg.kernel
+def square_in_a_loop(x: tg.array(dtype=F64), n: int):
+    i = tg.tid()
+    for _k in range(n):
+        x[i] = x[i] * x[i]
+
+
 # ----------------------------------------------------------------------------------- helpers
 
 def _arrays(values, device, grad):
@@ -438,6 +465,25 @@ def test_write_then_read_kernel_stays_exact(device):
         tg.launch(sin_sum, dim=n, inputs=[z, loss])
         return loss
     check(f, [(_x(seed=15), F64), (_x(seed=16), F64)], device)
+
+
+def test_inplace_update_in_a_user_function_and_in_branches(device):
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(square_through_func, dim=x.shape[0], inputs=[x])
+        tg.launch(square_if_large, dim=x.shape[0], inputs=[x])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    _, _, tape, _ = check(f, [(_x(seed=24), F64)], device)
+    assert tape.saved_bytes == 3 * 5 * 8
+
+
+def test_loop_that_reads_what_an_earlier_iteration_wrote_warns(device):
+    """Iteration 2 loads what iteration 1 stored: one copy cannot serve both loads."""
+    x = tg.array(_x(), dtype=F64, device=device, requires_grad=True)
+    with tg.Tape():
+        with pytest.warns(tg.TapeWarning, match=r"square_in_a_loop.*'x' both before and after"):
+            tg.launch(square_in_a_loop, dim=5, inputs=[x, 2])
 
 
 def test_read_write_read_kernel_warns(device):
