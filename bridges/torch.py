@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import torch
 
-from tapegrad import types
+from tapegrad import fastlaunch, types
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_launch_adapter
 
@@ -224,6 +224,14 @@ class TorchAdapter(FrameworkAdapter):
 
 _bridge = Bridge(TorchAdapter(), DTYPES, _DEVICES, current_stream_handle)
 register_launch_adapter(torch.Tensor, _bridge.launch_adapter)
+# The native launch path caches the adapter's descriptor per parameter under the adapter's own
+# layout key (dtype, shape, strides, device: TorchAdapter.layout_key) and reads only data_ptr()
+# per launch; torch's current stream (the raw handle, no Stream object) says whether the
+# adapter's record_stream is needed, which the Python path then does.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or current_stream_handle
+for _cls in (torch.Tensor, torch.nn.Parameter):
+    fastlaunch.register_foreign(_cls, (("dtype", False), ("shape", False), ("stride", True), ("device", False)),
+                                "data_ptr", _raw_stream)
 torch_op = make_torch_op(_bridge)   # the op builder is its own module; it gets the bridge, not an import
 
 

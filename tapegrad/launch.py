@@ -1,7 +1,10 @@
 """launch(): turn arguments into kernel-ABI values and call a compiled kernel.
 
-The per-launch Python path is the hot path: each kernel gets a list of per-parameter packers
-built once (``_packers``), so a launch is one packer call per argument plus one ctypes call.
+Two paths. The native one (``tapegrad.fastlaunch``, a small C helper) packs the arguments and
+launches in one C call from a per-kernel plan built once beside the packers; it takes the
+common launches and returns ``NotImplemented`` for anything else. The Python path below is the
+rest, and the source of every error message: each kernel gets a list of per-parameter packers
+built once (``_plan``), so a launch is one packer call per argument plus one ctypes call.
 """
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from . import cpu_capture, types
+from . import cpu_capture, fastlaunch, types
 from .array import array
+from .config import config
 from .device import Device, get_device
 from .frameworks import bridge_for_type_module
 from .lang.kernel import Kernel
@@ -219,10 +223,13 @@ class LaunchPlan:
     Attributes:
         packers: one ``pack(value, device) -> ctypes value`` per parameter.
         written: indices of the parameters the forward writes (read-only and version checks).
+        native: the native helper's plan of the same parameters (``tapegrad.fastlaunch``), or
+            None when the helper is not available.
     """
 
     packers: tuple
     written: tuple
+    native: Any = None
 
 
 def _plan(kernel) -> LaunchPlan:
@@ -244,8 +251,49 @@ def _plan(kernel) -> LaunchPlan:
             else:
                 p.append(_make_composite_packer(kernel, i, t))
         written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
-        plan = kernel.launch_plan = LaunchPlan(tuple(p), written)
+        plan = kernel.launch_plan = LaunchPlan(tuple(p), written, _native_plan(kernel, tuple(p), written))
     return plan
+
+
+# ------------------------------------------------------------------------ the native path
+
+_fast = None   # tapegrad.fastlaunch's launch function once its helper is loaded (None: Python path only)
+
+
+def _native_plan(kernel, packers, written):
+    """The native helper's plan for ``kernel`` (None without the helper): each parameter's kind,
+    and for arrays the dtype and ndim the C code checks (``tapegrad.fastlaunch``)."""
+    global _fast
+    if _fast is None:   # once per kernel while the helper is unavailable (load() remembers why)
+        _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
+                                     device=Device, config=config, capture=vars(cpu_capture),
+                                     active_tape=active_tape, get_device=get_device, infer_device=_infer_device),
+                                NARROW_LAUNCH_SIZE)
+        if _fast is not None:
+            _listen_for_build_changes()
+    if _fast is None:
+        return None
+    kinds, ndims, dtypes = [], [], []
+    for t in kernel.arg_types:
+        if isinstance(t, types.ArrayType):
+            kinds.append("array")
+            ndims.append(t.ndim)
+            dtypes.append(t.dtype)
+            continue
+        kinds.append(t.name if isinstance(t, types.ScalarType) and t.name in fastlaunch.KINDS else "py")
+        ndims.append(0)
+        dtypes.append(None)
+    w = set(written)
+    return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers)
+
+
+def _listen_for_build_changes():
+    # tg.config.mode and module options choose the build kernel.module(dev) returns: a change
+    # makes the native plans forget the modules they launch
+    from .config import add_mode_listener
+    from .lang.options import add_options_listener
+    add_mode_listener(fastlaunch.invalidate)
+    add_options_listener(fastlaunch.invalidate)
 
 
 _BOUNDS: dict = {}   # dim -> (dim tuple, LaunchBounds bytes): validated once per distinct dim
@@ -388,6 +436,9 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         TypeError: wrong argument count, dtype, ndim or type (message names the argument).
         RuntimeError: device mismatch, or a write to a read-only array.
     """
+    if _fast is not None and not adjoint and \
+            _fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
+        return   # the native helper launched it (tapegrad.fastlaunch); else the Python path below
     args = list(inputs) + list(outputs)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
@@ -447,6 +498,8 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         # past 2^31 - 1 threads: the kernel's wide build (int64 tid()), compiled on first use
         mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+        if plan.native is not None and not adjoint and bounds.size <= NARROW_LAUNCH_SIZE:
+            fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):

@@ -34,6 +34,11 @@ class CpuModule:
         else:
             self._fwd(ctypes.byref(bounds), argv)
 
+    def fast_entry(self):
+        """What the native launch helper (``tapegrad.fastlaunch``) calls for forward launches:
+        ``(cuda=False, address of the forward entry point, threads cap 0, ordinal -1)``."""
+        return False, ctypes.cast(self._fwd, ctypes.c_void_p).value, 0, -1
+
 
 class CudaModule:
     """A loaded CUDA kernel; ``launch`` prepends the bounds and calls ``cuLaunchKernel``."""
@@ -55,6 +60,12 @@ class CudaModule:
         # thread per element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
         sms = device.sm_count
         self._threads_cap = sms * 2048 * 4 if sms else 0
+
+    def fast_entry(self):
+        """What the native launch helper (``tapegrad.fastlaunch``) launches for forward launches:
+        ``(cuda=True, the forward CUfunction handle, the default grid cap in threads, ordinal)``;
+        it computes the grid as ``launch`` does and calls ``cuLaunchKernel`` itself."""
+        return True, int(self._fwd), self._threads_cap, self.ordinal
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
         """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""

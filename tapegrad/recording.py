@@ -19,12 +19,16 @@ from . import memory_ops
 
 __all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FuncRecord"]
 
-_tls = threading.local()
+class _Local(threading.local):
+    tape = None   # a class default: reading it on a thread that never set one raises nothing
+
+
+_tls = _Local()
 
 
 def active_tape():
     """The Tape recording on this thread, or None."""
-    return getattr(_tls, "tape", None)
+    return _tls.tape   # launch() asks at every launch: no AttributeError raised and caught inside getattr
 
 
 def set_active_tape(tape) -> None:

@@ -1,0 +1,896 @@
+/* tapegrad fast launch: pack a kernel's arguments and launch it in one native call.
+   Built by tapegrad/fastlaunch.py through tapegrad.build (as C++); needs libc only. The Python
+   C-API functions arrive as a table of addresses (ctypes.pythonapi), the CUDA driver entry
+   points as addresses from ctypes.CDLL("libcuda.so.1"), so no Python.h or CUDA header is used.
+
+   tg_fl_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
+   returns None when it launched, NotImplemented when the launch is not one it takes (launch()
+   then runs its Python path, which raises every error message); it never raises itself. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TG_EXPORT __attribute__((visibility("default")))
+#else
+#define TG_EXPORT
+#endif
+
+typedef struct _object PyObject;
+typedef intptr_t Py_ssize_t;
+typedef PyObject *(*PyCFunctionFast)(PyObject *, PyObject *const *, Py_ssize_t);
+typedef struct { const char *name; void *meth; int flags; const char *doc; } PyMethodDef;
+#define METH_FASTCALL 0x0080
+
+/* ob_type follows ob_refcnt in every non-free-threaded CPython (checked at init from Python) */
+#define TYPE(o) (((PyObject **)(o))[1])
+/* a ctypes object's buffer pointer (CDataObject.b_ptr) follows the object head (checked at init) */
+#define CBUF(o) (((void **)(o))[2])
+
+enum { A_INCREF, A_DECREF, A_GETATTR, A_SETATTR, A_RICHCMP_BOOL, A_ISINSTANCE, A_VECTORCALL,
+       A_CALLMETHOD, A_FLOAT_AS_DOUBLE, A_LONG_AS_LL_OVF, A_LONG_AS_DOUBLE, A_LONG_FROM_LL,
+       A_ERR_OCCURRED, A_ERR_CLEAR, A_TUPLE_SIZE, A_TUPLE_GETITEM, A_LIST_SIZE, A_LIST_GETITEM,
+       A_TUPLE_NEW, A_TUPLE_SETITEM, A_DICT_GETITEM, A_CAP_NEW, A_CAP_GETPTR, A_SAVE_THREAD,
+       A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL,
+       A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST,
+       A_COUNT };
+
+static struct {
+    void (*incref)(PyObject *);
+    void (*decref)(PyObject *);
+    PyObject *(*getattr)(PyObject *, PyObject *);
+    int (*setattr)(PyObject *, PyObject *, PyObject *);
+    int (*richcmp_bool)(PyObject *, PyObject *, int);
+    int (*isinstance)(PyObject *, PyObject *);
+    PyObject *(*vectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
+    PyObject *(*callmethod)(PyObject *, PyObject *const *, size_t, PyObject *);
+    double (*float_as_double)(PyObject *);
+    long long (*long_as_ll_ovf)(PyObject *, int *);
+    double (*long_as_double)(PyObject *);
+    PyObject *(*long_from_ll)(long long);
+    PyObject *(*err_occurred)(void);
+    void (*err_clear)(void);
+    Py_ssize_t (*tuple_size)(PyObject *);
+    PyObject *(*tuple_getitem)(PyObject *, Py_ssize_t);
+    Py_ssize_t (*list_size)(PyObject *);
+    PyObject *(*list_getitem)(PyObject *, Py_ssize_t);
+    PyObject *(*tuple_new)(Py_ssize_t);
+    int (*tuple_setitem)(PyObject *, Py_ssize_t, PyObject *);
+    PyObject *(*dict_getitem)(PyObject *, PyObject *);
+    PyObject *(*cap_new)(void *, const char *, void (*)(PyObject *));
+    void *(*cap_getptr)(PyObject *, const char *);
+    void *(*save_thread)(void);
+    void (*restore_thread)(void *);
+    PyObject *(*cfunc_new)(PyMethodDef *, PyObject *, PyObject *);
+    PyObject *(*intern)(const char *);
+    unsigned long long (*long_as_ull)(PyObject *);
+    PyObject *none, *true_, *false_, *notimpl;
+    PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list;
+} api;
+
+#define Py_EQ 2
+#define MAXP 64      /* parameters per kernel on the fast path */
+#define NENT 4       /* devices per kernel */
+#define NLAY 4       /* foreign layouts remembered per parameter */
+#define NSPEC 8      /* registered foreign tensor types */
+#define NKEY 4       /* key attributes per foreign type */
+#define DESC_SIZE 88 /* tapegrad.types.ArrayDesc */
+#define BOUNDS_SIZE 48
+
+typedef struct { int64_t shape[4]; int32_t ndim; int32_t pad; int64_t size; } bounds_t;
+typedef struct { void *data; void *grad; int64_t shape[4]; int64_t strides[4]; int32_t ndim; uint32_t flags; } desc_t;
+
+/* parameter kinds (tapegrad/fastlaunch.py KINDS keeps the same order) */
+enum { K_PY, K_ARRAY, K_F32, K_F64, K_F16, K_BF16, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32,
+       K_U64, K_BOOL };
+
+typedef int (*cuLaunchKernel_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, void *, void **, void **);
+typedef int (*cuCtxGetCurrent_t)(void **);
+
+typedef struct {
+    PyObject *type;                 /* the foreign tensor type (exact match) */
+    PyObject *key[NKEY];            /* attribute / method names whose values key a layout */
+    int is_method[NKEY];
+    int nkey;
+    PyObject *ptr;                  /* method name returning the data pointer */
+    PyObject *stream_of;            /* callable(ordinal) -> the framework's current stream handle */
+} spec_t;
+
+typedef struct {
+    spec_t *spec;                   /* NULL: empty slot */
+    PyObject *key[NKEY];
+    PyObject *device;
+    desc_t tmpl;
+} layout_t;
+
+typedef struct {
+    PyObject *device, *module, *mode;   /* NULL device: empty slot */
+    PyObject *ordinal;              /* the device ordinal as an int (foreign stream queries) */
+    unsigned long long epoch;       /* build choices change (tg.config.mode, module options): stale */
+    int cuda;
+    void *fn;                       /* CPU: void(*)(const launch_t*, void**); CUDA: CUfunction */
+    int64_t threads_cap;
+    void *ctx;                      /* CUDA: the primary context launches need current */
+    PyObject *last_stream;          /* CUDA: the current Stream last met, its handle, blocking */
+    void *last_handle;
+    int last_blocking;
+} entry_t;
+
+typedef struct {
+    int kind, ndim, written;
+    PyObject *dtype;                /* arrays: the element type the parameter expects */
+    layout_t lay[NLAY];
+    int lay_next;
+} param_t;
+
+typedef struct {
+    int n;
+    PyObject *packers;              /* tuple of the Python packers (K_PY parameters, layout misses) */
+    entry_t ent[NENT];
+    param_t p[1];
+} plan_t;
+
+static int ready = 0;
+static PyObject *T_KERNEL, *T_ARRAY, *T_ARRAYDESC, *T_ARRAYCTYPE, *T_DEVICE, *T_STREAM;
+static PyObject *CONFIG, *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
+static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
+                *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
+                *S_CUDA_STREAM, *S_IS_BLOCKING;
+static int64_t MAX_SIZE = 2147483647LL;
+static cuLaunchKernel_t cu_launch = NULL;
+static cuCtxGetCurrent_t cu_ctx_current = NULL;
+static spec_t specs[NSPEC];
+static int nspecs = 0;
+static unsigned long long n_fast = 0, n_fallback = 0;
+static unsigned long long epoch = 1;
+
+/* the modules entries name may no longer be the ones launch() picks: forget every entry */
+TG_EXPORT void tg_fl_invalidate(void) { epoch++; }
+
+static void xdecref(PyObject *o) { if (o) api.decref(o); }
+static void xincref(PyObject *o) { if (o) api.incref(o); }
+
+TG_EXPORT int tg_fl_init(void **table, int n) {
+    if (n != A_COUNT) return -1;
+    void **dst = (void **)&api;
+    for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
+    const char *names[] = {"launch_plan", "native", "_desc", "dtype", "device", "version", "tg_dtype",
+                           "tg_device", "descriptor", "_mode", "open_count", "__dict__", "tape", "_stream",
+                           "cuda_stream", "is_blocking"};
+    PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DESC, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE,
+                          &S_TG_DEVICE, &S_DESCRIPTOR, &S_MODE, &S_OPEN_COUNT, &S_DICT, &S_TAPE, &S_STREAM_,
+                          &S_CUDA_STREAM, &S_IS_BLOCKING};
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *slots[i] = api.intern(names[i]);
+        if (!*slots[i]) return -2;
+    }
+    return (int)(sizeof(desc_t) * 1000 + sizeof(bounds_t));
+}
+
+/* The objects the fast path compares against (owned forever). */
+TG_EXPORT void tg_fl_set_objects(PyObject *kernel_t, PyObject *array_t, PyObject *desc_t_, PyObject *ctype_t,
+                                 PyObject *device_t, PyObject *config, PyObject *capture_dict, PyObject *active_tape,
+                                 PyObject *get_device, PyObject *infer_device, long long max_size) {
+    PyObject *objs[] = {kernel_t, array_t, desc_t_, ctype_t, device_t, config, capture_dict, active_tape, get_device,
+                        infer_device};
+    for (unsigned i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) api.incref(objs[i]);
+    T_KERNEL = kernel_t; T_ARRAY = array_t; T_ARRAYDESC = desc_t_; T_ARRAYCTYPE = ctype_t; T_DEVICE = device_t;
+    CONFIG = config; CAPTURE_DICT = capture_dict; ACTIVE_TAPE = active_tape; GET_DEVICE = get_device; INFER_DEVICE = infer_device;
+    MAX_SIZE = max_size;
+    ready = 1;
+}
+
+TG_EXPORT void tg_fl_set_max_size(long long max_size) { MAX_SIZE = max_size; }
+
+TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current) {
+    api.incref(stream_t);
+    xdecref(T_STREAM);
+    T_STREAM = stream_t;
+    cu_launch = (cuLaunchKernel_t)launch;
+    cu_ctx_current = (cuCtxGetCurrent_t)ctx_current;
+}
+
+TG_EXPORT void *tg_fl_current_context(void) {
+    void *ctx = NULL;
+    if (!cu_ctx_current || cu_ctx_current(&ctx) != 0) return NULL;
+    return ctx;
+}
+
+/* keys: tuple of (name, is_method) pairs flattened as names + a flag string */
+TG_EXPORT int tg_fl_register_foreign(PyObject *type, PyObject *k0, PyObject *k1, PyObject *k2, PyObject *k3,
+                                     const char *methods, PyObject *ptr, PyObject *stream_of) {
+    spec_t *s = NULL;
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].type == type) s = &specs[i];
+    if (!s) {
+        if (nspecs >= NSPEC) return -1;
+        s = &specs[nspecs++];
+        memset(s, 0, sizeof(*s));
+        api.incref(type);
+        s->type = type;
+    } else {
+        for (int k = 0; k < s->nkey; k++) xdecref(s->key[k]);
+        xdecref(s->ptr); xdecref(s->stream_of);
+    }
+    PyObject *ks[NKEY] = {k0, k1, k2, k3};
+    s->nkey = 0;
+    for (int k = 0; k < NKEY; k++) {
+        if (ks[k] == api.none) break;
+        api.incref(ks[k]);
+        s->key[k] = ks[k];
+        s->is_method[k] = methods[k] == 'm';
+        s->nkey++;
+    }
+    api.incref(ptr); s->ptr = ptr;
+    api.incref(stream_of); s->stream_of = stream_of;
+    return nspecs;
+}
+
+/* ------------------------------------------------------------------------------- plans */
+
+static void entry_clear(entry_t *e) {
+    xdecref(e->device); xdecref(e->module); xdecref(e->mode); xdecref(e->last_stream); xdecref(e->ordinal);
+    memset(e, 0, sizeof(*e));
+}
+
+static void layout_clear(layout_t *l) {
+    if (l->spec) {
+        for (int k = 0; k < l->spec->nkey; k++) xdecref(l->key[k]);
+        xdecref(l->device);
+    }
+    memset(l, 0, sizeof(*l));
+}
+
+static void plan_free(PyObject *cap) {
+    plan_t *p = (plan_t *)api.cap_getptr(cap, "tapegrad.fastlaunch_plan");
+    if (!p) { api.err_clear(); return; }
+    for (int e = 0; e < NENT; e++) entry_clear(&p->ent[e]);
+    for (int i = 0; i < p->n; i++) {
+        xdecref(p->p[i].dtype);
+        for (int l = 0; l < NLAY; l++) layout_clear(&p->p[i].lay[l]);
+    }
+    xdecref(p->packers);
+    free(p);
+}
+
+/* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays) */
+TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
+                                   PyObject *dtypes, PyObject *packers) {
+    if (n < 0 || n > MAXP) { api.incref(api.none); return api.none; }
+    plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
+    if (!p) { api.incref(api.none); return api.none; }
+    p->n = n;
+    for (int i = 0; i < n; i++) {
+        p->p[i].kind = kinds[i];
+        p->p[i].ndim = ndims[i];
+        p->p[i].written = written[i];
+        PyObject *dt = api.tuple_getitem(dtypes, i);
+        if (!dt) { api.err_clear(); dt = api.none; }
+        api.incref(dt);
+        p->p[i].dtype = dt;
+    }
+    api.incref(packers);
+    p->packers = packers;
+    return api.cap_new(p, "tapegrad.fastlaunch_plan", plan_free);
+}
+
+static plan_t *plan_of(PyObject *cap) {
+    return (plan_t *)api.cap_getptr(cap, "tapegrad.fastlaunch_plan");
+}
+
+/* Install (or replace) the entry of ``device``; fn NULL records that its module declines (a
+   debug build): launches on it take the Python path without asking again. */
+TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module, PyObject *mode, int cuda,
+                              void *fn, long long threads_cap, void *ctx, long long ordinal) {
+    plan_t *p = plan_of(cap);
+    if (!p) { api.err_clear(); return -1; }
+    entry_t *slot = NULL;
+    for (int e = 0; e < NENT; e++)
+        if (p->ent[e].device == device) { slot = &p->ent[e]; break; }
+    if (!slot) {
+        for (int e = 0; e < NENT; e++)
+            if (!p->ent[e].device) { slot = &p->ent[e]; break; }
+        if (!slot) slot = &p->ent[NENT - 1];
+    }
+    entry_clear(slot);
+    api.incref(device); api.incref(module); api.incref(mode);
+    slot->device = device; slot->module = module; slot->mode = mode;
+    slot->cuda = cuda; slot->fn = fn; slot->threads_cap = threads_cap; slot->ctx = ctx;
+    slot->ordinal = api.long_from_ll(ordinal);
+    slot->epoch = epoch;
+    if (!slot->ordinal) { api.err_clear(); entry_clear(slot); return -1; }
+    return 1;
+}
+
+/* 1 when ``device`` has an entry for ``module`` built under ``mode`` */
+TG_EXPORT int tg_fl_has_entry(PyObject *cap, PyObject *device, PyObject *module, PyObject *mode) {
+    plan_t *p = plan_of(cap);
+    if (!p) { api.err_clear(); return 0; }
+    for (int e = 0; e < NENT; e++)
+        if (p->ent[e].device == device)
+            return p->ent[e].module == module && p->ent[e].mode == mode && p->ent[e].epoch == epoch;
+    return 0;
+}
+
+TG_EXPORT void tg_fl_stats(unsigned long long *out) { out[0] = n_fast; out[1] = n_fallback; }
+
+/* ------------------------------------------------------------------------------ packing */
+
+/* double -> IEEE half bits, round to nearest even; -1 where numpy would warn or say NaN
+   (overflow, NaN: the Python path handles those) */
+static int32_t half_bits(double d) {
+    uint64_t x;
+    memcpy(&x, &d, 8);
+    uint32_t sign = (uint32_t)(x >> 48) & 0x8000u;
+    uint64_t ax = x & 0x7fffffffffffffffULL;
+    if (ax >= 0x7ff0000000000000ULL) return ax == 0x7ff0000000000000ULL ? (int32_t)(sign | 0x7c00u) : -1;
+    int e = (int)(ax >> 52);
+    if (e == 0) return (int32_t)sign;                         /* zero or a double subnormal: far below half's */
+    uint64_t m = (ax & 0xfffffffffffffULL) | (1ULL << 52);   /* value = m * 2^(e - 1075) */
+    int he = e - 1023 + 15;
+    int k;
+    uint64_t base;
+    if (he >= 1) { k = 42; base = (uint64_t)(he - 1) << 10; }
+    else { k = 1051 - e; base = 0; if (k >= 64) return (int32_t)sign; }
+    uint64_t r = m >> k, rem = m & ((1ULL << k) - 1), halfway = 1ULL << (k - 1);
+    if (rem > halfway || (rem == halfway && (r & 1))) r++;
+    uint64_t bits = base + r;
+    if (bits >= 0x7c00u) return -1;                           /* overflow to inf: numpy warns */
+    return (int32_t)(sign | (uint32_t)bits);
+}
+
+static int32_t bfloat16_bits(double d) {
+    float f = (float)d;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return -1;           /* NaN */
+    if ((x & 0x7fffffffu) == 0x7f800000u && d - d == 0.0) return -1;   /* a finite double overflowing float */
+    return (int32_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+typedef union { double d; float f; int64_t i64; uint64_t u64; int32_t i32; uint32_t u32; int16_t i16;
+                uint16_t u16; int8_t i8; uint8_t u8; unsigned char b; } scalar_t;
+
+/* 1: packed; 0: not a value the fast path takes */
+static int pack_scalar(int kind, PyObject *v, scalar_t *out) {
+    PyObject *t = TYPE(v);
+    double d;
+    if (kind == K_BOOL) {
+        if (v == api.true_) { out->b = 1; return 1; }
+        if (v == api.false_) { out->b = 0; return 1; }
+        if (t == api.t_int) {
+            int ovf = 0;
+            long long x = api.long_as_ll_ovf(v, &ovf);
+            if (api.err_occurred()) { api.err_clear(); return 0; }
+            out->b = (x != 0 || ovf != 0);
+            return 1;
+        }
+        return 0;
+    }
+    if (kind == K_F32 || kind == K_F64 || kind == K_F16 || kind == K_BF16) {
+        if (t == api.t_float) d = api.float_as_double(v);
+        else if (t == api.t_int) {
+            d = api.long_as_double(v);
+            if (api.err_occurred()) { api.err_clear(); return 0; }
+        } else if (v == api.true_ || v == api.false_) d = v == api.true_ ? 1.0 : 0.0;
+        else return 0;
+        switch (kind) {
+        case K_F32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
+        case K_F64: out->d = d; return 1;
+        case K_F16: { int32_t h = half_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
+        default: { int32_t h = bfloat16_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
+        }
+    }
+    /* integers: exact ints (and bools) inside the type's range; anything else takes the Python path */
+    if (t != api.t_int && t != api.t_bool) return 0;
+    if (kind == K_U64) {
+        int ovf = 0;
+        long long x = api.long_as_ll_ovf(v, &ovf);
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+        if (ovf == 0) { if (x < 0) return 0; out->u64 = (uint64_t)x; return 1; }
+        if (ovf < 0) return 0;
+        unsigned long long u = api.long_as_ull(v);
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+        out->u64 = u;
+        return 1;
+    }
+    int ovf = 0;
+    long long x = api.long_as_ll_ovf(v, &ovf);
+    if (api.err_occurred()) { api.err_clear(); return 0; }
+    if (ovf) return 0;
+    switch (kind) {
+    case K_I8: if (x < -128 || x > 127) return 0; out->i8 = (int8_t)x; return 1;
+    case K_I16: if (x < -32768 || x > 32767) return 0; out->i16 = (int16_t)x; return 1;
+    case K_I32: if (x < -2147483648LL || x > 2147483647LL) return 0; out->i32 = (int32_t)x; return 1;
+    case K_I64: out->i64 = x; return 1;
+    case K_U8: if (x < 0 || x > 255) return 0; out->u8 = (uint8_t)x; return 1;
+    case K_U16: if (x < 0 || x > 65535) return 0; out->u16 = (uint16_t)x; return 1;
+    case K_U32: if (x < 0 || x > 4294967295LL) return 0; out->u32 = (uint32_t)x; return 1;
+    }
+    return 0;
+}
+
+/* a new reference to attribute ``name``, NULL (error cleared) when missing */
+static PyObject *attr(PyObject *o, PyObject *name) {
+    PyObject *r = api.getattr(o, name);
+    if (!r) api.err_clear();
+    return r;
+}
+
+static PyObject *call_method0(PyObject *o, PyObject *name) {
+    PyObject *args[1] = {o};
+    PyObject *r = api.callmethod(name, args, 1, NULL);
+    if (!r) api.err_clear();
+    return r;
+}
+
+static spec_t *spec_for(PyObject *type) {
+    for (int i = 0; i < nspecs; i++)
+        if (specs[i].type == type) return &specs[i];
+    return NULL;
+}
+
+/* The key values of foreign tensor ``v`` (new references in ``key``); 0 when one is unreadable. */
+static int foreign_key(spec_t *s, PyObject *v, PyObject **key) {
+    for (int k = 0; k < s->nkey; k++) {
+        key[k] = s->is_method[k] ? call_method0(v, s->key[k]) : attr(v, s->key[k]);
+        if (!key[k]) { for (int j = 0; j < k; j++) api.decref(key[j]); return 0; }
+    }
+    return 1;
+}
+
+static layout_t *layout_hit(param_t *pp, spec_t *s, PyObject **key) {
+    for (int l = 0; l < NLAY; l++) {
+        layout_t *lay = &pp->lay[l];
+        if (lay->spec != s) continue;
+        int same = 1;
+        for (int k = 0; k < s->nkey && same; k++) {
+            int r = api.richcmp_bool(lay->key[k], key[k], Py_EQ);
+            if (r < 0) { api.err_clear(); r = 0; }
+            same = r == 1;
+        }
+        if (same) return lay;
+    }
+    return NULL;
+}
+
+/* the data pointer of foreign tensor ``v``; 0 with *ok = 0 when unreadable */
+static void *foreign_ptr(spec_t *s, PyObject *v, int *ok) {
+    PyObject *r = call_method0(v, s->ptr);
+    *ok = 0;
+    if (!r) return NULL;
+    void *ptr = NULL;
+    if (TYPE(r) == api.t_int) {
+        ptr = (void *)(uintptr_t)api.long_as_ull(r);
+        if (api.err_occurred()) api.err_clear();
+        else *ok = 1;
+    }
+    api.decref(r);
+    return ptr;
+}
+
+/* ------------------------------------------------------------------------------ launch */
+
+typedef struct {
+    PyObject *objs[2 * MAXP + 8];   /* references released after the launch */
+    int nobjs;
+} refs_t;
+
+static void keep(refs_t *r, PyObject *o) { r->objs[r->nobjs++] = o; }   /* takes a reference */
+
+static PyObject *arg_at(PyObject *seq, int seq_list, Py_ssize_t i) {
+    return seq_list ? api.list_getitem(seq, i) : api.tuple_getitem(seq, i);
+}
+
+static Py_ssize_t seq_len(PyObject *seq, int *is_list) {
+    PyObject *t = TYPE(seq);
+    if (t == api.t_tuple) { *is_list = 0; return api.tuple_size(seq); }
+    if (t == api.t_list) { *is_list = 1; return api.list_size(seq); }
+    return -1;
+}
+
+static int read_int(PyObject *v, long long *out) {
+    if (TYPE(v) != api.t_int) return 0;
+    int ovf = 0;
+    *out = api.long_as_ll_ovf(v, &ovf);
+    if (api.err_occurred()) { api.err_clear(); return 0; }
+    return !ovf;
+}
+
+static int make_bounds(PyObject *dim, bounds_t *b) {
+    memset(b, 0, sizeof(*b));
+    long long d;
+    if (TYPE(dim) == api.t_int) {
+        if (!read_int(dim, &d) || d < 0 || d > MAX_SIZE) return 0;
+        b->shape[0] = d; b->ndim = 1; b->size = d;
+        return 1;
+    }
+    if (TYPE(dim) != api.t_tuple) return 0;
+    Py_ssize_t n = api.tuple_size(dim);
+    if (n < 1 || n > 4) return 0;
+    int64_t size = 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!read_int(api.tuple_getitem(dim, k), &d) || d < 0 || d > MAX_SIZE) return 0;
+        b->shape[k] = d;
+        size *= d;              /* each factor <= MAX_SIZE < 2^63: check before it can overflow */
+        if (size > MAX_SIZE) return 0;
+    }
+    b->ndim = (int32_t)n;
+    b->size = size;
+    return 1;
+}
+
+static int tape_active(void) {
+    PyObject *t = api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
+    if (!t) { api.err_clear(); return 1; }
+    int active = t != api.none;
+    api.decref(t);
+    return active;
+}
+
+/* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path. */
+static PyObject *launch_device(PyObject *device, PyObject *stream, PyObject **args, int n) {
+    if (device != api.none) {
+        if (TYPE(device) == T_DEVICE) { api.incref(device); return device; }
+        PyObject *r = api.vectorcall(GET_DEVICE, &device, 1, NULL);
+        if (!r) api.err_clear();
+        return r;
+    }
+    if (stream != api.none) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i], *t = TYPE(a);
+        if (t == T_ARRAY) {
+            PyObject *dv = attr(a, S_DEVICE);
+            if (dv && dv != api.none) return dv;
+            xdecref(dv);
+            if (!dv) return NULL;
+        } else if (t == T_ARRAYCTYPE) {
+            return attr(a, S_TG_DEVICE);
+        } else if (t != api.t_float && t != api.t_int && t != api.t_bool) {
+            int r1 = api.isinstance(a, T_ARRAY), r2 = api.isinstance(a, T_ARRAYCTYPE);
+            if (r1 < 0 || r2 < 0) { api.err_clear(); return NULL; }
+            if (r1 || r2) return NULL;   /* subclasses: the Python path */
+        }
+    }
+    /* no tapegrad array: the first foreign object decides (launch._infer_device) */
+    PyObject *tup = api.tuple_new(n);
+    if (!tup) { api.err_clear(); return NULL; }
+    for (int i = 0; i < n; i++) { api.incref(args[i]); api.tuple_setitem(tup, i, args[i]); }
+    PyObject *cargs[3] = {api.none, api.none, tup};
+    PyObject *r = api.vectorcall(INFER_DEVICE, cargs, 3, NULL);
+    api.decref(tup);
+    if (!r) api.err_clear();
+    return r;
+}
+
+/* a tapegrad array's descriptor buffer (borrowed through ``refs``), NULL for the Python path */
+static desc_t *array_desc(param_t *pp, PyObject *a, PyObject *dev, refs_t *refs) {
+    PyObject *dt = attr(a, S_DTYPE);
+    if (!dt) return NULL;
+    api.decref(dt);             /* dtype objects live in the type tables; only identity matters */
+    if (dt != pp->dtype) return NULL;
+    PyObject *dv = attr(a, S_DEVICE);
+    if (!dv) return NULL;
+    api.decref(dv);             /* the array (kept alive by the caller) holds its device */
+    if (dv != dev) return NULL;
+    PyObject *d = attr(a, S_DESC);
+    if (!d) return NULL;
+    if (d == api.none) {
+        api.decref(d);
+        PyObject *args[1] = {a};
+        d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
+        if (!d) { api.err_clear(); return NULL; }
+    }
+    if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) { api.decref(d); return NULL; }
+    keep(refs, d);
+    desc_t *desc = (desc_t *)CBUF(d);
+    if (desc->ndim != pp->ndim) return NULL;
+    return desc;
+}
+
+static desc_t *ctype_desc(param_t *pp, PyObject *a, PyObject *dev) {
+    PyObject *dt = attr(a, S_TG_DTYPE);
+    if (!dt) return NULL;
+    api.decref(dt);
+    PyObject *dv = attr(a, S_TG_DEVICE);
+    if (!dv) return NULL;
+    api.decref(dv);
+    if (dt != pp->dtype || dv != dev) return NULL;
+    desc_t *desc = (desc_t *)CBUF(a);
+    return desc->ndim == pp->ndim ? desc : NULL;
+}
+
+/* the Python packer's value for parameter i (its ctypes buffer), kept alive through ``refs`` */
+static void *py_pack(plan_t *p, int i, PyObject *a, PyObject *dev, refs_t *refs, PyObject **out) {
+    PyObject *fn = api.tuple_getitem(p->packers, i);
+    if (!fn) { api.err_clear(); return NULL; }
+    PyObject *args[2] = {a, dev};
+    PyObject *r = api.vectorcall(fn, args, 2, NULL);
+    if (!r) { api.err_clear(); return NULL; }   /* the Python path raises the same error again */
+    keep(refs, r);
+    if (out) *out = r;
+    return CBUF(r);
+}
+
+typedef struct { void *stream; int blocking; int ok; } stream_info_t;
+
+/* tapegrad's current stream on the entry's device (Device.stream), cached per Stream object */
+static stream_info_t current_stream(entry_t *e) {
+    stream_info_t si = {NULL, 0, 0};
+    PyObject *s = attr(e->device, S_STREAM_);
+    if (!s) return si;
+    if (s == api.none || TYPE(s) != T_STREAM) { api.decref(s); return si; }
+    if (s != e->last_stream) {
+        PyObject *h = attr(s, S_CUDA_STREAM);
+        if (!h) { api.decref(s); return si; }
+        unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 0;
+        int bad = TYPE(h) != api.t_int || api.err_occurred() != NULL;
+        api.err_clear();
+        api.decref(h);
+        if (bad) { api.decref(s); return si; }
+        PyObject *b = attr(s, S_IS_BLOCKING);
+        if (!b) { api.decref(s); return si; }
+        int blocking = b == api.true_;
+        api.decref(b);
+        xdecref(e->last_stream);
+        e->last_stream = s;     /* keeps the object: its identity cannot be reused */
+        api.incref(s);
+        e->last_handle = (void *)(uintptr_t)hv;
+        e->last_blocking = blocking;
+    }
+    api.decref(s);
+    si.stream = e->last_handle;
+    si.blocking = e->last_blocking;
+    si.ok = 1;
+    return si;
+}
+
+static PyObject *fallback(refs_t *refs, PyObject *dev) {
+    for (int i = 0; i < refs->nobjs; i++) api.decref(refs->objs[i]);
+    xdecref(dev);
+    n_fallback++;
+    api.incref(api.notimpl);
+    return api.notimpl;
+}
+
+static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    (void)self;
+    refs_t refs;
+    refs.nobjs = 0;
+    PyObject *dev = NULL;
+    if (!ready || nargs != 9 || TYPE(a[0]) != T_KERNEL) return fallback(&refs, dev);
+    PyObject *kernel = a[0], *dim = a[1], *inputs = a[2], *outputs = a[3], *device = a[4], *stream = a[5],
+             *record_tape = a[6], *block_dim = a[7], *max_blocks = a[8];
+    /* states the Python path handles: a CPU graph capture, a recording tape */
+    PyObject *oc = api.dict_getitem(CAPTURE_DICT, S_OPEN_COUNT);
+    if (!oc || TYPE(oc) != api.t_int) return fallback(&refs, dev);
+    long long open = 1;
+    if (!read_int(oc, &open) || open != 0) return fallback(&refs, dev);
+    if (record_tape != api.false_ && tape_active()) return fallback(&refs, dev);
+
+    PyObject *lp = attr(kernel, S_LAUNCH_PLAN);
+    if (!lp) return fallback(&refs, dev);
+    keep(&refs, lp);
+    if (lp == api.none) return fallback(&refs, dev);   /* first launch, or a generic kernel */
+    PyObject *cap = attr(lp, S_NATIVE);
+    if (!cap) return fallback(&refs, dev);
+    keep(&refs, cap);
+    plan_t *p = cap == api.none ? NULL : plan_of(cap);
+    if (!p) { api.err_clear(); return fallback(&refs, dev); }
+
+    int in_list, out_list;
+    Py_ssize_t nin = seq_len(inputs, &in_list), nout = seq_len(outputs, &out_list);
+    if (nin < 0 || nout < 0 || nin + nout != p->n) return fallback(&refs, dev);
+    int n = p->n;
+    PyObject *args[MAXP];
+    for (int i = 0; i < n; i++) {
+        args[i] = i < nin ? arg_at(inputs, in_list, i) : arg_at(outputs, out_list, i - nin);
+        api.incref(args[i]);    /* alive through the launch, whatever the caller's lists do */
+        keep(&refs, args[i]);
+    }
+    bounds_t bounds;
+    if (!make_bounds(dim, &bounds)) return fallback(&refs, dev);
+    dev = launch_device(device, stream, args, n);
+    if (!dev) return fallback(&refs, dev);
+    entry_t *e = NULL;
+    for (int k = 0; k < NENT; k++)
+        if (p->ent[k].device == dev) { e = &p->ent[k]; break; }
+    if (!e || e->epoch != epoch || !e->fn) return fallback(&refs, dev);
+    /* the module launch() would pick: same config.mode as when the entry was made */
+    PyObject *mode = attr(CONFIG, S_MODE);
+    if (!mode) return fallback(&refs, dev);
+    int same_mode = mode == e->mode || api.richcmp_bool(mode, e->mode, Py_EQ) == 1;
+    api.err_clear();
+    api.decref(mode);
+    if (!same_mode) return fallback(&refs, dev);
+
+    void *handle = NULL;
+    stream_info_t cur = {NULL, 0, 0};
+    unsigned blocks = 0, threads = 256;
+    if (e->cuda) {
+        cur = current_stream(e);
+        if (!cur.ok) return fallback(&refs, dev);
+        if (stream != api.none) {
+            if (!T_STREAM || TYPE(stream) != T_STREAM) return fallback(&refs, dev);
+            PyObject *sd = attr(stream, S_DEVICE);
+            if (!sd) return fallback(&refs, dev);
+            api.decref(sd);
+            if (sd != dev) return fallback(&refs, dev);
+            PyObject *h = attr(stream, S_CUDA_STREAM);
+            if (!h) return fallback(&refs, dev);
+            keep(&refs, h);
+            if (TYPE(h) != api.t_int) return fallback(&refs, dev);
+            handle = (void *)(uintptr_t)api.long_as_ull(h);
+            if (api.err_occurred()) { api.err_clear(); return fallback(&refs, dev); }
+        } else {
+            handle = cur.stream;
+        }
+        long long bd, mb;
+        if (!read_int(block_dim, &bd) || !read_int(max_blocks, &mb) || bd < 0 || bd > 1024)
+            return fallback(&refs, dev);
+        if (bd == 0) bd = 256;
+        long long nb = (bounds.size + bd - 1) / bd;
+        if (mb > 0) { if (nb > mb) nb = mb; }
+        else if (e->threads_cap) { long long c = e->threads_cap / bd; if (c < 1) c = 1; if (nb > c) nb = c; }
+        if (nb > 2147483647LL) nb = 2147483647LL;
+        blocks = (unsigned)nb;
+        threads = (unsigned)bd;
+        void *ctx = NULL;
+        if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0 || ctx != e->ctx)
+            return fallback(&refs, dev);   /* another device's context is current: the Python path switches */
+    } else if (stream != api.none) {
+        return fallback(&refs, dev);
+    }
+
+    /* pack */
+    void *argv[MAXP + 1];
+    scalar_t scal[MAXP];
+    desc_t fdesc[MAXP];
+    int fstream_checked = 0;
+    for (int i = 0; i < n; i++) {
+        param_t *pp = &p->p[i];
+        PyObject *v = args[i], *t = TYPE(v);
+        desc_t *desc = NULL;
+        if (pp->kind == K_ARRAY) {
+            if (t == T_ARRAY) desc = array_desc(pp, v, dev, &refs);
+            else if (t == T_ARRAYCTYPE) desc = ctype_desc(pp, v, dev);
+            else if (v == api.none) return fallback(&refs, dev);
+            else {
+                spec_t *s = spec_for(t);
+                if (s) {
+                    PyObject *key[NKEY];
+                    if (!foreign_key(s, v, key)) return fallback(&refs, dev);
+                    layout_t *lay = layout_hit(pp, s, key);
+                    if (!lay) {
+                        /* a miss: the Python packer checks the layout and builds its descriptor */
+                        PyObject *r = NULL;
+                        desc_t *d = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
+                        if (!d || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
+                            for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+                            return fallback(&refs, dev);
+                        }
+                        lay = &pp->lay[pp->lay_next];
+                        pp->lay_next = (pp->lay_next + 1) % NLAY;
+                        layout_clear(lay);
+                        lay->spec = s;
+                        for (int k = 0; k < s->nkey; k++) lay->key[k] = key[k];   /* takes the references */
+                        api.incref(dev);
+                        lay->device = dev;
+                        lay->tmpl = *d;
+                        lay->tmpl.data = NULL;
+                        desc = d;
+                    } else {
+                        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+                        if (lay->device != dev) return fallback(&refs, dev);   /* the Python path's error */
+                        int ok;
+                        fdesc[i] = lay->tmpl;
+                        fdesc[i].data = foreign_ptr(s, v, &ok);
+                        if (!ok) return fallback(&refs, dev);
+                        desc = &fdesc[i];
+                    }
+                    if (e->cuda && !fstream_checked) {
+                        /* the framework's current stream must be ordered with tapegrad's, else the
+                           Python path tells its allocator (record_stream) about the use */
+                        PyObject *h = api.vectorcall(s->stream_of, &e->ordinal, 1, NULL);
+                        if (!h) { api.err_clear(); return fallback(&refs, dev); }
+                        unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 1;
+                        api.err_clear();
+                        api.decref(h);
+                        if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && cur.blocking)))
+                            return fallback(&refs, dev);
+                        fstream_checked = 1;
+                    }
+                } else {
+                    /* numpy, CAI objects...: the Python packer; array subclasses take the Python path
+                       (its version bump covers them) */
+                    int sub = api.isinstance(v, T_ARRAY);
+                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev); }
+                    PyObject *r = NULL;
+                    desc = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
+                    if (desc && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) desc = NULL;
+                }
+            }
+            if (!desc) return fallback(&refs, dev);
+            if (pp->written && (desc->flags & 1u)) return fallback(&refs, dev);   /* read-only: the error */
+            argv[i] = desc;
+        } else if (pp->kind == K_PY) {
+            void *buf = py_pack(p, i, v, dev, &refs, NULL);
+            if (!buf) return fallback(&refs, dev);
+            argv[i] = buf;
+        } else {
+            if (!pack_scalar(pp->kind, v, &scal[i])) return fallback(&refs, dev);
+            argv[i] = &scal[i];
+        }
+    }
+
+    /* launch: what the entry says, read while the GIL still keeps it from changing */
+    void *fn = e->fn;
+    int cuda = e->cuda;
+    api.incref(e->module);      /* the loaded binary stays loaded through the call */
+    keep(&refs, e->module);
+    if (cuda) {
+        if (bounds.size > 0) {
+            void *params[MAXP + 1];
+            params[0] = &bounds;
+            for (int i = 0; i < n; i++) params[i + 1] = argv[i];
+            void *ts = api.save_thread();
+            int rc = cu_launch(fn, blocks, 1, 1, threads, 1, 1, 0, handle, params, NULL);
+            api.restore_thread(ts);
+            if (rc != 0) return fallback(&refs, dev);   /* nothing ran: the Python path raises the driver's error */
+        }
+    } else {
+        void *ts = api.save_thread();
+        ((void (*)(const bounds_t *, void **))fn)(&bounds, argv);
+        api.restore_thread(ts);
+    }
+    /* versions of the written tapegrad arrays (launch() does the same) */
+    for (int i = 0; i < n; i++) {
+        if (!p->p[i].written || TYPE(args[i]) != T_ARRAY) continue;
+        PyObject *ver = attr(args[i], S_VERSION);
+        long long x;
+        if (ver && read_int(ver, &x)) {
+            PyObject *nv = api.long_from_ll(x + 1);
+            if (nv) {
+                if (api.setattr(args[i], S_VERSION, nv) < 0) api.err_clear();
+                api.decref(nv);
+            } else {
+                api.err_clear();
+            }
+        }
+        xdecref(ver);
+    }
+    for (int i = 0; i < refs.nobjs; i++) api.decref(refs.objs[i]);
+    xdecref(dev);
+    n_fast++;
+    api.incref(api.none);
+    return api.none;
+}
+
+/* has_entry(plan, device, module, mode) -> bool: launch()'s Python path asks after each launch
+   whether the plan already knows the module it used (cheap: no ctypes call) */
+static PyObject *fl_has_entry(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    (void)self;
+    int r = nargs == 4 && tg_fl_has_entry(a[0], a[1], a[2], a[3]);
+    PyObject *o = r ? api.true_ : api.false_;
+    api.incref(o);
+    return o;
+}
+
+static PyMethodDef methods[] = {
+    {"fast_launch", (void *)fl_launch, METH_FASTCALL,
+     "fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)\n"
+     "Pack and launch in one native call; None when launched, NotImplemented for launch()'s Python path."},
+    {"has_entry", (void *)fl_has_entry, METH_FASTCALL,
+     "has_entry(plan, device, module, mode)\nWhether the plan launches module on device under mode."},
+    {NULL, NULL, 0, NULL}};
+
+TG_EXPORT PyObject *tg_fl_function(int which) { return api.cfunc_new(&methods[which], NULL, NULL); }
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,267 @@
+"""The native launch helper: pack a kernel's arguments and launch it in one C call.
+
+``launch`` spends most of a small launch in Python: one packer call per argument, a ctypes
+call, a ``cuLaunchKernel`` through CuPy. This module builds a small C helper
+(``fastlaunch.c``, shipped beside this file) that does the whole launch from a per-kernel
+plan built once: it checks each argument against the parameter's kind (a tapegrad array's
+dtype, ndim and device; a scalar's range), points the parameter block at each array's cached
+descriptor, converts scalars, and calls the kernel's CPU entry point or ``cuLaunchKernel``
+(taken from ``libcuda.so.1``) directly, then bumps the written arrays' versions.
+
+Whatever it does not take (a recording tape, an open CPU capture, adjoint launches, debug
+builds, a wrong dtype or count, a read-only array written, a scalar out of range, an unknown
+object...) makes it return ``NotImplemented`` without side effects, and ``launch`` runs its
+Python path, which stays the source of every error message. Vector, matrix and struct
+arguments, numpy arrays and ``__cuda_array_interface__`` objects are packed by the Python
+packers, called from C. Foreign tensor types whose bridge registers a layout source
+(``register_foreign``: torch) get their layout cached per parameter, keyed by the values of
+the registered attributes (dtype, shape, strides, device; never by pointer), and only the
+data pointer is read per launch.
+
+The helper needs no ``Python.h`` and no CUDA header: the C-API functions arrive as a table of
+addresses from ``ctypes.pythonapi``, the driver's entry points as addresses from ctypes. It is
+compiled once per source version into the kernel cache by ``tapegrad.build`` (same compiler,
+checks and atomic rename as kernels) and loaded with ``ctypes.PyDLL``. When it cannot be built
+(no compiler, a free-threaded Python, an unexpected object layout) ``launch`` runs its Python
+path alone. ``TAPEGRAD_FAST_LAUNCH=0`` turns it off.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import sysconfig
+import threading
+
+from . import build, modules
+
+__all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
+           "stats", "error"]
+
+C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
+
+# parameter kinds, in the order of the C enum
+KINDS = ("py", "array", "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+         "uint8", "uint16", "uint32", "uint64", "bool")
+_KIND = {k: i for i, k in enumerate(KINDS)}
+
+# Order of the C-API table handed to tg_fl_init (must match the C enum).
+_API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", "PyObject_RichCompareBool",
+              "PyObject_IsInstance", "PyObject_Vectorcall", "PyObject_VectorcallMethod", "PyFloat_AsDouble",
+              "PyLong_AsLongLongAndOverflow", "PyLong_AsDouble", "PyLong_FromLongLong", "PyErr_Occurred",
+              "PyErr_Clear", "PyTuple_Size", "PyTuple_GetItem", "PyList_Size", "PyList_GetItem", "PyTuple_New",
+              "PyTuple_SetItem", "PyDict_GetItem", "PyCapsule_New", "PyCapsule_GetPointer", "PyEval_SaveThread",
+              "PyEval_RestoreThread", "PyCFunction_NewEx", "PyUnicode_InternFromString",
+              "PyLong_AsUnsignedLongLong",
+              "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>")
+_OBJS = {"<None>": None, "<True>": True, "<False>": False, "<NotImplemented>": NotImplemented, "<float>": float,
+         "<int>": int, "<bool>": bool, "<tuple>": tuple, "<list>": list}
+
+_lock = threading.Lock()
+_state: dict = {}      # "lib", "fn" (the launch function) once loaded; "error" when it cannot be
+_FOREIGN: list = []    # register_foreign's arguments, applied when the helper loads
+_P = ctypes.py_object
+_V = ctypes.c_void_p
+
+
+def _layout_ok(types) -> bool:
+    """The object layouts the C code relies on: ob_type after the refcount, a ctypes object's
+    buffer pointer after the head, and the ABI structs' sizes."""
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    x = 1.5
+    if _V.from_address(id(x) + ctypes.sizeof(ctypes.c_ssize_t)).value != id(float):
+        return False
+    d = types.ArrayDesc()
+    if _V.from_address(id(d) + 2 * ctypes.sizeof(ctypes.c_void_p)).value != ctypes.addressof(d):
+        return False
+    return ctypes.sizeof(types.ArrayDesc) == 88 and ctypes.sizeof(types.LaunchBounds) == 48 and \
+        types.ArrayDesc.ndim.offset == 80 and types.ArrayDesc.flags.offset == 84
+
+
+def _build():
+    from . import types
+    if os.environ.get("TAPEGRAD_FAST_LAUNCH", "1") == "0":
+        raise OSError("disabled by TAPEGRAD_FAST_LAUNCH=0")
+    if sys.implementation.name != "cpython" or not _layout_ok(types):
+        raise OSError("this Python's object layout is not the one the helper reads")
+    with open(C_SOURCE_PATH) as f:
+        source = f.read()
+    lib = build.load_cpu_library(build.build_cpu(source, "tg_fastlaunch"), python_api=True)
+    pyapi = ctypes.pythonapi
+    table = (_V * len(_API_NAMES))()
+    for i, name in enumerate(_API_NAMES):
+        table[i] = id(_OBJS[name]) if name.startswith("<") else ctypes.cast(getattr(pyapi, name), _V).value
+    lib.tg_fl_init.argtypes = [_V, ctypes.c_int]
+    lib.tg_fl_init.restype = ctypes.c_int
+    sizes = lib.tg_fl_init(table, len(_API_NAMES))
+    if sizes != 88 * 1000 + 48:
+        raise OSError(f"fast launch helper: unexpected struct sizes {sizes}")
+    lib.tg_fl_set_objects.argtypes = [_P] * 10 + [ctypes.c_longlong]
+    lib.tg_fl_set_objects.restype = None
+    lib.tg_fl_set_max_size.argtypes = [ctypes.c_longlong]
+    lib.tg_fl_set_max_size.restype = None
+    lib.tg_fl_set_cuda.argtypes = [_P, _V, _V]
+    lib.tg_fl_set_cuda.restype = None
+    lib.tg_fl_current_context.argtypes = []
+    lib.tg_fl_current_context.restype = _V
+    lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
+    lib.tg_fl_register_foreign.restype = ctypes.c_int
+    lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P]
+    lib.tg_fl_plan_new.restype = _P
+    lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, ctypes.c_longlong, _V, ctypes.c_longlong]
+    lib.tg_fl_set_entry.restype = ctypes.c_int
+    lib.tg_fl_has_entry.argtypes = [_P, _P, _P, _P]
+    lib.tg_fl_has_entry.restype = ctypes.c_int
+    lib.tg_fl_invalidate.argtypes = []
+    lib.tg_fl_invalidate.restype = None
+    lib.tg_fl_stats.argtypes = [_V]
+    lib.tg_fl_stats.restype = None
+    lib.tg_fl_function.argtypes = [ctypes.c_int]
+    lib.tg_fl_function.restype = _P
+    return lib, table
+
+
+def load(objects: dict, max_size: int):
+    """Build and load the helper once; returns its launch function, or None when the helper is
+    unavailable (``_state["error"]`` says why).
+
+    Args:
+        objects: what the C code compares arguments against and reads: ``kernel``, ``array``,
+            ``desc``, ``ctype`` (the ``Kernel``, ``array``, ``ArrayDesc`` and ``ArrayCtype``
+            classes), ``device`` (the ``Device`` class), ``config`` (``tg.config``),
+            ``capture`` (``tapegrad.cpu_capture``'s module dict), ``active_tape``
+            (``tapegrad.recording.active_tape``), ``get_device`` and ``infer_device`` (``launch._infer_device``).
+        max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
+    """
+    with _lock:
+        if "fn" in _state or "error" in _state:
+            return _state.get("fn")
+        try:
+            lib, table = _build()
+        except Exception as e:  # noqa: BLE001  no compiler, odd Python: the Python path alone
+            _state["error"] = f"{type(e).__name__}: {e}"
+            return None
+        o = objects
+        lib.tg_fl_set_objects(o["kernel"], o["array"], o["desc"], o["ctype"], o["device"], o["config"],
+                              o["capture"], o["active_tape"], o["get_device"], o["infer_device"], int(max_size))
+        _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
+        for args in _FOREIGN:
+            _register_foreign(lib, *args)
+        return _state["fn"]
+
+
+def new_plan(kinds, ndims, written, dtypes, packers):
+    """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
+
+    Args:
+        kinds: one name of ``KINDS`` per parameter. ndims: array parameters' ndim (else 0).
+        written: per parameter, whether the forward writes it. dtypes: array parameters'
+            element types (else None). packers: the Python packers (``pack(value, device)``).
+    """
+    lib = _state.get("lib")
+    if lib is None or len(kinds) > 64:
+        return None
+    n = len(kinds)
+    cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
+                             bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers))
+    return cap
+
+
+def register_module(plan, device, module, mode) -> bool:
+    """Let ``plan``'s kernel launch natively on ``device`` through ``module`` (a CpuModule or
+    CudaModule) while ``tg.config.mode`` is ``mode``; another module (a debug build's checking
+    wrapper) is recorded as declining, so its launches take the Python path without asking
+    again. Returns whether the helper launches ``module`` now."""
+    lib = _state.get("lib")
+    if lib is None or plan is None:
+        return False
+    if _state["has_entry"](plan, device, module, mode):
+        return True
+    # exactly these classes: a debug build's wrapper (which checks every launch) forwards
+    # attribute reads to the module it wraps, so asking it for fast_entry would bypass its check
+    entry = module.fast_entry() if type(module) in (modules.CpuModule, modules.CudaModule) else None
+    cuda, fn, threads_cap, ordinal = entry if entry is not None else (False, None, 0, -1)
+    ctx = None
+    if fn and cuda:
+        if _cuda_ready(lib):
+            with device.context_guard():
+                ctx = lib.tg_fl_current_context()
+        if not ctx:
+            fn = None   # no driver entry points, or no context: the Python path (CuPy) launches
+    # fn None: recorded as declining, so the Python path does not ask again for this module
+    return lib.tg_fl_set_entry(plan, device, module, mode, int(bool(cuda)), fn or None, int(threads_cap), ctx,
+                               int(ordinal)) == 1 and bool(fn)
+
+
+def _cuda_ready(lib) -> bool:
+    ok = _state.get("cuda")
+    if ok is None:
+        try:
+            from .cuda.stream import Stream
+            cu = ctypes.CDLL("libcuda.so.1")
+            launch, current = cu.cuLaunchKernel, cu.cuCtxGetCurrent
+        except (OSError, AttributeError, ImportError):
+            ok = False
+        else:
+            lib.tg_fl_set_cuda(Stream, ctypes.cast(launch, _V).value, ctypes.cast(current, _V).value)
+            _state["libcuda"] = cu
+            ok = True
+        _state["cuda"] = ok
+    return ok
+
+
+def register_foreign(cls, keys, ptr: str, stream_of=None) -> None:
+    """Cache launch layouts of ``cls`` instances (exact type) passed directly to ``launch``.
+
+    Args:
+        cls: the tensor type. keys: up to 4 ``(name, is_method)`` pairs whose values, together,
+            determine the layout the type's launch adapter builds (dtype, shape, strides,
+            device); compared with ``==`` at every launch.
+        ptr: the method returning the data pointer (read at every launch).
+        stream_of: ``f(ordinal) -> handle`` of the framework's current CUDA stream: a launch on
+            a stream not ordered with it takes the Python path (whose adapter tells the
+            framework's allocator). None: launches with CUDA tensors of ``cls`` always take
+            the Python path.
+    Raises:
+        ValueError: no keys, or more than 4.
+    """
+    if not 1 <= len(keys) <= 4:
+        raise ValueError(f"register_foreign: 1 to 4 key attributes, got {len(keys)}")
+    with _lock:
+        _FOREIGN.append((cls, tuple(keys), ptr, stream_of))
+        lib = _state.get("lib")
+        if lib is not None:
+            _register_foreign(lib, cls, keys, ptr, stream_of)
+
+
+def _register_foreign(lib, cls, keys, ptr, stream_of):
+    names = [k for k, _ in keys] + [None] * (4 - len(keys))
+    methods = "".join("m" if m else "a" for _, m in keys).ljust(4, "a").encode()
+    if stream_of is None:
+        def stream_of(ordinal):
+            return -1   # never ordered: the Python path
+    lib.tg_fl_register_foreign(cls, *names, methods, ptr, stream_of)
+
+
+def invalidate() -> None:
+    """Forget every plan's modules (``tg.config.mode`` or module options changed: launches may
+    pick other builds); the next Python-path launch of each kernel registers its module again."""
+    lib = _state.get("lib")
+    if lib is not None:
+        lib.tg_fl_invalidate()
+
+
+def stats() -> tuple:
+    """``(fast, fallback)``: launches the helper made, and the ones it passed to the Python path."""
+    lib = _state.get("lib")
+    if lib is None:
+        return (0, 0)
+    out = (ctypes.c_ulonglong * 2)()
+    lib.tg_fl_stats(out)
+    return int(out[0]), int(out[1])
+
+
+def error():
+    """Why the helper is not loaded (None when it is, or has not been tried)."""
+    return _state.get("error")
