@@ -37,6 +37,7 @@ from .version import __version__
 __all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_cache_dir", "find_cxx",
            "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
            "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
+           "cuda_image_base",
            "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
@@ -470,15 +471,16 @@ def nvrtc_search_dirs() -> list:
     return dirs
 
 
-def nvrtc_identity() -> str:
+def nvrtc_identity(refresh: bool = False) -> str:
     """A fingerprint of the NVRTC this process would compile with, found without loading it
     (no CuPy import, no dlopen): realpath, size and mtime of every ``libnvrtc`` and CuPy NVRTC
     binding in ``nvrtc_search_dirs()`` (in order), plus the loader cache ``/etc/ld.so.cache``
     (rewritten whenever a library is installed). Any change — an upgrade, another toolkit
     first on the path — gives another fingerprint, so a cached CUDA image is never reused
-    with a different NVRTC; a cache hit touches no NVRTC. Computed once per process."""
+    with a different NVRTC; a cache hit touches no NVRTC. Computed once per process (again
+    with ``refresh=True``)."""
     global _nvrtc_id
-    if _nvrtc_id is None:
+    if _nvrtc_id is None or refresh:
         seen = []
         for d in nvrtc_search_dirs():
             names = _NVRTC_SONAMES
@@ -512,10 +514,20 @@ def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
     Raises:
         CompileError: NVRTC failed.
     """
-    key = _key(source, "cuda", str(arch), nvrtc_identity(), " ".join(NVRTC_FLAGS), __version__)
-    base = os.path.join(cache_dir(), f"{name}_{key[:24]}")
+    base = cuda_image_base(source, name, arch)
     path, data = cached_entry([base + ".cubin", base + ".ptx"], lambda: _compile_cuda(source, arch, kernels, base))
     return data, path.rsplit(".", 1)[1]
+
+
+def cuda_image_base(source: str, name: str, arch: int) -> str:
+    """The cache path, without its ``.cubin``/``.ptx`` extension, of the image ``build_cuda``
+    makes of ``source`` for ``sm_<arch>`` with the NVRTC ``nvrtc_identity()`` describes.
+
+    Raises:
+        CacheDirError: the cache directory is unsafe.
+    """
+    key = _key(source, "cuda", str(arch), nvrtc_identity(), " ".join(NVRTC_FLAGS), __version__)
+    return os.path.join(cache_dir(), f"{name}_{key[:24]}")
 
 
 def _compile_cuda(source, arch, kernels, base):

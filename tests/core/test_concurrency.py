@@ -86,7 +86,7 @@ def test_first_launches_of_new_kernels_from_many_threads():
 def _rounds(x, want_axpb, want_square, want_count):
     keys = None
     for rnd in range(ROUNDS):
-        kernels = _make_kernels()
+        kernels = list(_make_kernels())
         if keys is None:
             keys = [k.key for k in kernels]
         # the previous round's kernels are gone: their keys (and cache entries) are reused
@@ -115,8 +115,25 @@ def _rounds(x, want_axpb, want_square, want_count):
         _race(THREADS, work)
         for j in range(3):   # one module per kernel: nobody saw a half-built or second one
             assert all(modules[t][j] is modules[0][j] for t in range(THREADS)), f"round {rnd} kernel {j}"
-        del kernels, work, modules
+        kernels.clear()   # this round's kernels die: their keys are free again
+        modules.clear()
         gc.collect()   # kernels hold cycles (their plan's packers name them): free their keys
+
+
+def test_a_launched_kernel_dies_with_its_last_reference():
+    """What the rounds above rely on (and a leak otherwise): after a launch, a kernel is freed by
+    the garbage collector once nothing refers to it, and its key is free again."""
+    import weakref
+    kernels = list(_make_kernels())
+    x, y = tg.zeros(4, dtype=tg.float32), tg.zeros(4, dtype=tg.float32)
+    tg.launch(kernels[1], 4, inputs=[x, y])
+    ref = weakref.ref(kernels[1])
+    kernels.clear()
+    gc.collect()
+    assert ref() is None, ("a launched kernel outlived its last reference: something outside Python's garbage "
+                           "collector holds it (a native launch plan holding strong references to the packers, "
+                           "whose closures name the kernel?)")
+    assert _make_kernels()[1].key == "concurrency.square"
 
 
 def test_a_new_kernel_compiles_once_under_many_threads(tmp_path, monkeypatch):
@@ -224,27 +241,32 @@ def test_generic_kernel_specializations_from_many_threads():
         gc.unfreeze()
 
 
+def _make_generic():
+    @tg.kernel(key="concurrency.generic_scale")
+    def scale(x: tg.array(dtype=typing.Any), y: tg.array(dtype=typing.Any)):
+        i = tg.tid()
+        y[i] = x[i] + x[i]
+    return scale
+
+
 def _generic_rounds(dtypes):
     for rnd in range(40):
-        @tg.kernel(key="concurrency.generic_scale")
-        def scale(x: tg.array(dtype=typing.Any), y: tg.array(dtype=typing.Any)):
-            i = tg.tid()
-            y[i] = x[i] + x[i]
-
+        kernel = [_make_generic()]      # a fresh generic kernel (same key: its specializations hit the cache)
         seen = [None] * THREADS
 
         def work(t):
             dt, np_dt = dtypes[t % len(dtypes)]
             x = tg.array(np.arange(N).astype(np_dt), dtype=dt)
             y = tg.zeros(N, dtype=dt)
-            tg.launch(scale, N, inputs=[x, y])
+            tg.launch(kernel[0], N, inputs=[x, y])
             np.testing.assert_array_equal(y.numpy(), 2 * np.arange(N))
-            seen[t] = scale.specialize([tg.array(dtype=dt), tg.array(dtype=dt)])
+            seen[t] = kernel[0].specialize([tg.array(dtype=dt), tg.array(dtype=dt)])
 
         _race(THREADS, work)
         for t in range(THREADS):   # one specialization per type combination, shared by all threads
             assert seen[t] is seen[t % len(dtypes)], f"round {rnd}"
-        del scale, work, seen
+        kernel.clear()
+        seen.clear()
         gc.collect()
 
 
