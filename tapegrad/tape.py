@@ -22,7 +22,7 @@ from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import BufferZeroPlan
 from .recording import CopyRecord, FuncRecord
-from .tape_saves import SavedValues, kernel_reads, restore, snapshot
+from .tape_saves import SavedValues, buffer_like, kernel_reads, restore, snapshot
 from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
@@ -150,7 +150,7 @@ class Tape:
             self._saves[index] = saves
             for s in saves:       # where backward keeps the forward's last values (allocated once)
                 if id(s.array) not in self._finals:
-                    self._finals[id(s.array)] = (s.array, snapshot(s.array, s.stream))
+                    self._finals[id(s.array)] = (s.array, buffer_like(s.array, s.stream))
         self.records.append(rec)
 
     @property
@@ -173,7 +173,9 @@ class Tape:
 
         Args:
             backward: called with no arguments; it reads/accumulates the ``.grad`` of arrays.
-            arrays: the arrays whose gradients it touches (zeroed by ``zero()``).
+            arrays: the arrays whose gradients it touches (zeroed by ``zero()``). They count
+                as read by the callback: a later recorded overwrite of one is saved, so the
+                callback sees the values they had when it was recorded.
         Raises:
             TypeError: ``backward`` is not callable, or an item of ``arrays`` is not an array.
             RuntimeError: an array has no gradient (``requires_grad=False``).

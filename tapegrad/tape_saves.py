@@ -27,7 +27,7 @@ from .array import array
 from .cuda.stream import ScopedStream
 from .lang.ir import Assign, If, Loop
 
-__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "snapshot", "restore"]
+__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "buffer_like", "snapshot", "restore"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,12 @@ class SavedValues:
     @property
     def nbytes(self) -> int:
         return self.values.nbytes
+
+
+def buffer_like(a, stream=None):
+    """A new contiguous array of ``a``'s shape, dtype and device (allocated on ``stream``)."""
+    with ScopedStream(stream, sync_enter=False):
+        return array(shape=a.shape, dtype=a.dtype, device=a.device)
 
 
 def snapshot(a, stream=None):

@@ -546,48 +546,28 @@ def test_final_values_come_back_when_an_adjoint_raises(device):
     np.testing.assert_array_equal(x.numpy(), x0 * x0)
 
 
-def test_captured_cpu_backward_restores_inside_the_graph():
-    """tape.backward inside a CPU ScopedCapture: the restores are recorded with the adjoints,
-    so each replay of the graph is exact and leaves the final values in place."""
+def test_captured_backward_restores_inside_the_graph(device):
+    """tape.backward inside a ScopedCapture (CPU or CUDA): the restores are recorded with the
+    adjoints, so each replay of the graph is exact and leaves the final values in place."""
     values = [(_x(seed=19), F64), (_x(seed=20, lo=-1.0, hi=1.0), F64)]
     forward = simulate(3)
-    ref = finite_differences(forward, values, "cpu")
-    x, v = _arrays(values, "cpu", True)
-    tape = tg.Tape()
-    with tape:
-        loss = forward(x, v)
-    final = x.numpy().copy()
-    with tg.ScopedCapture(device="cpu") as cap:
-        tape.backward(loss=loss)
-    assert np.all(x.grad.numpy() == 0.0)
-    for _ in range(2):
-        tg.capture_launch(cap.graph)
-        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(x.numpy(), final)
-        tape.zero()
-
-
-@pytest.mark.cuda
-def test_captured_cuda_backward_restores_inside_the_graph():
-    values = [(_x(seed=21), F64), (_x(seed=22, lo=-1.0, hi=1.0), F64)]
-    forward = simulate(3)
-    ref = finite_differences(forward, values, "cuda:0")
-    x, v = _arrays(values, "cuda:0", True)
+    ref = finite_differences(forward, values, device)
+    x, v = _arrays(values, device, True)
     tape = tg.Tape()
     with tape:
         loss = forward(x, v)
     tape.backward(loss=loss)                      # loads the adjoint kernels outside the capture
     tape.zero()
     final = x.numpy().copy()
-    tg.synchronize()
-    with tg.ScopedCapture(device="cuda:0") as cap:
+    tg.synchronize_device(device)
+    with tg.ScopedCapture(device=device) as cap:
         tape.backward(loss=loss)
+    assert np.all(x.grad.numpy() == 0.0)
     for _ in range(2):
         tg.capture_launch(cap.graph)
-        tg.synchronize()
+        tg.synchronize_device(device)
         np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
         np.testing.assert_array_equal(x.numpy(), final)
         tape.zero()
-        tg.synchronize()
+        tg.synchronize_device(device)
