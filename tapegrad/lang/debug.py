@@ -97,6 +97,13 @@ class CheckedModule:
             raise KernelIndexError(f"kernel '{self.key}' (debug mode): index {_fmt(index)} out of range for an "
                                    f"array of shape {shape}", self.key, index=index, shape=shape, count=count)
         inside = "" if site.function == self.key else f" in @func '{site.function}'"
+        if site.access == "extent":
+            raise KernelIndexError(
+                f"kernel '{self.key}' (debug mode): len()/shape of array '{site.array}' (shape {shape}) at "
+                f"{site.location}{inside} does not fit the int32 it is in a launch of at most 2^31 - 1 threads "
+                f"(it would wrap); pass the size as a tg.int64 argument, or launch over more than 2^31 - 1 "
+                f"threads (the wide build, where it is an int64)",
+                self.key, site.function, site.array, shape, shape, site.location, site.access, count)
         more = f"; {count} out-of-range accesses in all, only the first is described" if count > 1 else ""
         phase = " (backward launch)" if adjoint else ""
         raise KernelIndexError(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..types import MatrixType, ScalarType, VectorType, float32, float64
+from ..types import MatrixType, ScalarType, VectorType, float32, float64, int32
 from .adjoint import active
 from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, walk
 from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
@@ -219,16 +219,18 @@ class FunctionEmitter:
 
     # -------------------------------------------------------------- debug checks
     def check(self, s, reverse=False):
-        """The bounds-check condition guarding statement ``s`` in a debug build (None: no check)."""
-        if self.sites is None or not isinstance(s, Assign):
+        """The bounds-check condition guarding statement ``s`` in a debug build (None: no check);
+        for an int32 ``len(a)``/``a.shape[k]``, the check that ``a``'s extents fit an int32."""
+        if self.sites is None or not isinstance(s, Assign) or not s.args or not is_array(s.args[0].type):
             return None
-        nv = _ACCESS_VALUES.get(s.op.name)
-        if nv is None or not s.args or not is_array(s.args[0].type):
+        extent = s.op.name in ("len", "shape") and s.out is not None and s.out.type is int32
+        nv = 0 if extent else _ACCESS_VALUES.get(s.op.name)
+        if nv is None:
             return None
         arr = s.args[0]
         idx = s.args[1:len(s.args) - nv]
         loc = getattr(s, "loc", None) or self._last_loc or self.fn.loc
-        access = {"load": "read", "store": "write"}.get(s.op.name, s.op.name)
+        access = "extent" if extent else {"load": "read", "store": "write"}.get(s.op.name, s.op.name)
 
         def make():
             who = self.fn.loc.func if self.fn.kind != "kernel" and self.fn.loc is not None else self.fn.name
@@ -236,6 +238,8 @@ class FunctionEmitter:
             name = arr.label if arr.kind == "param" and arr.label else "an array"
             return DebugSite(who, name, where, f"adjoint of {access}" if reverse else access)
         site = self.sites.site((id(s), reverse), make)
+        if extent:
+            return f"tg::dbg_narrow({arr.name}, {site})"
         return f"tg::dbg_ok({', '.join([arr.name, str(site)] + [a.name for a in idx])})"
 
     # -------------------------------------------------------------- forward statements
@@ -254,7 +258,9 @@ class FunctionEmitter:
                 render = op.replay if replay and op.replay is not None else op.fwd
                 text = render(args)
                 guard = self.check(s)
-                if guard is not None:
+                if guard is not None and guard.startswith("tg::dbg_narrow"):
+                    lines.append(f"{pad}{s.out.name} = ({guard}, {text});")
+                elif guard is not None:
                     if s.out is not None:
                         lines.append(f"{pad}{s.out.name} = {guard} ? ({text}) : {s.out.type.cname}{{}};")
                     else:

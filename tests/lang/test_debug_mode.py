@@ -148,3 +148,20 @@ def test_mode_values_and_module_option():
     finally:
         tg.set_module_options({"mode": None})
     assert not getattr(shifted_read.module(cpu), "debug", False)
+
+
+@tg.kernel
+def last_of(x: tg.array[tg.int8], out: tg.array[tg.int8]):
+    out[0] = x[len(x) - 1]
+
+
+def test_int32_len_of_an_array_past_int32_is_caught(device, debug_mode):
+    # in a launch of at most 2^31 - 1 threads len() is an int32 (Warp's type): it would wrap
+    x = tg.zeros(2 ** 31 + 64, dtype=tg.int8, device=device)
+    out = tg.zeros(1, dtype=tg.int8, device=device)
+    with pytest.raises(tg.KernelIndexError, match=r"len\(\)/shape of array 'x' \(shape \(2147483712,\)\) at "
+                                                  r".*test_debug_mode.py:\d+ does not fit the int32"):
+        tg.launch(last_of, dim=1, inputs=[x, out])
+    small = tg.array(np.array([1, 2, 3], dtype=np.int8), device=device)
+    tg.launch(last_of, dim=1, inputs=[small, out])
+    assert int(out.numpy()[0]) == 3

@@ -61,6 +61,18 @@ TG_FUNC bool dbg_check(const int64_t* shape, int n, const int64_t* ix, int32_t s
     return true;
 }
 
+// len(a) / a.shape[k] are int32 in a launch of at most 2^31 - 1 threads: an array with a
+// larger dimension would wrap, so the debug build records it (the "index" is the shape)
+template <typename T> TG_FUNC bool dbg_narrow(const array_t<T>& a, int32_t site) {
+    for (int d = 0; d < a.ndim; ++d) {
+        if (a.shape[d] > int64_t(0x7fffffff)) {
+            dbg_record(a.shape, a.ndim, a.shape, site);
+            return false;
+        }
+    }
+    return true;
+}
+
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i) {
     int64_t ix[1] = {i};
     return dbg_check(a.shape, 1, ix, site);
