@@ -55,8 +55,9 @@ DIFFERENT = {
     "ScopedTimer": "wall time, `synchronize=`, `print=`, `dict=`, `detailed=`, tape scopes as Warp; "
                    "`use_nvtx`/`cuda_filter`/`report_func` accepted but produce no NVTX ranges or CUDA "
                    "activity reports; prints with `print`, not Warp's logger",
-    "set_module_options": "Warp's option names are validated and stored; only `enable_backward` changes "
-                          "compilation (for kernels defined after the call)",
+    "set_module_options": "Warp's option names are validated and stored; `enable_backward` changes "
+                          "compilation (for kernels defined after the call) and `mode` (\"release\"/"
+                          "\"debug\") the build of the module's next launches; the others are stored only",
     "load_module": "every kernel is its own module: loads the kernels found in the Python module's globals",
     "force_load": "loads every kernel defined so far (each its own module)",
     "clear_kernel_cache": "clears tapegrad's cache (`$TAPEGRAD_CACHE`, default `~/.cache/tapegrad`)",
@@ -73,7 +74,9 @@ DIFFERENT = {
     "Stream": "owned streams are CuPy streams; external handles as Warp",
     "from_dlpack": "DLPack 1.x (versioned capsules, read-only flag, `byte_offset` honoured) with legacy fallback",
     "to_dlpack": "DLPack 1.x capsules when asked (`max_version`), legacy otherwise",
-    "config": "`tg.config` has tapegrad's switches (`strict_tape`, `verbose`), not Warp's",
+    "config": "`tg.config` has tapegrad's switches: `mode` (Warp's name and values; a change picks the "
+              "other build at the next launch, no reload), `strict_tape`, `verbose`; other Warp settings "
+              "may be set and are ignored",
 }
 
 # --- missing names: where they belong, or why not ---------------------------------------------
