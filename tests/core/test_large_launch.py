@@ -17,10 +17,19 @@ BIG = 2 ** 31
 
 
 @tg.kernel
-def guarded(x: tg.array[float], n: int):
+def guarded(x: tg.array[float], out: tg.array[tg.int64], n: int):
     i = tg.tid()
     if i < n:          # int32 n next to the int64 tid(): promoted in the wide build
         x[i] = 1.0
+        acc = i * 0    # an int64 local in the wide build (int32 in the default one)
+        for j in range(n):
+            acc += i * n + j
+        out[i] = tg.int64(acc + tg.min(i, n - 1) + i % 3 + (i // 2 if i > 1 else i))
+
+
+def _expected(n, count):
+    i = np.arange(count)
+    return (sum(i * n + j for j in range(n)) + np.minimum(i, n - 1) + i % 3 + np.where(i > 1, i // 2, i)).tolist()
 
 
 @tg.kernel
@@ -49,12 +58,16 @@ def iota32(out: tg.array[tg.int32]):
 
 def test_guarded_launch_past_int32(device):
     x = tg.zeros(16, device=device)
-    tg.launch(guarded, dim=BIG + 8, inputs=[x, 8])
+    out = tg.zeros(16, dtype=tg.int64, device=device)
+    tg.launch(guarded, dim=BIG + 8, inputs=[x, out, 8])
     assert x.numpy().tolist() == [1.0] * 8 + [0.0] * 8
+    assert out.numpy().tolist() == _expected(8, 8) + [0] * 8      # loops, min, %, // with int32 operands
     # the default build still serves small launches (and is untouched: no 64-bit tid in it)
     y = tg.zeros(16, device=device)
-    tg.launch(guarded, dim=4, inputs=[y, 8])
+    out = tg.zeros(16, dtype=tg.int64, device=device)
+    tg.launch(guarded, dim=4, inputs=[y, out, 8])
     assert y.numpy().tolist() == [1.0] * 4 + [0.0] * 12
+    assert out.numpy().tolist() == _expected(8, 4) + [0] * 12
     assert "tg::tid64" not in guarded.source() and "tg::tid(" in guarded.source()
     assert "tg::tid64" in emit.module_source(guarded.cpp_parts(None, emit.Variant(wide=True)))
 
@@ -79,7 +92,7 @@ def test_int8_array_past_int32(device):
 def test_grid_past_int64_is_a_value_error_naming_dim(dim):
     x = tg.zeros(4)
     with pytest.raises(ValueError, match=r"launch: dim .*2\^63 - 1"):
-        tg.launch(guarded, dim=dim, inputs=[x, 8])
+        tg.launch(guarded, dim=dim, inputs=[x, tg.zeros(4, dtype=tg.int64), 8])
     assert x.numpy().tolist() == [0.0] * 4
 
 
