@@ -104,6 +104,7 @@ class Builder(ExprMixin):
         self.assign_targets = None     # names on the left of the assignment being built (tid() arity)
         self.tid_ndim = 0              # the most indices tid() is unpacked into (launch checks len(dim))
         self.paths = Paths()           # the locals bound on the path being built (flow.py)
+        self.dynamic = 0               # depth of run-time branches / loops around the statement being built
 
     # ------------------------------------------------------------------ utilities
     def loc(self, node=None):
@@ -420,6 +421,11 @@ class Builder(ExprMixin):
             if isinstance(cur, Var) and cur.kind == "local":
                 self.error(f"'{name}' is a {type_name(cur.type)} variable and cannot be rebound to {describe(value)}",
                            node)
+            if self.dynamic and cur is not None and not _same_binding(cur, value):
+                # such names are bound at compile time: the last binding built would win on every path
+                self.error(f"'{name}' names {describe(cur)} and is rebound to {describe(value)} inside a run-time "
+                           f"branch or loop; arrays and other compile-time names cannot depend on a run-time "
+                           f"condition: use separate names (or select an index)", node)
             self.scope[name] = value
             return
         if isinstance(cur, Var) and cur.kind == "local":
@@ -442,12 +448,14 @@ class Builder(ExprMixin):
             return
         cond = self.materialize(cond)
         entry = self.paths.snapshot()
+        self.dynamic += 1
         with self.sub_block() as body:
             self.stmts(node.body)
         after_body = self.paths.snapshot()
         self.paths.restore(entry)
         with self.sub_block() as orelse:
             self.stmts(node.orelse)
+        self.dynamic -= 1
         self.paths.restore(meet(after_body, self.paths.bound))
         self.emit(If(cond, body.stmts, orelse.stmts, self.loc(node)))
 
@@ -521,8 +529,10 @@ class Builder(ExprMixin):
             cond = self.materialize(cond if not isinstance(cond, Lit) else Lit(bool(cond.value), bool_))
         self.loops.append((brk, cont))
         self.paths.enter_loop()
+        self.dynamic += 1
         with self.sub_block() as body:
             self.stmts(node.body)
+        self.dynamic -= 1
         breaks, conts = self.paths.leave_loop()
         self.loops.pop()
         # the loop ends when its condition fails (at entry or after an iteration) or at a break
@@ -645,8 +655,10 @@ class Builder(ExprMixin):
         self.loops.append((brk, cont))
         self.paths.enter_loop()
         self.paths.assigned(name, node.lineno + self.first - 1)
+        self.dynamic += 1
         with self.sub_block() as body:
             self.stmts(node.body)
+        self.dynamic -= 1
         breaks, conts = self.paths.leave_loop()
         self.loops.pop()
         self.paths.restore(meet(*([] if runs else [entry]), self.paths.bound, *conts, *breaks))
@@ -714,6 +726,13 @@ def _assignable(node, arrays=False):
     if isinstance(node, ast.Attribute):
         return _assignable(node.value, arrays)
     return arrays and isinstance(node, ast.Subscript)
+
+
+def _same_binding(a, b) -> bool:
+    """Whether two compile-time bindings of a name are the same array / object."""
+    if isinstance(a, PyObj) and isinstance(b, PyObj):
+        return a.obj is b.obj
+    return a is b
 
 
 def _has_return(node):

@@ -833,6 +833,15 @@ def s_after_continue(x: F32):
 
 
 @tg.kernel
+def s_alias_branch(x: F32, y: F32):
+    i = tg.tid()
+    a = x
+    if x[i] > 0.0:
+        a = y  # @bad:alias_branch
+    a[i] = 1.0
+
+
+@tg.kernel
 def s_store_type(x: I32):
     i = tg.tid()
     x[i] = 1.5  # @bad:store_type
@@ -1145,6 +1154,7 @@ SOURCE = [
     _src("loop_only", s_loop_only, r"local variable 'y' may be read before it is assigned"),
     _src("while_only", s_while_only, r"local variable 'y' may be read before it is assigned"),
     _src("after_continue", s_after_continue, r"local variable 'y' may be read before it is assigned"),
+    _src("alias_branch", s_alias_branch, r"'a' names .* rebound .* inside a run-time branch or loop"),
     _src("store_type", s_store_type, r"float literal 1\.5|cannot store"),
     _src("float_index", s_float_index, r"index 1\.5 is not an integer"),
     _src("too_many_indices", s_too_many_indices, r"1 dimension\(s\) but 2 index"),
