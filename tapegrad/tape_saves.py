@@ -25,9 +25,11 @@ from typing import Any
 from . import memory_ops
 from .array import array
 from .cuda.stream import ScopedStream
-from .lang.ir import Assign, If, Loop
+from .lang.adjoint import active
+from .lang.ir import Assign, If, Loop, Read, Write, walk
+from .lang.typeutil import float_based
 
-__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "buffer_like", "snapshot", "restore"]
+__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "buffer_like", "snapshot", "restore"]
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,88 @@ def kernel_reads(kernel, args) -> dict:
 def _group_reads(ir, groups) -> dict:
     key = {id(p): g for p, g in zip(ir.params, groups) if g is not None}
     flags: dict = {}
-    _walk(ir.body, key, set(), flags, (id(ir),))
+    _walk(ir.body, key, set(), flags, (id(ir),), needed_loads(ir))
     return {g: ArrayReads(*f) for g, f in flags.items()}
+
+
+# positions of an op's arguments whose values its adjoint never reads, beyond ``Op.linear``:
+# the value stored or atomically added (adj_value += adj_a[i]); the indices stay needed
+_VALUE_LINEAR = {"store": -1, "atomic_add": -1, "atomic_sub": -1}
+
+
+def needed_loads(ir) -> set:
+    """``id``s of the kernel body's array loads whose values its adjoint needs.
+
+    A loaded value is needed when it flows (through any ops and locals) into an argument
+    that an active op's adjoint reads (not in ``Op.linear``; for a ``bilinear`` op, only when
+    another argument varies, i.e. derives from array data: kernel scalars get no gradient on a
+    tape), into a branch or loop condition or bound, or into a user function call. So
+    ``x[i] = x[i] + dt * v[i]`` needs neither ``x`` nor ``v``; ``x[i] = x[i] * x[i]`` needs ``x``.
+    """
+    stmts = list(walk(ir.body))
+    origin: dict = {}        # id(var) -> ids of the loads its value derives from
+    varying: set = set()     # id(var) of values derived from array data
+    changed = True
+    while changed:           # a fixpoint: locals carry values around loops
+        changed = False
+        for s in stmts:
+            if isinstance(s, Assign):
+                if s.out is None:
+                    continue
+                src = set()
+                vary = bool(s.op.reads or s.op.writes or s.op.callee is not None)
+                for a in s.args:
+                    src |= origin.get(id(a), set())
+                    vary |= id(a) in varying
+                if s.op.name == "load":
+                    src.add(id(s))
+                dst, out = origin.setdefault(id(s.out), set()), id(s.out)
+            elif isinstance(s, (Read, Write)):
+                a, out = (s.var, id(s.out)) if isinstance(s, Read) else (s.src, id(s.var))
+                src, vary = origin.get(id(a), set()), id(a) in varying
+                dst = origin.setdefault(out, set())
+            else:
+                continue
+            if not src <= dst:
+                dst |= src
+                changed = True
+            if vary and out not in varying:
+                varying.add(out)
+                changed = True
+    needed: set = set()
+    for s in stmts:
+        if isinstance(s, Assign):
+            needed |= _value_reads(s, origin, varying)
+        elif isinstance(s, If):
+            needed |= origin.get(id(s.cond), set())
+        elif isinstance(s, Loop):
+            for v in (s.count, s.start, s.step, s.cond):
+                if v is not None:
+                    needed |= origin.get(id(v), set())
+    return needed
+
+
+def _value_reads(s, origin, varying) -> set:
+    """The loads whose values statement ``s``'s adjoint reads."""
+    op, n = s.op, len(s.args)
+    tainted = [origin.get(id(a), set()) for a in s.args]
+    if op.callee is not None:          # a user function: whatever it receives (conservative)
+        return set().union(*tainted)
+    if not active(s):
+        return set()
+    lin = {p if p >= 0 else n + p for p in op.linear}
+    extra = _VALUE_LINEAR.get(op.name)
+    if extra is not None:
+        lin.add(n + extra)
+    out: set = set()
+    for p, a in enumerate(s.args):
+        if not tainted[p] or p in lin:
+            continue
+        if op.bilinear and all(id(b) not in varying or not float_based(b.type)
+                               for q, b in enumerate(s.args) if q != p):
+            continue
+        out |= tainted[p]
+    return out
 
 
 def _declared_reads(access, groups) -> dict:
@@ -155,16 +237,18 @@ def _mark(flags, g, index):
     f[index] = True
 
 
-def _walk(stmts, key, stored, flags, stack) -> None:
+def _walk(stmts, key, stored, flags, stack, needed) -> None:
     """Walk ``stmts`` in program order. ``key``: id(Var) -> group of the arrays of interest;
-    ``stored``: the groups a store may have reached so far (updated in place)."""
+    ``stored``: the groups a store may have reached so far (updated in place); ``needed``:
+    the loads whose values count (None: all, inside user functions)."""
     for s in stmts:
         if isinstance(s, Assign):
             op = s.op
-            for pos in op.reads:
-                g = key.get(id(s.args[pos]))
-                if g is not None:
-                    _mark(flags, g, 1 if g in stored else 0)
+            if needed is None or op.name != "load" or id(s) in needed:
+                for pos in op.reads:
+                    g = key.get(id(s.args[pos]))
+                    if g is not None:
+                        _mark(flags, g, 1 if g in stored else 0)
             callee = op.callee
             if callee is not None:
                 sub = {id(p): key[id(a)] for p, a in zip(callee.params, s.args) if id(a) in key}
@@ -175,7 +259,7 @@ def _walk(stmts, key, stored, flags, stack) -> None:
                         _mark(flags, g, 2)
                         stored.add(g)
                 elif sub:
-                    _walk(callee.body, sub, stored, flags, stack + (id(callee),))
+                    _walk(callee.body, sub, stored, flags, stack + (id(callee),), None)
             for pos in op.writes:
                 g = key.get(id(s.args[pos]))
                 if g is not None:
@@ -183,10 +267,10 @@ def _walk(stmts, key, stored, flags, stack) -> None:
                     stored.add(g)
         elif isinstance(s, If):
             branch = set(stored)
-            _walk(s.body, key, stored, flags, stack)
-            _walk(s.orelse, key, branch, flags, stack)
+            _walk(s.body, key, stored, flags, stack, needed)
+            _walk(s.orelse, key, branch, flags, stack, needed)
             stored |= branch
         elif isinstance(s, Loop):
             for _ in range(2):          # the second pass sees the first iteration's stores
-                _walk(s.header, key, stored, flags, stack)
-                _walk(s.body, key, stored, flags, stack)
+                _walk(s.header, key, stored, flags, stack, needed)
+                _walk(s.body, key, stored, flags, stack, needed)

@@ -42,7 +42,7 @@ def total(v: tg.array[float], s: tg.array[float]):
 @tg.kernel
 def inplace_scale(x: tg.array[float]):
     i = tg.tid()
-    x[i] = x[i] * 3.0
+    x[i] = x[i] * x[i] * 3.0      # nonlinear: the adjoint needs the old x (a tape saves it)
 
 
 @tg.struct
@@ -192,9 +192,10 @@ def test_copy_clone_assign_are_recorded(on_device):
 def test_mutation_warning_names_kernel_and_array(on_device):
     x = tg.array(np.ones(4, np.float32), requires_grad=True)
     y = tg.zeros(4, requires_grad=True)
+    b = tg.zeros(4, requires_grad=True)
     tape = tg.Tape(save_overwritten=False)    # saving on (the default): exact, no warning
     with tape:
-        tg.launch(double, dim=4, inputs=[x], outputs=[y])
+        tg.launch(square_and_sin, dim=4, inputs=[x], outputs=[y, b])   # its adjoint needs x
         with pytest.warns(tg.TapeWarning, match=r"double.*launch #0|launch #0.*double"):
             tg.launch(double, dim=4, inputs=[y], outputs=[x])   # overwrites x, read by launch #0
 
