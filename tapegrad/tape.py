@@ -94,7 +94,8 @@ class Tape:
         ``CopyRecord`` built by ``copy`` before it copies, a ``FuncRecord``).
 
         An array the record overwrites while its current values are still needed — the record
-        reads them before writing (in place), or an earlier differentiable record read them —
+        reads them before writing (in place), or an earlier differentiable record read them,
+        and the reader's adjoint uses the values read (``tape_saves.kernel_reads``) —
         is first copied (``save_overwritten``; ``backward`` restores it), or, with saving off,
         a ``TapeWarning`` says that gradients through it may be wrong. A kernel that reads an
         array both before and after writing it warns either way.

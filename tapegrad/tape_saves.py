@@ -14,7 +14,9 @@ from *after* it: a kernel that writes then reads an array), or both (no single c
 both: the tape warns). It walks the kernel's lowered IR in program order (branches merged,
 loop bodies walked twice so a load after the previous iteration's store counts as "after",
 user functions followed through their parameters), treating arrays passed as several
-arguments as one.
+arguments as one. Only loads whose values the adjoint reads count (``needed_loads``: a
+dataflow over the IR using each op's ``linear``/``bilinear`` marks, as the compiler's loop
+planning does), so linear updates (``x[i] = x[i] + dt * v[i]``) need no copy.
 """
 from __future__ import annotations
 
