@@ -8,8 +8,8 @@ This module imports nothing: every layer may raise these.
 """
 from __future__ import annotations
 
-__all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning", "TapeCompileWarning",
-           "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
+__all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning",
+           "TapeCompileWarning", "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
            "BridgeTypeError", "GradLayoutError", "KernelIndexError"]
 
 
