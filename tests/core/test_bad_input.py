@@ -1,3 +1,5 @@
+# ruff: noqa: F841
+# (the kernels below are wrong on purpose; many bind names they never use)
 """Bad input, as a hostile user would give it (issue 14, "Done when": at least 139 kinds of misuse).
 
 Every case is one row of a table: a callable doing one wrong thing, the exception type it must
@@ -107,9 +109,39 @@ def k_forward_only(x: F32):
     x[i] = 2.0 * x[i]
 
 
+@tg.kernel
+def k_two_cold(x: tg.array2d(dtype=tg.float32)):
+    i, j = tg.tid()
+    x[i, j] = 2.0
+
+
+# a valid launch of each kernel, run twice before its first bad launch: the second and later
+# launches of a kernel take the native path (tapegrad.fastlaunch), which must refuse the same
+_WARM = {
+    "k_axpy": lambda: (4, [A(), A(), 1.0]),
+    "k_count": lambda: (4, [A(dtype=tg.int32), 1]),
+    "k_small": lambda: (4, [A(dtype=tg.uint8), 1]),
+    "k_vec": lambda: (1, [A(1, tg.vec3), tg.vec3()]),
+    "k_struct": lambda: (1, [Pair(), A(1)]),
+    "k_two": lambda: ((4, 1), [tg.zeros((4, 1), dtype=tg.float32)]),
+    "k_forward_only": lambda: (4, [A()]),
+}
+_warmed: set = set()
+
+
+def _launch(kernel, dim, inputs=(), **kw):
+    """``tg.launch(kernel, dim, inputs, **kw)`` after two valid launches (once per kernel)."""
+    if kernel.__name__ not in _warmed:
+        d, args = _WARM[kernel.__name__]()
+        for _ in range(2):
+            tg.launch(kernel, d, args)
+        _warmed.add(kernel.__name__)
+    tg.launch(kernel, dim, inputs, **kw)
+
+
 def _axpy(*args, dim=4, **kw):
     def run():
-        tg.launch(k_axpy, dim=dim, inputs=list(args), **kw)
+        _launch(k_axpy, dim=dim, inputs=list(args), **kw)
     return run
 
 
@@ -145,23 +177,24 @@ LAUNCH = [
     Case("launch_scalar_array", _axpy(A(), A(), A()), TypeError, r"argument 2 \('a'\)"),
     Case("launch_scalar_complex", _axpy(A(), A(), 1 + 2j), TypeError, r"argument 2 \('a'\)"),
     Case("launch_scalar_object", _axpy(A(), A(), object()), TypeError, r"argument 2 \('a'\)"),
-    Case("launch_int_from_fraction", lambda: tg.launch(k_count, 4, [A(dtype=tg.int32), 1.5]), TypeError,
+    Case("launch_int_from_fraction", lambda: _launch(k_count, 4, [A(dtype=tg.int32), 1.5]), TypeError,
          r"argument 1 \('n'\).*integer.*1\.5"),
-    Case("launch_int32_overflow", lambda: tg.launch(k_count, 4, [A(dtype=tg.int32), 2 ** 40]), (OverflowError, ValueError),
+    Case("launch_int32_overflow", lambda: _launch(k_count, 4, [A(dtype=tg.int32), 2 ** 40]),
+         (OverflowError, ValueError),
          r"argument 1 \('n'\).*int32"),
-    Case("launch_uint8_negative", lambda: tg.launch(k_small, 4, [A(dtype=tg.uint8), -1]), (OverflowError, ValueError),
+    Case("launch_uint8_negative", lambda: _launch(k_small, 4, [A(dtype=tg.uint8), -1]), (OverflowError, ValueError),
          r"argument 1 \('n'\).*uint8"),
-    Case("launch_uint8_overflow", lambda: tg.launch(k_small, 4, [A(dtype=tg.uint8), 300]), (OverflowError, ValueError),
+    Case("launch_uint8_overflow", lambda: _launch(k_small, 4, [A(dtype=tg.uint8), 300]), (OverflowError, ValueError),
          r"argument 1 \('n'\).*uint8"),
-    Case("launch_vec_too_short", lambda: tg.launch(k_vec, 1, [A(1, tg.vec3), (1.0, 2.0)]), TypeError,
+    Case("launch_vec_too_short", lambda: _launch(k_vec, 1, [A(1, tg.vec3), (1.0, 2.0)]), TypeError,
          r"argument 1 \('v'\).*3 components"),
-    Case("launch_vec_str", lambda: tg.launch(k_vec, 1, [A(1, tg.vec3), "abc"]), TypeError, r"argument 1 \('v'\)"),
-    Case("launch_vec_none", lambda: tg.launch(k_vec, 1, [A(1, tg.vec3), None]), TypeError, r"argument 1 \('v'\)"),
-    Case("launch_vec_array_dtype", lambda: tg.launch(k_vec, 1, [A(3), tg.vec3()]), TypeError,
+    Case("launch_vec_str", lambda: _launch(k_vec, 1, [A(1, tg.vec3), "abc"]), TypeError, r"argument 1 \('v'\)"),
+    Case("launch_vec_none", lambda: _launch(k_vec, 1, [A(1, tg.vec3), None]), TypeError, r"argument 1 \('v'\)"),
+    Case("launch_vec_array_dtype", lambda: _launch(k_vec, 1, [A(3), tg.vec3()]), TypeError,
          r"argument 0 \('x'\).*vec3"),
-    Case("launch_struct_float", lambda: tg.launch(k_struct, 1, [1.0, A(1)]), TypeError,
+    Case("launch_struct_float", lambda: _launch(k_struct, 1, [1.0, A(1)]), TypeError,
          r"argument 0 \('s'\).*Pair"),
-    Case("launch_struct_none", lambda: tg.launch(k_struct, 1, [None, A(1)]), TypeError, r"argument 0 \('s'\).*Pair"),
+    Case("launch_struct_none", lambda: _launch(k_struct, 1, [None, A(1)]), TypeError, r"argument 0 \('s'\).*Pair"),
     Case("dim_negative", _axpy(A(), A(), 1.0, dim=-1), ValueError, r"dim.*non-negative"),
     Case("dim_negative_2d", _axpy(A(), A(), 1.0, dim=(2, -3)), ValueError, r"dim.*non-negative"),
     Case("dim_float", _axpy(A(), A(), 1.0, dim=2.5), TypeError, r"dim must be an int"),
@@ -171,17 +204,19 @@ LAUNCH = [
     Case("dim_too_many", _axpy(A(), A(), 1.0, dim=(1, 1, 1, 1, 1)), ValueError, r"dim must have 1\.\.4"),
     Case("dim_empty", _axpy(A(), A(), 1.0, dim=()), ValueError, r"dim must have 1\.\.4"),
     Case("dim_product_overflow", _axpy(A(), A(), 1.0, dim=(2 ** 62, 2 ** 62)), ValueError, r"dim"),
-    Case("dim_tid_unpack_1d", lambda: tg.launch(k_two, 4, [tg.zeros((4, 1), dtype=tg.float32)]), ValueError,
+    Case("dim_tid_unpack_1d_first_launch", lambda: tg.launch(k_two_cold, 4, [tg.zeros((4, 1), dtype=tg.float32)]),
+         ValueError, r"k_two_cold.*tid\(\) into 2 indices, so dim needs 2 entries.*got dim=\(4,\)"),
+    Case("dim_tid_unpack_1d", lambda: _launch(k_two, 4, [tg.zeros((4, 1), dtype=tg.float32)]), ValueError,
          r"k_two.*tid\(\) into 2 indices.*dim"),
     Case("launch_device_unknown", _axpy(A(), A(), 1.0, device="tpu"), ValueError, r"tpu"),
     Case("launch_device_int_str", _axpy(A(), A(), 1.0, device=3.5), TypeError, r"device"),
     Case("launch_stream_str", _axpy(A(), A(), 1.0, stream="s"), (TypeError, AttributeError), r"stream"),
     Case("launch_readonly_output", _readonly, RuntimeError, r"argument 1 \('y'\).*read-only"),
-    Case("launch_adjoint_disabled", lambda: tg.launch(k_forward_only, 4, [A()], adjoint=True), RuntimeError,
+    Case("launch_adjoint_disabled", lambda: _launch(k_forward_only, 4, [A()], adjoint=True), RuntimeError,
          r"k_forward_only.*enable_backward=False"),
     Case("launch_adj_inputs_len", _axpy(A(), A(), 1.0, adjoint=True, adj_inputs=[None]), TypeError,
          r"adj_inputs/adj_outputs must have 3/0 entries, got 1/0"),
-    Case("launch_inputs_not_iterable", lambda: tg.launch(k_axpy, 4, inputs=5), TypeError, r"inputs"),
+    Case("launch_inputs_not_iterable", lambda: _launch(k_axpy, 4, inputs=5), TypeError, r"inputs"),
 ]
 
 
@@ -213,7 +248,8 @@ ARRAYS = [
     Case("full_value_str", lambda: tg.full(3, value="x", dtype=float), TypeError, r"value"),
     Case("full_value_shape", lambda: tg.full(3, value=[1.0, 2.0], dtype=tg.vec3), (TypeError, ValueError), r"value"),
     Case("annotation_ndim", lambda: tg.array(dtype=float, ndim=7), (RuntimeError, ValueError), r"ndim"),
-    Case("ptr_without_shape", lambda: tg.array(ptr=A().ptr, dtype=tg.float32), ValueError, r"array\(ptr=\.\.\.\): shape is required"),
+    Case("ptr_without_shape", lambda: tg.array(ptr=A().ptr, dtype=tg.float32), ValueError,
+         r"array\(ptr=\.\.\.\): shape is required"),
     Case("ptr_without_dtype", lambda: tg.array(ptr=A().ptr, shape=(4,)), TypeError, r"dtype is required"),
     Case("ptr_negative", lambda: tg.array(ptr=-8, shape=(1,), dtype=tg.float32), TypeError, r"ptr.*-8"),
     Case("ptr_str", lambda: tg.array(ptr="0x10", shape=(1,), dtype=tg.float32), TypeError, r"ptr.*0x10"),
@@ -396,18 +432,18 @@ def _nested_tapes():
 
 
 TAPE = [
-    Case("backward_loss_and_grads", lambda: (lambda t, x, l: t.backward(l, grads={l: A(1)}))(*_taped()), ValueError,
+    Case("backward_loss_and_grads", lambda: (lambda t, x, lo: t.backward(lo, grads={lo: A(1)}))(*_taped()), ValueError,
          r"Tape\.backward: pass loss= or grads="),
     Case("backward_loss_vector", lambda: _taped()[0].backward(tg.zeros(1, dtype=tg.vec3, requires_grad=True)),
          ValueError, r"loss.*vec3"),
-    Case("backward_loss_two_elements", lambda: (lambda t, x, l: t.backward(l))(*_taped(2)), ValueError, r"loss"),
+    Case("backward_loss_two_elements", lambda: (lambda t, x, lo: t.backward(lo))(*_taped(2)), ValueError, r"loss"),
     Case("backward_loss_numpy", lambda: _taped()[0].backward(np.ones(1, np.float32)), TypeError, r"loss"),
     Case("backward_loss_str", lambda: _taped()[0].backward("loss"), TypeError, r"loss"),
     Case("backward_loss_no_grad", lambda: _taped()[0].backward(A(1)), RuntimeError,
          r"backward\(loss=\.\.\.\): the loss array has no gradient"),
     Case("backward_grads_not_dict", lambda: _taped()[0].backward(grads=[1.0]), TypeError, r"grads"),
     Case("backward_grads_key", lambda: _taped()[0].backward(grads={"loss": A(1)}), TypeError, r"grads"),
-    Case("backward_grads_shape", lambda: (lambda t, x, l: t.backward(grads={l: A(3)}))(*_taped()), ValueError,
+    Case("backward_grads_shape", lambda: (lambda t, x, lo: t.backward(grads={lo: A(3)}))(*_taped()), ValueError,
          r"grads|shape"),
     Case("backward_while_recording", _backward_while_recording, RuntimeError, r"still recording"),
     Case("tape_nested", _nested_tapes, RuntimeError, r"another Tape is already recording"),
@@ -1139,7 +1175,8 @@ SOURCE = [
     _src("range_float_start", s_range_float_start, r"range\(\) needs integer bounds, got 1\.5.*int\("),
     _src("range_float_var", s_range_float_var, r"range\(\) needs integer arguments, got float32.*int\("),
     _src("range_keywords", s_range_keywords, r"only `for i in range"),
-    _src("global_array", s_global_array, r"'GLOBAL_TABLE' is a module-level .*NumPy array.*array argument.*tg\.constant"),
+    _src("global_array", s_global_array,
+         r"'GLOBAL_TABLE' is a module-level .*NumPy array.*array argument.*tg\.constant"),
     _src("global_list", s_global_list, r"'GLOBAL_LIST' is a module-level .*list.*tg\.constant"),
     _src("global_tuple", s_global_tuple, r"'GLOBAL_TUPLE' is a module-level .*tuple"),
     _src("closure_array", s_closure_array, r"'table' is a .*NumPy array"),
@@ -1228,17 +1265,22 @@ CASES = LAUNCH + ARRAYS + CONVERSIONS + INDEXING + TAPE + SOURCE + OPTIONS
 # Still silently accepted by a part another engineer owns (reported to the lead): strict xfails,
 # so the marker must go when the fix lands.
 _LAUNCH_PY = "tapegrad/launch.py (another engineer's file, in progress): "
+_SILENT = pytest.fail.Exception          # "DID NOT RAISE"
+_UNCLEAR = AssertionError                # raised, but the message does not name the argument
 SILENT_ELSEWHERE = {
-    "launch_int32_overflow": _LAUNCH_PY + "an int scalar outside int32 wraps silently (ctypes)",
-    "launch_uint8_negative": _LAUNCH_PY + "-1 for a uint8 scalar wraps to 255 silently",
-    "launch_uint8_overflow": _LAUNCH_PY + "300 for a uint8 scalar wraps to 44 silently",
-    "launch_scalar_complex": _LAUNCH_PY + "float()'s bare message (the packer re-raises TypeErrors mentioning "
-                             "'argument'), not the argument's name",
-    "launch_scalar_object": _LAUNCH_PY + "float()'s bare message, not the argument's name",
-    "launch_vec_str": _LAUNCH_PY + "numpy's bare ValueError for a string vector argument",
-    "launch_stream_str": _LAUNCH_PY + "AttributeError 'str' object has no attribute 'device' (the stream's "
-                         "type is checked after its device is read)",
-    "launch_inputs_not_iterable": _LAUNCH_PY + "list()'s bare 'int object is not iterable'",
+    "launch_int32_overflow": (_SILENT, _LAUNCH_PY + "an int scalar outside int32 wraps silently (ctypes)"),
+    "launch_uint8_negative": (_SILENT, _LAUNCH_PY + "-1 for a uint8 scalar wraps to 255 silently"),
+    "launch_uint8_overflow": (_SILENT, _LAUNCH_PY + "300 for a uint8 scalar wraps to 44 silently"),
+    "launch_scalar_complex": (_UNCLEAR, _LAUNCH_PY + "float()'s bare message (the packer re-raises TypeErrors "
+                                        "mentioning 'argument'), not the argument's name"),
+    "launch_scalar_object": (_UNCLEAR, _LAUNCH_PY + "float()'s bare message, not the argument's name"),
+    "launch_vec_str": (ValueError, _LAUNCH_PY + "numpy's bare ValueError for a string vector argument"),
+    "launch_stream_str": (_UNCLEAR, _LAUNCH_PY + "AttributeError 'str' object has no attribute 'device' (the "
+                                    "stream's type is checked after its device is read)"),
+    "launch_inputs_not_iterable": (_UNCLEAR, _LAUNCH_PY + "list()'s bare 'int object is not iterable'"),
+    "dim_tid_unpack_1d": (_SILENT, "tapegrad/fastlaunch.c (issue 18, in progress): the native path skips "
+                                   "launch()'s tid_ndim check once a kernel has launched; its plan needs "
+                                   "Kernel.tid_ndim (fall back to the Python path when len(dim) < tid_ndim)"),
 }
 
 
@@ -1247,7 +1289,8 @@ def _params():
     for c in CASES:
         marks = list(c.marks)
         if c.name in SILENT_ELSEWHERE:
-            marks.append(pytest.mark.xfail(strict=True, reason=SILENT_ELSEWHERE[c.name]))
+            raises, reason = SILENT_ELSEWHERE[c.name]
+            marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
         out.append(pytest.param(c, id=c.name, marks=marks))
     return out
 
@@ -1345,6 +1388,8 @@ def expect(exc, fn):
     raise SystemExit(f"accepted: {fn}")
 
 a = tg.zeros(8, dtype=tg.float32)
+for _ in range(3):   # later launches take the native path (tapegrad.fastlaunch)
+    tg.launch(k, 8, [a, a])
 expect(TypeError, lambda: tg.launch(k, 8, [None, a]))                               # NULL array
 expect(ValueError, lambda: tg.array(ptr=0, shape=(1 << 20,), dtype=tg.float32))   # NULL pointer
 expect(ValueError, lambda: tg.array(ptr=a.ptr + 2, shape=(4,), dtype=tg.float32)) # misaligned
