@@ -90,6 +90,7 @@ class AsyncPoolAllocator:
                              f"{release_threshold!r}")
         self.release_threshold = release_threshold
         self._configured: set = set()
+        self._configure_lock = threading.Lock()
 
     def alloc(self, device, nbytes: int, stream=None):
         return _async_alloc(self, device, int(nbytes), stream if stream is not None else device.stream)
@@ -97,12 +98,15 @@ class AsyncPoolAllocator:
     def _configure(self, device, rt):
         if self.release_threshold is None or device.ordinal in self._configured:
             return
-        self._configured.add(device.ordinal)
-        try:
-            pool = rt.deviceGetMemPool(device.ordinal)
-            rt.memPoolSetAttribute(pool, rt.cudaMemPoolAttrReleaseThreshold, self.release_threshold)
-        except Exception:  # an old driver/CuPy without mempool attributes: keep the default
-            pass
+        with self._configure_lock:   # first allocations from several threads: configure once,
+            if device.ordinal in self._configured:   # and none allocates before it is done
+                return
+            try:
+                pool = rt.deviceGetMemPool(device.ordinal)
+                rt.memPoolSetAttribute(pool, rt.cudaMemPoolAttrReleaseThreshold, self.release_threshold)
+            except Exception:  # an old driver/CuPy without mempool attributes: keep the default
+                pass
+            self._configured.add(device.ordinal)
 
     def __repr__(self):
         return f"AsyncPoolAllocator(release_threshold={self.release_threshold})"
@@ -335,7 +339,10 @@ def _foreign_memory(device, stream):
     key = (device.alias, int(stream.cuda_stream))
     m = _foreign.get(key)
     if m is None:
-        m = _foreign[key] = GraphMemory(device, stream, foreign=True)
+        with _lock:   # two threads allocating in one foreign capture must share its bookkeeping
+            m = _foreign.get(key)
+            if m is None:
+                m = _foreign[key] = GraphMemory(device, stream, foreign=True)
     return m
 
 

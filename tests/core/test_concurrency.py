@@ -16,6 +16,7 @@ import threading
 import typing
 
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from tapegrad import build, memory_ops
@@ -290,3 +291,31 @@ def test_host_helpers_first_use_from_many_threads(monkeypatch):
         _race(THREADS, work)
         assert memory_ops.load_zero_many(), f"round {rnd}: the native zeroing helper did not load"
         assert capsules.backend().name == "native", f"round {rnd}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("allocator", ["cupy", "async"])
+def test_first_cuda_launches_and_allocations_from_many_threads(allocator):
+    """On the GPU: first allocations (the allocator's one-time pool setup) and first launches
+    (module loads) of new kernels from several threads together."""
+    dev = tg.get_device("cuda:0")
+    with tg.ScopedAllocator(allocator, device=dev):
+        gc.freeze()
+        try:
+            for rnd in range(20):
+                kernels = list(_make_kernels())
+
+                def work(t):
+                    x = tg.array(np.linspace(0.0, 20.0, N, dtype=np.float32), device=dev)
+                    y = tg.zeros(N, dtype=tg.float32, device=dev)
+                    tg.launch(kernels[1], N, inputs=[x, y], device=dev)
+                    np.testing.assert_allclose(y.numpy(), x.numpy() ** 2, rtol=1e-6)
+                    n = tg.zeros(1, dtype=tg.int32, device=dev)
+                    tg.launch(kernels[2], N, inputs=[x, n], device=dev)
+                    assert int(n.numpy()[0]) == int((x.numpy() > 10.0).sum())
+
+                _race(THREADS, work)
+                kernels.clear()
+                gc.collect()
+        finally:
+            gc.unfreeze()
