@@ -191,7 +191,8 @@ class BufferZeroPlan:
     Contiguous writable host buffers go to one native ``memset`` call (``ZeroPlan``),
     contiguous CUDA buffers to one kernel launch per device on its current stream at ``run()``
     time (``tapegrad.cuda.memory.SegmentZeroPlan``), everything else (strided views, read-only
-    arrays, annotation-only arrays) to ``zero()`` one by one. An array listed twice is zeroed once.
+    arrays, annotation-only arrays) to its own ``zero_()`` (a read-only one raises there). An
+    array listed twice is zeroed once.
 
     The plan holds the arrays (their memory stays valid while it lives). Build it outside a CUDA
     graph capture (it copies its range table to the device); ``run()`` may be captured.
@@ -222,4 +223,4 @@ class BufferZeroPlan:
         for plan in self._cuda:
             plan.run(plan.device.stream.cuda_stream)
         for a in self._other:
-            zero(a)
+            a.zero_()

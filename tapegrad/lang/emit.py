@@ -24,6 +24,7 @@ import numpy as np
 
 from ..types import MatrixType, ScalarType, VectorType, float32, float64, int32
 from .adjoint import active
+from .elementwise import cuda_forward_entry, vector_plan, window_function
 from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, walk
 from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
 
@@ -31,7 +32,8 @@ _RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h")
 # headers inlined only into units whose generated code names them (compile time of the rest)
 _OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
-                     ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)))
+                     ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)),
+                     ("vector.h", ("tg::window_t",)))
 _runtime_text = None
 _optional_text: dict = {}
 
@@ -576,7 +578,13 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
     kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])
     grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
             "tg_t += int64_t(blockDim.x) * gridDim.x)")
-    cuda = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{', grid, f"        {sym}_fwd({call});", "}"]
+    vec = vector_plan(fn) if variant == DEFAULT else None
+    if vec is not None:   # elementwise: 16-byte loads and stores (lang/elementwise.py)
+        cuda = [window_function(vec, parts[0], f"{sym}_fwd", f"{sym}_fwdv", [p.name for p in fn.params])]
+        cuda += cuda_forward_entry(vec, sym, kparams, n, f"{sym}_fwd", f"{sym}_fwdv")
+    else:
+        cuda = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{', grid, f"        {sym}_fwd({call});",
+                "}"]
     if enable_backward:
         bparams = kparams + "".join(f", {t} g{i}_in" for i, t in enumerate(ts))
         cuda += [f'extern "C" __global__ void {sym}_cuda_backward({bparams}) {{', grid + " {"]

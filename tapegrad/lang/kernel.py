@@ -17,6 +17,7 @@ from ..device import get_cuda_device_count, get_device
 from ..errors import KernelError
 from ..types import type_of
 from . import debug, emit
+from .elementwise import vector_plan
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
 from .lower import Target, lower
@@ -199,6 +200,17 @@ class Kernel:
     def tid_ndim(self) -> int:
         """How many indices the body unpacks ``tg.tid()`` into (``i, j = tg.tid()``: 2; 0: no tid())."""
         return (self._ir or self.ir).tid_ndim
+
+    @property
+    def vector_lanes(self) -> int:
+        """Launch threads one CUDA thread runs in the elementwise forward entry (16-byte loads
+        and stores, ``lang/elementwise.py``); 1 when the kernel is not elementwise. The CUDA
+        launch sizes its grid by it."""
+        lanes = self.__dict__.get("_vector_lanes")
+        if lanes is None:
+            plan = vector_plan(self.ir)
+            lanes = self._vector_lanes = plan.lanes if plan is not None else 1
+        return lanes
 
     # --------------------------------------------------------------- codegen
     def wide_ir(self):

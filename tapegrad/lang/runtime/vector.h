@@ -3,6 +3,7 @@
 // moved with one L*sizeof(T)-byte load and store; the kernel body addresses it with the same
 // tg::addr / tg::len calls it uses on an array_t, at indices origin .. origin + L - 1.
 #pragma once
+#ifdef TG_CUDA
 
 namespace tg {
 
@@ -38,3 +39,4 @@ template <int L, typename T> TG_FUNC bool window_ok(const array_t<T>& a) {
 }
 
 }  // namespace tg
+#endif  // TG_CUDA
