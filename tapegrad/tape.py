@@ -80,6 +80,12 @@ class Tape:
             return self.records[rec_index].label(rec_index)
         return f"record #{rec_index}"
 
+    def _read_label(self, live) -> str:
+        """How a warning names the read recorded in a ``_live`` entry (``k.x``, ``record_func``)."""
+        index, label, _ = live
+        kernel = getattr(self.records[index], "kernel", None) if index < len(self.records) else None
+        return f"{kernel.key}.{label}" if kernel is not None else label
+
     def _warn(self, msg):
         if config.strict_tape:
             raise RuntimeError(msg)
@@ -104,8 +110,13 @@ class Tape:
             RuntimeError: such a warning while ``tg.config.strict_tape`` is set.
         """
         index = len(self.records)
-        accesses = rec.accesses()
-        uses = _uses(rec, accesses)
+        if isinstance(rec, LaunchRecord):       # the hot path: no Access objects
+            touched = [a for a in (*rec.inputs, *rec.outputs) if isinstance(a, array)]
+            uses = _launch_uses(rec)
+        else:
+            accesses = rec.accesses()
+            touched = [acc.array for acc in accesses if isinstance(acc.array, array)]
+            uses = _uses(accesses)
         diff = _differentiable(rec)
         saves = []
         for key, u in uses.items():
@@ -129,21 +140,21 @@ class Tape:
                            f"sees the overwritten values, so gradients through it may be wrong. "
                            f"{_SAVE_HINT.format(nbytes=u.array.nbytes)}")
             else:
-                self._warn(f"Tape: {u.what} (record #{index}) overwrites an array that {self._label(prev[0])} "
-                           f"read as '{prev[1]}', and this tape does not save overwritten values "
+                what = f"kernel '{rec.kernel.key}' writing '{u.name}'" if u.what is None else u.what
+                self._warn(f"Tape: {what} (record #{index}) overwrites an array that {self._label(prev[0])} "
+                           f"read as '{self._read_label(prev)}', and this tape does not save overwritten values "
                            f"(save_overwritten=False): that adjoint sees the new values, so gradients "
                            f"through it may be wrong. {_SAVE_HINT.format(nbytes=u.array.nbytes)}")
         for key, u in uses.items():
             if u.writes:
                 if diff and u.after:                    # the record read what it wrote
-                    self._live[key] = (index, u.label, u.array)
+                    self._live[key] = (index, u.label or u.name, u.array)
                 else:
                     self._live.pop(key, None)
             elif diff and u.before:
-                self._live.setdefault(key, (index, u.label, u.array))
-        for acc in accesses:
-            if isinstance(acc.array, array):
-                self._track(acc.array)
+                self._live.setdefault(key, (index, u.label or u.name, u.array))
+        for a in touched:
+            self._track(a)
         for v in (*getattr(rec, "inputs", ()), *getattr(rec, "outputs", ())):
             if is_struct_instance(v):
                 self._track_struct(v)
@@ -402,39 +413,44 @@ _SAVE_HINT = ("Leave tg.Tape(save_overwritten=...) at its default (or set tg.con
 
 
 class _Use:
-    """How one record uses one array (all the arguments it is passed as, together)."""
+    """How one record uses one array (all the arguments it is passed as, together).
+
+    ``name``: the argument's name; ``what``/``label``: how messages name the write and the
+    read (None for a launch: built from the kernel's key when a warning needs them)."""
 
     __slots__ = ("array", "name", "what", "label", "before", "after", "writes")
 
-    def __init__(self, acc):
-        self.array, self.name, self.what, self.label = acc.array, acc.name, acc.what, acc.label
-        self.before = self.after = self.writes = False
+    def __init__(self, a, name, what=None, label=None, before=False, after=False, writes=False):
+        self.array, self.name, self.what, self.label = a, name, what, label
+        self.before, self.after, self.writes = before, after, writes
 
 
-def _uses(rec, accesses) -> dict:
-    """``{id(array): _Use}``: for a launch, the kernel's load/store order (``kernel_reads``);
-    for other records, their accesses (a read whose values the adjoint needs counts as "before")."""
-    reads = kernel_reads(rec.kernel, rec.inputs + rec.outputs) if isinstance(rec, LaunchRecord) else None
+def _launch_uses(rec) -> dict:
+    """``{id(array): _Use}`` of a launch, from the kernel's load/store order (``kernel_reads``)."""
+    args = rec.inputs + rec.outputs
+    uses: dict = {}
+    for a, r in zip(args, kernel_reads(rec.kernel, args)):
+        if r is not None and id(a) not in uses:
+            uses[id(a)] = _Use(a, r.name, None, None, r.before, r.after, r.writes)
+    return uses
+
+
+def _uses(accesses) -> dict:
+    """``{id(array): _Use}`` from a record's accesses (a read whose values the adjoint needs
+    counts as "before": copies and callbacks read everything before they write)."""
     uses: dict = {}
     for acc in accesses:
         if not isinstance(acc.array, array):
             continue
-        key = id(acc.array)
-        u = uses.get(key)
+        u = uses.get(id(acc.array))
         if u is None:
-            u = uses[key] = _Use(acc)
+            u = uses[id(acc.array)] = _Use(acc.array, acc.name, acc.what, acc.label)
         if acc.writes:
             u.writes = True
             u.what = acc.what
         elif acc.reads:
             u.label = acc.label          # how a later overwrite names this read
-        if reads is not None:
-            r = reads[key]
-            u.before |= r.before
-            u.after |= r.after
-            u.writes |= r.writes
-        elif acc.reads and acc.values:
-            u.before = True
+            u.before |= acc.values
     return uses
 
 

@@ -42,11 +42,13 @@ class ArrayReads:
         before: the kernel loads the array before storing to it (or never stores to it).
         after: the kernel loads the array after it may have stored to it.
         writes: the kernel stores to it (or updates it atomically).
+        name: the argument's name (for an array passed as several, one it is written as).
     """
 
     before: bool
     after: bool
     writes: bool
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,9 @@ def restore(dest, src, stream=None) -> None:
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # kernel -> {alias groups: result}
 
 
-def kernel_reads(kernel, args) -> dict:
-    """``{id(array): ArrayReads}`` for the tapegrad arrays among a launch's ``args``.
+def kernel_reads(kernel, args) -> tuple:
+    """Per argument of a launch, its ``ArrayReads`` (None for a value that is not a tapegrad
+    array); arguments that are the same array share one (cached per kernel and alias pattern).
 
     Args:
         kernel: the launched (specialized) ``Kernel``. args: its inputs + outputs as passed.
@@ -126,20 +129,21 @@ def kernel_reads(kernel, args) -> dict:
     found = per_kernel.get(groups)
     if found is None:
         ir = getattr(kernel, "ir", None)
-        found = per_kernel[groups] = (_group_reads(ir, groups) if ir is not None
-                                      else _declared_reads(kernel.arg_access, groups))
-    out = {}
-    for a, g in zip(args, groups):
-        if g is not None:
-            out[id(a)] = found.get(g, ArrayReads(False, False, False))
-    return out
+        by_group = _group_reads(ir, groups) if ir is not None else _declared_reads(kernel.arg_access, groups)
+        names: dict = {}
+        for g, name, (_, w) in zip(groups, kernel.arg_names, kernel.arg_access):
+            if g is not None and (w or g not in names):
+                names[g] = name
+        found = per_kernel[groups] = tuple(
+            None if g is None else ArrayReads(*by_group.get(g, (False, False, False)), names[g]) for g in groups)
+    return found
 
 
 def _group_reads(ir, groups) -> dict:
     key = {id(p): g for p, g in zip(ir.params, groups) if g is not None}
     flags: dict = {}
     _walk(ir.body, key, set(), flags, (id(ir),), needed_loads(ir))
-    return {g: ArrayReads(*f) for g, f in flags.items()}
+    return {g: tuple(f) for g, f in flags.items()}
 
 
 # positions of an op's arguments whose values its adjoint never reads, beyond ``Op.linear``:
@@ -231,7 +235,7 @@ def _declared_reads(access, groups) -> dict:
             f = flags.setdefault(g, [False, False, False])
             f[0] |= bool(r)
             f[2] |= bool(w)
-    return {g: ArrayReads(*f) for g, f in flags.items()}
+    return {g: tuple(f) for g, f in flags.items()}
 
 
 def _mark(flags, g, index):
