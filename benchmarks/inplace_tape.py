@@ -8,9 +8,10 @@ step, with tapegrad saving the overwritten values (the default) and without
 (``save_overwritten=False``), the memory the tape keeps (``tape.saved_bytes``) and the
 gradient's largest relative error against the closed form ``d sum(x_100) / d v =
 100 dt x_0 (1 + dt v)^99`` (``d / d x_0 = (1 + dt v)^100`` needs no saved values: the step is
-linear in x), and the bytes kept for 100 steps of a linear integrator (none). Warp records the same steps without saving anything (and gets ``d / d v`` wrong:
-its adjoints read the final x). Prints a table and writes
-benchmarks/results/inplace_tape[_<device>].json; the figures that count are the ratios.
+linear in x), and the bytes kept for 100 steps of a linear integrator (none). Warp records
+the same steps without saving anything (and gets ``d / d v`` wrong: its adjoints read the
+final x). Prints a table and writes benchmarks/results/inplace_tape[_<device>].json; the
+figures that count are the ratios.
 """
 import argparse
 
