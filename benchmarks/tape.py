@@ -113,8 +113,8 @@ def main():
     out = {"device": args.device, "peer": peer_name, "results": []}
     print(f"{'measure':24s} {'tapegrad':>12s} {peer_name or '-':>12s} {'ratio':>8s}")
     for name, k, per in rows:
-        samples = interleave({"tapegrad": per_call(ours[k], 1), "warp": per_call(peer[k], 1) if peer and peer[k] else None},
-                             args.reps)
+        theirs = per_call(peer[k], 1) if peer and peer[k] else None
+        samples = interleave({"tapegrad": per_call(ours[k], 1), "warp": theirs}, args.reps)
         c = compare({n: [t / per for t in v] for n, v in samples.items()}, "tapegrad", peer_name, stat="best")
         print(f"{name:24s} {fmt_time(c.ours, width=10)} {fmt_time(c.peer, width=10)} {fmt_ratio(c.ratio):>8s}")
         out["results"].append({"measure": name, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
