@@ -151,18 +151,21 @@ def _group_reads(ir, groups) -> dict:
 _VALUE_LINEAR = {"store": -1, "atomic_add": -1, "atomic_sub": -1}
 
 
-def needed_loads(ir) -> set:
-    """``id``s of the kernel body's array loads whose values its adjoint needs.
+def needed_loads(ir, callee: bool = False) -> set:
+    """``id``s of the array loads of ``ir``'s body (and of its atomic updates, which return
+    the old value) whose values its adjoint needs.
 
     A loaded value is needed when it flows (through any ops and locals) into an argument
     that an active op's adjoint reads (not in ``Op.linear``; for a ``bilinear`` op, only when
     another argument varies, i.e. derives from array data: kernel scalars get no gradient on a
     tape), into a branch or loop condition or bound, or into a user function call. So
     ``x[i] = x[i] + dt * v[i]`` needs neither ``x`` nor ``v``; ``x[i] = x[i] * x[i]`` needs ``x``.
+    For a user function (``callee``), its parameters may carry array data and its returned
+    value is needed.
     """
     stmts = list(walk(ir.body))
     origin: dict = {}        # id(var) -> ids of the loads its value derives from
-    varying: set = set()     # id(var) of values derived from array data
+    varying: set = {id(p) for p in ir.params} if callee else set()   # values derived from array data
     changed = True
     while changed:           # a fixpoint: locals carry values around loops
         changed = False
@@ -175,7 +178,7 @@ def needed_loads(ir) -> set:
                 for a in s.args:
                     src |= origin.get(id(a), set())
                     vary |= id(a) in varying
-                if s.op.name == "load":
+                if s.op.name == "load" or s.op.writes:     # an atomic returns the old value
                     src.add(id(s))
                 dst, out = origin.setdefault(id(s.out), set()), id(s.out)
             elif isinstance(s, (Read, Write)):
@@ -190,7 +193,7 @@ def needed_loads(ir) -> set:
             if vary and out not in varying:
                 varying.add(out)
                 changed = True
-    needed: set = set()
+    needed: set = set(origin.get(id(ir.ret_var), ())) if callee and ir.ret_var is not None else set()
     for s in stmts:
         if isinstance(s, Assign):
             needed |= _value_reads(s, origin, varying)
@@ -246,12 +249,17 @@ def _mark(flags, g, index):
 def _walk(stmts, key, stored, flags, stack, needed) -> None:
     """Walk ``stmts`` in program order. ``key``: id(Var) -> group of the arrays of interest;
     ``stored``: the groups a store may have reached so far (updated in place); ``needed``:
-    the loads whose values count (None: all, inside user functions)."""
+    the loads (and atomics) whose values count (``needed_loads``)."""
     for s in stmts:
         if isinstance(s, Assign):
             op = s.op
-            if needed is None or op.name != "load" or id(s) in needed:
+            if op.name != "load" or id(s) in needed:
                 for pos in op.reads:
+                    g = key.get(id(s.args[pos]))
+                    if g is not None:
+                        _mark(flags, g, 1 if g in stored else 0)
+            if op.writes and id(s) in needed:      # an atomic whose returned old value is used
+                for pos in op.writes:
                     g = key.get(id(s.args[pos]))
                     if g is not None:
                         _mark(flags, g, 1 if g in stored else 0)
@@ -265,7 +273,7 @@ def _walk(stmts, key, stored, flags, stack, needed) -> None:
                         _mark(flags, g, 2)
                         stored.add(g)
                 elif sub:
-                    _walk(callee.body, sub, stored, flags, stack + (id(callee),), None)
+                    _walk(callee.body, sub, stored, flags, stack + (id(callee),), needed_loads(callee, True))
             for pos in op.writes:
                 g = key.get(id(s.args[pos]))
                 if g is not None:

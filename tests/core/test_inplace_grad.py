@@ -180,6 +180,27 @@ def halve_or_shift(x: tg.array(dtype=F64)):
         x[i] = x[i] + 0.8
 
 
+@tg.func
+def shift_at(x: tg.array(dtype=F64), i: int):
+    x[i] = x[i] + 0.5
+
+
+@tg.kernel
+def shift_through_func(x: tg.array(dtype=F64)):
+    i = tg.tid()
+    shift_at(x, i)
+
+
+@tg.kernel
+def bump_and_branch(x: tg.array(dtype=F64), w: tg.array(dtype=F64), z: tg.array(dtype=F64)):
+    i = tg.tid()
+    old = tg.atomic_add(x, i, 0.5)
+    if old > 1.0:
+        z[i] = w[i] * 2.0
+    else:
+        z[i] = w[i] * 3.0
+
+
 # in-place updates of x reading w, of every kind the analysis tells apart; launched as (x, w)
 # and as (w, x), in sequences, against finite differences (test_mixed_sequences_of_updates)
 
@@ -640,6 +661,31 @@ def test_inplace_update_in_a_user_function_and_in_branches(device):
         return loss
     _, _, tape, _ = check(f, [(_x(seed=24), F64)], device)
     assert tape.saved_bytes == 3 * 5 * 8
+
+
+def test_linear_update_in_a_user_function_saves_nothing(device):
+    def f(x):
+        loss = _loss(x.device)
+        tg.launch(shift_through_func, dim=x.shape[0], inputs=[x])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    _, _, tape, _ = check(f, [(_x(seed=28), F64)], device)
+    assert tape.saved_bytes == 0
+
+
+def test_atomic_whose_old_value_is_used(device):
+    """old = atomic_add(x, i, 0.5) decides a branch: the replayed atomic reads x from memory,
+    so the old x is saved (at the final x, element 0 would take the other branch)."""
+    def f(x, w):
+        z = tg.zeros(3, dtype=F64, device=x.device, requires_grad=True)
+        loss = _loss(x.device)
+        tg.launch(bump_and_branch, dim=3, inputs=[x, w, z])
+        tg.launch(bump_and_branch, dim=3, inputs=[x, w, z])
+        tg.launch(sin_sum, dim=3, inputs=[z, loss])
+        tg.launch(sin_sum, dim=3, inputs=[x, loss])
+        return loss
+    _, (x, _), tape, _ = check(f, [(np.array([0.3, 0.7, 1.3]), F64), (_x(n=3, seed=29), F64)], device)
+    assert tape.saved_bytes == 3 * x.nbytes
 
 
 def test_loop_that_reads_what_an_earlier_iteration_wrote_warns(device):
