@@ -86,6 +86,8 @@ def constant(x):
         except ValueError as e:   # ragged nesting
             raise TypeError(f"tg.constant(x): expected a number, vector or matrix value, got {type(x).__name__} "
                             f"({e})") from None
+        if a.ndim == 0 and a.dtype.kind in "biuf":   # np.array(2.0): a number
+            return a[()]
         if a.ndim in (1, 2) and a.size and a.dtype.kind in "iuf":
             a.setflags(write=False)
             _CONSTANTS[id(a)] = weakref.ref(a, lambda _r, k=id(a): _CONSTANTS.pop(k, None))
