@@ -15,14 +15,13 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
-from . import recording, tape_graph
+from . import recording, tape_graph, tape_saves
 from .array import array
 from .config import config
 from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import BufferZeroPlan
 from .recording import CopyRecord, FuncRecord
-from .tape_saves import SavedValues, buffer_like, kernel_reads, restore, snapshot
 from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
@@ -56,6 +55,7 @@ class Tape:
         # id(array) -> (record index, read label, array): a differentiable record read the
         # array's current values (its adjoint needs them), so overwriting them needs a save
         self._live: dict = {}
+        self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._finals: dict = {}        # id(array) -> (array, buffer for its values at backward start)
         self._loss = None
@@ -79,6 +79,26 @@ class Tape:
         if rec_index < len(self.records):
             return self.records[rec_index].label(rec_index)
         return f"record #{rec_index}"
+
+    def _live_add(self, key, entry) -> None:
+        if key not in self._live:
+            self._live[key] = entry
+            self._live_roots.setdefault(id(tape_saves.memory_root(entry[2])), set()).add(key)
+
+    def _live_pop(self, key) -> None:
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self._live_roots.get(id(tape_saves.memory_root(entry[2])), set()).discard(key)
+
+    def _overlapping(self, a) -> dict:
+        """``{key: live entry}`` of the arrays whose needed values sit in memory ``a`` spans:
+        ``a`` itself and views of the same allocation whose elements may overlap it."""
+        keys = self._live_roots.get(id(tape_saves.memory_root(a)))
+        if not keys:
+            return {}
+        span = tape_saves.memory_range(a)
+        return {k: self._live[k] for k in keys
+                if k == id(a) or tape_saves.overlaps(span, tape_saves.memory_range(self._live[k][2]))}
 
     def _read_label(self, live) -> str:
         """How a warning names the read recorded in a ``_live`` entry (``k.x``, ``record_func``)."""
@@ -118,51 +138,56 @@ class Tape:
             touched = [acc.array for acc in accesses if isinstance(acc.array, array)]
             uses = _uses(accesses)
         diff = _differentiable(rec)
-        saves = []
+        stream = getattr(rec, "stream", None)
+        for key, u in uses.items():          # reads first: a write below may make them stale
+            if diff and u.before and not u.writes:
+                self._live_add(key, (index, u.label or u.name, u.array))
+        saves: dict = {}                     # id(array) -> SavedValues
         for key, u in uses.items():
             if not u.writes:
                 continue
             own = diff and u.before                     # the record reads the old values itself
-            prev = self._live.get(key)
             if own and u.after:
                 self._warn(f"Tape: {rec.label(index)} reads array '{u.name}' both before and after writing "
                            "it; its adjoint sees the values from before the launch for both reads, so "
                            "gradients through the values read after the write may be wrong. Write the "
                            "new values to a separate array.")
-            if not (own or prev is not None):
-                continue
-            if self.save_overwritten:
-                stream = getattr(rec, "stream", None)
-                saves.append(SavedValues(u.array, snapshot(u.array, stream), own or not (diff and u.after), stream))
-            elif own:
-                self._warn(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, and this "
-                           f"tape does not save overwritten values (save_overwritten=False): its adjoint "
-                           f"sees the overwritten values, so gradients through it may be wrong. "
-                           f"{_SAVE_HINT.format(nbytes=u.array.nbytes)}")
-            else:
-                what = f"kernel '{rec.kernel.key}' writing '{u.name}'" if u.what is None else u.what
-                self._warn(f"Tape: {what} (record #{index}) overwrites an array that {self._label(prev[0])} "
-                           f"read as '{self._read_label(prev)}', and this tape does not save overwritten values "
-                           f"(save_overwritten=False): that adjoint sees the new values, so gradients "
-                           f"through it may be wrong. {_SAVE_HINT.format(nbytes=u.array.nbytes)}")
-        for key, u in uses.items():
-            if u.writes:
-                if diff and u.after:                    # the record read what it wrote
-                    self._live[key] = (index, u.label or u.name, u.array)
+            before = own or not (diff and u.after)
+            needers = self._overlapping(u.array)        # live arrays over the memory written
+            if own and key not in needers:
+                needers[key] = None
+            for k, prev in needers.items():
+                a = u.array if prev is None else prev[2]
+                if k in saves:
+                    continue
+                if self.save_overwritten:
+                    saves[k] = tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), before, stream)
+                elif prev is None or (own and k == key):
+                    self._warn(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, and "
+                               f"this tape does not save overwritten values (save_overwritten=False): its "
+                               f"adjoint sees the overwritten values, so gradients through it may be wrong. "
+                               f"{_SAVE_HINT.format(nbytes=a.nbytes)}")
                 else:
-                    self._live.pop(key, None)
-            elif diff and u.before:
-                self._live.setdefault(key, (index, u.label or u.name, u.array))
+                    what = f"kernel '{rec.kernel.key}' writing '{u.name}'" if u.what is None else u.what
+                    self._warn(f"Tape: {what} (record #{index}) overwrites {_array_words(k, key)} that "
+                               f"{self._label(prev[0])} read as '{self._read_label(prev)}', and this tape does "
+                               f"not save overwritten values (save_overwritten=False): that adjoint sees the "
+                               f"new values, so gradients through it may be wrong. "
+                               f"{_SAVE_HINT.format(nbytes=a.nbytes)}")
+            for k in needers:                           # their current values are gone
+                self._live_pop(k)
+            if diff and u.after:                        # the record read what it wrote
+                self._live_add(key, (index, u.label or u.name, u.array))
         for a in touched:
             self._track(a)
         for v in (*getattr(rec, "inputs", ()), *getattr(rec, "outputs", ())):
             if is_struct_instance(v):
                 self._track_struct(v)
         if saves:
-            self._saves[index] = saves
+            self._saves[index] = saves = tape_saves.drop_covered(list(saves.values()))
             for s in saves:       # where backward keeps the forward's last values (allocated once)
                 if id(s.array) not in self._finals:
-                    self._finals[id(s.array)] = (s.array, buffer_like(s.array, s.stream))
+                    self._finals[id(s.array)] = (s.array, tape_saves.buffer_like(s.array, s.stream))
         self.records.append(rec)
 
     @property
@@ -263,20 +288,20 @@ class Tape:
                 first = streams.get(id(s.array), (s.stream,))[0]
                 streams[id(s.array)] = (first, s.stream)
         for key, (a, buf) in self._finals.items():
-            restore(buf, a, streams[key][1])
+            tape_saves.restore(buf, a, streams[key][1])
         try:
             for index in range(len(self.records) - 1, -1, -1):
                 saved = self._saves.get(index, ())
                 for s in saved:
                     if s.before_adjoint:
-                        restore(s.array, s.values, s.stream)
+                        tape_saves.restore(s.array, s.values, s.stream)
                 self.records[index].replay()
                 for s in saved:
                     if not s.before_adjoint:
-                        restore(s.array, s.values, s.stream)
+                        tape_saves.restore(s.array, s.values, s.stream)
         finally:
             for key, (a, buf) in self._finals.items():
-                restore(a, buf, streams[key][0])
+                tape_saves.restore(a, buf, streams[key][0])
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -318,6 +343,7 @@ class Tape:
         self.zero()
         self.records.clear()
         self._live.clear()
+        self._live_roots.clear()
         self._saves.clear()
         self._finals.clear()
         self.gradients.clear()
@@ -412,6 +438,10 @@ _SAVE_HINT = ("Leave tg.Tape(save_overwritten=...) at its default (or set tg.con
               "True) to save a copy of the array ({nbytes} bytes) and get exact gradients.")
 
 
+def _array_words(key, written) -> str:
+    return "an array" if key == written else "memory (through another view of it)"
+
+
 class _Use:
     """How one record uses one array (all the arguments it is passed as, together).
 
@@ -429,7 +459,7 @@ def _launch_uses(rec) -> dict:
     """``{id(array): _Use}`` of a launch, from the kernel's load/store order (``kernel_reads``)."""
     args = rec.inputs + rec.outputs
     uses: dict = {}
-    for a, r in zip(args, kernel_reads(rec.kernel, args)):
+    for a, r in zip(args, tape_saves.kernel_reads(rec.kernel, args)):
         if r is not None and id(a) not in uses:
             uses[id(a)] = _Use(a, r.name, None, None, r.before, r.after, r.writes)
     return uses

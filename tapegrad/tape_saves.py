@@ -31,7 +31,8 @@ from .lang.adjoint import active
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
 
-__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "buffer_like", "snapshot", "restore"]
+__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "memory_root", "memory_range", "overlaps",
+           "drop_covered", "buffer_like", "snapshot", "restore"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,49 @@ class SavedValues:
     @property
     def nbytes(self) -> int:
         return self.values.nbytes
+
+
+def memory_root(a):
+    """The array owning the allocation ``a`` views (``a`` itself when it owns its memory or
+    wraps foreign memory): views of one allocation share it."""
+    owner = a.owner
+    while isinstance(owner, array):
+        a, owner = owner, owner.owner
+    return a
+
+
+def memory_range(a) -> tuple:
+    """``(device, first byte, end byte)`` of the memory ``a``'s elements span."""
+    lo = hi = a.ptr
+    if not a.size:
+        return a.device, lo, lo
+    for n, st in zip(a.shape, a.strides):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return a.device, lo, hi + a.dtype.size
+
+
+def overlaps(r1, r2) -> bool:
+    """Whether two ``memory_range`` spans share a byte (interleaved views count as sharing)."""
+    return r1[0] is r2[0] and r1[1] < r2[2] and r2[1] < r1[2]
+
+
+def drop_covered(saves: list) -> list:
+    """``saves`` (of one record) without those whose memory another, restored at the same
+    point, spans entirely (a view saved alongside its base)."""
+    if len(saves) < 2:
+        return saves
+    spans = [memory_range(s.array) for s in saves]
+    out = []
+    for i, s in enumerate(saves):
+        r = spans[i]
+        if not any(j != i and t.before_adjoint == s.before_adjoint and spans[j][0] is r[0]
+                   and spans[j][1] <= r[1] and r[2] <= spans[j][2] and (spans[j] != r or j < i)
+                   for j, t in enumerate(saves)):
+            out.append(s)
+    return out
 
 
 def buffer_like(a, stream=None):

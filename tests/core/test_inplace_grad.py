@@ -622,6 +622,45 @@ def test_strided_view_updated_in_place(device):
     np.testing.assert_allclose(grads[0], expect, rtol=1e-12)
 
 
+def test_write_through_a_view_of_an_array_a_launch_read(device):
+    """sin_sum reads base; square_inplace then writes base[1:4] (another array object over the
+    same memory): base is saved."""
+    def f(base):
+        loss = _loss(base.device)
+        tg.launch(sin_sum, dim=base.shape[0], inputs=[base, loss])
+        view = base[1:4]
+        tg.launch(square_inplace, dim=3, inputs=[view])
+        tg.launch(sin_sum, dim=base.shape[0], inputs=[base, loss])
+        return loss
+    _, (base,), tape, _ = check(f, [(_x(n=6, seed=30), F64)], device)
+    assert tape.saved_bytes == 2 * base.nbytes
+
+
+def test_write_to_the_base_of_a_view_a_launch_read(device):
+    def f(base):
+        loss = _loss(base.device)
+        view = base[::2]
+        tg.launch(sin_sum, dim=view.shape[0], inputs=[view, loss])
+        tg.launch(square_inplace, dim=base.shape[0], inputs=[base])
+        tg.launch(sin_sum, dim=base.shape[0], inputs=[base, loss])
+        return loss
+    check(f, [(_x(n=6, seed=31), F64)], device)
+
+
+def test_one_launch_reading_an_array_and_writing_a_view_of_it(device):
+    """square_into(a=base[0:3], b=base[3:6]) and then square_into(a=base, b=...): reads of
+    base and writes of its views in one launch are in place too."""
+    def f(base):
+        loss = _loss(base.device)
+        out = tg.zeros(6, dtype=F64, device=base.device, requires_grad=True)
+        tg.launch(square_into, dim=6, inputs=[base, out])            # reads all of base
+        tg.launch(square_into, dim=3, inputs=[base[0:3], base[3:6]])   # overwrites its upper half
+        tg.launch(sin_sum, dim=6, inputs=[base, loss])
+        tg.launch(sin_sum, dim=6, inputs=[out, loss])
+        return loss
+    check(f, [(_x(n=6, seed=32), F64)], device)
+
+
 def test_recorded_copy_over_an_array_a_launch_read(device):
     """tg.copy(x, z) inside the tape overwrites x, which square_into read: saved before the copy."""
     def f(x, z):
