@@ -82,7 +82,8 @@ class Kernel:
         # Held while this kernel compiles and loads (module_for) and while its launch plan is
         # built: threads making its first launch together build it once, and other kernels'
         # builds never wait for it. Everything it guards is published fully built (assigned once).
-        self.build_lock = threading.Lock()
+        # Re-entrant: building the plan may load the module and the other way round.
+        self.build_lock = threading.RLock()
         with _lock:   # a WeakSet add racing a snapshot (list(_ALL)) would break the iteration
             _ALL.add(self)
 
