@@ -579,9 +579,9 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
     grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
             "tg_t += int64_t(blockDim.x) * gridDim.x)")
     vec = vector_plan(fn) if variant == DEFAULT else None
-    if vec is not None:   # elementwise: 16-byte loads and stores (lang/elementwise.py)
-        cuda = [window_function(vec, parts[0], f"{sym}_fwd", f"{sym}_fwdv", [p.name for p in fn.params])]
-        cuda += cuda_forward_entry(vec, sym, kparams, n, f"{sym}_fwd", f"{sym}_fwdv")
+    wfn = window_function(vec, parts[0], f"{sym}_fwd", f"{sym}_fwdv", [p.name for p in fn.params]) if vec else None
+    if wfn is not None:   # elementwise: 16-byte loads and stores (lang/elementwise.py)
+        cuda = [wfn] + cuda_forward_entry(vec, sym, kparams, n, f"{sym}_fwd", f"{sym}_fwdv")
     else:
         cuda = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{', grid, f"        {sym}_fwd({call});",
                 "}"]
