@@ -22,6 +22,7 @@ from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import BufferZeroPlan
 from .recording import CopyRecord, FuncRecord
+from .tape_saves import is_struct_instance, struct_arrays
 from .types import ArrayType, StructType
 
 __all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
@@ -456,12 +457,25 @@ class _Use:
 
 
 def _launch_uses(rec) -> dict:
-    """``{id(array): _Use}`` of a launch, from the kernel's load/store order (``kernel_reads``)."""
+    """``{id(array): _Use}`` of a launch, from the kernel's load/store order (``kernel_reads``);
+    the arrays a struct argument holds share the struct's."""
     args = rec.inputs + rec.outputs
     uses: dict = {}
+    sources: dict = {}        # id(array) -> id of the argument (array or struct) it came with
     for a, r in zip(args, tape_saves.kernel_reads(rec.kernel, args)):
-        if r is not None and id(a) not in uses:
-            uses[id(a)] = _Use(a, r.name, None, None, r.before, r.after, r.writes)
+        if r is None:
+            continue
+        for b in (a,) if isinstance(a, array) else struct_arrays(a):
+            u = uses.get(id(b))
+            if u is None:
+                uses[id(b)] = _Use(b, r.name, None, None, r.before, r.after, r.writes)
+                sources[id(b)] = id(a)
+            elif sources[id(b)] != id(a):
+                # passed directly and inside a struct: a read through one may follow a write through the other
+                cross = ((r.before or r.after) and u.writes) or ((u.before or u.after) and r.writes)
+                u.before |= r.before or cross
+                u.after |= r.after or cross
+                u.writes |= r.writes
     return uses
 
 
@@ -501,23 +515,6 @@ def _differentiable(rec) -> bool:
         elif is_struct_instance(v) and any(a.grad is not None for a in struct_arrays(v)):
             return True
     return False
-
-
-def is_struct_instance(v) -> bool:
-    """Whether ``v`` is an instance of a ``@tg.struct`` class."""
-    return isinstance(getattr(type(v), "_tg_struct", None), StructType)
-
-
-def struct_arrays(s) -> list:
-    """The tapegrad arrays a struct instance holds, nested structs included."""
-    out = []
-    for fname, ftype in type(s)._tg_struct.fields:
-        v = getattr(s, fname, None)
-        if isinstance(ftype, ArrayType) and isinstance(v, array):
-            out.append(v)
-        elif isinstance(ftype, StructType) and v is not None:
-            out += struct_arrays(v)
-    return out
 
 
 def struct_gradients(s):

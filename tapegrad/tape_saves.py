@@ -30,9 +30,10 @@ from .cuda.stream import ScopedStream
 from .lang.adjoint import active
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
+from .types import ArrayType, StructType
 
-__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "memory_root", "memory_range", "overlaps",
-           "drop_covered", "buffer_like", "snapshot", "restore"]
+__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "is_struct_instance", "struct_arrays",
+           "memory_root", "memory_range", "overlaps", "drop_covered", "buffer_like", "snapshot", "restore"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,23 @@ class SavedValues:
     @property
     def nbytes(self) -> int:
         return self.values.nbytes
+
+
+def is_struct_instance(v) -> bool:
+    """Whether ``v`` is an instance of a ``@tg.struct`` class."""
+    return isinstance(getattr(type(v), "_tg_struct", None), StructType)
+
+
+def struct_arrays(s) -> list:
+    """The tapegrad arrays a struct instance holds, nested structs included."""
+    out = []
+    for fname, ftype in type(s)._tg_struct.fields:
+        v = getattr(s, fname, None)
+        if isinstance(ftype, ArrayType) and isinstance(v, array):
+            out.append(v)
+        elif isinstance(ftype, StructType) and v is not None:
+            out += struct_arrays(v)
+    return out
 
 
 def memory_root(a):
@@ -158,7 +176,7 @@ def kernel_reads(kernel, args) -> tuple:
     """
     groups, first = [], {}
     for a in args:
-        if isinstance(a, array):
+        if isinstance(a, array) or (is_struct_instance(a) and struct_arrays(a)):
             groups.append(first.setdefault(id(a), len(first)))
         else:
             groups.append(None)
@@ -184,7 +202,7 @@ def kernel_reads(kernel, args) -> tuple:
 
 
 def _group_reads(ir, groups) -> dict:
-    key = {id(p): g for p, g in zip(ir.params, groups) if g is not None}
+    key = {id(p): g for p, g in zip(ir.params, groups) if g is not None}   # grows with aliases
     flags: dict = {}
     _walk(ir.body, key, set(), flags, (id(ir),), needed_loads(ir))
     return {g: tuple(f) for g, f in flags.items()}
@@ -295,8 +313,14 @@ def _walk(stmts, key, stored, flags, stack, needed) -> None:
     ``stored``: the groups a store may have reached so far (updated in place); ``needed``:
     the loads (and atomics) whose values count (``needed_loads``)."""
     for s in stmts:
-        if isinstance(s, Assign):
+        if isinstance(s, (Read, Write)):     # struct arguments reach their fields through locals
+            src, dst = (s.var, s.out) if isinstance(s, Read) else (s.src, s.var)
+            if id(src) in key:
+                key[id(dst)] = key[id(src)]
+        elif isinstance(s, Assign):
             op = s.op
+            if op.name == "field" and s.args and id(s.args[0]) in key:
+                key[id(s.out)] = key[id(s.args[0])]     # an array (or nested struct) of a struct
             if op.name != "load" or id(s) in needed:
                 for pos in op.reads:
                     g = key.get(id(s.args[pos]))
