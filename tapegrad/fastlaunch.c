@@ -115,6 +115,7 @@ typedef struct {
     int cuda;
     void *fn;                       /* CPU: void(*)(const launch_t*, void**); CUDA: CUfunction */
     int64_t threads_cap;
+    int64_t lanes;                  /* CUDA: launch threads per CUDA thread (elementwise entry) */
     void *ctx;                      /* CUDA: the primary context launches need current */
     PyObject *last_stream;          /* CUDA: the current Stream last met, its handle, blocking */
     void *last_handle;
@@ -286,7 +287,8 @@ static plan_t *plan_of(PyObject *cap) {
 /* Install (or replace) the entry of ``device``; fn NULL records that its module declines (a
    debug build): launches on it take the Python path without asking again. */
 TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module, PyObject *mode, int cuda,
-                              void *fn, long long threads_cap, void *ctx, long long ordinal) {
+                              void *fn, long long threads_cap, void *ctx, long long ordinal,
+                              long long lanes) {
     plan_t *p = plan_of(cap);
     if (!p) { api.err_clear(); return -1; }
     entry_t *slot = NULL;
@@ -301,6 +303,7 @@ TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module,
     api.incref(device); api.incref(module); api.incref(mode);
     slot->device = device; slot->module = module; slot->mode = mode;
     slot->cuda = cuda; slot->fn = fn; slot->threads_cap = threads_cap; slot->ctx = ctx;
+    slot->lanes = lanes > 1 ? lanes : 1;
     slot->ordinal = api.long_from_ll(ordinal);
     slot->epoch = epoch;
     if (!slot->ordinal) { api.err_clear(); entry_clear(slot); return -1; }
@@ -734,9 +737,12 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         if (!read_int(block_dim, &bd) || !read_int(max_blocks, &mb) || bd < 0 || bd > 1024)
             return fallback(&refs, dev);
         if (bd == 0) bd = 256;
-        long long nb = (bounds.size + bd - 1) / bd;
+        /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped */
+        long long nb = ((bounds.size + e->lanes - 1) / e->lanes + bd - 1) / bd;
         if (mb > 0) { if (nb > mb) nb = mb; }
-        else if (e->threads_cap) { long long c = e->threads_cap / bd; if (c < 1) c = 1; if (nb > c) nb = c; }
+        else if (e->threads_cap && e->lanes == 1) {
+            long long c = e->threads_cap / bd; if (c < 1) c = 1; if (nb > c) nb = c;
+        }
         if (nb > 2147483647LL) nb = 2147483647LL;
         blocks = (unsigned)nb;
         threads = (unsigned)bd;

@@ -109,7 +109,8 @@ def _build():
     lib.tg_fl_register_foreign.restype = ctypes.c_int
     lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P]
     lib.tg_fl_plan_new.restype = _P
-    lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, ctypes.c_longlong, _V, ctypes.c_longlong]
+    lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, ctypes.c_longlong, _V, ctypes.c_longlong,
+                                    ctypes.c_longlong]
     lib.tg_fl_set_entry.restype = ctypes.c_int
     lib.tg_fl_has_entry.argtypes = [_P, _P, _P, _P]
     lib.tg_fl_has_entry.restype = ctypes.c_int
@@ -181,7 +182,7 @@ def register_module(plan, device, module, mode) -> bool:
     # exactly these classes: a debug build's wrapper (which checks every launch) forwards
     # attribute reads to the module it wraps, so asking it for fast_entry would bypass its check
     entry = module.fast_entry() if type(module) in (modules.CpuModule, modules.CudaModule) else None
-    cuda, fn, threads_cap, ordinal = entry if entry is not None else (False, None, 0, -1)
+    cuda, fn, threads_cap, ordinal, lanes = entry if entry is not None else (False, None, 0, -1, 1)
     ctx = None
     if fn and cuda:
         if _cuda_ready(lib):
@@ -191,7 +192,7 @@ def register_module(plan, device, module, mode) -> bool:
             fn = None   # no driver entry points, or no context: the Python path (CuPy) launches
     # fn None: recorded as declining, so the Python path does not ask again for this module
     return lib.tg_fl_set_entry(plan, device, module, mode, int(bool(cuda)), fn or None, int(threads_cap), ctx,
-                               int(ordinal)) == 1 and bool(fn)
+                               int(ordinal), int(lanes)) == 1 and bool(fn)
 
 
 def _cuda_ready(lib) -> bool:

@@ -430,7 +430,9 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:
         handle = build.load_cuda(source, name, device, kernels)
-        mods = [modules.CudaModule(handle, k, device) for k in kernels]
+        # only the default build has the elementwise (vector) forward entry
+        mods = [modules.CudaModule(handle, k, device, k.vector_lanes if variant == emit.DEFAULT else 1)
+                for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), cuda_module=handle)
                     for m, k in zip(mods, kernels)]
