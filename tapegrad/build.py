@@ -45,6 +45,7 @@ NVRTC_FLAGS = ["-std=c++17", "-w"]
 _lock = threading.Lock()
 _current = (None, None)     # ($TAPEGRAD_CACHE as last seen, the checked directory it names)
 _cxx = None
+_cxx_real = None            # the path find_cxx()'s driver resolves to
 
 
 def cache_dir() -> str:
@@ -73,8 +74,11 @@ def check_cache_dir(d: str) -> None:
         CacheDirError: ``d`` is writable by group or others, or owned by another user; the
             message names the directory and the fix.
     """
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    st = os.stat(d)
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
     if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
         who = "world-writable" if st.st_mode & stat.S_IWOTH else "group-writable"
         raise CacheDirError(f"refusing to use kernel cache directory {d}: it is {who} (mode "
@@ -94,7 +98,7 @@ def find_cxx():
     Raises:
         CompileError: no compiler found (the message says how to get one).
     """
-    global _cxx
+    global _cxx, _cxx_real
     if _cxx is not None:
         return _cxx
     env = os.environ.get("TAPEGRAD_CXX")
@@ -119,12 +123,14 @@ def find_cxx():
         raise CompileError("no C++ compiler found for CPU kernels: install one (e.g. `apt-get install g++`), "
                            "or `pip install ziglang` (tapegrad's [cpu] extra), or set TAPEGRAD_CXX")
     exe = shutil.which(cmd[0]) or cmd[0]
+    real = os.path.realpath(exe)
     try:
-        st = os.stat(os.path.realpath(exe))
-        ident = f"{' '.join(cmd)}|{os.path.realpath(exe)}|{st.st_size}|{st.st_mtime_ns}"
+        st = os.stat(real)
+        ident = f"{' '.join(cmd)}|{real}|{st.st_size}|{st.st_mtime_ns}"
     except OSError:
         ident = " ".join(cmd)
     _cxx = (cmd, ident)
+    _cxx_real = real    # _flags_for reads the driver's name from it: no second PATH walk
     return _cxx
 
 
@@ -157,17 +163,18 @@ def _flags_for(cmd):
     flags = list(CXXFLAGS)
     if "ziglang" in cmd:
         flags.remove("-fopenmp")      # zig's clang ships no OpenMP runtime: run single-threaded
-    elif _is_gcc(cmd[0]):
+    elif _is_gcc(cmd[0], _cxx_real if _cxx is not None and cmd is _cxx[0] else None):
         # GCC's -O2 cost model ("very-cheap") never vectorizes a loop that needs a run-time
         # overlap check, i.e. any kernel loop (clang's -O2 does): allow those checks
         flags.insert(1, "-fvect-cost-model=cheap")
     return flags
 
 
-def _is_gcc(exe) -> bool:
+def _is_gcc(exe, resolved=None) -> bool:
     """Whether ``exe`` is GCC's driver by its resolved name (``c++`` -> ``x86_64-linux-gnu-g++-12``);
-    a name that does not say (a ``c++`` that is clang, ccache) gets no GCC-only flags."""
-    name = os.path.basename(os.path.realpath(shutil.which(exe) or exe))
+    a name that does not say (a ``c++`` that is clang, ccache) gets no GCC-only flags.
+    ``resolved``: the path ``exe`` resolves to, when known."""
+    name = os.path.basename(resolved or os.path.realpath(shutil.which(exe) or exe))
     return ("g++" in name or "gcc" in name) and "clang" not in name
 
 
