@@ -50,6 +50,15 @@ class Stream:
                 self._cp = external_stream(cuda_stream, dev.ordinal)
                 self.owned = False
         self.cuda_stream = int(self._cp.ptr)
+        # known now, outside any capture: cudaStreamGetFlags is refused while a stream is being
+        # captured (cudaErrorStreamCaptureUnsupported, and it invalidates the capture), and the
+        # launch path asks a current stream whether it is blocking
+        self._blocking = blocking if self.owned else None
+        if not self.owned:
+            try:
+                self._blocking = self._query_blocking()
+            except Exception:   # e.g. wrapped during a capture: asked again on first use
+                self._blocking = None
 
     @property
     def cupy_stream(self):
@@ -59,6 +68,12 @@ class Stream:
     @property
     def is_blocking(self) -> bool:
         """False for streams created non-blocking (they do not sync with the legacy default stream)."""
+        b = self._blocking
+        if b is None:
+            b = self._blocking = self._query_blocking()
+        return b
+
+    def _query_blocking(self) -> bool:
         if self.cuda_stream in (0, 1, 2):
             return True
         cp = _cupy()
