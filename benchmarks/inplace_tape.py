@@ -35,51 +35,62 @@ def truth(n):
     return x * STEPS * DT * (1.0 + DT * v) ** (STEPS - 1)
 
 
-def bench_tapegrad(device, n, save):
-    """(record, backward, saved bytes, v's gradient) for tapegrad; ``save``: save_overwritten."""
-    import tapegrad as tg
+def contender(ns, device, n, tape_kwargs):
+    """(record, backward, saved bytes, v's gradient) for ``ns`` (``tapegrad`` or ``warp``: the
+    same code runs on both); ``tape_kwargs``: for ``ns.Tape``."""
+    import warnings
 
-    @tg.kernel
-    def drift(x: tg.array(dtype=tg.float64), v: tg.array(dtype=tg.float64), dt: tg.float64):
-        i = tg.tid()
+    @ns.kernel
+    def drift(x: ns.array(dtype=ns.float64), v: ns.array(dtype=ns.float64), dt: ns.float64):
+        i = ns.tid()
         x[i] = x[i] + dt * v[i] * x[i]
 
-    @tg.kernel
-    def total(x: tg.array(dtype=tg.float64), s: tg.array(dtype=tg.float64)):
-        i = tg.tid()
-        tg.atomic_add(s, 0, x[i])
+    @ns.kernel
+    def total(x: ns.array(dtype=ns.float64), s: ns.array(dtype=ns.float64)):
+        i = ns.tid()
+        ns.atomic_add(s, 0, x[i])
 
     x0, v0 = _inputs(n)
-    x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
-    v = tg.array(v0, dtype=tg.float64, device=device, requires_grad=True)
-    loss = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+    x = ns.array(x0, dtype=ns.float64, device=device, requires_grad=True)
+    v = ns.array(v0, dtype=ns.float64, device=device, requires_grad=True)
+    loss = ns.zeros(1, dtype=ns.float64, device=device, requires_grad=True)
     state = {}
 
     def record():
         x.assign(x0)                       # outside the tape: every recording starts alike
         loss.zero_()
-        tape = tg.Tape(save_overwritten=save)
+        tape = ns.Tape(**tape_kwargs)
         with tape:
             for _ in range(STEPS):
-                tg.launch(drift, dim=n, inputs=[x, v, DT])
-            tg.launch(total, dim=n, inputs=[x, loss])
-        tg.synchronize_device(device)
+                ns.launch(drift, dim=n, inputs=[x, v, ns.float64(DT)], device=device)
+            ns.launch(total, dim=n, inputs=[x, loss], device=device)
+        ns.synchronize_device(device)
         state["tape"] = tape
 
     def backward():
         state["tape"].backward(loss=loss)
-        tg.synchronize_device(device)
+        ns.synchronize_device(device)
         state["tape"].zero()
 
-    import warnings
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")    # save=False warns at every step (by design)
+        warnings.simplefilter("ignore")    # save_overwritten=False warns at every step (by design)
         record()
     tape = state["tape"]
     tape.backward(loss=loss)
     grad = v.grad.numpy().copy()
     tape.zero()
-    return record, backward, tape.saved_bytes, grad
+    return record, backward, getattr(tape, "saved_bytes", 0), grad
+
+
+def bench_tapegrad(device, n, save):
+    import tapegrad as tg
+    return contender(tg, device, n, {"save_overwritten": save})
+
+
+def bench_warp(device, n):
+    """Warp's contender; None when Warp is not installed."""
+    wp = warp_or_none()
+    return None if wp is None else contender(wp, device, n, {})
 
 
 def linear_steps_saved_bytes(device, n):
@@ -106,51 +117,6 @@ def linear_steps_saved_bytes(device, n):
             tg.launch(velocity, dim=n, inputs=[x, v, DT])
             tg.launch(position, dim=n, inputs=[x, v, DT])
     return tape.saved_bytes
-
-
-def bench_warp(device, n):
-    """Warp's (record, backward, 0, v's gradient); None when Warp is not installed."""
-    wp = warp_or_none()
-    if wp is None:
-        return None
-
-    @wp.kernel
-    def drift(x: wp.array(dtype=wp.float64), v: wp.array(dtype=wp.float64), dt: wp.float64):
-        i = wp.tid()
-        x[i] = x[i] + dt * v[i] * x[i]
-
-    @wp.kernel
-    def total(x: wp.array(dtype=wp.float64), s: wp.array(dtype=wp.float64)):
-        i = wp.tid()
-        wp.atomic_add(s, 0, x[i])
-
-    x0, v0 = _inputs(n)
-    x = wp.array(x0, dtype=wp.float64, device=device, requires_grad=True)
-    v = wp.array(v0, dtype=wp.float64, device=device, requires_grad=True)
-    loss = wp.zeros(1, dtype=wp.float64, device=device, requires_grad=True)
-    state = {}
-
-    def record():
-        x.assign(x0)
-        loss.zero_()
-        tape = wp.Tape()
-        with tape:
-            for _ in range(STEPS):
-                wp.launch(drift, dim=n, inputs=[x, v, wp.float64(DT)], device=device)
-            wp.launch(total, dim=n, inputs=[x, loss], device=device)
-        wp.synchronize_device(device)
-        state["tape"] = tape
-
-    def backward():
-        state["tape"].backward(loss=loss)
-        wp.synchronize_device(device)
-        state["tape"].zero()
-
-    record()
-    state["tape"].backward(loss=loss)
-    grad = v.grad.numpy().copy()
-    state["tape"].zero()
-    return record, backward, 0, grad
 
 
 def main():

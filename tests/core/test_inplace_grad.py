@@ -337,11 +337,18 @@ def _x(n=5, lo=0.3, hi=1.7, seed=0):
     return np.random.default_rng(seed).uniform(lo, hi, n)
 
 
-def f_square(x):
-    loss = _loss(x.device)
-    tg.launch(square_inplace, dim=x.shape[0], inputs=[x])
-    tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
-    return loss
+def inplace_chain(*kernels):
+    """forward(x): each in-place kernel on x in turn, then loss = sum(sin(x))."""
+    def f(x):
+        loss = _loss(x.device)
+        for k in kernels:
+            tg.launch(k, dim=x.shape[0], inputs=[x])
+        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
+        return loss
+    return f
+
+
+f_square = inplace_chain(square_inplace)
 
 
 # ------------------------------------------------------------------------------------- tests
@@ -369,12 +376,7 @@ def test_issue_example_sum_of_inplace_square_and_double(device):
 
 
 def test_inplace_double_is_exact(device):
-    def f(x):
-        loss = _loss(x.device)
-        tg.launch(double_inplace, dim=x.shape[0], inputs=[x])
-        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
-        return loss
-    check(f, [(_x(), F64)], device)
+    check(inplace_chain(double_inplace), [(_x(), F64)], device)
 
 
 def test_overwrite_after_read_of_an_array_without_gradient(device):
@@ -496,14 +498,8 @@ def test_a_value_deciding_a_branch_is_needed(device):
     """x *= 0.5 where x > 1, else x += 0.8: linear either way, but the replayed branch (so
     the slope) depends on the old x: 0.7 -> 1.5 -> 0.75 has slope 0.5, at the final 0.75
     the branch would say 1."""
-    def f(x):
-        loss = _loss(x.device)
-        tg.launch(halve_or_shift, dim=x.shape[0], inputs=[x])
-        tg.launch(halve_or_shift, dim=x.shape[0], inputs=[x])
-        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
-        return loss
     x0 = np.array([0.25, 0.7, 0.8, 1.3, 1.6])     # no value within reach of the threshold
-    _, (x,), tape, _ = check(f, [(x0, F64)], device)
+    _, (x,), tape, _ = check(inplace_chain(halve_or_shift, halve_or_shift), [(x0, F64)], device)
     assert tape.saved_bytes == 3 * x.nbytes
 
 
@@ -527,31 +523,39 @@ def test_mixed_sequences_of_updates(first, device):
                                        err_msg=f"d loss / d {name} for {first.__name__}, {second.__name__}")
 
 
-def test_repeated_backward_gives_the_same_gradients(device):
-    values = [(_x(seed=9), F64), (_x(seed=10, lo=-1.0, hi=1.0), F64)]
+def recorded_simulation(device, seeds):
+    """(finite-difference gradients, x, v, tape, loss, final x and v) of ``simulate(3)``."""
+    values = [(_x(seed=seeds[0]), F64), (_x(seed=seeds[1], lo=-1.0, hi=1.0), F64)]
     forward = simulate(3)
     ref = finite_differences(forward, values, device)
     x, v = _arrays(values, device, True)
     tape = tg.Tape()
     with tape:
         loss = forward(x, v)
-    final = (x.numpy().copy(), v.numpy().copy())
+    return ref, x, v, tape, loss, (x.numpy().copy(), v.numpy().copy())
+
+
+def assert_exact_and_final(ref, x, v, final):
+    np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(x.numpy(), final[0])
+    np.testing.assert_array_equal(v.numpy(), final[1])
+
+
+def test_repeated_backward_gives_the_same_gradients(device):
+    ref, x, v, tape, loss, final = recorded_simulation(device, (9, 10))
     for _ in range(3):
         tape.backward(loss=loss)
-        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(x.numpy(), final[0])
-        np.testing.assert_array_equal(v.numpy(), final[1])
+        assert_exact_and_final(ref, x, v, final)
         tape.zero()
     seed = tg.array(np.ones(1), dtype=F64, device=device)
     for _ in range(2):                                   # the grads= form, and no seeding at all
         tape.backward(grads={loss: seed})
-        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
+        assert_exact_and_final(ref, x, v, final)
         tape.zero()
     loss.grad.fill_(1.0)
     tape.backward()
-    np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
-    np.testing.assert_array_equal(x.numpy(), final[0])
+    assert_exact_and_final(ref, x, v, final)
 
 
 def test_off_switch_warns_and_gives_the_old_wrong_gradient(device):
@@ -728,23 +732,12 @@ def test_write_then_read_kernel_stays_exact(device):
 
 
 def test_inplace_update_in_a_user_function_and_in_branches(device):
-    def f(x):
-        loss = _loss(x.device)
-        tg.launch(square_through_func, dim=x.shape[0], inputs=[x])
-        tg.launch(square_if_large, dim=x.shape[0], inputs=[x])
-        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
-        return loss
-    _, _, tape, _ = check(f, [(_x(seed=24), F64)], device)
+    _, _, tape, _ = check(inplace_chain(square_through_func, square_if_large), [(_x(seed=24), F64)], device)
     assert tape.saved_bytes == 3 * 5 * 8
 
 
 def test_linear_update_in_a_user_function_saves_nothing(device):
-    def f(x):
-        loss = _loss(x.device)
-        tg.launch(shift_through_func, dim=x.shape[0], inputs=[x])
-        tg.launch(sin_sum, dim=x.shape[0], inputs=[x, loss])
-        return loss
-    _, _, tape, _ = check(f, [(_x(seed=28), F64)], device)
+    _, _, tape, _ = check(inplace_chain(shift_through_func), [(_x(seed=28), F64)], device)
     assert tape.saved_bytes == 0
 
 
@@ -834,16 +827,9 @@ def test_final_values_come_back_when_an_adjoint_raises(device):
 def test_captured_backward_restores_inside_the_graph(device):
     """tape.backward inside a ScopedCapture (CPU or CUDA): the restores are recorded with the
     adjoints, so each replay of the graph is exact and leaves the final values in place."""
-    values = [(_x(seed=19), F64), (_x(seed=20, lo=-1.0, hi=1.0), F64)]
-    forward = simulate(3)
-    ref = finite_differences(forward, values, device)
-    x, v = _arrays(values, device, True)
-    tape = tg.Tape()
-    with tape:
-        loss = forward(x, v)
+    ref, x, v, tape, loss, final = recorded_simulation(device, (19, 20))
     tape.backward(loss=loss)                      # loads the adjoint kernels outside the capture
     tape.zero()
-    final = x.numpy().copy()
     tg.synchronize_device(device)
     with tg.ScopedCapture(device=device) as cap:
         tape.backward(loss=loss)
@@ -851,8 +837,6 @@ def test_captured_backward_restores_inside_the_graph(device):
     for _ in range(2):
         tg.capture_launch(cap.graph)
         tg.synchronize_device(device)
-        np.testing.assert_allclose(x.grad.numpy(), ref[0], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(v.grad.numpy(), ref[1], rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(x.numpy(), final)
+        assert_exact_and_final(ref, x, v, final)
         tape.zero()
         tg.synchronize_device(device)
