@@ -16,7 +16,7 @@ import torch
 
 from tapegrad import fastlaunch, types
 from tapegrad.device import Device, get_device
-from tapegrad.launch import register_launch_adapter
+from tapegrad.launch import register_device_of, register_launch_adapter
 
 from . import torch_memory  # noqa: F401  registers the "torch" allocator and torch.cuda.graph's pool
 from ._base import (
@@ -224,6 +224,26 @@ class TorchAdapter(FrameworkAdapter):
 
 _bridge = Bridge(TorchAdapter(), DTYPES, _DEVICES, current_stream_handle)
 register_launch_adapter(torch.Tensor, _bridge.launch_adapter)
+_ORDINAL_DEVICES: dict = {}   # Tensor.get_device() (-1: CPU) -> tapegrad Device
+
+
+def _tensor_device(t):
+    # get_device() is an int from C (no torch.device object): a launch with tensors passed
+    # directly asks it once per launch
+    if t.is_cuda:
+        k = t.get_device()
+    elif t.is_cpu:
+        k = -1
+    else:           # meta, mps...: the generic probing (and its error)
+        return None
+    d = _ORDINAL_DEVICES.get(k)
+    if d is None:
+        d = _ORDINAL_DEVICES[k] = device_from_torch(t.device)
+    return d
+
+
+register_device_of(torch.Tensor, _tensor_device)
+register_device_of(torch.nn.Parameter, _tensor_device)
 # The native launch path caches the adapter's descriptor per parameter under the adapter's own
 # layout key (dtype, shape, strides, device: TorchAdapter.layout_key) and reads only data_ptr()
 # per launch; torch's current stream (the raw handle, no Stream object) says whether the

@@ -25,7 +25,7 @@ from .protocols import interface_layout, parse_cuda_array_interface, pointer_dev
 from .recording import Access, active_tape
 from .storage import fold_inner_dims
 
-__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "LaunchRecord"]
+__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord"]
 
 
 class ArrayCtype(types.ArrayDesc):
@@ -365,8 +365,20 @@ def _infer_device(device, stream, args):
     return get_device(None)
 
 
+_DEVICE_OF: dict = {}   # foreign tensor type -> fn(obj) -> Device (registered by its bridge)
+
+
+def register_device_of(cls, fn):
+    """Let ``launch`` read the device of ``cls`` instances passed directly with ``fn(obj) -> Device``
+    (a framework's own cheap accessor) instead of the generic attribute probing."""
+    _DEVICE_OF[cls] = fn
+
+
 def _foreign_device(a):
     """Device of a foreign array object passed directly, or None when ``a`` is not one."""
+    fn = _DEVICE_OF.get(a.__class__)
+    if fn is not None:
+        return fn(a)
     if isinstance(a, np.ndarray):
         return get_device("cpu")
     d = getattr(a, "device", None)
