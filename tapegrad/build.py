@@ -328,18 +328,25 @@ def entry_lock(path: str):
 
 
 def _lock_fd(d):
-    # One fd per directory for the life of the process: closing any fd of a file drops every
-    # POSIX record lock the process holds on it, so it is never closed.
+    # One fd per lock file for the life of the process: closing any fd of a file drops every
+    # POSIX record lock the process holds on it, so none is ever closed. A lock file deleted
+    # since (tg.clear_kernel_cache) is opened anew: other processes lock the new one.
     if sys.platform == "win32":
         return None
+    lock_path = os.path.join(d, ".tapegrad.lock")
     with _lock:
         fd = _lock_fds.get(d)
-        if fd is None:
+        if fd is not None and fd >= 0:
             try:
-                fd = os.open(os.path.join(d, ".tapegrad.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                    return fd
             except OSError:
-                fd = -1          # a read-only cache: builds in this process are serialised only
-            _lock_fds[d] = fd
+                pass
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            fd = -1          # a read-only cache: builds in this process are serialised only
+        _lock_fds[d] = fd
     return fd if fd >= 0 else None
 
 
