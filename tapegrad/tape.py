@@ -91,15 +91,20 @@ class Tape:
         if entry is not None:
             self._live_roots.get(id(tape_saves.memory_root(entry[2])), set()).discard(key)
 
-    def _overlapping(self, a) -> dict:
+    def _overlapping(self, a, reading) -> dict:
         """``{key: live entry}`` of the arrays whose needed values sit in memory ``a`` spans:
-        ``a`` itself and views of the same allocation whose elements may overlap it."""
-        keys = self._live_roots.get(id(tape_saves.memory_root(a)))
-        if not keys:
+        ``a`` itself and views of the same allocation whose elements may overlap it, among the
+        live ones and ``reading`` (the current record's reads: key -> (entry, id of its root)."""
+        root = id(tape_saves.memory_root(a))
+        cands = {k: self._live[k] for k in self._live_roots.get(root, ())}
+        for k, (entry, entry_root) in reading.items():
+            if k not in cands and entry_root == root:
+                cands[k] = entry
+        if not cands:
             return {}
         span = tape_saves.memory_range(a)
-        return {k: self._live[k] for k in keys
-                if k == id(a) or tape_saves.overlaps(span, tape_saves.memory_range(self._live[k][2]))}
+        return {k: e for k, e in cands.items()
+                if k == id(a) or tape_saves.overlaps(span, tape_saves.memory_range(e[2]))}
 
     def _read_label(self, live) -> str:
         """How a warning names the read recorded in a ``_live`` entry (``k.x``, ``record_func``)."""
@@ -140,21 +145,23 @@ class Tape:
             uses = _uses(accesses)
         diff = _differentiable(rec)
         stream = getattr(rec, "stream", None)
-        for key, u in uses.items():          # reads first: a write below may make them stale
-            if diff and u.before and not u.writes:
-                self._live_add(key, (index, u.label or u.name, u.array))
+        # the record's own reads count as live while its writes are checked (a launch reading
+        # a and writing a view of it); the tape changes only once every check has passed
+        reading = {key: ((index, u.label or u.name, u.array), id(tape_saves.memory_root(u.array)))
+                   for key, u in uses.items() if diff and u.before and not u.writes}
         saves: dict = {}                     # id(array) -> SavedValues
+        messages, stale, read_back = [], set(), {}
         for key, u in uses.items():
             if not u.writes:
                 continue
             own = diff and u.before                     # the record reads the old values itself
             if own and u.after:
-                self._warn(f"Tape: {rec.label(index)} reads array '{u.name}' both before and after writing "
-                           "it; its adjoint sees the values from before the launch for both reads, so "
-                           "gradients through the values read after the write may be wrong. Write the "
-                           "new values to a separate array.")
+                messages.append(f"Tape: {rec.label(index)} reads array '{u.name}' both before and after "
+                                "writing it; its adjoint sees the values from before the launch for both "
+                                "reads, so gradients through the values read after the write may be wrong. "
+                                "Write the new values to a separate array.")
             before = own or not (diff and u.after)
-            needers = self._overlapping(u.array)        # live arrays over the memory written
+            needers = self._overlapping(u.array, reading)     # live arrays over the memory written
             if own and key not in needers:
                 needers[key] = None
             for k, prev in needers.items():
@@ -164,21 +171,29 @@ class Tape:
                 if self.save_overwritten:
                     saves[k] = tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), before, stream)
                 elif prev is None or (own and k == key):
-                    self._warn(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, and "
-                               f"this tape does not save overwritten values (save_overwritten=False): its "
-                               f"adjoint sees the overwritten values, so gradients through it may be wrong. "
-                               f"{_SAVE_HINT.format(nbytes=a.nbytes)}")
+                    messages.append(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, "
+                                    f"and this tape does not save overwritten values (save_overwritten=False): "
+                                    f"its adjoint sees the overwritten values, so gradients through it may be "
+                                    f"wrong. {_SAVE_HINT.format(nbytes=a.nbytes)}")
                 else:
                     what = f"kernel '{rec.kernel.key}' writing '{u.name}'" if u.what is None else u.what
-                    self._warn(f"Tape: {what} (record #{index}) overwrites {_array_words(k, key)} that "
-                               f"{self._label(prev[0])} read as '{self._read_label(prev)}', and this tape does "
-                               f"not save overwritten values (save_overwritten=False): that adjoint sees the "
-                               f"new values, so gradients through it may be wrong. "
-                               f"{_SAVE_HINT.format(nbytes=a.nbytes)}")
-            for k in needers:                           # their current values are gone
-                self._live_pop(k)
+                    messages.append(f"Tape: {what} (record #{index}) overwrites {_array_words(k, key)} that "
+                                    f"{self._label(prev[0])} read as '{self._read_label(prev)}', and this tape "
+                                    f"does not save overwritten values (save_overwritten=False): that adjoint "
+                                    f"sees the new values, so gradients through it may be wrong. "
+                                    f"{_SAVE_HINT.format(nbytes=a.nbytes)}")
+            stale.update(needers)                       # their current values are gone
             if diff and u.after:                        # the record read what it wrote
-                self._live_add(key, (index, u.label or u.name, u.array))
+                read_back[key] = (index, u.label or u.name, u.array)
+        for msg in messages:                            # strict_tape raises here, nothing changed yet
+            self._warn(msg)
+        for key, (entry, _) in reading.items():
+            if key not in stale:
+                self._live_add(key, entry)
+        for key in stale:
+            self._live_pop(key)
+        for key, entry in read_back.items():
+            self._live_add(key, entry)
         for a in touched:
             self._track(a)
         for v in (*getattr(rec, "inputs", ()), *getattr(rec, "outputs", ())):

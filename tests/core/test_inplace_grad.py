@@ -585,9 +585,12 @@ def test_off_switch_from_the_config_and_strict_mode(device):
             with pytest.warns(tg.TapeWarning, match=r"set_zero.*launch #0.*'.*mul\.w'.*may be wrong"):
                 tg.launch(set_zero, dim=5, inputs=[w])
         tg.config.strict_tape = True
-        with tg.Tape():
+        before = x.numpy().copy()
+        with tg.Tape() as strict:
             with pytest.raises(RuntimeError, match="square_inplace"):
                 tg.launch(square_inplace, dim=5, inputs=[x])
+        assert strict.records == [] and strict.saved_bytes == 0      # nothing recorded, nothing ran
+        np.testing.assert_array_equal(x.numpy(), before)
     finally:
         tg.config.tape_save_overwritten = True
         tg.config.strict_tape = False
