@@ -16,7 +16,11 @@ loop bodies walked twice so a load after the previous iteration's store counts a
 user functions followed through their parameters), treating arrays passed as several
 arguments as one. Only loads whose values the adjoint reads count (``needed_loads``: a
 dataflow over the IR using each op's ``linear``/``bilinear`` marks, as the compiler's loop
-planning does), so linear updates (``x[i] = x[i] + dt * v[i]``) need no copy.
+planning does), so linear updates (``x[i] = x[i] + dt * v[i]``) need no copy. The arrays a
+struct argument holds form one group, reached through the struct's locals and field ops.
+
+Views: ``memory_root`` and ``memory_range`` let the tape see that a write through one view of
+an allocation overwrites values another view (or the base) still needs.
 """
 from __future__ import annotations
 
@@ -55,7 +59,8 @@ class ArrayReads:
 
 @dataclass(frozen=True)
 class SavedValues:
-    """A copy of an array taken just before record ``index`` overwrote it.
+    """A copy of an array taken just before a record overwrote it (``Tape._saves`` keys these
+    by the record's index).
 
     Attributes:
         array: the overwritten array. values: a contiguous copy of its values before the record.
