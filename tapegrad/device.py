@@ -16,6 +16,8 @@ __all__ = ["Device", "get_device", "set_device", "ScopedDevice", "get_cuda_devic
            "is_cuda_available", "is_cpu_available", "get_cuda_devices", "synchronize",
            "synchronize_device", "get_preferred_device"]
 
+_CUDA_DEV_ATTR_SM_COUNT = 16   # cudaDevAttrMultiProcessorCount
+
 
 class Device:
     """A compute device. Compare with ``==`` or by ``alias`` ("cpu", "cuda:0").
@@ -78,8 +80,15 @@ class Device:
     def sm_count(self) -> int:
         """Number of streaming multiprocessors (CUDA only; 0 when the driver does not say)."""
         self._require_cuda("Device.sm_count")
-        import cupy
-        return int(cupy.cuda.Device(self.ordinal).attributes.get("MultiProcessorCount", 0))
+        n = self.__dict__.get("_sm_count")
+        if n is None:
+            import cupy
+            try:   # one attribute query (Device.attributes asks the driver for all ~130: 2 ms)
+                n = int(cupy.cuda.runtime.deviceGetAttribute(_CUDA_DEV_ATTR_SM_COUNT, self.ordinal))
+            except Exception:
+                n = int(cupy.cuda.Device(self.ordinal).attributes.get("MultiProcessorCount", 0))
+            self._sm_count = n
+        return n
 
     @property
     def name(self) -> str:

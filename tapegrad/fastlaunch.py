@@ -30,13 +30,12 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import sysconfig
 import threading
 
 from . import build, modules
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
-           "stats", "error"]
+           "numpy_off", "stats", "error"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
@@ -52,10 +51,12 @@ _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", 
               "PyErr_Clear", "PyTuple_Size", "PyTuple_GetItem", "PyList_Size", "PyList_GetItem", "PyTuple_New",
               "PyTuple_SetItem", "PyDict_GetItem", "PyCapsule_New", "PyCapsule_GetPointer", "PyEval_SaveThread",
               "PyEval_RestoreThread", "PyCFunction_NewEx", "PyUnicode_InternFromString",
-              "PyLong_AsUnsignedLongLong",
-              "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>")
+              "PyLong_AsUnsignedLongLong", "PyUnicode_AsUTF8AndSize",
+              "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>",
+              "<str>")
 _OBJS = {"<None>": None, "<True>": True, "<False>": False, "<NotImplemented>": NotImplemented, "<float>": float,
-         "<int>": int, "<bool>": bool, "<tuple>": tuple, "<list>": list}
+         "<int>": int, "<bool>": bool, "<tuple>": tuple, "<list>": list,
+         "<str>": str}
 
 _lock = threading.Lock()
 _state: dict = {}      # "lib", "fn" (the launch function) once loaded; "error" when it cannot be
@@ -67,7 +68,8 @@ _V = ctypes.c_void_p
 def _layout_ok(types) -> bool:
     """The object layouts the C code relies on: ob_type after the refcount, a ctypes object's
     buffer pointer after the head, and the ABI structs' sizes."""
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # free-threaded builds ("t" ABI flag; sysconfig would say so too, at 2 ms of import per process)
+    if "t" in getattr(sys, "abiflags", ""):
         return False
     x = 1.5
     if _V.from_address(id(x) + ctypes.sizeof(ctypes.c_ssize_t)).value != id(float):
@@ -101,6 +103,8 @@ def _build():
     lib.tg_fl_set_objects.restype = None
     lib.tg_fl_set_max_size.argtypes = [ctypes.c_longlong]
     lib.tg_fl_set_max_size.restype = None
+    lib.tg_fl_set_ndarray.argtypes = [_P]
+    lib.tg_fl_set_ndarray.restype = None
     lib.tg_fl_set_cuda.argtypes = [_P, _V, _V]
     lib.tg_fl_set_cuda.restype = None
     lib.tg_fl_current_context.argtypes = []
@@ -149,7 +153,41 @@ def load(objects: dict, max_size: int):
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
         for args in _FOREIGN:
             _register_foreign(lib, *args)
+        if _numpy_layout_ok() and not _state.get("numpy_off"):
+            import numpy
+            lib.tg_fl_set_ndarray(numpy.ndarray)
         return _state["fn"]
+
+
+def _numpy_layout_ok() -> bool:
+    """numpy's array struct as the C code reads it (data, nd, dimensions, strides, descr, flags)."""
+    import numpy as np
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    ro = base[1:, ::2]
+    ro.flags.writeable = False
+    for x in (base, ro, np.zeros((2, 1, 3, 2), np.int16).transpose(3, 1, 0, 2)):
+        a = id(x)
+        q = ctypes.sizeof(ctypes.c_void_p)
+        dims, strides = (_V.from_address(a + k * q).value for k in (4, 5))
+        nd = ctypes.c_int.from_address(a + 3 * q).value
+        flags = ctypes.c_int.from_address(a + 8 * q).value
+        if (_V.from_address(a + 2 * q).value != x.__array_interface__["data"][0] or nd != x.ndim
+                or tuple((ctypes.c_ssize_t * nd).from_address(dims)) != x.shape
+                or tuple((ctypes.c_ssize_t * nd).from_address(strides)) != x.strides
+                or _V.from_address(a + 7 * q).value != id(x.dtype)
+                or bool(flags & 0x0400) != x.flags.writeable):
+            return False
+    return True
+
+
+def numpy_off() -> None:
+    """Pack numpy arrays with the Python packer only (a launch adapter was registered for them:
+    its descriptors may depend on more than the layout the helper caches)."""
+    with _lock:
+        _state["numpy_off"] = True
+        lib = _state.get("lib")
+        if lib is not None:
+            lib.tg_fl_set_ndarray(None)
 
 
 def new_plan(kinds, ndims, written, dtypes, packers):
