@@ -704,6 +704,21 @@ def test_arrays_inside_a_struct_updated_in_place(device):
     assert tape.saved_bytes > 0
 
 
+def test_recorded_copies_into_part_of_an_array_a_launch_read(device):
+    """copy(base[0:3], z) and copy(base, z, dest_offset=3, count=2) after a launch read base."""
+    def f(base, z):
+        n = base.shape[0]
+        y = tg.zeros(n, dtype=F64, device=base.device, requires_grad=True)
+        loss = _loss(base.device)
+        tg.launch(square_into, dim=n, inputs=[base, y])
+        tg.copy(base[0:3], z)
+        tg.copy(base, z, dest_offset=3, count=2)
+        tg.launch(sin_sum, dim=n, inputs=[base, loss])
+        tg.launch(sin_sum, dim=n, inputs=[y, loss])
+        return loss
+    check(f, [(_x(n=6, seed=35), F64), (_x(n=3, seed=36), F64)], device)
+
+
 def test_recorded_copy_over_an_array_a_launch_read(device):
     """tg.copy(x, z) inside the tape overwrites x, which square_into read: saved before the copy."""
     def f(x, z):
