@@ -237,6 +237,18 @@ def _read_file(path: str):
         os.close(fd)
 
 
+def _read_own(path: str):
+    """``(bytes, None)``; ``(None, None)`` when missing; else a problem: unreadable, or a file
+    someone else could have written."""
+    try:
+        st, data = _read_file(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"unreadable ({e})"
+    return data, _unsafe_file(st)
+
+
 def read_entry(path: str):
     """Read a cache entry and check it against its sidecar ``<path>.sum``.
 
@@ -244,24 +256,14 @@ def read_entry(path: str):
         ``(data, problem)``: ``(None, None)`` when there is no entry; ``(bytes, None)`` when
         it is intact; otherwise ``problem`` says what is wrong (``data`` may be None).
     """
-    try:
-        st, data = _read_file(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        return None, f"unreadable ({e})"
-    bad = _unsafe_file(st)
-    if bad:
-        return data, bad
-    try:
-        sst, raw = _read_file(path + ".sum")
-    except FileNotFoundError:
+    data, problem = _read_own(path)
+    if data is None or problem:
+        return data, problem
+    raw, problem = _read_own(path + ".sum")
+    if problem:
+        return data, f"its checksum record is {problem}"
+    if raw is None:
         return data, _UNVERIFIED
-    except OSError as e:
-        return data, f"its checksum record is unreadable ({e})"
-    bad = _unsafe_file(sst)
-    if bad:
-        return data, f"its checksum record is {bad}"
     record = raw[:4096].decode("ascii", "replace")
     fields = dict(line.split(" ", 1) for line in record.splitlines()[1:] if " " in line)
     if not record.startswith(_SUM_MAGIC) or "size" not in fields or "sha256" not in fields:
