@@ -35,8 +35,8 @@ enum { A_INCREF, A_DECREF, A_GETATTR, A_SETATTR, A_RICHCMP_BOOL, A_ISINSTANCE, A
        A_CALLMETHOD, A_FLOAT_AS_DOUBLE, A_LONG_AS_LL_OVF, A_LONG_AS_DOUBLE, A_LONG_FROM_LL,
        A_ERR_OCCURRED, A_ERR_CLEAR, A_TUPLE_SIZE, A_TUPLE_GETITEM, A_LIST_SIZE, A_LIST_GETITEM,
        A_TUPLE_NEW, A_TUPLE_SETITEM, A_DICT_GETITEM, A_CAP_NEW, A_CAP_GETPTR, A_SAVE_THREAD,
-       A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL,
-       A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST,
+       A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL, A_UNICODE_UTF8,
+       A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST, A_T_STR,
        A_COUNT };
 
 static struct {
@@ -68,8 +68,9 @@ static struct {
     PyObject *(*cfunc_new)(PyMethodDef *, PyObject *, PyObject *);
     PyObject *(*intern)(const char *);
     unsigned long long (*long_as_ull)(PyObject *);
+    const char *(*unicode_utf8)(PyObject *, Py_ssize_t *);
     PyObject *none, *true_, *false_, *notimpl;
-    PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list;
+    PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str;
 } api;
 
 #define Py_EQ 2
@@ -122,12 +123,31 @@ typedef struct {
     int last_blocking;
 } entry_t;
 
+/* a numpy layout met by a parameter: the Python packer's descriptor for it, pointer cleared */
+typedef struct {
+    PyObject *descr;                /* NULL: empty slot */
+    int nd, writeable;
+    int64_t dims[4], strides[4];
+    desc_t tmpl;
+} np_layout_t;
+
 typedef struct {
     int kind, ndim, written;
     PyObject *dtype;                /* arrays: the element type the parameter expects */
     layout_t lay[NLAY];
     int lay_next;
+    np_layout_t np_lay[NLAY];
+    int np_next;
 } param_t;
+
+/* numpy's PyArrayObject_fields (ndarraytypes.h, the same in numpy 1.x and 2.x; checked from
+   Python at load against __array_interface__) */
+typedef struct {
+    intptr_t ob_refcnt; PyObject *ob_type;
+    char *data; int nd; intptr_t *dimensions; intptr_t *strides; PyObject *base; PyObject *descr; int flags;
+} np_array_t;
+#define NPY_WRITEABLE 0x0400
+static PyObject *T_NDARRAY = NULL;
 
 typedef struct {
     int n;
@@ -187,6 +207,13 @@ TG_EXPORT void tg_fl_set_objects(PyObject *kernel_t, PyObject *array_t, PyObject
 }
 
 TG_EXPORT void tg_fl_set_max_size(long long max_size) { MAX_SIZE = max_size; }
+
+/* numpy.ndarray (exact type) read natively on CPU launches; None: through the Python packer */
+TG_EXPORT void tg_fl_set_ndarray(PyObject *t) {
+    xdecref(T_NDARRAY);
+    T_NDARRAY = t == api.none ? NULL : t;
+    xincref(T_NDARRAY);
+}
 
 TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current) {
     api.incref(stream_t);
@@ -253,7 +280,7 @@ static void plan_free(PyObject *cap) {
     for (int e = 0; e < NENT; e++) entry_clear(&p->ent[e]);
     for (int i = 0; i < p->n; i++) {
         xdecref(p->p[i].dtype);
-        for (int l = 0; l < NLAY; l++) layout_clear(&p->p[i].lay[l]);
+        for (int l = 0; l < NLAY; l++) { layout_clear(&p->p[i].lay[l]); xdecref(p->p[i].np_lay[l].descr); }
     }
     xdecref(p->packers);
     free(p);
@@ -536,10 +563,47 @@ static int tape_active(void) {
     return active;
 }
 
+/* get_device(name) of the names that always mean one device: "cpu" and "cuda:N" ("cuda" means
+   the current device: never cached). Strings compared by value, the Devices kept forever. */
+#define NNAMES 8
+static struct { PyObject *name, *device; } names[NNAMES];
+static int nnames = 0;
+
+static int fixed_device_name(PyObject *s) {
+    Py_ssize_t n = 0;
+    const char *c = api.unicode_utf8(s, &n);
+    if (!c) { api.err_clear(); return 0; }
+    if (n == 3 && memcmp(c, "cpu", 3) == 0) return 1;
+    if (n < 6 || n > 8 || memcmp(c, "cuda:", 5) != 0) return 0;
+    for (Py_ssize_t i = 5; i < n; i++)
+        if (c[i] < '0' || c[i] > '9') return 0;
+    return 1;
+}
+
+static PyObject *named_device(PyObject *s) {
+    for (int i = 0; i < nnames; i++) {
+        if (names[i].name == s) { api.incref(names[i].device); return names[i].device; }
+    }
+    for (int i = 0; i < nnames; i++) {
+        int r = api.richcmp_bool(names[i].name, s, Py_EQ);
+        if (r < 0) { api.err_clear(); return NULL; }
+        if (r) { api.incref(names[i].device); return names[i].device; }
+    }
+    PyObject *r = api.vectorcall(GET_DEVICE, &s, 1, NULL);
+    if (!r) { api.err_clear(); return NULL; }
+    if (nnames < NNAMES && TYPE(r) == T_DEVICE && fixed_device_name(s)) {
+        api.incref(s); api.incref(r);
+        names[nnames].name = s; names[nnames].device = r;
+        nnames++;
+    }
+    return r;
+}
+
 /* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path. */
 static PyObject *launch_device(PyObject *device, PyObject *stream, PyObject **args, int n) {
     if (device != api.none) {
         if (TYPE(device) == T_DEVICE) { api.incref(device); return device; }
+        if (TYPE(device) == api.t_str) return named_device(device);
         PyObject *r = api.vectorcall(GET_DEVICE, &device, 1, NULL);
         if (!r) api.err_clear();
         return r;
@@ -606,6 +670,41 @@ static desc_t *ctype_desc(param_t *pp, PyObject *a, PyObject *dev) {
     if (dt != pp->dtype || dv != dev) return NULL;
     desc_t *desc = (desc_t *)CBUF(a);
     return desc->ndim == pp->ndim ? desc : NULL;
+}
+
+/* the descriptor of numpy array ``v`` for parameter ``pp`` from its cached layout, into ``out``;
+   0 on a miss */
+static int np_hit(param_t *pp, PyObject *v, desc_t *out) {
+    np_array_t *a = (np_array_t *)v;
+    if (a->nd < 0 || a->nd > 4) return 0;
+    int w = (a->flags & NPY_WRITEABLE) != 0;
+    for (int l = 0; l < NLAY; l++) {
+        np_layout_t *nl = &pp->np_lay[l];
+        if (nl->descr != a->descr || nl->nd != a->nd || nl->writeable != w) continue;
+        int same = 1;
+        for (int k = 0; k < a->nd && same; k++)
+            same = nl->dims[k] == a->dimensions[k] && nl->strides[k] == a->strides[k];
+        if (!same) continue;
+        *out = nl->tmpl;
+        out->data = a->data;
+        return 1;
+    }
+    return 0;
+}
+
+static void np_remember(param_t *pp, PyObject *v, const desc_t *d) {
+    np_array_t *a = (np_array_t *)v;
+    if (a->nd < 0 || a->nd > 4) return;
+    np_layout_t *nl = &pp->np_lay[pp->np_next];
+    pp->np_next = (pp->np_next + 1) % NLAY;
+    xdecref(nl->descr);
+    api.incref(a->descr);       /* kept: its identity keys the layout */
+    nl->descr = a->descr;
+    nl->nd = a->nd;
+    nl->writeable = (a->flags & NPY_WRITEABLE) != 0;
+    for (int k = 0; k < a->nd; k++) { nl->dims[k] = a->dimensions[k]; nl->strides[k] = a->strides[k]; }
+    nl->tmpl = *d;
+    nl->tmpl.data = NULL;
 }
 
 /* the Python packer's value for parameter i (its ctypes buffer), kept alive through ``refs`` */
@@ -811,14 +910,17 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                             return fallback(&refs, dev);
                         fstream_checked = 1;
                     }
+                } else if (t == T_NDARRAY && !e->cuda && np_hit(pp, v, &fdesc[i])) {
+                    desc = &fdesc[i];
                 } else {
-                    /* numpy, CAI objects...: the Python packer; array subclasses take the Python path
-                       (its version bump covers them) */
+                    /* numpy misses, CAI objects...: the Python packer; array subclasses take the
+                       Python path (its version bump covers them) */
                     int sub = api.isinstance(v, T_ARRAY);
                     if (sub != 0) { api.err_clear(); return fallback(&refs, dev); }
                     PyObject *r = NULL;
                     desc = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
                     if (desc && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) desc = NULL;
+                    if (desc && t == T_NDARRAY && !e->cuda) np_remember(pp, v, desc);
                 }
             }
             if (!desc) return fallback(&refs, dev);

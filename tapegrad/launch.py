@@ -55,6 +55,8 @@ def register_launch_adapter(cls, fn):
     for k in [k for k, v in _ADAPTERS.items() if v is None]:
         del _ADAPTERS[k]  # forget cached misses: a subclass of ``cls`` may have been met already
     _ADAPTERS[cls] = fn
+    if issubclass(np.ndarray, cls):
+        fastlaunch.numpy_off()   # the adapter decides numpy descriptors now: not the helper's cache
 
 
 def _adapter_for(obj):

@@ -679,3 +679,52 @@ def test_torch_cuda_on_an_unordered_torch_stream_tells_torchs_allocator():
             tg.launch(k_copy1, 4, inputs=[x], outputs=[y], device="cuda:0")
     tg.synchronize_device("cuda:0")
     np.testing.assert_array_equal(host(y), np.arange(4) * 2 + 1)
+
+
+# ------------------------------------------------------------------------------ numpy
+
+def test_numpy_layout_cache_is_never_stale():
+    buf = np.arange(16, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+
+    def run(x, n):
+        tg.launch(k_shape, n, inputs=[x], outputs=[out], device="cpu")
+        return out[:n].copy()
+
+    run(buf[:4], 4)
+    with counted(fast=4):
+        np.testing.assert_array_equal(run(buf[:4], 4), np.arange(4) + 4000)
+        np.testing.assert_array_equal(run(buf[:8], 8), np.arange(8) + 8000)          # same pointer, other shape
+        np.testing.assert_array_equal(run(buf[::4], 4), np.arange(0, 16, 4) + 4000)  # same shape, other strides
+        np.testing.assert_array_equal(run(buf[:4], 4), np.arange(4) + 4000)
+    as_int = buf.view(np.int32)[:4]                                                   # same pointer, other dtype
+    t, msg = _compare_errors(lambda: run(as_int, 4))
+    assert issubclass(t, TypeError) and "int32" in msg
+    as_f64 = np.zeros(4, np.float64)
+    t, msg = _compare_errors(lambda: run(as_f64, 4))
+    assert issubclass(t, TypeError)
+    for rep in range(2):   # more layouts than a parameter remembers, in turn
+        for n in (1, 2, 3, 5, 6, 7):
+            np.testing.assert_array_equal(run(buf[:n], n), np.arange(n) + 1000 * n)
+
+
+def test_numpy_read_only_written_is_the_python_paths_error():
+    x = np.ones(3, np.float32)
+    y = np.zeros(3, np.float32)
+    tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu")
+    with counted(fast=1):
+        tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu")
+    y.flags.writeable = False        # the same layout, now read-only
+    t, msg = _compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu"))
+    assert t is RuntimeError and "read-only" in msg
+    np.testing.assert_array_equal(y, 3.0)
+
+
+def test_numpy_component_dims_for_vector_parameters():
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f, s = both(k_vec_arrays, 4, lambda: [x, np.zeros((4, 3), np.float32)], 1, device="cpu")
+    same(f, s)
+    np.testing.assert_array_equal(f[1], 2 * x)
+    t, msg = _compare_errors(lambda: tg.launch(k_vec_arrays, 4, inputs=[x[:, :2], np.zeros((4, 3), np.float32)],
+                                               device="cpu"))
+    assert issubclass(t, (TypeError, RuntimeError))
