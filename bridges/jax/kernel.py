@@ -17,6 +17,7 @@ launches the kernel's generated adjoint over the same grid as the forward.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import jax
@@ -196,9 +197,11 @@ class JaxKernel:
             raise TypeError(f"{self.label}: launch_dims must be ints, got {grid!r}") from None
         if not 1 <= len(grid) <= 4 or any(d < 0 for d in grid):
             raise ValueError(f"{self.label}: launch_dims must have 1..4 non-negative entries, got {grid}")
-        if any(d > _TID_MAX for d in grid):
-            raise ValueError(f"{self.label}: launch_dims {grid} exceed the tid() range (each dimension at most "
-                             f"{_TID_MAX})")
+        if any(d > _TID_MAX for d in grid) or math.prod(grid) > _TID_MAX:
+            # the XLA handler calls the kernel's default build, whose tid() is 32-bit (tg.launch
+            # switches to the wide build past 2^31 - 1 threads; the handler does not)
+            raise ValueError(f"{self.label}: launch_dims {grid} has {math.prod(grid)} threads; jax_kernel launches "
+                             f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
         return grid
 
     def _output_shapes(self, args, grid, output_dims):
