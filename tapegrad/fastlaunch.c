@@ -608,7 +608,10 @@ static PyObject *launch_device(PyObject *device, PyObject *stream, PyObject **ar
         if (!r) api.err_clear();
         return r;
     }
-    if (stream != api.none) return NULL;
+    if (stream != api.none) {   /* the stream's device (a Stream's own check follows in fl_launch) */
+        if (!T_STREAM || TYPE(stream) != T_STREAM) return NULL;
+        return attr(stream, S_DEVICE);
+    }
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i], *t = TYPE(a);
         if (t == T_ARRAY) {
