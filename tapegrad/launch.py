@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,16 +243,20 @@ def _plan(kernel) -> LaunchPlan:
         plan = kernel.launch_plan
         if plan is not None:
             return plan
+        # The packers name the kernel in their errors through a weak proxy: the plan lives on
+        # the kernel, and a strong reference back, through the native plan (a capsule the
+        # garbage collector cannot see into), would keep every launched kernel alive forever.
+        k = weakref.proxy(kernel)
         p = []
         for i, t in enumerate(kernel.arg_types):
             if isinstance(t, types.ArrayType):
-                p.append(_make_array_packer(kernel, i, t))
+                p.append(_make_array_packer(k, i, t))
             elif isinstance(t, types.ScalarType):
-                p.append(_make_scalar_packer(kernel, i, t))
+                p.append(_make_scalar_packer(k, i, t))
             elif isinstance(t, types.StructType):
-                p.append(_make_struct_packer(kernel, i, t))
+                p.append(_make_struct_packer(k, i, t))
             else:
-                p.append(_make_composite_packer(kernel, i, t))
+                p.append(_make_composite_packer(k, i, t))
         written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
         plan = kernel.launch_plan = LaunchPlan(tuple(p), written, _native_plan(kernel, tuple(p), written))
     return plan
