@@ -728,3 +728,34 @@ def test_numpy_component_dims_for_vector_parameters():
     t, msg = _compare_errors(lambda: tg.launch(k_vec_arrays, 4, inputs=[x[:, :2], np.zeros((4, 3), np.float32)],
                                                device="cpu"))
     assert issubclass(t, (TypeError, RuntimeError))
+
+
+def test_threads_launch_concurrently(device):
+    import threading
+    n_threads, reps = 4, 200
+    xs = [tg.full(64, float(t), device=device) for t in range(n_threads)]
+    ys = [tg.zeros(64, device=device) for _ in range(n_threads)]
+    tg.launch(k_copy1, 64, inputs=[xs[0]], outputs=[ys[0]])
+    errors = []
+
+    def work(t):
+        try:
+            with tg.ScopedDevice(device):
+                for _ in range(reps):
+                    tg.launch(k_copy1, 64, inputs=[xs[t]], outputs=[ys[t]])
+        except Exception as e:  # noqa: BLE001  reported below
+            errors.append(e)
+
+    v0 = [y.version for y in ys]
+    f0 = fastlaunch.stats()[0]
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    tg.synchronize_device(device)
+    assert not errors
+    assert fastlaunch.stats()[0] - f0 >= n_threads * reps - n_threads   # a new thread's first CUDA launch may not be
+    for t in range(n_threads):
+        np.testing.assert_array_equal(ys[t].numpy(), 2.0 * t + 1.0)
+        assert ys[t].version == v0[t] + reps
