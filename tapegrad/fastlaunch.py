@@ -89,7 +89,7 @@ def _build():
         raise OSError("this Python's object layout is not the one the helper reads")
     with open(C_SOURCE_PATH) as f:
         source = f.read()
-    lib = build.load_cpu_library(build.build_cpu(source, "tg_fastlaunch"), python_api=True)
+    lib = build.load_cpu(source, "tg_fastlaunch", python_api=True)   # verified; rebuilt when damaged
     pyapi = ctypes.pythonapi
     table = (_V * len(_API_NAMES))()
     for i, name in enumerate(_API_NAMES):
