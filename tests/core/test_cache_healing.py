@@ -1,9 +1,10 @@
 """The kernel cache heals itself and refuses unsafe directories (issue 14, fault 3).
 
 Each kind of cached CPU binary (a kernel, the DLPack helper ``tg_dlpack``, the host-ops helper
-``tg_hostops``, the JAX FFI handler) is truncated or altered in a cache directory, then a fresh
-process uses it: it must work, warn naming the file, and leave a rebuilt entry whose checksum
-matches again. CUDA images go through the same verified-entry code (``build.cached_entry``);
+``tg_hostops``, the native launch helper ``tg_fastlaunch``, the JAX FFI handler) is truncated or
+altered in a cache directory, then a fresh process uses it: it must work, warn naming the file,
+and leave a rebuilt entry whose checksum matches again. CUDA images go through the same
+verified-entry code (``build.cached_entry``);
 its CPU-testable part (verify, reject, and no NVRTC on a hit) is checked here too.
 """
 from __future__ import annotations
@@ -63,13 +64,22 @@ _CHILD = textwrap.dedent('''
         ffi.handler_library()
         assert ffi.function_address("tgx_kernel_cpu")
 
-    {"kernel": kernel, "dlpack": dlpack, "hostops": hostops, "jax": jax}[sys.argv[1]]()
+    def fastlaunch():
+        from tapegrad import fastlaunch
+        x = tg.array(np.arange(8, dtype=np.float32))
+        for _ in range(3):
+            y = tg.zeros(8, dtype=tg.float32)
+            tg.launch(twice, 8, inputs=[x, y])
+            assert np.array_equal(y.numpy(), 2 * np.arange(8))
+        assert fastlaunch.error() is None and fastlaunch.stats()[0] > 0, (fastlaunch.error(), fastlaunch.stats())
+
+    {"kernel": kernel, "dlpack": dlpack, "hostops": hostops, "jax": jax, "fastlaunch": fastlaunch}[sys.argv[1]]()
     print("CHILD OK")
 ''')
 
 # kind -> glob of its library in the cache
 _KINDS = {"kernel": "tgk_heal_*.so", "dlpack": "tg_dlpack_*.so", "hostops": "tg_hostops_*.so",
-          "jax": "tapegrad_xla_ffi_*.so"}
+          "fastlaunch": "tg_fastlaunch_*.so", "jax": "tapegrad_xla_ffi_*.so"}
 
 
 def _run(script, kind, cache, check=True):
