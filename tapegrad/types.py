@@ -354,14 +354,18 @@ class StructType:
     def __repr__(self):
         return f"tapegrad.struct {self.name}"
 
-    def to_ctype(self, value):
+    def to_ctype(self, value, device=None):
         """Pack a struct instance (or a dict) into its ctypes structure.
 
         Array fields take any object whose ``descriptor()`` returns the kernel-ABI ``ArrayDesc``
         (tapegrad arrays): the dtype table knows nothing about storage.
 
+        Args:
+            device: the launch device; every array field (nested ones too) must be on it (a
+                kernel on another device would dereference foreign pointers).
         Raises:
             TypeError: an array field holds something else.
+            RuntimeError: an array field is on another device than ``device``.
         """
         out = self.ctype()
         for fname, ftype in self.fields:
@@ -373,9 +377,12 @@ class StructType:
                 desc = describe() if callable(describe) else None
                 if not isinstance(desc, ArrayDesc):
                     raise TypeError(f"struct {self.name}.{fname}: expected a tapegrad array, got {type(v).__name__}")
+                if device is not None and getattr(v, "device", device) is not device:
+                    raise RuntimeError(f"struct {self.name}.{fname}: the array is on device {v.device}, but the launch "
+                                       f"device is {device}")
                 setattr(out, fname, desc)
             elif isinstance(ftype, StructType):
-                setattr(out, fname, ftype.to_ctype(v))
+                setattr(out, fname, ftype.to_ctype(v, device))
             elif isinstance(ftype, ScalarType):
                 setattr(out, fname, scalar_to_ctype(ftype, v))
             else:
@@ -383,6 +390,18 @@ class StructType:
                     else np.asarray(v, dtype=ftype.np_dtype).reshape(-1)
                 setattr(out, fname, ftype.ctype(*flat.tolist()))
         return out
+
+    def array_values(self, value):
+        """The array fields' values of a struct instance (or dict), nested structs included, in
+        field order (None fields skipped)."""
+        for fname, ftype in self.fields:
+            v = value[fname] if isinstance(value, dict) else getattr(value, fname)
+            if v is None:
+                continue
+            if isinstance(ftype, ArrayType):
+                yield v
+            elif isinstance(ftype, StructType):
+                yield from ftype.array_values(v)
 
 
 def bits16(t: ScalarType, values) -> np.ndarray:
