@@ -215,7 +215,7 @@ def _make_struct_packer(kernel, i, ptype):
     def pack(value, device):
         if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
             raise TypeError(f"{_arg_label(kernel, i)}: expected a {ptype.name} struct, got {type(value).__name__}")
-        return ptype.to_ctype(value)
+        return ptype.to_ctype(value, device)   # its arrays must be on the launch device
     return pack
 
 
@@ -365,6 +365,12 @@ def _infer_device(device, stream, args):
             return a.device
         if isinstance(a, ArrayCtype):
             return a.tg_device
+    for a in args:  # arrays held in struct arguments come next (their pointers are the kernel's too)
+        st = getattr(type(a), "_tg_struct", None)
+        if st is not None:
+            d = next((v.device for v in st.array_values(a) if isinstance(v, array) and v.device is not None), None)
+            if d is not None:
+                return d
     for a in args:  # no tapegrad array: the first foreign array decides (a CPU tensor -> "cpu")
         d = _foreign_device(a)
         if d is not None:
