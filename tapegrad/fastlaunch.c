@@ -722,11 +722,11 @@ static void *py_pack(plan_t *p, int i, PyObject *a, PyObject *dev, refs_t *refs,
     return CBUF(r);
 }
 
-typedef struct { void *stream; int blocking; int ok; } stream_info_t;
+typedef struct { void *stream; int ok; } stream_info_t;
 
 /* tapegrad's current stream on the entry's device (Device.stream), cached per Stream object */
 static stream_info_t current_stream(entry_t *e) {
-    stream_info_t si = {NULL, 0, 0};
+    stream_info_t si = {NULL, 0};
     PyObject *s = attr(e->device, S_STREAM_);
     if (!s) return si;
     if (s == api.none || TYPE(s) != T_STREAM) { api.decref(s); return si; }
@@ -738,21 +738,27 @@ static stream_info_t current_stream(entry_t *e) {
         api.err_clear();
         api.decref(h);
         if (bad) { api.decref(s); return si; }
-        PyObject *b = attr(s, S_IS_BLOCKING);
-        if (!b) { api.decref(s); return si; }
-        int blocking = b == api.true_;
-        api.decref(b);
         xdecref(e->last_stream);
         e->last_stream = s;     /* keeps the object: its identity cannot be reused */
         api.incref(s);
         e->last_handle = (void *)(uintptr_t)hv;
-        e->last_blocking = blocking;
+        e->last_blocking = -1;  /* asked only when a foreign tensor's stream check needs it */
     }
     api.decref(s);
     si.stream = e->last_handle;
-    si.blocking = e->last_blocking;
     si.ok = 1;
     return si;
+}
+
+/* Stream.is_blocking of the entry's current stream (cached with it); -1 when unreadable */
+static int current_blocking(entry_t *e) {
+    if (e->last_blocking < 0 && e->last_stream) {
+        PyObject *b = attr(e->last_stream, S_IS_BLOCKING);
+        if (!b) return -1;
+        e->last_blocking = b == api.true_;
+        api.decref(b);
+    }
+    return e->last_blocking;
 }
 
 static PyObject *fallback(refs_t *refs, PyObject *dev) {
@@ -815,7 +821,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (!same_mode) return fallback(&refs, dev);
 
     void *handle = NULL;
-    stream_info_t cur = {NULL, 0, 0};
+    stream_info_t cur = {NULL, 0};
     unsigned blocks = 0, threads = 256;
     if (e->cuda) {
         cur = current_stream(e);
@@ -909,7 +915,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                         unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 1;
                         api.err_clear();
                         api.decref(h);
-                        if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && cur.blocking)))
+                        if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && current_blocking(e) == 1)))
                             return fallback(&refs, dev);
                         fstream_checked = 1;
                     }
