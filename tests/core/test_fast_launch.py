@@ -761,3 +761,26 @@ def test_threads_launch_concurrently(device):
     for t in range(n_threads):
         np.testing.assert_array_equal(ys[t].numpy(), 2.0 * t + 1.0)
         assert ys[t].version == v0[t] + reps
+
+
+def test_launched_kernels_are_freed():
+    # the native plan is a capsule, which the garbage collector cannot see through: nothing it
+    # holds (packers, modules, layouts) may lead back to the kernel
+    import gc
+    import weakref
+
+    def make():
+        @tg.kernel
+        def k_local(x: tg.array(dtype=float), y: tg.array(dtype=float), s: float):
+            i = tg.tid()
+            y[i] = x[i] * s
+        return k_local
+
+    for args in ([tg.zeros(3), tg.zeros(3), 2.0], [np.zeros(3, np.float32), np.zeros(3, np.float32), 2.0]):
+        k = make()
+        for _ in range(3):
+            tg.launch(k, 3, inputs=args, device="cpu")
+        w = weakref.ref(k)
+        del k
+        gc.collect()
+        assert w() is None
