@@ -248,10 +248,9 @@ register_device_of(torch.nn.Parameter, _tensor_device)
 # layout key (dtype, shape, strides, device: TorchAdapter.layout_key) and reads only data_ptr()
 # per launch; torch's current stream (the raw handle, no Stream object) says whether the
 # adapter's record_stream is needed, which the Python path then does.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or current_stream_handle
 for _cls in (torch.Tensor, torch.nn.Parameter):
     fastlaunch.register_foreign(_cls, (("dtype", False), ("shape", False), ("stride", True), ("device", False)),
-                                "data_ptr", _raw_stream)
+                                "data_ptr", _raw_stream or current_stream_handle)   # no Python frame on CUDA torch
 torch_op = make_torch_op(_bridge)   # the op builder is its own module; it gets the bridge, not an import
 
 
