@@ -92,6 +92,7 @@ enum { K_PY, K_ARRAY, K_F32, K_F64, K_F16, K_BF16, K_I8, K_I16, K_I32, K_I64, K_
 typedef int (*cuLaunchKernel_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 unsigned, void *, void **, void **);
 typedef int (*cuCtxGetCurrent_t)(void **);
+typedef int (*cuCtxSetCurrent_t)(void *);
 
 typedef struct {
     PyObject *type;                 /* the foreign tensor type (exact match) */
@@ -165,6 +166,7 @@ static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERS
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
 static cuCtxGetCurrent_t cu_ctx_current = NULL;
+static cuCtxSetCurrent_t cu_ctx_set = NULL;
 static spec_t specs[NSPEC];
 static int nspecs = 0;
 static unsigned long long n_fast = 0, n_fallback = 0;
@@ -215,12 +217,13 @@ TG_EXPORT void tg_fl_set_ndarray(PyObject *t) {
     xincref(T_NDARRAY);
 }
 
-TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current) {
+TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current, void *ctx_set) {
     api.incref(stream_t);
     xdecref(T_STREAM);
     T_STREAM = stream_t;
     cu_launch = (cuLaunchKernel_t)launch;
     cu_ctx_current = (cuCtxGetCurrent_t)ctx_current;
+    cu_ctx_set = (cuCtxSetCurrent_t)ctx_set;
 }
 
 TG_EXPORT void *tg_fl_current_context(void) {
@@ -855,7 +858,13 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         blocks = (unsigned)nb;
         threads = (unsigned)bd;
         void *ctx = NULL;
-        if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0 || ctx != e->ctx)
+        if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0)
+            return fallback(&refs, dev);
+        /* a thread that has made no CUDA call yet has no current context: make the device's
+           primary context current, as the runtime does on a thread's first call (H200: every
+           launch of a new thread took the Python path) */
+        if (!ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) ctx = e->ctx;
+        if (ctx != e->ctx)
             return fallback(&refs, dev);   /* another device's context is current: the Python path switches */
     } else if (stream != api.none) {
         return fallback(&refs, dev);

@@ -105,7 +105,7 @@ def _build():
     lib.tg_fl_set_max_size.restype = None
     lib.tg_fl_set_ndarray.argtypes = [_P]
     lib.tg_fl_set_ndarray.restype = None
-    lib.tg_fl_set_cuda.argtypes = [_P, _V, _V]
+    lib.tg_fl_set_cuda.argtypes = [_P, _V, _V, _V]
     lib.tg_fl_set_cuda.restype = None
     lib.tg_fl_current_context.argtypes = []
     lib.tg_fl_current_context.restype = _V
@@ -239,11 +239,12 @@ def _cuda_ready(lib) -> bool:
         try:
             from .cuda.stream import Stream
             cu = ctypes.CDLL("libcuda.so.1")
-            launch, current = cu.cuLaunchKernel, cu.cuCtxGetCurrent
+            launch, current, set_current = cu.cuLaunchKernel, cu.cuCtxGetCurrent, cu.cuCtxSetCurrent
         except (OSError, AttributeError, ImportError):
             ok = False
         else:
-            lib.tg_fl_set_cuda(Stream, ctypes.cast(launch, _V).value, ctypes.cast(current, _V).value)
+            lib.tg_fl_set_cuda(Stream, ctypes.cast(launch, _V).value, ctypes.cast(current, _V).value,
+                               ctypes.cast(set_current, _V).value)
             _state["libcuda"] = cu
             ok = True
         _state["cuda"] = ok
