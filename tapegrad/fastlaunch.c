@@ -603,7 +603,7 @@ static PyObject *named_device(PyObject *s) {
 }
 
 /* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path. */
-static PyObject *launch_device(PyObject *device, PyObject *stream, PyObject **args, int n) {
+static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, PyObject **args, int n) {
     if (device != api.none) {
         if (TYPE(device) == T_DEVICE) { api.incref(device); return device; }
         if (TYPE(device) == api.t_str) return named_device(device);
@@ -630,7 +630,22 @@ static PyObject *launch_device(PyObject *device, PyObject *stream, PyObject **ar
             if (r1 || r2) return NULL;   /* subclasses: the Python path */
         }
     }
-    /* no tapegrad array: the first foreign object decides (launch._infer_device) */
+    /* no tapegrad array: the first foreign object decides (launch._infer_device). A registered
+       tensor type whose layout this parameter has met knows its device (the layout was cached
+       only after the Python packer accepted the tensor on that device); else ask Python. */
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i], *t = TYPE(a);
+        if (t == api.t_float || t == api.t_int || t == api.t_bool) continue;   /* no device */
+        spec_t *s = p->p[i].kind == K_ARRAY ? spec_for(t) : NULL;
+        if (!s) break;
+        PyObject *key[NKEY];
+        if (!foreign_key(s, a, key)) break;
+        layout_t *lay = layout_hit(&p->p[i], s, key);
+        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+        if (!lay) break;
+        api.incref(lay->device);
+        return lay->device;
+    }
     PyObject *tup = api.tuple_new(n);
     if (!tup) { api.err_clear(); return NULL; }
     for (int i = 0; i < n; i++) { api.incref(args[i]); api.tuple_setitem(tup, i, args[i]); }
@@ -809,7 +824,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     bounds_t bounds;
     if (!make_bounds(dim, &bounds)) return fallback(&refs, dev);
-    dev = launch_device(device, stream, args, n);
+    dev = launch_device(p, device, stream, args, n);
     if (!dev) return fallback(&refs, dev);
     entry_t *e = NULL;
     for (int k = 0; k < NENT; k++)

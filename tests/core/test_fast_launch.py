@@ -785,3 +785,20 @@ def test_launched_kernels_are_freed():
         del k
         gc.collect()
         assert w() is None
+
+
+@torch_only
+def test_torch_tensors_without_device_argument(device):
+    torch = _torch()
+    td = _tdev(device)
+    x = torch.arange(5, dtype=torch.float32, device=td)
+    y = torch.zeros(5, device=td)
+    tg.launch(k_copy1, 5, inputs=[x], outputs=[y])       # the device comes from the tensors
+    with counted(fast=2):
+        tg.launch(k_copy1, 5, inputs=[x], outputs=[y])   # a miss of the layout cache: Python infers
+        tg.launch(k_copy1, 5, inputs=[x], outputs=[y])   # a hit: the layout's device
+    tg.synchronize_device(device)
+    np.testing.assert_array_equal(host(y), np.arange(5) * 2 + 1)
+    if td == "cpu":
+        e = error_of(lambda: tg.launch(k_copy1, 5, inputs=[x], outputs=[y], device="cuda:0"))
+        assert e is not None
