@@ -506,7 +506,7 @@ def nvrtc_search_dirs() -> list:
 
 def nvrtc_identity(refresh: bool = False) -> str:
     """A fingerprint of the NVRTC this process would compile with, found without loading it
-    (no CuPy import, no dlopen): realpath, size and mtime of every ``libnvrtc`` and CuPy NVRTC
+    (no CuPy import, no dlopen): file identity, size and mtime of every ``libnvrtc`` and CuPy NVRTC
     binding in ``nvrtc_search_dirs()`` (in order), plus the loader cache ``/etc/ld.so.cache``
     (rewritten whenever a library is installed). Any change — an upgrade, another toolkit
     first on the path — gives another fingerprint, so a cached CUDA image is never reused
@@ -528,7 +528,10 @@ def nvrtc_identity(refresh: bool = False) -> str:
                     st = os.stat(p)
                 except OSError:
                     continue
-                seen.append(f"{p}>{os.path.realpath(p)}:{st.st_size}:{st.st_mtime_ns}")
+                # os.stat follows links: the target's identity (device, inode), size and mtime
+                # say what realpath would (a retargeted link is another inode), without its
+                # lstat per path component
+                seen.append(f"{p}>{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
         try:
             st = os.stat("/etc/ld.so.cache")
             seen.append(f"ld.so.cache:{st.st_size}:{st.st_mtime_ns}")
