@@ -889,7 +889,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     void *argv[MAXP + 1];
     scalar_t scal[MAXP];
     desc_t fdesc[MAXP];
-    int fstream_checked = 0;
+    spec_t *stream_checked = NULL;   /* the tensor type whose framework stream was last checked */
     for (int i = 0; i < n; i++) {
         param_t *pp = &p->p[i];
         PyObject *v = args[i], *t = TYPE(v);
@@ -931,7 +931,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                         if (!ok) return fallback(&refs, dev);
                         desc = &fdesc[i];
                     }
-                    if (e->cuda && !fstream_checked) {
+                    if (e->cuda && stream_checked != s) {
                         /* the framework's current stream must be ordered with tapegrad's, else the
                            Python path tells its allocator (record_stream) about the use */
                         PyObject *h = api.vectorcall(s->stream_of, &e->ordinal, 1, NULL);
@@ -941,7 +941,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                         api.decref(h);
                         if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && current_blocking(e) == 1)))
                             return fallback(&refs, dev);
-                        fstream_checked = 1;
+                        stream_checked = s;
                     }
                 } else if (t == T_NDARRAY && !e->cuda && np_hit(pp, v, &fdesc[i])) {
                     desc = &fdesc[i];
