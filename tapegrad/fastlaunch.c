@@ -152,6 +152,7 @@ static PyObject *T_NDARRAY = NULL;
 
 typedef struct {
     int n;
+    int tid_ndim;                   /* indices tid() is unpacked into: a smaller grid is launch()'s error */
     PyObject *packers;              /* tuple of the Python packers (K_PY parameters, layout misses) */
     entry_t ent[NENT];
     param_t p[1];
@@ -291,11 +292,12 @@ static void plan_free(PyObject *cap) {
 
 /* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays) */
 TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
-                                   PyObject *dtypes, PyObject *packers) {
+                                   PyObject *dtypes, PyObject *packers, int tid_ndim) {
     if (n < 0 || n > MAXP) { api.incref(api.none); return api.none; }
     plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
     if (!p) { api.incref(api.none); return api.none; }
     p->n = n;
+    p->tid_ndim = tid_ndim;
     for (int i = 0; i < n; i++) {
         p->p[i].kind = kinds[i];
         p->p[i].ndim = ndims[i];
@@ -824,6 +826,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     bounds_t bounds;
     if (!make_bounds(dim, &bounds)) return fallback(&refs, dev);
+    if (bounds.ndim < p->tid_ndim) return fallback(&refs, dev);   /* i, j = tid() in a 1-D launch */
     dev = launch_device(p, device, stream, args, n);
     if (!dev) return fallback(&refs, dev);
     entry_t *e = NULL;

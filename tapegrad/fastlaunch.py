@@ -111,7 +111,8 @@ def _build():
     lib.tg_fl_current_context.restype = _V
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
     lib.tg_fl_register_foreign.restype = ctypes.c_int
-    lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P]
+    lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P,
+                                   ctypes.c_int]
     lib.tg_fl_plan_new.restype = _P
     lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, ctypes.c_longlong, _V, ctypes.c_longlong,
                                     ctypes.c_longlong]
@@ -190,20 +191,23 @@ def numpy_off() -> None:
             lib.tg_fl_set_ndarray(None)
 
 
-def new_plan(kinds, ndims, written, dtypes, packers):
+def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0):
     """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
 
     Args:
         kinds: one name of ``KINDS`` per parameter. ndims: array parameters' ndim (else 0).
         written: per parameter, whether the forward writes it. dtypes: array parameters'
             element types (else None). packers: the Python packers (``pack(value, device)``).
+        tid_ndim: how many indices the kernel unpacks ``tid()`` into; a launch with fewer grid
+            dimensions takes the Python path (which raises).
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64:
         return None
     n = len(kinds)
     cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
-                             bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers))
+                             bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers),
+                             int(tid_ndim))
     return cap
 
 

@@ -173,6 +173,11 @@ def _make_array_packer(kernel, i, ptype):
 def _make_scalar_packer(kernel, i, ptype):
     ctype = ptype.ctype
     kind = ptype.kind
+    label = _arg_label(kernel, i)
+    lo = hi = None
+    if kind not in ("float", "bool"):
+        info = np.iinfo(ptype.np_dtype)   # ctypes would wrap an out-of-range int silently
+        lo, hi = int(info.min), int(info.max)
 
     def pack(value, device):
         if isinstance(value, (str, bytes)) or value is None:
@@ -185,12 +190,15 @@ def _make_scalar_packer(kernel, i, ptype):
             if kind == "bool":
                 return ctype(bool(value))
             if isinstance(value, (float, np.floating)) and not float(value).is_integer():
-                raise TypeError(f"{_arg_label(kernel, i)}: expected an integer for {ptype!r}, got {value!r}")
-            return ctype(int(value))
+                raise TypeError(f"{label}: expected an integer for {ptype!r}, got {value!r}")
+            v = int(value)
+            if not lo <= v <= hi:
+                raise OverflowError(f"{label}: {v} is out of range for {ptype!r} ({lo}..{hi})")
+            return ctype(v)
         except (TypeError, ValueError) as e:
-            if isinstance(e, TypeError) and "argument" in str(e):
+            if str(e).startswith(label):   # our own message (Python's may mention "argument" too)
                 raise
-            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {value!r}") from None
+            raise TypeError(f"{label}: expected a scalar of {ptype!r}, got {value!r}") from None
     return pack
 
 
@@ -200,10 +208,16 @@ def _make_composite_packer(kernel, i, ptype):
     npdt = ptype.scalar.np_dtype
 
     def pack(value, device):
-        if ptype.scalar in (types.float16, types.bfloat16):
-            flat = types.bits16(ptype.scalar, value)
-        else:
-            flat = np.asarray(value, dtype=npdt).reshape(-1)
+        try:
+            if isinstance(value, (str, bytes)) or value is None:
+                raise TypeError
+            if ptype.scalar in (types.float16, types.bfloat16):
+                flat = types.bits16(ptype.scalar, value)
+            else:
+                flat = np.asarray(value, dtype=npdt).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} numbers), got "
+                            f"{type(value).__name__} {value!r}") from None
         if flat.size != n:
             raise TypeError(f"{_arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
                             f"{np.size(value)} values")
@@ -291,7 +305,7 @@ def _native_plan(kernel, packers, written):
         ndims.append(0)
         dtypes.append(None)
     w = set(written)
-    return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers)
+    return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim)
 
 
 def _listen_for_build_changes():
@@ -376,6 +390,14 @@ def _infer_device(device, stream, args):
         if d is not None:
             return d
     return get_device(None)
+
+
+def _iterable(x) -> bool:
+    try:
+        iter(x)
+    except TypeError:
+        return False
+    return True
 
 
 _DEVICE_OF: dict = {}   # foreign tensor type -> fn(obj) -> Device (registered by its bridge)
@@ -464,9 +486,18 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     if _fast is not None and not adjoint and \
             _fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
         return   # the native helper launched it (tapegrad.fastlaunch); else the Python path below
-    args = list(inputs) + list(outputs)
+    try:
+        args = list(inputs) + list(outputs)
+    except TypeError:
+        bad = "inputs" if not _iterable(inputs) else "outputs"
+        raise TypeError(f"launch: {bad} must be a list or tuple of the kernel's arguments, got "
+                        f"{type(inputs if bad == 'inputs' else outputs).__name__}") from None
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+    if stream is not None:
+        from .cuda.stream import Stream
+        if not isinstance(stream, Stream):
+            raise TypeError(f"launch: stream must be a tapegrad Stream, got {type(stream).__name__}")
     plan = kernel.launch_plan
     if plan is None:
         if kernel.is_generic():   # typing.Any parameters: the specialization for these arguments
@@ -483,9 +514,6 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         raise ValueError(f"launch: kernel '{kernel.key}' unpacks tid() into {kernel.tid_ndim} indices, so dim needs "
                          f"{kernel.tid_ndim} entries (e.g. dim=(n, m)), got dim={dim}")
     if stream is not None:
-        from .cuda.stream import Stream
-        if not isinstance(stream, Stream):
-            raise TypeError(f"launch: stream must be a tapegrad Stream, got {type(stream).__name__}")
         if stream.device is not dev:
             raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0

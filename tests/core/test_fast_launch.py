@@ -266,6 +266,7 @@ def test_scalars_out_of_range_or_unusual_take_the_python_path(device, value, kin
     vals[index] = value
     out_f, out_s = (tg.zeros(11, dtype=tg.float64, device=device) for _ in range(2))
     tg.launch(k_scalars, 1, inputs=[out_f] + base)
+    tg.launch(k_scalars, 1, inputs=[out_s] + base)
     with counted(fallback=1):
         ef = error_of(lambda: tg.launch(k_scalars, 1, inputs=[out_f] + vals))
     with python_path():
