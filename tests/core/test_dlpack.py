@@ -598,8 +598,9 @@ def test_native_helper_cached(tmp_path, monkeypatch):
     assert path.startswith(str(tmp_path)) and capsules.build_helper() == path
     # no temp files left: the library, its checksum record, the cache's lock file and, kept
     # beside it for debugging, its source
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(path), os.path.basename(path) + ".sum",
-                                                                ".tapegrad.lock", os.path.basename(path)[:-3] + ".cpp"])
+    name = os.path.basename(path)
+    want = [name, name + ".sum", ".tapegrad.lock", name[:-3] + ".cpp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(want)
 
 
 def test_no_compiler_falls_back_to_ctypes(tmp_path, monkeypatch):
