@@ -81,6 +81,9 @@ class array:
     __array_priority__ = 10
     # defaults shared by every instance; set per instance only when they differ
     _grad = None
+    # bumped whenever any array's gradient is set, replaced or dropped: a cache of gradient
+    # buffers (Tape.zero()'s plan) stays valid while it does not change
+    grad_changes = 0
     _requires_grad = False
     _retain_grad = False
     _desc = None
@@ -392,9 +395,11 @@ class array:
             if self.dtype.scalar is not None and not self.dtype.scalar.is_float:
                 raise ValueError(f"requires_grad: arrays of {self.dtype!r} cannot have gradients (not a float type)")
             self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
+            array.grad_changes += 1
         if not value:
             self._grad = None
             self._retain_grad = False
+            array.grad_changes += 1
         self._requires_grad = value
         self._desc = None
 
@@ -429,6 +434,7 @@ class array:
             self._grad = None
             self._requires_grad = False
             self._desc = None
+            array.grad_changes += 1
             return
         if not isinstance(g, array):
             g = array(g, dtype=self.dtype, device=self.device, copy=False)
@@ -439,6 +445,7 @@ class array:
         if g.device != self.device:
             raise ValueError(f"grad: expected device {self.device}, got {g.device}")
         self._grad = g
+        array.grad_changes += 1
         self._requires_grad = True
         self._desc = None
 

@@ -76,3 +76,35 @@ def test_tape_zero_cuda_many_grads(device):
         tape.gradients[x] = x.grad
     tape.zero()
     assert all(not np.any(x.grad.numpy()) for x in xs)
+
+
+def test_tape_zero_follows_gradient_changes():
+    """Tape.zero() reuses its plan while nothing that decides the buffers changed, and sees
+    every change that does: a grad replaced, dropped, a table entry set or removed."""
+    xs = [tg.full(5, 1.0, dtype=tg.float32, requires_grad=True) for _ in range(3)]
+    tape = tg.Tape()
+    for x in xs:
+        tape.gradients[x] = x.grad
+    plain = tg.zeros(5, dtype=tg.float32)           # no grad: its table entry is the buffer
+    side = tg.full(5, 4.0, dtype=tg.float32)
+    tape.gradients[plain] = side
+    for x in xs:
+        x.grad.fill_(2.0)
+    tape.zero()
+    assert all(not x.grad.numpy().any() for x in xs) and not side.numpy().any()
+    new = tg.full(5, 3.0, dtype=tg.float32)
+    xs[0].grad = new                                 # replaced: the new buffer is zeroed
+    tape.zero()
+    assert not new.numpy().any()
+    other = tg.full(5, 5.0, dtype=tg.float32)
+    tape.gradients[plain] = other                    # the table's entry replaced
+    side.fill_(6.0)
+    tape.zero()
+    assert not other.numpy().any() and (side.numpy() == 6.0).all()
+    del tape.gradients[plain]
+    other.fill_(7.0)
+    tape.zero()
+    assert (other.numpy() == 7.0).all()
+    v0 = xs[1].grad.version
+    tape.zero()
+    assert xs[1].grad.version == v0 + 1              # the reused plan still bumps versions
