@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-import weakref
 
 from tapegrad import types
 from tapegrad.array import array
@@ -486,7 +485,6 @@ class DeviceMap:
 # ---------------------------------------------------------------------------------- streams
 
 _TG_STREAMS: dict = {}                        # (ordinal, handle) -> tapegrad Stream wrapping it
-_BLOCKING = weakref.WeakKeyDictionary()       # tapegrad Stream -> is_blocking (fixed per stream)
 
 
 def wrap_stream_handle(dev: Device, handle: int):
@@ -507,12 +505,8 @@ def unordered_handle(dev: Device, handle: int):
     s = dev.stream
     if handle == s.cuda_stream:
         return s, None
-    if handle == 0:
-        b = _BLOCKING.get(s)
-        if b is None:
-            b = _BLOCKING[s] = s.is_blocking
-        if b:
-            return s, None
+    if handle == 0 and s.is_blocking:    # known from the stream's construction (no driver query)
+        return s, None
     return s, handle
 
 

@@ -161,7 +161,10 @@ class TorchAdapter(FrameworkAdapter):
     tensor_types = (torch.Tensor,)
 
     def layout_key(self, t):
-        return (t.dtype, t.shape, t.stride(), t.device)
+        # get_device() (an int) and is_cpu say what t.device says (-1 and True: CPU; N: cuda:N;
+        # -1 and False: meta and others, which never get a Layout) without building a
+        # torch.device object per conversion
+        return (t.dtype, t.shape, t.stride(), t.get_device(), t.is_cpu)
 
     def describe(self, t, dtype):
         tdt = t.dtype
@@ -244,8 +247,8 @@ def _tensor_device(t):
 
 register_device_of(torch.Tensor, _tensor_device)
 register_device_of(torch.nn.Parameter, _tensor_device)
-# The native launch path caches the adapter's descriptor per parameter under the adapter's own
-# layout key (dtype, shape, strides, device: TorchAdapter.layout_key) and reads only data_ptr()
+# The native launch path caches the adapter's descriptor per parameter under a layout key of
+# the tensor's dtype, shape, strides and device (read from C) and reads only data_ptr()
 # per launch; torch's current stream (the raw handle, no Stream object) says whether the
 # adapter's record_stream is needed, which the Python path then does.
 for _cls in (torch.Tensor, torch.nn.Parameter):
