@@ -343,10 +343,18 @@ def check_block_dim(block_dim, who: str) -> None:
 
 def all_kernels() -> list:
     """Every live kernel that can be compiled as it is (generic kernels only through their
-    specializations), in no particular order (``force_load`` loads them)."""
+    specializations; kernels whose signature is invalid are left out), in no particular order
+    (``force_load`` loads them)."""
     with _lock:
         every = list(_ALL)
-    return [k for k in every if not k.is_generic()]
+    out = []
+    for k in every:
+        try:
+            if not k.is_generic():
+                out.append(k)
+        except KernelError:   # an invalid signature: its own launch says so; force_load skips it
+            continue
+    return out
 
 
 def overload(kernel, arg_types=None):
