@@ -9,6 +9,7 @@ built once (``_plan``), so a launch is one packer call per argument plus one cty
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib
 import weakref
 from dataclasses import dataclass
@@ -272,13 +273,35 @@ def _plan(kernel) -> LaunchPlan:
             else:
                 p.append(_make_composite_packer(k, i, t))
         written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
-        plan = kernel.launch_plan = LaunchPlan(tuple(p), written, _native_plan(kernel, tuple(p), written))
+        # the process's first launch does not load the native helper (a one-shot launch gains
+        # nothing from it; its load, 1-2 ms, moves to the next Python-path launch)
+        native = _native_plan(kernel, tuple(p), written) if _python_launches or _fast is not None else DEFERRED
+        plan = kernel.launch_plan = LaunchPlan(tuple(p), written, native)
     return plan
+
+
+DEFERRED = "deferred"   # LaunchPlan.native of a plan made before the helper was wanted
+
+
+def _upgrade_plan(kernel, plan) -> LaunchPlan:
+    """``plan`` with its native plan made now (it was ``DEFERRED``)."""
+    with kernel.build_lock:
+        cur = kernel.launch_plan
+        if cur is plan:
+            cur = kernel.launch_plan = dataclasses.replace(plan, native=_native_plan(kernel, plan.packers,
+                                                                                      plan.written))
+    return cur
 
 
 # ------------------------------------------------------------------------ the native path
 
 _fast = None   # tapegrad.fastlaunch's launch function once its helper is loaded (None: Python path only)
+_python_launches = 0   # launches the Python path ran (counted up to 1: whether there was one)
+
+
+def _count_python_launch():
+    global _python_launches
+    _python_launches = 1
 
 
 def _native_plan(kernel, packers, written):
@@ -552,7 +575,11 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
         if plan.native is not None and not adjoint and bounds.size <= NARROW_LAUNCH_SIZE:
-            fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
+            if plan.native is DEFERRED and _python_launches:
+                plan = _upgrade_plan(kernel, plan)
+            if plan.native is not None and plan.native is not DEFERRED:
+                fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
+        _count_python_launch()
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):
