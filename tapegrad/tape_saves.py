@@ -34,7 +34,7 @@ from .cuda.stream import ScopedStream
 from .lang.adjoint import active
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
-from .types import ArrayType, StructType
+from .types import StructType
 
 __all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "is_struct_instance", "struct_arrays",
            "memory_root", "memory_range", "overlaps", "drop_covered", "buffer_like", "snapshot", "restore"]
@@ -87,14 +87,7 @@ def is_struct_instance(v) -> bool:
 
 def struct_arrays(s) -> list:
     """The tapegrad arrays a struct instance holds, nested structs included."""
-    out = []
-    for fname, ftype in type(s)._tg_struct.fields:
-        v = getattr(s, fname, None)
-        if isinstance(ftype, ArrayType) and isinstance(v, array):
-            out.append(v)
-        elif isinstance(ftype, StructType) and v is not None:
-            out += struct_arrays(v)
-    return out
+    return [v for v in type(s)._tg_struct.array_values(s) if isinstance(v, array)]
 
 
 def memory_root(a):

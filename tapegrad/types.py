@@ -393,9 +393,9 @@ class StructType:
 
     def array_values(self, value):
         """The array fields' values of a struct instance (or dict), nested structs included, in
-        field order (None fields skipped)."""
+        field order (None or missing fields skipped)."""
         for fname, ftype in self.fields:
-            v = value[fname] if isinstance(value, dict) else getattr(value, fname)
+            v = value.get(fname) if isinstance(value, dict) else getattr(value, fname, None)
             if v is None:
                 continue
             if isinstance(ftype, ArrayType):
