@@ -3,9 +3,13 @@
    C-API functions arrive as a table of addresses (ctypes.pythonapi), the CUDA driver entry
    points as addresses from ctypes.CDLL("libcuda.so.1"), so no Python.h or CUDA header is used.
 
-   tg_fl_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
+   fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
    returns None when it launched, NotImplemented when the launch is not one it takes (launch()
-   then runs its Python path, which raises every error message); it never raises itself. */
+   then runs its Python path, which raises every error message); it never raises itself. With
+   two more arguments, adj_inputs and adj_outputs (None or sequences), it launches the kernel's
+   adjoint instead: the forward arguments packed as for a forward launch, then one adjoint
+   argument per parameter (an array's .grad descriptor or the one given, a NULL descriptor for
+   none, a zeroed slot for a scalar/vector/matrix), as launch(..., adjoint=True) packs them. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +120,7 @@ typedef struct {
     unsigned long long epoch;       /* build choices change (tg.config.mode, module options): stale */
     int cuda;
     void *fn;                       /* CPU: void(*)(const launch_t*, void**); CUDA: CUfunction */
+    void *bfn;                      /* the backward entry, the same way (NULL: enable_backward=False) */
     int64_t threads_cap;
     int64_t lanes;                  /* CUDA: launch threads per CUDA thread (elementwise entry) */
     void *ctx;                      /* CUDA: the primary context launches need current */
@@ -134,6 +139,8 @@ typedef struct {
 
 typedef struct {
     int kind, ndim, written;
+    int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: a struct,
+                                       whose zero adjoint the Python path builds) */
     PyObject *dtype;                /* arrays: the element type the parameter expects */
     layout_t lay[NLAY];
     int lay_next;
@@ -163,14 +170,14 @@ static PyObject *T_KERNEL, *T_ARRAY, *T_ARRAYDESC, *T_ARRAYCTYPE, *T_DEVICE, *T_
 static PyObject *CONFIG, *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
                 *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
-                *S_CUDA_STREAM, *S_IS_BLOCKING;
+                *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
 static cuCtxGetCurrent_t cu_ctx_current = NULL;
 static cuCtxSetCurrent_t cu_ctx_set = NULL;
 static spec_t specs[NSPEC];
 static int nspecs = 0;
-static unsigned long long n_fast = 0, n_fallback = 0;
+static unsigned long long n_fast = 0, n_fallback = 0, n_adj_fast = 0, n_adj_fallback = 0;
 static unsigned long long epoch = 1;
 
 /* the modules entries name may no longer be the ones launch() picks: forget every entry */
@@ -185,10 +192,10 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
     const char *names[] = {"launch_plan", "native", "_desc", "dtype", "device", "version", "tg_dtype",
                            "tg_device", "descriptor", "_mode", "open_count", "__dict__", "tape", "_stream",
-                           "cuda_stream", "is_blocking"};
+                           "cuda_stream", "is_blocking", "_grad"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DESC, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE,
                           &S_TG_DEVICE, &S_DESCRIPTOR, &S_MODE, &S_OPEN_COUNT, &S_DICT, &S_TAPE, &S_STREAM_,
-                          &S_CUDA_STREAM, &S_IS_BLOCKING};
+                          &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *slots[i] = api.intern(names[i]);
         if (!*slots[i]) return -2;
@@ -290,9 +297,12 @@ static void plan_free(PyObject *cap) {
     free(p);
 }
 
-/* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays) */
+#define ZMAX 8192    /* bytes of zeroed adjoint slots per launch (more: the Python path) */
+
+/* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays);
+   zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native) */
 TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
-                                   PyObject *dtypes, PyObject *packers, int tid_ndim) {
+                                   PyObject *dtypes, PyObject *packers, int tid_ndim, PyObject *zsizes) {
     if (n < 0 || n > MAXP) { api.incref(api.none); return api.none; }
     plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
     if (!p) { api.incref(api.none); return api.none; }
@@ -306,6 +316,11 @@ TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, 
         if (!dt) { api.err_clear(); dt = api.none; }
         api.incref(dt);
         p->p[i].dtype = dt;
+        long long z = 0;
+        PyObject *zs = api.tuple_getitem(zsizes, i);
+        if (!zs || TYPE(zs) != api.t_int) { api.err_clear(); z = 0; }
+        else { int ovf = 0; z = api.long_as_ll_ovf(zs, &ovf); if (api.err_occurred() || ovf) { api.err_clear(); z = 0; } }
+        p->p[i].zsize = z > 0 && z <= ZMAX ? (int)z : 0;
     }
     api.incref(packers);
     p->packers = packers;
@@ -319,7 +334,7 @@ static plan_t *plan_of(PyObject *cap) {
 /* Install (or replace) the entry of ``device``; fn NULL records that its module declines (a
    debug build): launches on it take the Python path without asking again. */
 TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module, PyObject *mode, int cuda,
-                              void *fn, long long threads_cap, void *ctx, long long ordinal,
+                              void *fn, void *bfn, long long threads_cap, void *ctx, long long ordinal,
                               long long lanes) {
     plan_t *p = plan_of(cap);
     if (!p) { api.err_clear(); return -1; }
@@ -334,7 +349,7 @@ TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module,
     entry_clear(slot);
     api.incref(device); api.incref(module); api.incref(mode);
     slot->device = device; slot->module = module; slot->mode = mode;
-    slot->cuda = cuda; slot->fn = fn; slot->threads_cap = threads_cap; slot->ctx = ctx;
+    slot->cuda = cuda; slot->fn = fn; slot->bfn = fn ? bfn : NULL; slot->threads_cap = threads_cap; slot->ctx = ctx;
     slot->lanes = lanes > 1 ? lanes : 1;
     slot->ordinal = api.long_from_ll(ordinal);
     slot->epoch = epoch;
@@ -352,7 +367,9 @@ TG_EXPORT int tg_fl_has_entry(PyObject *cap, PyObject *device, PyObject *module,
     return 0;
 }
 
-TG_EXPORT void tg_fl_stats(unsigned long long *out) { out[0] = n_fast; out[1] = n_fallback; }
+TG_EXPORT void tg_fl_stats(unsigned long long *out) {
+    out[0] = n_fast; out[1] = n_fallback; out[2] = n_adj_fast; out[3] = n_adj_fallback;
+}
 
 /* ------------------------------------------------------------------------------ packing */
 
@@ -512,7 +529,7 @@ static void *foreign_ptr(spec_t *s, PyObject *v, int *ok) {
 /* ------------------------------------------------------------------------------ launch */
 
 typedef struct {
-    PyObject *objs[2 * MAXP + 8];   /* references released after the launch */
+    PyObject *objs[4 * MAXP + 8];   /* references released after the launch */
     int nobjs;
 } refs_t;
 
@@ -781,12 +798,29 @@ static int current_blocking(entry_t *e) {
     return e->last_blocking;
 }
 
-static PyObject *fallback(refs_t *refs, PyObject *dev) {
+static PyObject *fallback(refs_t *refs, PyObject *dev, int adjoint) {
     for (int i = 0; i < refs->nobjs; i++) api.decref(refs->objs[i]);
     xdecref(dev);
     n_fallback++;
+    if (adjoint) n_adj_fallback++;
     api.incref(api.notimpl);
     return api.notimpl;
+}
+
+/* the gradient descriptor the adjoint gets for tapegrad array ``g`` (g.descriptor(), unchecked
+   as in launch._grad_desc), kept alive through ``refs``; NULL for the Python path */
+static desc_t *grad_desc(PyObject *g, refs_t *refs) {
+    PyObject *d = attr(g, S_DESC);
+    if (!d) return NULL;
+    if (d == api.none) {
+        api.decref(d);
+        PyObject *args[1] = {g};
+        d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
+        if (!d) { api.err_clear(); return NULL; }
+    }
+    keep(refs, d);
+    if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) return NULL;
+    return (desc_t *)CBUF(d);
 }
 
 static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -794,29 +828,32 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     refs_t refs;
     refs.nobjs = 0;
     PyObject *dev = NULL;
-    if (!ready || nargs != 9 || TYPE(a[0]) != T_KERNEL) return fallback(&refs, dev);
+    int adjoint = nargs == 11;
+    if (!ready || (nargs != 9 && nargs != 11) || TYPE(a[0]) != T_KERNEL) return fallback(&refs, dev, adjoint);
     PyObject *kernel = a[0], *dim = a[1], *inputs = a[2], *outputs = a[3], *device = a[4], *stream = a[5],
              *record_tape = a[6], *block_dim = a[7], *max_blocks = a[8];
+    PyObject *adj_in = adjoint ? a[9] : api.none, *adj_out = adjoint ? a[10] : api.none;
     /* states the Python path handles: a CPU graph capture, a recording tape */
     PyObject *oc = api.dict_getitem(CAPTURE_DICT, S_OPEN_COUNT);
-    if (!oc || TYPE(oc) != api.t_int) return fallback(&refs, dev);
+    if (!oc || TYPE(oc) != api.t_int) return fallback(&refs, dev, adjoint);
     long long open = 1;
-    if (!read_int(oc, &open) || open != 0) return fallback(&refs, dev);
-    if (record_tape != api.false_ && tape_active()) return fallback(&refs, dev);
+    if (!read_int(oc, &open) || open != 0) return fallback(&refs, dev, adjoint);
+    /* adjoint launches are never recorded */
+    if (!adjoint && record_tape != api.false_ && tape_active()) return fallback(&refs, dev, adjoint);
 
     PyObject *lp = attr(kernel, S_LAUNCH_PLAN);
-    if (!lp) return fallback(&refs, dev);
+    if (!lp) return fallback(&refs, dev, adjoint);
     keep(&refs, lp);
-    if (lp == api.none) return fallback(&refs, dev);   /* first launch, or a generic kernel */
+    if (lp == api.none) return fallback(&refs, dev, adjoint);   /* first launch, or a generic kernel */
     PyObject *cap = attr(lp, S_NATIVE);
-    if (!cap) return fallback(&refs, dev);
+    if (!cap) return fallback(&refs, dev, adjoint);
     keep(&refs, cap);
     plan_t *p = cap == api.none ? NULL : plan_of(cap);
-    if (!p) { api.err_clear(); return fallback(&refs, dev); }
+    if (!p) { api.err_clear(); return fallback(&refs, dev, adjoint); }
 
     int in_list, out_list;
     Py_ssize_t nin = seq_len(inputs, &in_list), nout = seq_len(outputs, &out_list);
-    if (nin < 0 || nout < 0 || nin + nout != p->n) return fallback(&refs, dev);
+    if (nin < 0 || nout < 0 || nin + nout != p->n) return fallback(&refs, dev, adjoint);
     int n = p->n;
     PyObject *args[MAXP];
     for (int i = 0; i < n; i++) {
@@ -825,51 +862,59 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         keep(&refs, args[i]);
     }
     bounds_t bounds;
-    if (!make_bounds(dim, &bounds)) return fallback(&refs, dev);
-    if (bounds.ndim < p->tid_ndim) return fallback(&refs, dev);   /* i, j = tid() in a 1-D launch */
+    if (!make_bounds(dim, &bounds)) return fallback(&refs, dev, adjoint);
+    if (bounds.ndim < p->tid_ndim) return fallback(&refs, dev, adjoint);   /* i, j = tid() in a 1-D launch */
     dev = launch_device(p, device, stream, args, n);
-    if (!dev) return fallback(&refs, dev);
+    if (!dev) return fallback(&refs, dev, adjoint);
     entry_t *e = NULL;
     for (int k = 0; k < NENT; k++)
         if (p->ent[k].device == dev) { e = &p->ent[k]; break; }
-    if (!e || e->epoch != epoch || !e->fn) return fallback(&refs, dev);
+    if (!e || e->epoch != epoch || !e->fn) return fallback(&refs, dev, adjoint);
+    void *fn = adjoint ? e->bfn : e->fn;   /* no backward entry: the Python path's error */
+    if (!fn) return fallback(&refs, dev, adjoint);
+    /* the adjoint buffers given: sequences of the inputs' and outputs' lengths (else the error) */
+    int ain_list = 0, aout_list = 0;
+    if (adj_in != api.none && seq_len(adj_in, &ain_list) != nin) return fallback(&refs, dev, adjoint);
+    if (adj_out != api.none && seq_len(adj_out, &aout_list) != nout) return fallback(&refs, dev, adjoint);
     /* the module launch() would pick: same config.mode as when the entry was made */
     PyObject *mode = attr(CONFIG, S_MODE);
-    if (!mode) return fallback(&refs, dev);
+    if (!mode) return fallback(&refs, dev, adjoint);
     int same_mode = mode == e->mode || api.richcmp_bool(mode, e->mode, Py_EQ) == 1;
     api.err_clear();
     api.decref(mode);
-    if (!same_mode) return fallback(&refs, dev);
+    if (!same_mode) return fallback(&refs, dev, adjoint);
 
     void *handle = NULL;
     stream_info_t cur = {NULL, 0};
     unsigned blocks = 0, threads = 256;
     if (e->cuda) {
         cur = current_stream(e);
-        if (!cur.ok) return fallback(&refs, dev);
+        if (!cur.ok) return fallback(&refs, dev, adjoint);
         if (stream != api.none) {
-            if (!T_STREAM || TYPE(stream) != T_STREAM) return fallback(&refs, dev);
+            if (!T_STREAM || TYPE(stream) != T_STREAM) return fallback(&refs, dev, adjoint);
             PyObject *sd = attr(stream, S_DEVICE);
-            if (!sd) return fallback(&refs, dev);
+            if (!sd) return fallback(&refs, dev, adjoint);
             api.decref(sd);
-            if (sd != dev) return fallback(&refs, dev);
+            if (sd != dev) return fallback(&refs, dev, adjoint);
             PyObject *h = attr(stream, S_CUDA_STREAM);
-            if (!h) return fallback(&refs, dev);
+            if (!h) return fallback(&refs, dev, adjoint);
             keep(&refs, h);
-            if (TYPE(h) != api.t_int) return fallback(&refs, dev);
+            if (TYPE(h) != api.t_int) return fallback(&refs, dev, adjoint);
             handle = (void *)(uintptr_t)api.long_as_ull(h);
-            if (api.err_occurred()) { api.err_clear(); return fallback(&refs, dev); }
+            if (api.err_occurred()) { api.err_clear(); return fallback(&refs, dev, adjoint); }
         } else {
             handle = cur.stream;
         }
         long long bd, mb;
         if (!read_int(block_dim, &bd) || !read_int(max_blocks, &mb) || bd < 0 || bd > 1024)
-            return fallback(&refs, dev);
+            return fallback(&refs, dev, adjoint);
         if (bd == 0) bd = 256;
-        /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped */
-        long long nb = ((bounds.size + e->lanes - 1) / e->lanes + bd - 1) / bd;
+        /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped
+           (adjoint entries are grid-stride loops over single threads) */
+        long long lanes = adjoint ? 1 : e->lanes;
+        long long nb = ((bounds.size + lanes - 1) / lanes + bd - 1) / bd;
         if (mb > 0) { if (nb > mb) nb = mb; }
-        else if (e->threads_cap && e->lanes == 1) {
+        else if (e->threads_cap && lanes == 1) {
             long long c = e->threads_cap / bd; if (c < 1) c = 1; if (nb > c) nb = c;
         }
         if (nb > 2147483647LL) nb = 2147483647LL;
@@ -877,19 +922,19 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         threads = (unsigned)bd;
         void *ctx = NULL;
         if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0)
-            return fallback(&refs, dev);
+            return fallback(&refs, dev, adjoint);
         /* a thread that has made no CUDA call yet has no current context: make the device's
            primary context current, as the runtime does on a thread's first call (H200: every
            launch of a new thread took the Python path) */
         if (!ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) ctx = e->ctx;
         if (ctx != e->ctx)
-            return fallback(&refs, dev);   /* another device's context is current: the Python path switches */
+            return fallback(&refs, dev, adjoint);   /* another device's context is current: the Python path switches */
     } else if (stream != api.none) {
-        return fallback(&refs, dev);
+        return fallback(&refs, dev, adjoint);
     }
 
     /* pack */
-    void *argv[MAXP + 1];
+    void *argv[2 * MAXP + 1];
     scalar_t scal[MAXP];
     desc_t fdesc[MAXP];
     spec_t *stream_checked = NULL;   /* the tensor type whose framework stream was last checked */
@@ -900,12 +945,12 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         if (pp->kind == K_ARRAY) {
             if (t == T_ARRAY) desc = array_desc(pp, v, dev, &refs);
             else if (t == T_ARRAYCTYPE) desc = ctype_desc(pp, v, dev);
-            else if (v == api.none) return fallback(&refs, dev);
+            else if (v == api.none) return fallback(&refs, dev, adjoint);
             else {
                 spec_t *s = spec_for(t);
                 if (s) {
                     PyObject *key[NKEY];
-                    if (!foreign_key(s, v, key)) return fallback(&refs, dev);
+                    if (!foreign_key(s, v, key)) return fallback(&refs, dev, adjoint);
                     layout_t *lay = layout_hit(pp, s, key);
                     if (!lay) {
                         /* a miss: the Python packer checks the layout and builds its descriptor */
@@ -913,7 +958,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                         desc_t *d = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
                         if (!d || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
                             for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
-                            return fallback(&refs, dev);
+                            return fallback(&refs, dev, adjoint);
                         }
                         lay = &pp->lay[pp->lay_next];
                         pp->lay_next = (pp->lay_next + 1) % NLAY;
@@ -927,23 +972,23 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                         desc = d;
                     } else {
                         for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
-                        if (lay->device != dev) return fallback(&refs, dev);   /* the Python path's error */
+                        if (lay->device != dev) return fallback(&refs, dev, adjoint);   /* the Python path's error */
                         int ok;
                         fdesc[i] = lay->tmpl;
                         fdesc[i].data = foreign_ptr(s, v, &ok);
-                        if (!ok) return fallback(&refs, dev);
+                        if (!ok) return fallback(&refs, dev, adjoint);
                         desc = &fdesc[i];
                     }
                     if (e->cuda && stream_checked != s) {
                         /* the framework's current stream must be ordered with tapegrad's, else the
                            Python path tells its allocator (record_stream) about the use */
                         PyObject *h = api.vectorcall(s->stream_of, &e->ordinal, 1, NULL);
-                        if (!h) { api.err_clear(); return fallback(&refs, dev); }
+                        if (!h) { api.err_clear(); return fallback(&refs, dev, adjoint); }
                         unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 1;
                         api.err_clear();
                         api.decref(h);
                         if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && current_blocking(e) == 1)))
-                            return fallback(&refs, dev);
+                            return fallback(&refs, dev, adjoint);
                         stream_checked = s;
                     }
                 } else if (t == T_NDARRAY && !e->cuda && np_hit(pp, v, &fdesc[i])) {
@@ -952,48 +997,93 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                     /* numpy misses, CAI objects...: the Python packer; array subclasses take the
                        Python path (its version bump covers them) */
                     int sub = api.isinstance(v, T_ARRAY);
-                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev); }
+                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev, adjoint); }
                     PyObject *r = NULL;
                     desc = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
                     if (desc && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) desc = NULL;
                     if (desc && t == T_NDARRAY && !e->cuda) np_remember(pp, v, desc);
                 }
             }
-            if (!desc) return fallback(&refs, dev);
-            if (pp->written && (desc->flags & 1u)) return fallback(&refs, dev);   /* read-only: the error */
+            if (!desc) return fallback(&refs, dev, adjoint);
+            if (pp->written && (desc->flags & 1u)) return fallback(&refs, dev, adjoint);   /* read-only: the error */
             argv[i] = desc;
         } else if (pp->kind == K_PY) {
             void *buf = py_pack(p, i, v, dev, &refs, NULL);
-            if (!buf) return fallback(&refs, dev);
+            if (!buf) return fallback(&refs, dev, adjoint);
             argv[i] = buf;
         } else {
-            if (!pack_scalar(pp->kind, v, &scal[i])) return fallback(&refs, dev);
+            if (!pack_scalar(pp->kind, v, &scal[i])) return fallback(&refs, dev, adjoint);
             argv[i] = &scal[i];
         }
     }
 
+    /* the adjoint arguments (launch._adjoint_values and _grad_desc) follow the forward ones */
+    desc_t zdesc;               /* "no gradient": NULL data, reads accumulate nothing */
+    memset(&zdesc, 0, sizeof(zdesc));
+    union { double align[ZMAX / 8]; unsigned char b[ZMAX]; } zbuf __attribute__((aligned(16)));   /* zeroed
+                                   scalar/vector/matrix adjoint slots, 16-byte aligned each */
+    size_t zused = 0;
+    if (adjoint) {
+        for (int i = 0; i < n; i++) {
+            param_t *pp = &p->p[i];
+            PyObject *v = args[i];
+            PyObject *g = i < nin ? (adj_in == api.none ? api.none : arg_at(adj_in, ain_list, i))
+                                  : (adj_out == api.none ? api.none : arg_at(adj_out, aout_list, i - nin));
+            if (!g) { api.err_clear(); return fallback(&refs, dev, adjoint); }
+            void *slot = NULL;
+            if (pp->kind == K_ARRAY) {
+                if (g == api.none && TYPE(v) == T_ARRAY) {
+                    g = attr(v, S_GRAD);    /* the array's .grad (None: no gradient) */
+                    if (!g) return fallback(&refs, dev, adjoint);
+                    keep(&refs, g);
+                }
+                if (g == api.none) slot = &zdesc;
+                else if (TYPE(g) == T_ARRAY) slot = grad_desc(g, &refs);
+                else {
+                    /* a buffer given as another object: its packer, as launch() does; an array
+                       subclass takes the Python path (its descriptor is used unchecked there) */
+                    int sub = api.isinstance(g, T_ARRAY);
+                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev, adjoint); }
+                    PyObject *r = NULL;
+                    slot = py_pack(p, i, g, dev, &refs, &r);
+                    if (slot && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) slot = NULL;
+                }
+            } else if (g != api.none) {
+                slot = py_pack(p, i, g, dev, &refs, NULL);   /* a value given: packed as launch() does */
+            } else if (pp->zsize > 0 && zused + (size_t)pp->zsize <= ZMAX) {
+                /* the CPU entry atomically adds a scalar's adjoint into its slot: a fresh zero per launch */
+                slot = zbuf.b + zused;
+                zused += ((size_t)pp->zsize + 15) & ~(size_t)15;
+            }
+            if (!slot) return fallback(&refs, dev, adjoint);
+            argv[n + i] = slot;
+        }
+        if (zused > ZMAX) zused = ZMAX;
+        memset(zbuf.b, 0, zused);
+    }
+
     /* launch: what the entry says, read while the GIL still keeps it from changing */
-    void *fn = e->fn;
     int cuda = e->cuda;
+    int nparams = adjoint ? 2 * n : n;
     api.incref(e->module);      /* the loaded binary stays loaded through the call */
     keep(&refs, e->module);
     if (cuda) {
         if (bounds.size > 0) {
-            void *params[MAXP + 1];
+            void *params[2 * MAXP + 1];
             params[0] = &bounds;
-            for (int i = 0; i < n; i++) params[i + 1] = argv[i];
+            for (int i = 0; i < nparams; i++) params[i + 1] = argv[i];
             void *ts = api.save_thread();
             int rc = cu_launch(fn, blocks, 1, 1, threads, 1, 1, 0, handle, params, NULL);
             api.restore_thread(ts);
-            if (rc != 0) return fallback(&refs, dev);   /* nothing ran: the Python path raises the driver's error */
+            if (rc != 0) return fallback(&refs, dev, adjoint);   /* nothing ran: the Python path raises the driver's error */
         }
     } else {
         void *ts = api.save_thread();
         ((void (*)(const bounds_t *, void **))fn)(&bounds, argv);
         api.restore_thread(ts);
     }
-    /* versions of the written tapegrad arrays (launch() does the same) */
-    for (int i = 0; i < n; i++) {
+    /* versions of the written tapegrad arrays (launch() does the same; adjoints bump none) */
+    for (int i = 0; i < n && !adjoint; i++) {
         if (!p->p[i].written || TYPE(args[i]) != T_ARRAY) continue;
         PyObject *ver = attr(args[i], S_VERSION);
         long long x;
@@ -1011,6 +1101,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     for (int i = 0; i < refs.nobjs; i++) api.decref(refs.objs[i]);
     xdecref(dev);
     n_fast++;
+    if (adjoint) n_adj_fast++;
     api.incref(api.none);
     return api.none;
 }
@@ -1027,8 +1118,10 @@ static PyObject *fl_has_entry(PyObject *self, PyObject *const *a, Py_ssize_t nar
 
 static PyMethodDef methods[] = {
     {"fast_launch", (void *)fl_launch, METH_FASTCALL,
-     "fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)\n"
-     "Pack and launch in one native call; None when launched, NotImplemented for launch()'s Python path."},
+     "fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks"
+     "[, adj_inputs, adj_outputs])\n"
+     "Pack and launch in one native call (with adj_inputs/adj_outputs: the adjoint); None when "
+     "launched, NotImplemented for launch()'s Python path."},
     {"has_entry", (void *)fl_has_entry, METH_FASTCALL,
      "has_entry(plan, device, module, mode)\nWhether the plan launches module on device under mode."},
     {NULL, NULL, 0, NULL}};

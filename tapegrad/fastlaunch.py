@@ -8,10 +8,16 @@ dtype, ndim and device; a scalar's range), points the parameter block at each ar
 descriptor, converts scalars, and calls the kernel's CPU entry point or ``cuLaunchKernel``
 (taken from ``libcuda.so.1``) directly, then bumps the written arrays' versions.
 
-Whatever it does not take (a recording tape, an open CPU capture, adjoint launches, debug
-builds, a wrong dtype or count, a read-only array written, a scalar out of range, an unknown
-object...) makes it return ``NotImplemented`` without side effects, and ``launch`` runs its
-Python path, which stays the source of every error message. Vector, matrix and struct
+Adjoint launches (``launch(..., adjoint=True)``, what ``Tape.backward`` replays) take the same
+path with the kernel's backward entry point: the forward arguments packed the same way, then
+one adjoint argument per parameter, as ``launch`` builds them: an array's ``.grad`` descriptor
+(or the adjoint buffer given, a tapegrad array or an object its packer takes), a NULL
+descriptor where there is none, a zeroed slot for a scalar, vector or matrix.
+
+Whatever it does not take (a recording tape, an open CPU capture, debug builds, a wrong dtype
+or count, a read-only array written, a scalar out of range, an unknown object, the zero adjoint
+of a struct, a kernel without a backward...) makes it return ``NotImplemented`` without side
+effects, and ``launch`` runs its Python path, which stays the source of every error message. Vector, matrix and struct
 arguments, numpy arrays and ``__cuda_array_interface__`` objects are packed by the Python
 packers, called from C. Foreign tensor types whose bridge registers a layout source
 (``register_foreign``: torch) get their layout cached per parameter, keyed by the values of
@@ -112,10 +118,10 @@ def _build():
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
     lib.tg_fl_register_foreign.restype = ctypes.c_int
     lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P,
-                                   ctypes.c_int]
+                                   ctypes.c_int, _P]
     lib.tg_fl_plan_new.restype = _P
-    lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, ctypes.c_longlong, _V, ctypes.c_longlong,
-                                    ctypes.c_longlong]
+    lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, _V, ctypes.c_longlong, _V,
+                                    ctypes.c_longlong, ctypes.c_longlong]
     lib.tg_fl_set_entry.restype = ctypes.c_int
     lib.tg_fl_has_entry.argtypes = [_P, _P, _P, _P]
     lib.tg_fl_has_entry.restype = ctypes.c_int
@@ -191,7 +197,7 @@ def numpy_off() -> None:
             lib.tg_fl_set_ndarray(None)
 
 
-def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0):
+def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None):
     """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
 
     Args:
@@ -200,14 +206,18 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0):
             element types (else None). packers: the Python packers (``pack(value, device)``).
         tid_ndim: how many indices the kernel unpacks ``tid()`` into; a launch with fewer grid
             dimensions takes the Python path (which raises).
+        zero_sizes: per parameter, the bytes of a non-array's value: an adjoint launch passes
+            that many zero bytes as its adjoint (0, or None for all: the adjoint launch takes
+            the Python path, as for a struct, whose zero value Python builds).
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64:
         return None
     n = len(kinds)
+    zs = tuple(int(z) for z in zero_sizes) if zero_sizes is not None else (0,) * n
     cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
                              bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers),
-                             int(tid_ndim))
+                             int(tid_ndim), zs)
     return cap
 
 
@@ -224,7 +234,9 @@ def register_module(plan, device, module, mode) -> bool:
     # exactly these classes: a debug build's wrapper (which checks every launch) forwards
     # attribute reads to the module it wraps, so asking it for fast_entry would bypass its check
     entry = module.fast_entry() if type(module) in (modules.CpuModule, modules.CudaModule) else None
-    cuda, fn, threads_cap, ordinal, lanes = entry if entry is not None else (False, None, 0, -1, 1)
+    if entry is None:
+        entry = modules.FastEntry(False, None, None, 0, -1, 1)
+    cuda, fn, bfn = entry.cuda, entry.forward, entry.backward
     ctx = None
     if fn and cuda:
         if _cuda_ready(lib):
@@ -233,8 +245,8 @@ def register_module(plan, device, module, mode) -> bool:
         if not ctx:
             fn = None   # no driver entry points, or no context: the Python path (CuPy) launches
     # fn None: recorded as declining, so the Python path does not ask again for this module
-    return lib.tg_fl_set_entry(plan, device, module, mode, int(bool(cuda)), fn or None, int(threads_cap), ctx,
-                               int(ordinal), int(lanes)) == 1 and bool(fn)
+    return lib.tg_fl_set_entry(plan, device, module, mode, int(bool(cuda)), fn or None, bfn or None,
+                               int(entry.threads_cap), ctx, int(entry.ordinal), int(entry.lanes)) == 1 and bool(fn)
 
 
 def _cuda_ready(lib) -> bool:
@@ -296,14 +308,15 @@ def invalidate() -> None:
         lib.tg_fl_invalidate()
 
 
-def stats() -> tuple:
-    """``(fast, fallback)``: launches the helper made, and the ones it passed to the Python path."""
+def stats(adjoint: bool = False) -> tuple:
+    """``(fast, fallback)``: launches the helper made, and the ones it passed to the Python path
+    (forward and adjoint launches together; ``adjoint=True``: the adjoint launches alone)."""
     lib = _state.get("lib")
     if lib is None:
         return (0, 0)
-    out = (ctypes.c_ulonglong * 2)()
+    out = (ctypes.c_ulonglong * 4)()
     lib.tg_fl_stats(out)
-    return int(out[0]), int(out[1])
+    return (int(out[2]), int(out[3])) if adjoint else (int(out[0]), int(out[1]))
 
 
 def error():

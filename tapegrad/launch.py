@@ -317,18 +317,23 @@ def _native_plan(kernel, packers, written):
             _listen_for_build_changes()
     if _fast is None:
         return None
-    kinds, ndims, dtypes = [], [], []
+    kinds, ndims, dtypes, zero_sizes = [], [], [], []
     for t in kernel.arg_types:
         if isinstance(t, types.ArrayType):
             kinds.append("array")
             ndims.append(t.ndim)
             dtypes.append(t.dtype)
+            zero_sizes.append(0)
             continue
         kinds.append(t.name if isinstance(t, types.ScalarType) and t.name in fastlaunch.KINDS else "py")
         ndims.append(0)
         dtypes.append(None)
+        # an adjoint launch's zero adjoint of a scalar/vector/matrix is that many zero bytes
+        # (_zero_value); a struct's is its default instance, which only Python builds
+        zero_sizes.append(0 if isinstance(t, types.StructType) else ctypes.sizeof(t.ctype))
     w = set(written)
-    return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim)
+    return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
+                               zero_sizes)
 
 
 def _listen_for_build_changes():
@@ -506,9 +511,22 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         TypeError: wrong argument count, dtype, ndim or type (message names the argument).
         RuntimeError: device mismatch, or a write to a read-only array.
     """
-    if _fast is not None and not adjoint and \
-            _fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
-        return   # the native helper launched it (tapegrad.fastlaunch); else the Python path below
+    fast = _fast
+    if fast is not None:
+        # the native helper launches it (tapegrad.fastlaunch; two more arguments: the adjoint)
+        if not adjoint:
+            if fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
+                return
+        elif fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
+                  adj_outputs) is None:
+            return
+    _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
+                   block_dim, max_blocks)
+
+
+def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
+                   block_dim, max_blocks):
+    """``launch``'s Python path: every launch the native helper does not take, and every error."""
     try:
         args = list(inputs) + list(outputs)
     except TypeError:
@@ -574,7 +592,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         # past 2^31 - 1 threads: the kernel's wide build (int64 tid()), compiled on first use
         mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
-        if plan.native is not None and not adjoint and bounds.size <= NARROW_LAUNCH_SIZE:
+        if plan.native is not None and bounds.size <= NARROW_LAUNCH_SIZE:
             if plan.native is DEFERRED and _python_launches:
                 plan = _upgrade_plan(kernel, plan)
             if plan.native is not None and plan.native is not DEFERRED:
@@ -621,8 +639,12 @@ class LaunchRecord:
 
     def replay(self) -> None:
         """Launch the kernel's adjoint with the recorded arguments (gradients: each array's .grad)."""
-        launch(self.kernel, self.dim, self.inputs, self.outputs, device=self.device, stream=self.stream,
-               adjoint=True, record_tape=False, block_dim=self.block_dim, max_blocks=self.max_blocks)
+        # launch(..., adjoint=True) without its keyword handling: the native helper, else the Python path
+        fast = _fast
+        if fast is None or fast(self.kernel, self.dim, self.inputs, self.outputs, self.device, self.stream, False,
+                                self.block_dim, self.max_blocks, None, None) is not None:
+            _launch_python(self.kernel, self.dim, self.inputs, self.outputs, self.device, self.stream, True, None,
+                           None, False, self.block_dim, self.max_blocks)
 
 
 _ARGV: dict = {}

@@ -6,8 +6,31 @@ through the driver. Built and loaded by ``tapegrad.build``; this module only lau
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
-__all__ = ["CpuModule", "CudaModule"]
+__all__ = ["CpuModule", "CudaModule", "FastEntry"]
+
+
+@dataclass(frozen=True)
+class FastEntry:
+    """What the native launch helper (``tapegrad.fastlaunch``) calls for a loaded kernel.
+
+    Attributes:
+        cuda: whether the entries are CUDA functions (launched with ``cuLaunchKernel``) or
+            CPU entry points ``void(const launch_t*, void**)``.
+        forward, backward: the addresses (CPU) or ``CUfunction`` handles (CUDA) of the forward
+            and adjoint entries; ``backward`` None for a kernel built with ``enable_backward=False``.
+        threads_cap: CUDA: the default grid cap in threads (0: none). ordinal: the CUDA device
+            ordinal (-1 on the CPU). lanes: CUDA forward launches: launch threads per CUDA
+            thread (an elementwise entry; adjoints always run one per thread).
+    """
+
+    cuda: bool
+    forward: int | None
+    backward: int | None
+    threads_cap: int = 0
+    ordinal: int = -1
+    lanes: int = 1
 
 
 class CpuModule:
@@ -34,10 +57,11 @@ class CpuModule:
         else:
             self._fwd(ctypes.byref(bounds), argv)
 
-    def fast_entry(self):
-        """What the native launch helper (``tapegrad.fastlaunch``) calls for forward launches:
-        ``(cuda=False, address of the forward entry point, threads cap 0, ordinal -1, lanes 1)``."""
-        return False, ctypes.cast(self._fwd, ctypes.c_void_p).value, 0, -1, 1
+    def fast_entry(self) -> FastEntry:
+        """What the native launch helper (``tapegrad.fastlaunch``) calls: the addresses of the
+        forward and backward entry points."""
+        bwd = ctypes.cast(self._bwd, ctypes.c_void_p).value if self._bwd is not None else None
+        return FastEntry(False, ctypes.cast(self._fwd, ctypes.c_void_p).value, bwd)
 
 
 class CudaModule:
@@ -65,11 +89,12 @@ class CudaModule:
         # an H200 for a 2^28 saxpy, 4.33 TB/s uncapped against 4.12 under the cap above.
         self.lanes = max(1, int(lanes))
 
-    def fast_entry(self):
-        """What the native launch helper (``tapegrad.fastlaunch``) launches for forward launches:
-        ``(cuda=True, the forward CUfunction handle, the default grid cap in threads, ordinal,
-        lanes)``; it computes the grid as ``launch`` does and calls ``cuLaunchKernel`` itself."""
-        return True, int(self._fwd), self._threads_cap, self.ordinal, self.lanes
+    def fast_entry(self) -> FastEntry:
+        """What the native launch helper (``tapegrad.fastlaunch``) launches: the forward and
+        backward CUfunction handles, the default grid cap, the ordinal and the forward's lanes;
+        it computes the grid as ``launch`` does and calls ``cuLaunchKernel`` itself."""
+        return FastEntry(True, int(self._fwd), int(self._bwd) if self._bwd is not None else None,
+                         self._threads_cap, self.ordinal, self.lanes)
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
         """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""

@@ -415,12 +415,13 @@ def test_tape_active_records_and_backward_is_right(device):
             tg.launch(k_copy1, 4, inputs=[x], outputs=[y], record_tape=False)
 
 
-def test_adjoint_launches_take_the_python_path(device):
+def test_adjoint_launches_take_the_native_path(device):
+    # the adjoint cases in detail: tests/core/test_fast_adjoint.py
     x = tg.array(np.arange(4, dtype=np.float32), device=device, requires_grad=True)
     y = tg.zeros(4, device=device, requires_grad=True)
     tg.launch(k_copy1, 4, inputs=[x], outputs=[y])
     y.grad.fill_(1.0)
-    with counted():
+    with counted(fast=1):
         tg.launch(k_copy1, 4, inputs=[x], outputs=[y], adjoint=True)
     np.testing.assert_array_equal(x.grad.numpy(), 2.0)
 
