@@ -22,7 +22,8 @@ L = sys.modules["tapegrad.launch"]   # the module (tg.launch is the function)
 
 
 @pytest.fixture(autouse=True)
-def _helper():
+def native_helper():
+    """Loads the native helper (tests/core/test_fast_adjoint.py uses it too)."""
     for _ in range(2):   # the process's first launch leaves the helper unloaded; the next loads it
         tg.launch(k_copy1, 1, inputs=[tg.zeros(1), tg.zeros(1)])
     if L._fast is None:
@@ -32,11 +33,12 @@ def _helper():
 
 
 @contextlib.contextmanager
-def counted(fast=0, fallback=0):
-    """Asserts how many launches in the block the helper made and passed to the Python path."""
-    f0, b0 = fastlaunch.stats()
+def counted(fast=0, fallback=0, adjoint=False):
+    """Asserts how many launches in the block the helper made and passed to the Python path
+    (``adjoint``: how many adjoint launches)."""
+    f0, b0 = fastlaunch.stats(adjoint)
     yield
-    f1, b1 = fastlaunch.stats()
+    f1, b1 = fastlaunch.stats(adjoint)
     assert (f1 - f0, b1 - b0) == (fast, fallback)
 
 
