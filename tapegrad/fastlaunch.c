@@ -168,6 +168,7 @@ typedef struct {
 static int ready = 0;
 static PyObject *T_KERNEL, *T_ARRAY, *T_ARRAYDESC, *T_ARRAYCTYPE, *T_DEVICE, *T_STREAM;
 static PyObject *CONFIG, *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
+static PyObject *RECORDER = NULL;   /* launch._record_launch: hands the recording tape its record */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
                 *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
                 *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD;
@@ -217,6 +218,16 @@ TG_EXPORT void tg_fl_set_objects(PyObject *kernel_t, PyObject *array_t, PyObject
 }
 
 TG_EXPORT void tg_fl_set_max_size(long long max_size) { MAX_SIZE = max_size; }
+
+/* recorder(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks): called under a
+   recording tape after the arguments are packed and before the kernel runs (the tape saves what
+   the launch overwrites first); if it raises, the launch takes the Python path, which records
+   (and raises) again: Tape.record changes nothing before its checks pass */
+TG_EXPORT void tg_fl_set_recorder(PyObject *recorder) {
+    xdecref(RECORDER);
+    RECORDER = recorder == api.none ? NULL : recorder;
+    xincref(RECORDER);
+}
 
 /* numpy.ndarray (exact type) read natively on CPU launches; None: through the Python packer */
 TG_EXPORT void tg_fl_set_ndarray(PyObject *t) {
@@ -838,8 +849,12 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (!oc || TYPE(oc) != api.t_int) return fallback(&refs, dev, adjoint);
     long long open = 1;
     if (!read_int(oc, &open) || open != 0) return fallback(&refs, dev, adjoint);
-    /* adjoint launches are never recorded */
-    if (!adjoint && record_tape != api.false_ && tape_active()) return fallback(&refs, dev, adjoint);
+    /* adjoint launches are never recorded; a forward one under a tape is, through RECORDER */
+    int record = 0;
+    if (!adjoint && record_tape != api.false_ && tape_active()) {
+        if (record_tape != api.true_ || !RECORDER) return fallback(&refs, dev, adjoint);
+        record = 1;
+    }
 
     PyObject *lp = attr(kernel, S_LAUNCH_PLAN);
     if (!lp) return fallback(&refs, dev, adjoint);
@@ -1060,6 +1075,13 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         }
         if (zused > ZMAX) zused = ZMAX;
         memset(zbuf.b, 0, zused);
+    }
+
+    if (record) {
+        PyObject *rargs[8] = {kernel, dim, inputs, outputs, dev, stream, block_dim, max_blocks};
+        PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
+        if (!r) { api.err_clear(); return fallback(&refs, dev, adjoint); }
+        api.decref(r);
     }
 
     /* launch: what the entry says, read while the GIL still keeps it from changing */

@@ -14,7 +14,10 @@ one adjoint argument per parameter, as ``launch`` builds them: an array's ``.gra
 (or the adjoint buffer given, a tapegrad array or an object its packer takes), a NULL
 descriptor where there is none, a zeroed slot for a scalar, vector or matrix.
 
-Whatever it does not take (a recording tape, an open CPU capture, debug builds, a wrong dtype
+Under a recording tape it packs the arguments, then calls back into Python to record the
+launch (``Tape.record``, which saves what the launch overwrites), then launches.
+
+Whatever it does not take (an open CPU capture, debug builds, a wrong dtype
 or count, a read-only array written, a scalar out of range, an unknown object, the zero adjoint
 of a struct, a kernel without a backward...) makes it return ``NotImplemented`` without side
 effects, and ``launch`` runs its Python path, which stays the source of every error message. Vector, matrix and struct
@@ -107,6 +110,8 @@ def _build():
         raise OSError(f"fast launch helper: unexpected struct sizes {sizes}")
     lib.tg_fl_set_objects.argtypes = [_P] * 10 + [ctypes.c_longlong]
     lib.tg_fl_set_objects.restype = None
+    lib.tg_fl_set_recorder.argtypes = [_P]
+    lib.tg_fl_set_recorder.restype = None
     lib.tg_fl_set_max_size.argtypes = [ctypes.c_longlong]
     lib.tg_fl_set_max_size.restype = None
     lib.tg_fl_set_ndarray.argtypes = [_P]
@@ -143,7 +148,11 @@ def load(objects: dict, max_size: int):
             ``desc``, ``ctype`` (the ``Kernel``, ``array``, ``ArrayDesc`` and ``ArrayCtype``
             classes), ``device`` (the ``Device`` class), ``config`` (``tg.config``),
             ``capture`` (``tapegrad.cpu_capture``'s module dict), ``active_tape``
-            (``tapegrad.recording.active_tape``), ``get_device`` and ``infer_device`` (``launch._infer_device``).
+            (``tapegrad.recording.active_tape``), ``get_device`` and ``infer_device``
+            (``launch._infer_device``); optionally ``record`` (``fn(kernel, dim, inputs, outputs,
+            device, stream, block_dim, max_blocks)``, called under a recording tape after the
+            arguments are packed and before the kernel runs; without it such launches take the
+            Python path).
         max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
     """
     with _lock:
@@ -157,6 +166,8 @@ def load(objects: dict, max_size: int):
         o = objects
         lib.tg_fl_set_objects(o["kernel"], o["array"], o["desc"], o["ctype"], o["device"], o["config"],
                               o["capture"], o["active_tape"], o["get_device"], o["infer_device"], int(max_size))
+        if o.get("record") is not None:
+            lib.tg_fl_set_recorder(o["record"])
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
         for args in _FOREIGN:
             _register_foreign(lib, *args)

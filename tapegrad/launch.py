@@ -311,7 +311,8 @@ def _native_plan(kernel, packers, written):
     if _fast is None:   # once per kernel while the helper is unavailable (load() remembers why)
         _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
                                      device=Device, config=config, capture=vars(cpu_capture),
-                                     active_tape=active_tape, get_device=get_device, infer_device=_infer_device),
+                                     active_tape=active_tape, get_device=get_device, infer_device=_infer_device,
+                                     record=_record_launch),
                                 NARROW_LAUNCH_SIZE)
         if _fast is not None:
             _listen_for_build_changes()
@@ -334,6 +335,15 @@ def _native_plan(kernel, packers, written):
     w = set(written)
     return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
                                zero_sizes)
+
+
+def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks):
+    """Record a launch the native helper is about to make on the recording tape (as the Python
+    path does; ``dim``: an int or a tuple of ints, checked by the helper)."""
+    tape = active_tape()
+    if tape is not None:
+        tape.record(LaunchRecord(kernel, (dim,) if dim.__class__ is int else dim, tuple(inputs), tuple(outputs),
+                                 device, stream, block_dim, max_blocks))
 
 
 def _listen_for_build_changes():
@@ -604,7 +614,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
                 args[i].version += 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LaunchRecord:
     """A forward launch recorded on a Tape (built by ``launch`` when a tape is active).
 
@@ -622,6 +632,12 @@ class LaunchRecord:
     stream: Any          # a tapegrad Stream, or None
     block_dim: int
     max_blocks: int
+
+    def __init__(self, kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks):
+        # one is made per launch under a tape: one dict update instead of the frozen
+        # dataclass's eight object.__setattr__ calls (2.9 -> 1 us on the CPU machine)
+        self.__dict__.update(kernel=kernel, dim=dim, inputs=inputs, outputs=outputs, device=device, stream=stream,
+                             block_dim=block_dim, max_blocks=max_blocks)
 
     def accesses(self) -> tuple:
         """The tapegrad arrays among the arguments, with the kernel's reads and writes of each

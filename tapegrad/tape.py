@@ -12,6 +12,7 @@ the forward's final values back. ``Tape(save_overwritten=False)`` turns this off
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Callable
 
@@ -154,7 +155,7 @@ class Tape:
     def _warn(self, msg):
         if config.strict_tape:
             raise RuntimeError(msg)
-        warnings.warn(msg, TapeWarning, stacklevel=4)
+        warnings.warn(msg, TapeWarning, stacklevel=_caller_level())
 
     def _track(self, a):
         if a.requires_grad and a.grad is not None:
@@ -175,7 +176,9 @@ class Tape:
             RuntimeError: such a warning while ``tg.config.strict_tape`` is set.
         """
         index = len(self.records)
-        if isinstance(rec, LaunchRecord):       # the hot path: no Access objects
+        if rec.__class__ is LaunchRecord and self._record_plain_launch(rec, index):
+            return
+        if isinstance(rec, LaunchRecord):       # no Access objects
             touched = [a for a in (*rec.inputs, *rec.outputs) if isinstance(a, array)]
             uses = _launch_uses(rec)
         else:
@@ -244,6 +247,55 @@ class Tape:
                 if id(s.array) not in self._finals:
                     self._finals[id(s.array)] = (s.array, tape_saves.buffer_like(s.array, s.stream))
         self.records.append(rec)
+
+    def _record_plain_launch(self, rec, index) -> bool:
+        """``record`` of the common launch, from the kernel's cached reads: a different plain
+        array per array parameter, no struct, nothing written that a differentiable record
+        (this one included) still needs. Returns False, having changed nothing, for any other
+        launch: ``record``'s general path decides it."""
+        params = tape_saves.distinct_array_reads(rec.kernel)
+        if params is None:
+            return False
+        args = rec.inputs + rec.outputs
+        arrays, ids, diff = [], set(), False
+        for i, r in params:
+            a = args[i]
+            if a.__class__ is array:
+                arrays.append((a, r))
+                ids.add(id(a))
+                diff = diff or a.grad is not None
+            elif isinstance(a, array):         # a subclass
+                return False
+        if len(ids) != len(arrays):
+            return False                       # an array passed twice
+        diff = diff and rec.kernel.enable_backward      # as _differentiable
+        live_roots = self._live_roots
+        reading, written = [], set()
+        for a, r in arrays:
+            if r.writes:
+                if diff and (r.before or r.after):
+                    return False               # in place, or reads back what it wrote
+                root = id(tape_saves.memory_root(a))
+                if live_roots.get(root):
+                    return False               # memory a recorded read may still need
+                written.add(root)
+            elif diff and r.before:
+                reading.append((a, r.name, id(tape_saves.memory_root(a))))
+        for _, _, root in reading:
+            if root in written:
+                return False                   # writes a view of what it reads
+        live = self._live
+        for a, name, root in reading:
+            if id(a) not in live:
+                live[id(a)] = (index, name, a)
+                live_roots.setdefault(root, set()).add(id(a))
+        gradients = self.gradients
+        for a, _ in arrays:
+            g = a.grad
+            if g is not None and a.requires_grad and gradients.get(a) is not g:
+                gradients[a] = g
+        self.records.append(rec)
+        return True
 
     @property
     def saved_bytes(self) -> int:
@@ -493,6 +545,16 @@ class Tape:
     @property
     def launches(self) -> list:
         return [r for r in self.records if isinstance(r, LaunchRecord)]
+
+
+def _caller_level() -> int:
+    """``warnings.warn``'s stacklevel naming the first caller outside tapegrad (the user's
+    launch or copy, however many tapegrad frames, native ones not counted, lie between)."""
+    level, f = 2, sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("tapegrad."):
+        level += 1
+        f = f.f_back
+    return level
 
 
 _SAVE_HINT = ("Leave tg.Tape(save_overwritten=...) at its default (or set tg.config.tape_save_overwritten = "

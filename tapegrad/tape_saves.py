@@ -34,10 +34,11 @@ from .cuda.stream import ScopedStream
 from .lang.adjoint import active
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
-from .types import StructType
+from .types import ArrayType, StructType
 
-__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "needed_loads", "is_struct_instance", "struct_arrays",
-           "memory_root", "memory_range", "overlaps", "drop_covered", "buffer_like", "snapshot", "restore"]
+__all__ = ["ArrayReads", "SavedValues", "kernel_reads", "distinct_array_reads", "needed_loads", "is_struct_instance",
+           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "buffer_like", "snapshot",
+           "restore"]
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,30 @@ def kernel_reads(kernel, args) -> tuple:
             groups.append(first.setdefault(id(a), len(first)))
         else:
             groups.append(None)
-    groups = tuple(groups)
+    return _reads_of_groups(kernel, tuple(groups))
+
+
+def distinct_array_reads(kernel):
+    """``((index, ArrayReads), ...)`` of ``kernel``'s array parameters for a launch that passes
+    a different array to each (``kernel_reads`` of that alias pattern), cached per kernel; None
+    when the kernel has a struct parameter (its arrays share the struct's group).
+
+    ``Tape.record`` uses it for the common launch: no array passed twice, no struct.
+    """
+    per_kernel = _per_kernel(kernel)
+    found = per_kernel.get("distinct", _CACHE)
+    if found is _CACHE:
+        ts = kernel.arg_types
+        if any(isinstance(t, StructType) for t in ts):
+            found = None
+        else:
+            groups = tuple(i if isinstance(t, ArrayType) else None for i, t in enumerate(ts))
+            found = tuple((i, r) for i, r in enumerate(_reads_of_groups(kernel, groups)) if r is not None)
+        per_kernel["distinct"] = found
+    return found
+
+
+def _per_kernel(kernel) -> dict:
     per_kernel = _CACHE.get(kernel)
     if per_kernel is None:
         per_kernel = {}
@@ -186,6 +210,11 @@ def kernel_reads(kernel, args) -> tuple:
             _CACHE[kernel] = per_kernel
         except TypeError:      # not weak-referenceable: no cache
             pass
+    return per_kernel
+
+
+def _reads_of_groups(kernel, groups) -> tuple:
+    per_kernel = _per_kernel(kernel)
     found = per_kernel.get(groups)
     if found is None:
         ir = getattr(kernel, "ir", None)

@@ -185,6 +185,12 @@ def k_shape(x: tg.array(dtype=float), out: tg.array(dtype=float)):
 
 
 @tg.kernel
+def k_square(x: tg.array(dtype=float), y: tg.array(dtype=float)):
+    i = tg.tid()
+    y[i] = x[i] * x[i]
+
+
+@tg.kernel
 def k_generic(x: tg.array(dtype=float), y: tg.array(dtype=float), s: typing.Any):
     i = tg.tid()
     y[i] = x[i] * float(s)
@@ -403,18 +409,44 @@ def test_device_given_as_string_or_device(device):
 
 # ---------------------------------------------------------------------------- fallbacks
 
-def test_tape_active_records_and_backward_is_right(device):
+def test_tape_active_records_natively_and_backward_is_right(device):
     x = tg.array(np.arange(4, dtype=np.float32), device=device, requires_grad=True)
     y = tg.zeros(4, device=device, requires_grad=True)
     tg.launch(k_copy1, 4, inputs=[x], outputs=[y])
-    with counted(fallback=1):
+    with counted(fast=1):     # packed natively, recorded through launch's recorder, launched
         with tg.Tape() as tape:
             tg.launch(k_copy1, 4, inputs=[x], outputs=[y])
+    assert len(tape.launches) == 1 and tape.launches[0].dim == (4,) and tape.launches[0].device is x.device
     tape.backward(grads={y: tg.array(np.ones(4, np.float32), device=device)})
     np.testing.assert_array_equal(x.grad.numpy(), 2.0)
     with counted(fast=1):     # record_tape=False under a tape: nothing to record
-        with tg.Tape():
+        with tg.Tape() as tape:
             tg.launch(k_copy1, 4, inputs=[x], outputs=[y], record_tape=False)
+    assert not tape.records
+    with counted(fallback=1):     # not exactly True or False: the Python path decides (falsy: no record)
+        with tg.Tape() as tape:
+            tg.launch(k_copy1, 4, inputs=[x], outputs=[y], record_tape=0)
+    assert not tape.records
+
+
+def test_a_record_that_raises_leaves_the_launch_to_the_python_path(device):
+    # strict_tape: recording an in-place overwrite raises; natively the recorder raised, the helper
+    # passed the launch on, and the Python path raised the same error: nothing ran or was recorded
+    x = tg.array(np.arange(4, dtype=np.float32), device=device, requires_grad=True)
+    y = tg.zeros(4, device=device, requires_grad=True)
+    tg.launch(k_square, 4, inputs=[x], outputs=[y])
+    before = x.numpy().copy()
+    old = tg.config.strict_tape
+    tg.config.strict_tape = True
+    try:
+        with tg.Tape(save_overwritten=False) as tape:
+            tg.launch(k_square, 4, inputs=[x], outputs=[y])
+            with counted(fallback=1), pytest.raises(RuntimeError, match="does not save overwritten values"):
+                tg.launch(k_square, 4, inputs=[y], outputs=[x])    # overwrites x, whose values the first needs
+    finally:
+        tg.config.strict_tape = old
+    assert len(tape.records) == 1
+    np.testing.assert_array_equal(x.numpy(), before)
 
 
 def test_adjoint_launches_take_the_native_path(device):
