@@ -1,5 +1,6 @@
-"""Tape cost side by side with NVIDIA Warp (when `warp-lang` is installed): backward over 100
-recorded small launches (per launch) and `tape.zero()`, on the CPU (or --device cuda:0). On CUDA
+"""Tape cost side by side with NVIDIA Warp (when `warp-lang` is installed): recording 100 small
+launches on a new tape and the backward over them (both per launch) and `tape.zero()`, on the CPU
+(or --device cuda:0). On CUDA
 also the backward captured once into a CUDA graph and replayed (per launch): the fastest way to
 replay many small adjoints (docs/graphs.md, "Capturing a backward pass").
 
@@ -20,7 +21,8 @@ N = 64
 
 
 def bench_tapegrad(device):
-    """tapegrad's (backward, zero) operations over a tape of N_LAUNCHES launches."""
+    """tapegrad's (backward, zero, captured backward or None, record) operations over a tape of
+    N_LAUNCHES launches."""
     import tapegrad as tg
 
     @tg.kernel
@@ -35,6 +37,12 @@ def bench_tapegrad(device):
         for k in range(N_LAUNCHES):
             tg.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]])
     seed = {xs[-1]: tg.array(np.ones(N), dtype=float, device=device)}
+
+    def record():
+        with tg.Tape():
+            for k in range(N_LAUNCHES):
+                tg.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]])
+        tg.synchronize_device(device)
 
     def backward():
         tape.backward(grads=seed)
@@ -54,7 +62,7 @@ def bench_tapegrad(device):
             tg.capture_launch(cap.graph)
             tg.synchronize_device(device)
 
-    return backward, zero, captured
+    return backward, zero, captured, record
 
 
 def bench_warp(device):
@@ -76,6 +84,12 @@ def bench_warp(device):
             wp.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]], device=device)
     g = wp.array(np.ones(N), dtype=float, device=device)
 
+    def record():
+        with wp.Tape():
+            for k in range(N_LAUNCHES):
+                wp.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]], device=device)
+        wp.synchronize_device(device)
+
     def backward():
         # Warp's recommended pattern: the output owns its grad; backward copies into it
         tape.backward(grads={xs[-1]: g})
@@ -95,7 +109,7 @@ def bench_warp(device):
             wp.capture_launch(cap.graph)
             wp.synchronize_device(device)
 
-    return backward, zero, captured
+    return backward, zero, captured, record
 
 
 def main():
@@ -107,7 +121,7 @@ def main():
     peer = bench_warp(args.device)
     peer_name = "warp" if peer else None
     # best of single calls, tapegrad and Warp alternating (the backward is per launch)
-    rows = [("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
+    rows = [("record, per launch", 3, N_LAUNCHES), ("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
     if ours[2] is not None:
         rows.append(("captured backward/launch", 2, N_LAUNCHES))
     out = {"device": args.device, "peer": peer_name, "results": []}

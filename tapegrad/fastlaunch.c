@@ -1077,11 +1077,22 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         memset(zbuf.b, 0, zused);
     }
 
+    /* Nothing may pass the launch to the Python path once it is recorded (it would record it
+       again), except a driver error, which leaves a record of a launch that did not run on
+       either path (the Python path raises it). */
+    void *prev_ctx = NULL;
+    int restore_ctx = 0;
     if (record) {
         PyObject *rargs[8] = {kernel, dim, inputs, outputs, dev, stream, block_dim, max_blocks};
         PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
         if (!r) { api.err_clear(); return fallback(&refs, dev, adjoint); }
         api.decref(r);
+        if (e->cuda) {
+            /* the tape's copies may have switched the thread's context: launch in the entry's */
+            void *now = NULL;
+            if (cu_ctx_current(&now) != 0) now = NULL;
+            if (now != e->ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) { prev_ctx = now; restore_ctx = 1; }
+        }
     }
 
     /* launch: what the entry says, read while the GIL still keeps it from changing */
@@ -1096,8 +1107,11 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             for (int i = 0; i < nparams; i++) params[i + 1] = argv[i];
             void *ts = api.save_thread();
             int rc = cu_launch(fn, blocks, 1, 1, threads, 1, 1, 0, handle, params, NULL);
+            if (restore_ctx) cu_ctx_set(prev_ctx);
             api.restore_thread(ts);
             if (rc != 0) return fallback(&refs, dev, adjoint);   /* nothing ran: the Python path raises the driver's error */
+        } else if (restore_ctx) {
+            cu_ctx_set(prev_ctx);
         }
     } else {
         void *ts = api.save_thread();
