@@ -37,7 +37,7 @@ from .version import __version__
 __all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_cache_dir", "find_cxx",
            "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
            "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
-           "cuda_image_base",
+           "cuda_image_base", "source_digest", "cpu_library_path", "find_cpu", "find_cuda",
            "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
@@ -396,10 +396,45 @@ def build_cpu(source: str, name: str, kernels=()) -> str:
 
 
 def _build_cpu(source, name, kernels, force):
-    cmd, ident, flags = _toolchain()
-    key = _key(source, "cpu", ident, " ".join(flags), __version__, sys.platform)
-    path = os.path.join(cache_dir(), f"{name}_{key[:24]}.so")
+    path = cpu_library_path(source_digest(source), name)
+    cmd, _, flags = _toolchain()
     return cached_entry([path], lambda: _compile_cpu(cmd, flags, source, name, kernels, path), force)[0]
+
+
+def source_digest(source: str) -> str:
+    """The sha256 of a translation unit: what its cache entries are keyed by (with the toolchain),
+    so a caller that knows the digest (``lang/direct.py``) finds the binary without the source."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def cpu_library_path(digest: str, name: str) -> str:
+    """The cache path of the library ``build_cpu`` makes of the source with ``source_digest``
+    ``digest`` (the compiler, its flags and tapegrad's version are part of the key).
+
+    Raises:
+        CacheDirError: the cache directory is unsafe.
+    """
+    _, ident, flags = _toolchain()
+    key = _key(digest, "cpu", ident, " ".join(flags), __version__, sys.platform)
+    return os.path.join(cache_dir(), f"{name}_{key[:24]}.so")
+
+
+def find_cpu(digest: str, name: str):
+    """The verified cached library of the source with ``source_digest`` ``digest``, loaded, or
+    None when it is missing, damaged (warned and left for the next build to replace) or refused
+    by ``dlopen``: the caller then builds from the source.
+
+    Raises:
+        CacheDirError: the cache directory is unsafe.
+    """
+    path = cpu_library_path(digest, name)
+    data, problem = read_entry(path)
+    if data is None or problem is not None:
+        return None
+    try:
+        return load_cpu_library(path)
+    except OSError:
+        return None
 
 
 def _toolchain():
@@ -516,6 +551,10 @@ def nvrtc_identity(refresh: bool = False) -> str:
     if _nvrtc_id is None or refresh:
         seen = []
         for d in nvrtc_search_dirs():
+            # os.access answers a miss without raising: most candidate paths do not exist,
+            # and a raised OSError per miss was most of this function's cost
+            if not os.access(d, os.F_OK):
+                continue
             names = _NVRTC_SONAMES
             if d.endswith(os.path.join("cupy_backends", "cuda", "libs")):
                 try:
@@ -523,7 +562,9 @@ def nvrtc_identity(refresh: bool = False) -> str:
                 except OSError:
                     continue
             for n in names:
-                p = os.path.join(d, n)
+                p = d + "/" + n
+                if not os.access(p, os.F_OK):
+                    continue
                 try:
                     st = os.stat(p)
                 except OSError:
@@ -550,20 +591,38 @@ def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
     Raises:
         CompileError: NVRTC failed.
     """
-    base = cuda_image_base(source, name, arch)
+    base = cuda_image_base(source_digest(source), name, arch)
     path, data = cached_entry([base + ".cubin", base + ".ptx"], lambda: _compile_cuda(source, arch, kernels, base))
     return data, path.rsplit(".", 1)[1]
 
 
-def cuda_image_base(source: str, name: str, arch: int) -> str:
+def cuda_image_base(digest: str, name: str, arch: int) -> str:
     """The cache path, without its ``.cubin``/``.ptx`` extension, of the image ``build_cuda``
-    makes of ``source`` for ``sm_<arch>`` with the NVRTC ``nvrtc_identity()`` describes.
+    makes for ``sm_<arch>``, with the NVRTC ``nvrtc_identity()`` describes, of the source
+    whose ``source_digest`` is ``digest``.
 
     Raises:
         CacheDirError: the cache directory is unsafe.
     """
-    key = _key(source, "cuda", str(arch), nvrtc_identity(), " ".join(NVRTC_FLAGS), __version__)
+    key = _key(digest, "cuda", str(arch), nvrtc_identity(), " ".join(NVRTC_FLAGS), __version__)
     return os.path.join(cache_dir(), f"{name}_{key[:24]}")
+
+
+def find_cuda(digest: str, name: str, arch: int):
+    """The verified cached image (bytes) of the source with ``source_digest`` ``digest`` for
+    ``sm_<arch>``, or None when there is no intact one (the caller then builds from the source).
+
+    Raises:
+        CacheDirError: the cache directory is unsafe.
+    """
+    base = cuda_image_base(digest, name, arch)
+    for p in (base + ".cubin", base + ".ptx"):
+        data, problem = read_entry(p)
+        if problem is not None:
+            return None
+        if data is not None:
+            return data
+    return None
 
 
 def _compile_cuda(source, arch, kernels, base):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import TapeCompileWarning
+from . import depends
 from .builtins import op_copy
 from .ir import Assign, Const, If, Loop, Read, Var, Write, walk
 from .typeutil import float_based
@@ -168,11 +169,13 @@ def _choose_mode(loop, new_var, kname):
     var, stmt = needed
     loop.mode = "prefix"
     loop.carried = [(v, new_var(v.type, "snap", v.label)) for v in carried]
-    warnings.warn(TapeCompileWarning(
+    w = TapeCompileWarning(
         f"{loop.loc}: in '{kname}': the adjoint of this loop needs earlier iterations' values of the "
         f"loop-carried variable '{var.label}' (used at line {stmt.loc.line if stmt.loc else '?'}); the backward "
         f"pass recomputes the loop from its start for every iteration (exact, but O(n^2) work). "
-        f"Restructure so the carried value is only accumulated (s += ...) to avoid it."), stacklevel=2)
+        f"Restructure so the carried value is only accumulated (s += ...) to avoid it.")
+    depends.note_warning(w)   # replayed when a later process reuses the cached binary
+    warnings.warn(w, stacklevel=2)
 
 
 def _needs_value(s, tainted, const):

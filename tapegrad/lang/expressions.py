@@ -20,6 +20,7 @@ from ..types import (
     uint32,
     vector,
 )
+from . import depends
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .builtins_atomic import ATOMIC_VALUES, Where
 from .builtins_random import DRAWS
@@ -127,11 +128,13 @@ class ExprMixin:
                 return out
             return v
         if name in self.closure:
-            return self.wrap_global(self.closure[name], name, node)
+            return self.wrap_global(self.closure[name], name, node, chain=(name,))
         if name in self.globals:
-            return self.wrap_global(self.globals[name], name, node)
+            return self.wrap_global(self.globals[name], name, node, chain=(name,))
         if hasattr(python_builtins, name):
-            return PyObj(getattr(python_builtins, name))
+            obj = getattr(python_builtins, name)
+            depends.note_value(self.pyfunc, (name,), obj)
+            return PyObj(obj, (name,))
         self.error(f"name '{name}' is not defined", node)
 
     def unbound_error(self, name, node):
@@ -143,10 +146,13 @@ class ExprMixin:
                    f"times; Python would raise UnboundLocalError); assign it on every path, e.g. `{name} = {init}` "
                    f"before the `if` or loop", node)
 
-    def wrap_global(self, obj, name, node, captured=True):
+    def wrap_global(self, obj, name, node, captured=True, chain=None):
         """A module-level / closure value (``captured``) or a compile-time call's result as a
         kernel value: numbers and ``tg.constant`` values become constants; arrays and lists
-        are refused (their contents would be baked in at the first compile, later changes ignored)."""
+        are refused (their contents would be baked in at the first compile, later changes ignored).
+        ``chain``: the names ``obj`` was looked up by (recorded for the direct cache, ``depends``)."""
+        if captured:
+            depends.note_value(self.pyfunc, chain, obj)
         if isinstance(obj, (bool, int, float)) and not isinstance(obj, np.generic):
             return Lit(obj)
         if captured and _mutable_capture(obj):
@@ -159,7 +165,7 @@ class ExprMixin:
         t = type_of_value(obj)
         if t is not None:
             return Lit(obj, t)
-        return PyObj(obj)
+        return PyObj(obj, chain)
 
     def e_Attribute(self, node):
         base = self.expr(node.value)
@@ -169,7 +175,7 @@ class ExprMixin:
                 obj = getattr(base.obj, attr)
             except AttributeError:
                 self.error(f"{describe(base)} has no attribute '{attr}'", node)
-            return self.wrap_global(obj, attr, node)
+            return self.wrap_global(obj, attr, node, chain=None if base.chain is None else base.chain + (attr,))
         if isinstance(base, Var):
             t = base.type
             if is_array(t):
@@ -344,7 +350,10 @@ class ExprMixin:
             return self.new_struct(st, args, {k: self.expr(v) for k, v in kwargs.items()}, node)
         if all(isinstance(a, Lit) for a in args) and callable(obj) and not kwargs:
             try:
-                return self.wrap_global(obj(*[a.value for a in args]), "", node, captured=False)
+                values = [a.value for a in args]
+                result = obj(*values)
+                depends.note_call(self.pyfunc, fn.chain, values, result)
+                return self.wrap_global(result, "", node, captured=False)
             except Exception as e:
                 self.error(f"compile-time call of {getattr(obj, '__name__', obj)!r} failed: {e}", node)
         self.error(f"{describe(fn)} cannot be called inside a kernel", node)
@@ -625,11 +634,29 @@ class ExprMixin:
         if isinstance(node, ast.Name):
             if node.id in self.scope:
                 return None
-            return self.closure.get(node.id, self.globals.get(node.id))
-        if isinstance(node, ast.Attribute):
+            v = self.closure.get(node.id, self.globals.get(node.id))
+            chain = (node.id,)
+        elif isinstance(node, ast.Attribute):
             base = self._peek(node.value)
-            return getattr(base, node.attr, None) if base is not None else None
-        return None
+            v = getattr(base, node.attr, None) if base is not None else None
+            chain = None
+            if v is adjoint:   # only a found marker changes how the expression lowers
+                chain = _chain_of(node)
+        else:
+            return None
+        if v is adjoint:
+            depends.note_value(self.pyfunc, chain, v)
+        return v
+
+
+def _chain_of(node):
+    """``a.b.c`` as ``("a", "b", "c")``; None for anything but names and attributes."""
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    if isinstance(node, ast.Attribute):
+        base = _chain_of(node.value)
+        return None if base is None else base + (node.attr,)
+    return None
 
 
 def _mutable_capture(obj) -> bool:

@@ -13,10 +13,11 @@ import typing
 from dataclasses import dataclass
 
 from ..errors import KernelError
+from . import depends
 from .expressions import register_callable
 from .ir import FunctionIR, Var, c_identifier
 from .lower import Target, lower
-from .signature import annotations, resolve_type, short_hash, where
+from .signature import annotations, resolve_type, short_hash, source_of, where
 from .structs import tuple_struct
 from .typeutil import is_array, is_scalar, type_name
 from .values import Lit, default_type
@@ -57,6 +58,7 @@ class _Spec:
 
     ir: FunctionIR
     has_adjoint: bool = True
+    record: depends.Record = depends.Record()   # what lowering it read (replayed when reused)
 
 
 class Func:
@@ -129,19 +131,21 @@ class Func:
     def _specialize(self, ov, types, rt, builder, node):
         spec = ov.specs.get(types)
         if spec is not None:
+            depends.replay(spec.record)
             return spec
         if types in ov._building:
             builder.error(f"recursive call of {self.name}() is not supported", node)
         ov._building.add(types)
         try:
             name = f"tgf_{c_identifier(self.name)}_{short_hash(self.key, ov.index, *types)}"
-            ir = lower(Target(ov.pyfunc, "func", name, types, ret_type=rt, label=self.name))
-            if ov.grad is not None:
-                gtypes = types + ((ir.ret_type,) if ir.ret_type is not None else ())
-                ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
-                                          label=getattr(ov.grad, "__name__", self.name)))
-                ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees)
-            spec = _Spec(ir)
+            with depends.recording() as record:
+                ir = lower(Target(ov.pyfunc, "func", name, types, ret_type=rt, label=self.name))
+                if ov.grad is not None:
+                    gtypes = types + ((ir.ret_type,) if ir.ret_type is not None else ())
+                    ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
+                                              label=getattr(ov.grad, "__name__", self.name)))
+                    ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees)
+            spec = _Spec(ir, record=record())
             ov.specs[types] = spec
         finally:
             ov._building.discard(types)
@@ -215,4 +219,28 @@ def func_grad(f):
 
 
 
+def _fingerprint(f: Func):
+    """Every overload's (and custom adjoint's) identity, source and parameter types: what
+    specializing ``f`` for a call reads besides the lookups in its body (``depends``)."""
+    parts = [f.key]
+    for ov in f.overloads:
+        try:
+            names, types, rt = ov.params()
+        except KernelError:
+            return None
+        fps = [depends.type_fingerprint(t) if t is not None else "any" for t in types]
+        fps.append(depends.type_fingerprint(rt) if rt is not None else "-")
+        if any(p is None for p in fps):
+            return None
+        parts += [depends.scope_id(ov.pyfunc), *source_of(ov.pyfunc), *names, *fps]
+        if ov.grad is not None:
+            parts += ["grad", depends.scope_id(ov.grad), *source_of(ov.grad)]
+    return "func:" + depends.digest(*parts)
+
+
+def _scopes(f: Func):
+    return [p for ov in f.overloads for p in (ov.pyfunc, ov.grad) if p is not None]
+
+
 register_callable(Func, Func.resolve_call)
+depends.register_fingerprint(Func, _fingerprint, _scopes)

@@ -16,7 +16,7 @@ from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
 from ..errors import KernelError
 from ..types import type_of
-from . import debug, emit
+from . import debug, depends, direct, emit
 from .elementwise import vector_plan
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
@@ -74,6 +74,9 @@ class Kernel:
         self._arg_names = None
         self._arg_types = None
         self._arg_access = None
+        self._facts = None          # direct.Facts: from the IR, or from the direct cache's manifest
+        self._record = None         # depends.Record of the default lowering (written to the manifest)
+        self._manifest = None       # direct.Manifest found in the cache (False: looked, none)
         self._source = None
         self._modules: dict = {}    # device alias (default build) or (alias, Variant) -> loaded module
         self._by_id: dict = {}      # id(device) -> (device, module of the launches <= 2^31 - 1 threads)
@@ -168,29 +171,78 @@ class Kernel:
                 raise KernelError(f"{where(self.func)}: kernel '{self.key}' is generic (typing.Any parameters): "
                                   f"launch it (each argument type combination compiles once) or take a "
                                   f"specialization with tg.overload({self.__name__}, [types...])")
-            ir = lower(Target(self.func, "kernel", self.key, tuple(types), label=self.key,
-                              backward=self.enable_backward))
+            with depends.recording() as record:
+                ir = lower(Target(self.func, "kernel", self.key, tuple(types), label=self.key,
+                                  backward=self.enable_backward))
+            self._record = record()
+            plan = vector_plan(ir)
+            facts = direct.Facts(tuple(ir.param_access), ir.tid_ndim, plan.lanes if plan is not None else 1)
             self._arg_names = names
             self._arg_types = types
-            self._arg_access = ir.param_access
+            self._arg_access = list(facts.access)
+            if self._facts is None:
+                self._facts = facts
             self._ir = ir
+
+    def _concrete_params(self):
+        names, types = self._resolve_params()
+        if self._arg_types is None:
+            if self.is_generic():
+                self._parse()   # raises the generic kernel's error
+            self._arg_names, self._arg_types = names, types
+        return self._arg_names, self._arg_types
 
     @property
     def arg_names(self) -> list:
-        self._parse()
-        return self._arg_names
+        return self._concrete_params()[0]
 
     @property
     def arg_types(self) -> list:
-        self._parse()
-        return self._arg_types
+        """The parameter types (read from the annotations; the body is lowered only when needed).
+
+        Raises:
+            KernelError: the kernel is generic (launches specialize it), or an annotation is
+                not a kernel type.
+        """
+        return self._concrete_params()[1]
+
+    def facts(self) -> direct.Facts:
+        """What launches need from the lowered body (``direct.Facts``): from the IR, or in a
+        fresh process from the direct cache's manifest without lowering (``lang/direct.py``).
+
+        Raises:
+            KernelError: the kernel does not type-check.
+        """
+        f = self._facts
+        if f is None:
+            with self.build_lock:
+                f = self._facts
+                if f is None:
+                    m = self._cached_manifest()
+                    if m is not None:
+                        f = self._facts = m.facts
+                    else:
+                        self._parse()
+                        f = self._facts
+        return f
+
+    def _cached_manifest(self):
+        """The verified direct-cache manifest of this kernel's default build, looked up once."""
+        m = self._manifest
+        if m is None:
+            m = False
+            if self._ir is None and not self.is_generic() and self.mode() != "debug":
+                m = direct.lookup(self) or False
+                if m:
+                    direct.replay_warnings(m)
+            self._manifest = m
+        return m or None
 
     @property
     def arg_access(self) -> list:
         """Per argument ``(reads, writes)``: whether the forward loads from / stores or atomically
         updates that array (``(False, False)`` for non-array arguments)."""
-        self._parse()
-        return self._arg_access
+        return list(self.facts().access)
 
     @property
     def ir(self):
@@ -200,18 +252,14 @@ class Kernel:
     @property
     def tid_ndim(self) -> int:
         """How many indices the body unpacks ``tg.tid()`` into (``i, j = tg.tid()``: 2; 0: no tid())."""
-        return (self._ir or self.ir).tid_ndim
+        return self.facts().tid_ndim
 
     @property
     def vector_lanes(self) -> int:
         """Launch threads one CUDA thread runs in the elementwise forward entry (16-byte loads
         and stores, ``lang/elementwise.py``); 1 when the kernel is not elementwise. The CUDA
         launch sizes its grid by it."""
-        lanes = self.__dict__.get("_vector_lanes")
-        if lanes is None:
-            plan = vector_plan(self.ir)
-            lanes = self._vector_lanes = plan.lanes if plan is not None else 1
-        return lanes
+        return self.facts().lanes
 
     # --------------------------------------------------------------- codegen
     def wide_ir(self):
@@ -280,11 +328,40 @@ class Kernel:
         if m is None:
             with self.build_lock:   # this kernel only: others compile in parallel
                 m = self._modules.get(key)
+                if m is None and variant == emit.DEFAULT and self._ir is None:
+                    m = self._load_direct(device)
                 if m is None:
                     m = load_kernels([self], device, variant)[0]
         if not wide:
             self._by_id[id(device)] = (device, m)   # keeps device alive: its id cannot be reused
         return m
+
+    def _load_direct(self, device):
+        """The default build's module from the binary the direct-cache manifest names, or None
+        (no manifest, or its binary is missing or damaged: the caller lowers and builds)."""
+        m = self._cached_manifest()
+        if m is None:
+            return None
+        name = _module_name([self])
+        if getattr(device, "is_cuda", False):
+            image = build.find_cuda(m.source_digest, name, int(device.arch))
+            if image is None:
+                return None
+            mod = modules.CudaModule(build.load_cuda_image(image, device), self, device, m.facts.lanes)
+        else:
+            lib = build.find_cpu(m.source_digest, name)
+            if lib is None:
+                return None
+            mod = modules.CpuModule(lib, self)
+        self.memoize_module(device, mod)
+        return mod
+
+    def remember_build(self, source: str) -> None:
+        """Write the direct-cache manifest after this kernel's default build from ``source``
+        (``load_kernels`` calls it), so a fresh process loads the binary without lowering."""
+        if self._record is not None and not self._manifest:
+            if direct.store(self, self._record, build.source_digest(source), self._facts):
+                self._manifest = direct.Manifest(build.source_digest(source), self._facts, self._record.warnings)
 
     def memoize_module(self, device, module, variant=emit.DEFAULT) -> None:
         """Remember the loaded ``module`` of ``variant`` for ``device`` (``load_kernels`` calls it)."""
@@ -446,6 +523,8 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
                     for m, k in zip(mods, kernels)]
     for k, m in zip(kernels, mods):
         k.memoize_module(device, m, variant)
+    if len(kernels) == 1 and variant == emit.DEFAULT:
+        kernels[0].remember_build(source)
     return mods
 
 

@@ -27,12 +27,14 @@ class Lit:
 
 
 class PyObj:
-    """A Python object a name resolved to (module, builtin, type, function...)."""
+    """A Python object a name resolved to (module, builtin, type, function...); ``chain``: the
+    names it was looked up by (``("tg", "sin")``), None when it was computed (``depends``)."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("obj", "chain")
 
-    def __init__(self, obj):
+    def __init__(self, obj, chain=None):
         self.obj = obj
+        self.chain = chain
 
 
 class TupleVal:

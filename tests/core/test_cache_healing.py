@@ -283,7 +283,7 @@ def test_cuda_image_hit_is_verified_and_loads_no_nvrtc(tmp_path, monkeypatch):
     """A cached image is read, checked and returned without NVRTC (here CuPy is not even
     installed, so a compile would fail); an altered one is refused (CacheWarning) and rebuilt."""
     monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path))
-    base = build.cuda_image_base(_CUDA_SOURCE, "tg_heal_probe", 90)
+    base = build.cuda_image_base(build.source_digest(_CUDA_SOURCE), "tg_heal_probe", 90)
     image = b"\x7fELF a cubin as NVRTC would write it" * 100
     build.write_entry(base + ".cubin", image)
     modules_before = set(sys.modules)
@@ -313,7 +313,7 @@ def test_nvrtc_identity_follows_the_nvrtc_on_disk(tmp_path, monkeypatch):
 
     def key():
         build.nvrtc_identity(refresh=True)
-        return build.cuda_image_base(_CUDA_SOURCE, "tg_heal_probe", 90)
+        return build.cuda_image_base(build.source_digest(_CUDA_SOURCE), "tg_heal_probe", 90)
 
     k1 = key()
     assert key() == k1                                   # stable while nothing changes

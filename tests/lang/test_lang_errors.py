@@ -64,7 +64,7 @@ def bad_store(x: tg.array(dtype=tg.int32)):
 ])
 def test_errors_name_the_python_line(kernel, marker, words):
     with pytest.raises(KernelError) as e:
-        kernel.arg_types
+        kernel.ir
     msg = str(e.value)
     assert f"{HERE}:{_line_of(kernel, marker)}" in msg, msg
     assert words in msg, msg

@@ -1,0 +1,165 @@
+"""The direct cache: a kernel's cached binary found in a fresh process without lowering it.
+
+A cached kernel load used to lower the function, generate its C++ and hash it, only to find
+the binary the hash names: most of a cached first launch. Like ccache's *direct mode*, a
+kernel's first build also writes a manifest (``<symbol>_<key>.dep`` in the cache directory,
+checksummed like every entry) keyed by what can be read without lowering:
+
+- tapegrad's code generator (the size and mtime of its files: ``compiler_identity``),
+- the kernel's key, source text, file and line, ``enable_backward``, parameter types and the
+  values of its closure cells.
+
+The manifest holds the digest of the generated C++ (which, with the toolchain, names the
+binary: ``build.cpu_library_path``, ``build.cuda_image_base``), the facts the launch path reads
+from the IR (``Facts``), the compile warnings lowering gave, and the record of every value
+lowering looked up outside the function (``depends``). A later process recomputes the key,
+replays the lookups, and loads the binary when every one still finds what it found; anything
+else (no manifest, a changed global, an edited helper, a damaged file) lowers as before and
+rewrites the manifest. Only single-kernel modules of the default build use it (``kernel.py``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import build, errors
+from ..errors import KernelError
+from ..version import __version__
+from . import depends
+from .signature import source_of
+
+__all__ = ["Facts", "Manifest", "key_of", "lookup", "store", "compiler_identity", "replay_warnings"]
+
+_FORMAT = "tapegrad-direct 1"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the launch path needs from a kernel's IR: per parameter ``(reads, writes)``, how many
+    indices ``tid()`` is unpacked into, and the elementwise entry's lanes (1: none)."""
+
+    access: tuple
+    tid_ndim: int
+    lanes: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A verified manifest: the C++ digest naming the binary, the facts, the compile warnings."""
+
+    source_digest: str
+    facts: Facts
+    warnings: tuple
+
+
+_identity = None
+
+
+def compiler_identity() -> str:
+    """A fingerprint of the tapegrad code that turns a kernel into C++: its version and the size
+    and mtime of every file of ``tapegrad/lang`` (the frontend, passes, emitter, runtime headers)
+    and of ``tapegrad/types.py``, so an edited checkout gives another one; plus the Python and
+    NumPy versions. Computed once per process (about 40 ``stat`` calls)."""
+    global _identity
+    if _identity is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        seen = [__version__, sys.version, np.__version__]
+        paths = [os.path.join(os.path.dirname(here), "types.py")]
+        for d in (here, os.path.join(here, "runtime")):
+            with os.scandir(d) as it:
+                paths += sorted(e.path for e in it if e.name.endswith((".py", ".h")))
+        for p in paths:
+            st = os.stat(p)
+            seen.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
+        _identity = depends.digest(*seen)
+    return _identity
+
+
+def key_of(kernel) -> str | None:
+    """The manifest key of ``kernel`` (None when a parameter type or closure value has no
+    fingerprint, or the source cannot be read: such a kernel always lowers)."""
+    fn = kernel.func
+    try:
+        src, file, first = source_of(fn)
+        _, types = kernel.parameters()
+    except KernelError:
+        return None
+    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, src, file, first]
+    for t in types:
+        f = depends.type_fingerprint(t)
+        if f is None:
+            return None
+        parts.append(f)
+    for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            f = depends.fingerprint(cell.cell_contents)
+        except ValueError:
+            f = "empty"
+        if f is None:
+            return None
+        parts += [n, f]
+    return depends.digest(*parts)
+
+
+def _path(kernel, key):
+    return os.path.join(build.cache_dir(), f"{kernel.symbol}_{key[:24]}.dep")
+
+
+def lookup(kernel) -> Manifest | None:
+    """The kernel's manifest if it exists, is intact and every recorded lookup still holds.
+
+    Raises:
+        CacheDirError: the cache directory is unsafe.
+    """
+    key = key_of(kernel)
+    if key is None:
+        return None
+    data, problem = build.read_entry(_path(kernel, key))
+    if data is None or problem is not None:
+        return None
+    try:
+        m = json.loads(data)
+        if m.get("format") != _FORMAT or m.get("key") != key:
+            return None
+        deps = [(d[0], d[1], tuple(d[2]), tuple(d[3]) if d[3] is not None else None, d[4]) for d in m["deps"]]
+        f = m["facts"]
+        facts = Facts(tuple((bool(r), bool(w)) for r, w in f["access"]), int(f["tid_ndim"]), int(f["lanes"]))
+        digest, warns = str(m["source_digest"]), tuple((str(c), str(t)) for c, t in m["warnings"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    if not depends.verify(kernel.func, deps):
+        return None
+    return Manifest(digest, facts, warns)
+
+
+def store(kernel, record: depends.Record, source_digest: str, facts: Facts) -> bool:
+    """Write the manifest of a kernel just lowered and built (nothing when its lowering read a
+    value the cache cannot fingerprint). Returns whether one was written; a failure to write
+    (a full disk...) only costs the next process a lowering."""
+    if record.reason is not None:
+        return False
+    key = key_of(kernel)
+    if key is None:
+        return False
+    m = {"format": _FORMAT, "key": key, "kernel": kernel.key, "source_digest": source_digest,
+         "facts": {"access": [list(a) for a in facts.access], "tid_ndim": facts.tid_ndim, "lanes": facts.lanes},
+         "warnings": [list(w) for w in record.warnings],
+         "deps": [[k, s, list(c), list(a) if a is not None else None, f] for k, s, c, a, f in record.deps]}
+    try:
+        build.write_entry(_path(kernel, key), json.dumps(m, separators=(",", ":")).encode())
+    except OSError:
+        return False
+    return True
+
+
+def replay_warnings(manifest: Manifest) -> None:
+    """Give again the compile warnings the kernel's lowering gave when it was built."""
+    for cat, text in manifest.warnings:
+        c = getattr(errors, cat, None)
+        category = c if isinstance(c, type) and issubclass(c, Warning) else UserWarning
+        warnings.warn(category(text), stacklevel=4)
