@@ -421,3 +421,33 @@ def _record_kernel(tg):
         i = tg.tid()
         a[i] = _RECORD_HELPER(a[i])
     return rk
+
+
+CUDA_KERNEL = """
+import numpy as np
+import tapegrad as tg
+
+@tg.kernel
+def saxpy(x: tg.array(dtype=float), y: tg.array(dtype=float), a: float):
+    i = tg.tid()
+    y[i] = a * x[i] + y[i]
+
+KERNELS = [saxpy]
+
+def run():
+    n = 1 << 12
+    x = tg.array(np.arange(n, dtype=np.float32), device="cuda:0")
+    y = tg.ones(n, dtype=float, device="cuda:0")
+    tg.launch(saxpy, n, inputs=[x, y, 2.0], device="cuda:0")
+    return y.numpy()[[0, 1, n - 1]].tolist()
+"""
+
+
+@pytest.mark.cuda
+def test_cuda_second_process_loads_the_image_without_lowering(tmp_path):
+    n = 1 << 12
+    want = [1.0, 3.0, 2.0 * (n - 1) + 1.0]
+    first = _run(tmp_path, CUDA_KERNEL)
+    assert first["lowered"] == [True] and first["out"] == want
+    second = _run(tmp_path, CUDA_KERNEL)
+    assert second["lowered"] == [False] and second["out"] == want
