@@ -686,7 +686,24 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
     return r;
 }
 
-/* a tapegrad array's descriptor buffer (borrowed through ``refs``), NULL for the Python path */
+/* tapegrad array ``a``'s cached descriptor (a.descriptor()), kept alive through ``refs``; NULL
+   for the Python path. Unchecked: an adjoint's gradient buffer is used as launch._grad_desc does */
+static desc_t *array_descriptor(PyObject *a, refs_t *refs) {
+    PyObject *d = attr(a, S_DESC);
+    if (!d) return NULL;
+    if (d == api.none) {
+        api.decref(d);
+        PyObject *args[1] = {a};
+        d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
+        if (!d) { api.err_clear(); return NULL; }
+    }
+    keep(refs, d);
+    if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) return NULL;
+    return (desc_t *)CBUF(d);
+}
+
+/* a tapegrad array's descriptor buffer for parameter ``pp`` (borrowed through ``refs``), NULL
+   for the Python path */
 static desc_t *array_desc(param_t *pp, PyObject *a, PyObject *dev, refs_t *refs) {
     PyObject *dt = attr(a, S_DTYPE);
     if (!dt) return NULL;
@@ -696,19 +713,8 @@ static desc_t *array_desc(param_t *pp, PyObject *a, PyObject *dev, refs_t *refs)
     if (!dv) return NULL;
     api.decref(dv);             /* the array (kept alive by the caller) holds its device */
     if (dv != dev) return NULL;
-    PyObject *d = attr(a, S_DESC);
-    if (!d) return NULL;
-    if (d == api.none) {
-        api.decref(d);
-        PyObject *args[1] = {a};
-        d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
-        if (!d) { api.err_clear(); return NULL; }
-    }
-    if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) { api.decref(d); return NULL; }
-    keep(refs, d);
-    desc_t *desc = (desc_t *)CBUF(d);
-    if (desc->ndim != pp->ndim) return NULL;
-    return desc;
+    desc_t *desc = array_descriptor(a, refs);
+    return desc && desc->ndim == pp->ndim ? desc : NULL;
 }
 
 static desc_t *ctype_desc(param_t *pp, PyObject *a, PyObject *dev) {
@@ -816,22 +822,6 @@ static PyObject *fallback(refs_t *refs, PyObject *dev, int adjoint) {
     if (adjoint) n_adj_fallback++;
     api.incref(api.notimpl);
     return api.notimpl;
-}
-
-/* the gradient descriptor the adjoint gets for tapegrad array ``g`` (g.descriptor(), unchecked
-   as in launch._grad_desc), kept alive through ``refs``; NULL for the Python path */
-static desc_t *grad_desc(PyObject *g, refs_t *refs) {
-    PyObject *d = attr(g, S_DESC);
-    if (!d) return NULL;
-    if (d == api.none) {
-        api.decref(d);
-        PyObject *args[1] = {g};
-        d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
-        if (!d) { api.err_clear(); return NULL; }
-    }
-    keep(refs, d);
-    if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) return NULL;
-    return (desc_t *)CBUF(d);
 }
 
 static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -1045,6 +1035,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             PyObject *g = i < nin ? (adj_in == api.none ? api.none : arg_at(adj_in, ain_list, i))
                                   : (adj_out == api.none ? api.none : arg_at(adj_out, aout_list, i - nin));
             if (!g) { api.err_clear(); return fallback(&refs, dev, adjoint); }
+            if (g != api.none) { api.incref(g); keep(&refs, g); }   /* alive whatever packers do to the lists */
             void *slot = NULL;
             if (pp->kind == K_ARRAY) {
                 if (g == api.none && TYPE(v) == T_ARRAY) {
@@ -1053,7 +1044,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                     keep(&refs, g);
                 }
                 if (g == api.none) slot = &zdesc;
-                else if (TYPE(g) == T_ARRAY) slot = grad_desc(g, &refs);
+                else if (TYPE(g) == T_ARRAY) slot = array_descriptor(g, &refs);
                 else {
                     /* a buffer given as another object: its packer, as launch() does; an array
                        subclass takes the Python path (its descriptor is used unchecked there) */

@@ -2,7 +2,9 @@
 
 Two paths. The native one (``tapegrad.fastlaunch``, a small C helper) packs the arguments and
 launches in one C call from a per-kernel plan built once beside the packers; it takes the
-common launches and returns ``NotImplemented`` for anything else. The Python path below is the
+common launches (forward and adjoint ones, ``Tape.backward``'s replays, and launches under a
+recording tape, which it records through ``_record_launch`` before launching) and returns
+``NotImplemented`` for anything else. The Python path below is the
 rest, and the source of every error message: each kernel gets a list of per-parameter packers
 built once (``_plan``), so a launch is one packer call per argument plus one ctypes call.
 """

@@ -158,8 +158,10 @@ class Tape:
         warnings.warn(msg, TapeWarning, stacklevel=_caller_level())
 
     def _track(self, a):
-        if a.requires_grad and a.grad is not None:
-            self.gradients[a] = a.grad
+        g = a.grad
+        # set only when new: each set counts as a change of the table (Tape.zero's plan)
+        if g is not None and a.requires_grad and self.gradients.get(a) is not g:
+            self.gradients[a] = g
 
     def record(self, rec) -> None:
         """Append ``rec`` (a ``LaunchRecord`` built by ``launch`` *before* the kernel runs, a
@@ -289,11 +291,8 @@ class Tape:
             if id(a) not in live:
                 live[id(a)] = (index, name, a)
                 live_roots.setdefault(root, set()).add(id(a))
-        gradients = self.gradients
         for a, _ in arrays:
-            g = a.grad
-            if g is not None and a.requires_grad and gradients.get(a) is not g:
-                gradients[a] = g
+            self._track(a)
         self.records.append(rec)
         return True
 

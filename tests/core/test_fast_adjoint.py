@@ -100,14 +100,18 @@ def adjoint_both(kernel, dim, make, n_in, native=1, fallback=0, **kw):
     the Python path, each on fresh arguments from ``make()``; returns both arguments' gradients.
     ``native``/``fallback``: the adjoint launches the helper must make / pass on (1/0 or 0/1)."""
     warm = make()
+    tg.synchronize()
     tg.launch(kernel, dim, inputs=warm[:n_in], outputs=warm[n_in:], **{k: v for k, v in kw.items()
                                                                          if not k.startswith("adj_")})
     fast_args = make()
+    tg.synchronize()    # arguments made on the current stream, launched on stream= (CUDA), and back
     with counted(fast=native, fallback=fallback, adjoint=True):
         tg.launch(kernel, dim, inputs=fast_args[:n_in], outputs=fast_args[n_in:], adjoint=True, **kw)
     slow_args = make()
+    tg.synchronize()
     with python_path():
         tg.launch(kernel, dim, inputs=slow_args[:n_in], outputs=slow_args[n_in:], adjoint=True, **kw)
+    tg.synchronize()
     return grads_of(fast_args), grads_of(slow_args)
 
 
@@ -338,6 +342,5 @@ def test_cuda_adjoint_block_dims_max_blocks_and_streams(block_dim, max_blocks):
     def make():
         return [tg.array(_values(1000), device=dev, requires_grad=True), seeded(1000, dev), 0.75]
     f, s = adjoint_both(k_sin, 1000, make, 1, block_dim=block_dim, max_blocks=max_blocks, stream=stream)
-    tg.synchronize_device(dev)
     assert f == s
     assert np.abs(np.frombuffer(f[1], np.float32)).sum() > 0
