@@ -6,8 +6,8 @@ kernel's first build also writes a manifest (``<symbol>_<key>.dep`` in the cache
 checksummed like every entry) keyed by what can be read without lowering:
 
 - tapegrad's code generator (the size and mtime of its files: ``compiler_identity``),
-- the kernel's key, source text, file and line, ``enable_backward``, parameter types and the
-  values of its closure cells.
+- the kernel's key, the text of its file and its line, ``enable_backward``, parameter types and
+  the values of its closure cells.
 
 The manifest holds the digest of the generated C++ (which, with the toolchain, names the
 binary: ``build.cpu_library_path``, ``build.cuda_image_base``), the facts the launch path reads
@@ -19,7 +19,9 @@ rewrites the manifest. Only single-kernel modules of the default build use it (`
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import linecache
 import os
 import sys
 import warnings
@@ -31,7 +33,6 @@ from .. import build, errors
 from ..errors import KernelError
 from ..version import __version__
 from . import depends
-from .signature import source_of
 
 __all__ = ["Facts", "Manifest", "key_of", "lookup", "store", "compiler_identity", "replay_warnings"]
 
@@ -61,35 +62,67 @@ _identity = None
 
 
 def compiler_identity() -> str:
-    """A fingerprint of the tapegrad code that turns a kernel into C++: its version and the size
-    and mtime of every file of ``tapegrad/lang`` (the frontend, passes, emitter, runtime headers)
-    and of ``tapegrad/types.py``, so an edited checkout gives another one; plus the Python and
-    NumPy versions. Computed once per process (about 40 ``stat`` calls)."""
+    """A fingerprint of the tapegrad code that turns a kernel into C++, computed once per process.
+
+    An installed release (the package beside its ``tapegrad-<version>.dist-info``) is its version
+    plus the size and mtime of the install's ``RECORD`` (rewritten by every install): one
+    ``stat``. A source checkout or editable install is the size and mtime of every file of
+    ``tapegrad/lang`` (frontend, passes, emitter, runtime headers) and of ``tapegrad/types.py``,
+    so an edited file gives another fingerprint (about 40 ``stat`` calls). Both include the
+    Python and NumPy versions."""
     global _identity
     if _identity is None:
         here = os.path.dirname(os.path.abspath(__file__))
+        pkg = os.path.dirname(here)
         seen = [__version__, sys.version, np.__version__]
-        paths = [os.path.join(os.path.dirname(here), "types.py")]
-        for d in (here, os.path.join(here, "runtime")):
-            with os.scandir(d) as it:
-                paths += sorted(e.path for e in it if e.name.endswith((".py", ".h")))
-        for p in paths:
-            st = os.stat(p)
-            seen.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
+        try:
+            st = os.stat(os.path.join(os.path.dirname(pkg), f"tapegrad-{__version__}.dist-info", "RECORD"))
+            seen.append(f"installed:{pkg}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            paths = [os.path.join(pkg, "types.py")]
+            for d in (here, os.path.join(here, "runtime")):
+                with os.scandir(d) as it:
+                    paths += sorted(e.path for e in it if e.name.endswith((".py", ".h")))
+            for p in paths:
+                st = os.stat(p)
+                seen.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
         _identity = depends.digest(*seen)
     return _identity
+
+
+_files: dict = {}   # file name -> (linecache's list of its lines, their digest)
+
+
+def _file_digest(file: str) -> str | None:
+    """The digest of a source file's text as ``linecache`` holds it (what lowering reads: the
+    kernel's source is cut from it), computed once per file and process; None if unreadable."""
+    lines = linecache.getlines(file)
+    if not lines:
+        return None
+    hit = _files.get(file)
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    d = hashlib.sha256("".join(lines).encode()).hexdigest()
+    _files[file] = (lines, d)
+    return d
 
 
 def key_of(kernel) -> str | None:
     """The manifest key of ``kernel`` (None when a parameter type or closure value has no
     fingerprint, or the source cannot be read: such a kernel always lowers)."""
     fn = kernel.func
+    code = fn.__code__
+    # the whole file's text stands for the kernel's source (cutting the function out of it
+    # costs a parse): an edit anywhere in the file makes its kernels lower once more
+    text = _file_digest(code.co_filename)
+    if text is None:
+        return None
     try:
-        src, file, first = source_of(fn)
         _, types = kernel.parameters()
     except KernelError:
         return None
-    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, src, file, first]
+    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, code.co_filename,
+             text, code.co_firstlineno, fn.__qualname__]
     for t in types:
         f = depends.type_fingerprint(t)
         if f is None:
