@@ -419,6 +419,36 @@ static int32_t bfloat16_bits(double d) {
 typedef union { double d; float f; int64_t i64; uint64_t u64; int32_t i32; uint32_t u32; int16_t i16;
                 uint16_t u16; int8_t i8; uint8_t u8; unsigned char b; } scalar_t;
 
+/* numpy's scalar types (exact types) taken for scalar parameters as the Python packers take them:
+   floating ones for float parameters (float(v)), integer ones for integer parameters (int(v)) */
+#define NSCAL 12
+static PyObject *np_floats[NSCAL], *np_ints[NSCAL];
+static int n_np_floats = 0, n_np_ints = 0;
+
+static int in_types(PyObject *t, PyObject **types, int n) {
+    for (int i = 0; i < n; i++)
+        if (types[i] == t) return 1;
+    return 0;
+}
+
+TG_EXPORT void tg_fl_set_scalar_types(PyObject *floats, PyObject *ints) {
+    PyObject *src[2] = {floats, ints};
+    PyObject **dst[2] = {np_floats, np_ints};
+    int *cnt[2] = {&n_np_floats, &n_np_ints};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < *cnt[k]; i++) api.decref(dst[k][i]);
+        *cnt[k] = 0;
+        Py_ssize_t n = api.tuple_size(src[k]);
+        if (n < 0) { api.err_clear(); continue; }
+        for (Py_ssize_t i = 0; i < n && *cnt[k] < NSCAL; i++) {
+            PyObject *t = api.tuple_getitem(src[k], i);
+            if (!t) { api.err_clear(); break; }
+            api.incref(t);
+            dst[k][(*cnt[k])++] = t;
+        }
+    }
+}
+
 /* 1: packed; 0: not a value the fast path takes */
 static int pack_scalar(int kind, PyObject *v, scalar_t *out) {
     PyObject *t = TYPE(v);
@@ -441,7 +471,10 @@ static int pack_scalar(int kind, PyObject *v, scalar_t *out) {
             d = api.long_as_double(v);
             if (api.err_occurred()) { api.err_clear(); return 0; }
         } else if (v == api.true_ || v == api.false_) d = v == api.true_ ? 1.0 : 0.0;
-        else return 0;
+        else if (in_types(t, np_floats, n_np_floats)) {
+            d = api.float_as_double(v);     /* float(v): numpy's __float__, exact for its float types */
+            if (api.err_occurred()) { api.err_clear(); return 0; }
+        } else return 0;
         switch (kind) {
         case K_F32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
         case K_F64: out->d = d; return 1;
@@ -449,8 +482,9 @@ static int pack_scalar(int kind, PyObject *v, scalar_t *out) {
         default: { int32_t h = bfloat16_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
         }
     }
-    /* integers: exact ints (and bools) inside the type's range; anything else takes the Python path */
-    if (t != api.t_int && t != api.t_bool) return 0;
+    /* integers: exact ints (and bools) and numpy integers (through __index__, as int(v)) inside the
+       type's range; anything else takes the Python path */
+    if (t != api.t_int && t != api.t_bool && !in_types(t, np_ints, n_np_ints)) return 0;
     if (kind == K_U64) {
         int ovf = 0;
         long long x = api.long_as_ll_ovf(v, &ovf);

@@ -110,6 +110,8 @@ def _build():
         raise OSError(f"fast launch helper: unexpected struct sizes {sizes}")
     lib.tg_fl_set_objects.argtypes = [_P] * 10 + [ctypes.c_longlong]
     lib.tg_fl_set_objects.restype = None
+    lib.tg_fl_set_scalar_types.argtypes = [_P, _P]
+    lib.tg_fl_set_scalar_types.restype = None
     lib.tg_fl_set_recorder.argtypes = [_P]
     lib.tg_fl_set_recorder.restype = None
     lib.tg_fl_set_max_size.argtypes = [ctypes.c_longlong]
@@ -168,6 +170,9 @@ def load(objects: dict, max_size: int):
                               o["capture"], o["active_tape"], o["get_device"], o["infer_device"], int(max_size))
         if o.get("record") is not None:
             lib.tg_fl_set_recorder(o["record"])
+        import numpy as np
+        lib.tg_fl_set_scalar_types((np.float16, np.float32, np.float64),
+                                   (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
         for args in _FOREIGN:
             _register_foreign(lib, *args)

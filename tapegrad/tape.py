@@ -251,10 +251,12 @@ class Tape:
         self.records.append(rec)
 
     def _record_plain_launch(self, rec, index) -> bool:
-        """``record`` of the common launch, from the kernel's cached reads: a different plain
-        array per array parameter, no struct, nothing written that a differentiable record
-        (this one included) still needs. Returns False, having changed nothing, for any other
-        launch: ``record``'s general path decides it."""
+        """``record`` of the common launches, from the kernel's cached reads: a different plain
+        array per array parameter, no struct, and nothing written that an earlier
+        differentiable record still needs; an array the launch itself reads and then overwrites
+        (an in-place step, ``x[i] = f(x[i])``) is saved as the general path saves it. Returns
+        False, having changed nothing, for any other launch: ``record``'s general path decides
+        it (and words its warnings)."""
         params = tape_saves.distinct_array_reads(rec.kernel)
         if params is None:
             return False
@@ -272,20 +274,31 @@ class Tape:
             return False                       # an array passed twice
         diff = diff and rec.kernel.enable_backward      # as _differentiable
         live_roots = self._live_roots
-        reading, written = [], set()
+        reading, written, own = [], set(), []
         for a, r in arrays:
             if r.writes:
-                if diff and (r.before or r.after):
-                    return False               # in place, or reads back what it wrote
+                if diff and r.after:
+                    return False               # reads back what it wrote
                 root = id(tape_saves.memory_root(a))
-                if live_roots.get(root):
-                    return False               # memory a recorded read may still need
+                if root in written:
+                    return False               # writes two views of one allocation
                 written.add(root)
+                needed = live_roots.get(root)  # memory recorded reads may still need
+                if diff and r.before:          # in place: its own adjoint needs the old values
+                    if not self.save_overwritten or (needed and (len(needed) > 1 or id(a) not in needed)):
+                        return False
+                    own.append(a)
+                elif needed:
+                    return False
             elif diff and r.before:
                 reading.append((a, r.name, id(tape_saves.memory_root(a))))
         for _, _, root in reading:
             if root in written:
                 return False                   # writes a view of what it reads
+        stream = rec.stream
+        saves = [tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), True, stream) for a in own]
+        for a in own:                          # the tape changes only from here on
+            self._live_pop(id(a))
         live = self._live
         for a, name, root in reading:
             if id(a) not in live:
@@ -293,6 +306,11 @@ class Tape:
                 live_roots.setdefault(root, set()).add(id(a))
         for a, _ in arrays:
             self._track(a)
+        if saves:
+            self._saves[index] = saves
+            for s in saves:       # where backward keeps the forward's last values (allocated once)
+                if id(s.array) not in self._finals:
+                    self._finals[id(s.array)] = (s.array, tape_saves.buffer_like(s.array, stream))
         self.records.append(rec)
         return True
 

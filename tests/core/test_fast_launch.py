@@ -266,7 +266,9 @@ def test_scalar_conversions_match_the_python_packers(device):
 
 @pytest.mark.parametrize("value,kind", [(128, "int8"), (-129, "int8"), (2 ** 31, "int32"), (-1, "uint32"),
                                         (2 ** 64, "uint64"), (-1, "uint64"), (2 ** 63, "int64"), (3.0, "int32"),
-                                        (np.int32(4), "int32"), (0.5, "bool")])
+                                        (0.5, "bool"), (np.int32(300), "int8"), (np.float64(2.5), "int32"),
+                                        (np.float32(2.0), "int64"), (np.bool_(True), "bool"),
+                                        (np.int64(3), "float32"), (np.uint64(2 ** 63), "uint64")])
 def test_scalars_out_of_range_or_unusual_take_the_python_path(device, value, kind):
     base = [1.0, 2.0, 1, 2, 3, 4, 5, 6, 7, 8, True]
     index = ["float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -282,6 +284,35 @@ def test_scalars_out_of_range_or_unusual_take_the_python_path(device, value, kin
         es = error_of(lambda: tg.launch(k_scalars, 1, inputs=[out_s] + vals))
     assert ef == es
     np.testing.assert_array_equal(out_f.numpy(), out_s.numpy())
+
+
+def test_numpy_scalars_are_packed_natively_as_the_python_packers_do(device):
+    # Warp-style code passes tg.float64(dt) / np.float32(x) / np.int32(n): numpy floating scalars
+    # for float parameters (float(v)), numpy integers for integer ones (int(v), in range)
+    cases = [
+        [np.float32(1.1), np.float64(2.2), np.int8(-5), np.int16(300), np.int32(-70000), np.int64(-2 ** 40),
+         np.uint8(250), np.uint16(65535), np.uint32(2 ** 32 - 1), np.uint64(2 ** 62), True],
+        [np.float64(3.4028235e38 * 1.0000001), np.float16(0.1), np.int64(127), np.uint8(7), np.int16(2),
+         np.int32(5), np.int64(255), np.int8(1), np.int16(9), np.uint32(3), False],
+        [np.float16(-65504.0), np.float32(1e-40), 1, 2, 3, 4, 5, 6, 7, 8, True],
+    ]
+    out_f, out_s = (tg.zeros(11, dtype=tg.float64, device=device) for _ in range(2))
+    tg.launch(k_scalars, 1, inputs=[out_f] + cases[0])
+    for vals in cases:
+        with counted(fast=1):
+            tg.launch(k_scalars, 1, inputs=[out_f] + vals)
+        with python_path():
+            tg.launch(k_scalars, 1, inputs=[out_s] + vals)
+        np.testing.assert_array_equal(out_f.numpy(), out_s.numpy())
+    halfs = [np.float64(1.00048828125), np.float32(65519.99), np.float16(6.1e-5), np.float64(2.9802322387695312e-08)]
+    hf, hs = tg.zeros(2, dtype=tg.float32, device=device), tg.zeros(2, dtype=tg.float32, device=device)
+    tg.launch(k_half, 1, inputs=[hf, 1.0, 1.0])
+    for v in halfs:
+        with counted(fast=1):
+            tg.launch(k_half, 1, inputs=[hf, v, v])
+        with python_path():
+            tg.launch(k_half, 1, inputs=[hs, v, v])
+        np.testing.assert_array_equal(hf.numpy().view(np.uint32), hs.numpy().view(np.uint32), err_msg=repr(v))
 
 
 def test_uint64_and_int64_extremes(device):

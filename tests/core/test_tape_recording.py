@@ -54,6 +54,11 @@ def inplace(device):
     return [(k_sq, [x], [y]), (k_inplace, [], [y]), (k_sq, [y], [x])], [x, y], x
 
 
+def inplace_steps(device):
+    x, v = _arr(device), _arr(device)
+    return [(k_sq, [v], [x]), (k_inplace, [], [x]), (k_inplace, [], [x]), (k_pair, [x, v], [v])], [x, v], v
+
+
 def overwrite_read(device):
     x, y, z = _arr(device), _arr(device), _arr(device)
     return [(k_sq, [x], [y]), (k_sq, [z], [x])], [x, y, z], y     # x read, then overwritten
@@ -83,7 +88,7 @@ def structs(device):
     return [(k_struct, [x], [y, p])], [x, y], y
 
 
-SCENARIOS = [chain, inplace, overwrite_read, views, aliased, no_grads, structs]
+SCENARIOS = [chain, inplace, inplace_steps, overwrite_read, views, aliased, no_grads, structs]
 
 
 def _state(tape, arrays):
@@ -99,16 +104,17 @@ def _state(tape, arrays):
         gradients=sorted(name(a) for a in tape.gradients))
 
 
-def _run(make, device, general):
+def _run(make, device, general, save=True):
     launches, arrays, out = make(device)
-    tape = tg.Tape()
+    tape = tg.Tape(save_overwritten=save)
     plain = []
     if general:
         tape._record_plain_launch = lambda rec, index: False
     else:
         taken = tape._record_plain_launch
         tape._record_plain_launch = lambda rec, index: plain.append(taken(rec, index)) or plain[-1]
-    with tape:
+    with tape, warnings.catch_warnings():
+        warnings.simplefilter("ignore", tg.TapeWarning)   # save=False: the general path warns
         for k, ins, outs in launches:
             tg.launch(k, N, inputs=ins, outputs=outs)
     state = _state(tape, arrays)
@@ -124,12 +130,24 @@ def test_the_common_case_path_leaves_the_general_paths_state(device, make):
     fast = _run(make, device, False)
     slow = _run(make, device, True)
     assert fast[:3] == slow[:3]
-    # views: the second launch writes into an allocation with a live read (of another view): the
-    # general path checks whether the two overlap
-    expect_plain = {"chain": [True, True], "inplace": [True, False, False], "overwrite_read": [True, False],
+    # inplace: y is saved, then x, read by the first launch, is overwritten (general path);
+    # inplace_steps: x saved before each step, then v (read before) overwritten; views: the second
+    # launch writes into an allocation with a live read of another view (the general path checks
+    # whether the two overlap)
+    expect_plain = {"chain": [True, True], "inplace": [True, True, False],
+                    "inplace_steps": [True, True, True, False], "overwrite_read": [True, False],
                     "views": [True, False, False], "aliased": [False], "no_grads": [True, True],
                     "structs": [False]}[make.__name__]
     assert fast[3] == expect_plain
+
+
+@pytest.mark.parametrize("make", [inplace, inplace_steps], ids=lambda f: f.__name__)
+def test_a_tape_saving_nothing_leaves_in_place_launches_to_the_general_path(device, make):
+    _run(make, device, True, save=False)
+    fast = _run(make, device, False, save=False)
+    slow = _run(make, device, True, save=False)
+    assert fast[:3] == slow[:3]
+    assert fast[3] == {"inplace": [True, False, False], "inplace_steps": [True, False, False, False]}[make.__name__]
 
 
 def test_recorded_launches_are_native_and_backward_is_exact(device):
