@@ -220,7 +220,10 @@ class TorchAdapter(FrameworkAdapter):
     def on_use(self, t, device):
         # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
         # freeing t does not let torch reuse the block before that stream has passed
-        s, handle = unordered_handle(device, current_stream_handle(device.ordinal))
+        # _raw_stream inline: on_use runs per CUDA tensor of every conversion (return_ctype)
+        ordinal = device.ordinal
+        s, handle = unordered_handle(device, _raw_stream(ordinal) if _raw_stream is not None
+                                     else current_stream_handle(ordinal))
         if handle is not None:
             t.record_stream(_torch_stream(s))
 

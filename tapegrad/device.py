@@ -104,6 +104,9 @@ class Device:
     @property
     def stream(self):
         """The device's current stream (CUDA only)."""
+        s = self._stream   # only ever set on CUDA devices: the common case skips the check
+        if s is not None:
+            return s
         self._require_cuda("Device.stream")
         if self._stream is None:
             from .cuda.stream import Stream
