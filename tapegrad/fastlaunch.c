@@ -9,7 +9,7 @@
    two more arguments, adj_inputs and adj_outputs (None or sequences), it launches the kernel's
    adjoint instead: the forward arguments packed as for a forward launch, then one adjoint
    argument per parameter (an array's .grad descriptor or the one given, a NULL descriptor for
-   none, a zeroed slot for a scalar/vector/matrix), as launch(..., adjoint=True) packs them. */
+   none, a zeroed slot for a scalar/vector/matrix/struct), as launch(..., adjoint=True) packs them. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,8 +139,8 @@ typedef struct {
 
 typedef struct {
     int kind, ndim, written;
-    int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: a struct,
-                                       whose zero adjoint the Python path builds) */
+    int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: its
+                                       adjoint launches take the Python path) */
     PyObject *dtype;                /* arrays: the element type the parameter expects */
     layout_t lay[NLAY];
     int lay_next;
@@ -1091,7 +1091,8 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             } else if (g != api.none) {
                 slot = py_pack(p, i, g, dev, &refs, NULL);   /* a value given: packed as launch() does */
             } else if (pp->zsize > 0 && zused + (size_t)pp->zsize <= ZMAX) {
-                /* the CPU entry atomically adds a scalar's adjoint into its slot: a fresh zero per launch */
+                /* the CPU entry atomically adds a scalar's adjoint into its slot: a fresh zero per
+                   launch (a struct's slot is never read: zero bytes serve as launch()'s default instance does) */
                 slot = zbuf.b + zused;
                 zused += ((size_t)pp->zsize + 15) & ~(size_t)15;
             }

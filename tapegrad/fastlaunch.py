@@ -12,14 +12,14 @@ Adjoint launches (``launch(..., adjoint=True)``, what ``Tape.backward`` replays)
 path with the kernel's backward entry point: the forward arguments packed the same way, then
 one adjoint argument per parameter, as ``launch`` builds them: an array's ``.grad`` descriptor
 (or the adjoint buffer given, a tapegrad array or an object its packer takes), a NULL
-descriptor where there is none, a zeroed slot for a scalar, vector or matrix.
+descriptor where there is none, a zeroed slot for a scalar, vector, matrix or struct.
 
 Under a recording tape it packs the arguments, then calls back into Python to record the
 launch (``Tape.record``, which saves what the launch overwrites), then launches.
 
 Whatever it does not take (an open CPU capture, debug builds, a wrong dtype
-or count, a read-only array written, a scalar out of range, an unknown object, the zero adjoint
-of a struct, a kernel without a backward...) makes it return ``NotImplemented`` without side
+or count, a read-only array written, a scalar out of range, an unknown object, a kernel
+without a backward...) makes it return ``NotImplemented`` without side
 effects, and ``launch`` runs its Python path, which stays the source of every error message. Vector, matrix and struct
 arguments, numpy arrays and ``__cuda_array_interface__`` objects are packed by the Python
 packers, called from C. Foreign tensor types whose bridge registers a layout source
@@ -223,8 +223,8 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None
         tid_ndim: how many indices the kernel unpacks ``tid()`` into; a launch with fewer grid
             dimensions takes the Python path (which raises).
         zero_sizes: per parameter, the bytes of a non-array's value: an adjoint launch passes
-            that many zero bytes as its adjoint (0, or None for all: the adjoint launch takes
-            the Python path, as for a struct, whose zero value Python builds).
+            that many zero bytes as its adjoint (0, or None for all: adjoint launches take the
+            Python path).
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64:

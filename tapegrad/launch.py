@@ -332,8 +332,10 @@ def _native_plan(kernel, packers, written):
         ndims.append(0)
         dtypes.append(None)
         # an adjoint launch's zero adjoint of a scalar/vector/matrix is that many zero bytes
-        # (_zero_value); a struct's is its default instance, which only Python builds
-        zero_sizes.append(0 if isinstance(t, types.StructType) else ctypes.sizeof(t.ctype))
+        # (_zero_value); a struct's (its default instance there) is never read by the backward
+        # entries (CPU: a local accumulates only scalar/vector/matrix adjoints into the slot;
+        # CUDA: every non-array adjoint is a local), so zero bytes of its size serve too
+        zero_sizes.append(ctypes.sizeof(t.ctype))
     w = set(written)
     return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
                                zero_sizes)
