@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins as python_builtins
 import hashlib
+import linecache
 import threading
 import types as pytypes
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ from .builtins import Builtin
 from .values import adjoint, is_constant
 
 __all__ = ["Record", "recording", "replay", "note_value", "note_call", "note_warning", "uncacheable",
-           "fingerprint", "type_fingerprint", "register_fingerprint", "scope_id", "verify"]
+           "fingerprint", "type_fingerprint", "file_digest", "source_fingerprint", "register_fingerprint",
+           "scope_id", "verify"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,32 @@ def digest(*parts) -> str:
         h.update(str(p).encode())
         h.update(b"\x00")
     return h.hexdigest()
+
+
+_files: dict = {}   # file name -> (linecache's list of its lines, their digest)
+
+
+def file_digest(file: str) -> str | None:
+    """The digest of a source file's text as ``linecache`` holds it (what lowering reads: a
+    function's source is cut from it), computed once per file and process; None if unreadable.
+    Fingerprints use the whole file, which costs no parse (an edit anywhere in it makes its
+    kernels lower once more)."""
+    lines = linecache.getlines(file)
+    if not lines:
+        return None
+    hit = _files.get(file)
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    d = hashlib.sha256("".join(lines).encode()).hexdigest()
+    _files[file] = (lines, d)
+    return d
+
+
+def source_fingerprint(pyfunc) -> str | None:
+    """A function's file, the digest of the file's text, its first line and qualified name."""
+    code = pyfunc.__code__
+    d = file_digest(code.co_filename)
+    return None if d is None else f"{code.co_filename}:{d}:{code.co_firstlineno}:{pyfunc.__qualname__}"
 
 
 def type_fingerprint(t) -> str | None:

@@ -19,9 +19,7 @@ rewrites the manifest. Only single-kernel modules of the default build use it (`
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import linecache
 import os
 import sys
 import warnings
@@ -90,39 +88,18 @@ def compiler_identity() -> str:
     return _identity
 
 
-_files: dict = {}   # file name -> (linecache's list of its lines, their digest)
-
-
-def _file_digest(file: str) -> str | None:
-    """The digest of a source file's text as ``linecache`` holds it (what lowering reads: the
-    kernel's source is cut from it), computed once per file and process; None if unreadable."""
-    lines = linecache.getlines(file)
-    if not lines:
-        return None
-    hit = _files.get(file)
-    if hit is not None and hit[0] is lines:
-        return hit[1]
-    d = hashlib.sha256("".join(lines).encode()).hexdigest()
-    _files[file] = (lines, d)
-    return d
-
-
 def key_of(kernel) -> str | None:
     """The manifest key of ``kernel`` (None when a parameter type or closure value has no
     fingerprint, or the source cannot be read: such a kernel always lowers)."""
     fn = kernel.func
-    code = fn.__code__
-    # the whole file's text stands for the kernel's source (cutting the function out of it
-    # costs a parse): an edit anywhere in the file makes its kernels lower once more
-    text = _file_digest(code.co_filename)
-    if text is None:
+    src = depends.source_fingerprint(fn)
+    if src is None:
         return None
     try:
         _, types = kernel.parameters()
     except KernelError:
         return None
-    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, code.co_filename,
-             text, code.co_firstlineno, fn.__qualname__]
+    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, src]
     for t in types:
         f = depends.type_fingerprint(t)
         if f is None:

@@ -17,7 +17,7 @@ from . import depends
 from .expressions import register_callable
 from .ir import FunctionIR, Var, c_identifier
 from .lower import Target, lower
-from .signature import annotations, resolve_type, short_hash, source_of, where
+from .signature import annotations, resolve_type, short_hash, where
 from .structs import tuple_struct
 from .typeutil import is_array, is_scalar, type_name
 from .values import Lit, default_type
@@ -232,9 +232,11 @@ def _fingerprint(f: Func):
         fps.append(depends.type_fingerprint(rt) if rt is not None else "-")
         if any(p is None for p in fps):
             return None
-        parts += [depends.scope_id(ov.pyfunc), *source_of(ov.pyfunc), *names, *fps]
-        if ov.grad is not None:
-            parts += ["grad", depends.scope_id(ov.grad), *source_of(ov.grad)]
+        src = depends.source_fingerprint(ov.pyfunc)
+        grad = depends.source_fingerprint(ov.grad) if ov.grad is not None else "-"
+        if src is None or grad is None:
+            return None
+        parts += [src, grad, *names, *fps]
     return "func:" + depends.digest(*parts)
 
 
