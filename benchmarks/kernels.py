@@ -331,12 +331,13 @@ def _child(script, device, mode, env, cache_env, cache):
     raise RuntimeError(f"{os.path.basename(script)} failed (rc {p.returncode}): {(p.stderr or p.stdout)[-2000:]}")
 
 
-def bench_compile(table, device, have_wp, cold_rounds, cached_rounds):
+def bench_compile(table, device, have_wp, cold_rounds, cached_rounds, tapegrad_path=None):
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="tg-bench-compile-"))
     try:
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONDONTWRITEBYTECODE", "TAPEGRAD_CACHE", "WARP_CACHE_PATH")}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        first = tapegrad_path or str(ROOT)   # another path: e.g. an installed release (pip install --target)
+        env["PYTHONPATH"] = os.pathsep.join([first] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pyc")
         sides = {"tg": (tmp / "tg_child.py", _TG_CHILD, "TAPEGRAD_CACHE")}
         if have_wp:
@@ -395,6 +396,9 @@ def main():
     ap.add_argument("--cold-rounds", type=int, default=3)
     ap.add_argument("--cached-rounds", type=int, default=5)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: launch,saxpy,compile")
+    ap.add_argument("--tapegrad-path", default=None,
+                    help="where the compile section's fresh processes import tapegrad from (default: this "
+                         "repository; e.g. a `pip install --target DIR .` to measure an installed release)")
     ap.add_argument("--out", default=str(RESULTS / "kernels.json"))
     args = ap.parse_args()
     device = str(tg.get_device(args.device))
@@ -414,7 +418,7 @@ def main():
     sections = [("launch", lambda: bench_launch(table, device, wp, torch, args.calls, args.rounds)),
                 ("saxpy", lambda: bench_saxpy(table, device, wp, torch, n, args.saxpy_rounds)),
                 ("compile", lambda: bench_compile(table, device, wp is not None, args.cold_rounds,
-                                                  args.cached_rounds))]
+                                                  args.cached_rounds, args.tapegrad_path))]
     for name, fn in sections:
         if name in skip:
             continue
