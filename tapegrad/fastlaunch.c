@@ -41,7 +41,7 @@ enum { A_INCREF, A_DECREF, A_GETATTR, A_SETATTR, A_RICHCMP_BOOL, A_ISINSTANCE, A
        A_TUPLE_NEW, A_TUPLE_SETITEM, A_DICT_GETITEM, A_CAP_NEW, A_CAP_GETPTR, A_SAVE_THREAD,
        A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL, A_UNICODE_UTF8,
        A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST, A_T_STR,
-       A_COUNT };
+       A_T_DICT, A_COUNT };
 
 static struct {
     void (*incref)(PyObject *);
@@ -74,7 +74,7 @@ static struct {
     unsigned long long (*long_as_ull)(PyObject *);
     const char *(*unicode_utf8)(PyObject *, Py_ssize_t *);
     PyObject *none, *true_, *false_, *notimpl;
-    PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str;
+    PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str, *t_dict;
 } api;
 
 #define Py_EQ 2
@@ -97,6 +97,7 @@ typedef int (*cuLaunchKernel_t)(void *, unsigned, unsigned, unsigned, unsigned, 
                                 unsigned, void *, void **, void **);
 typedef int (*cuCtxGetCurrent_t)(void **);
 typedef int (*cuCtxSetCurrent_t)(void *);
+typedef int (*cuPointerGetAttributes_t)(unsigned, int *, void **, unsigned long long);
 
 typedef struct {
     PyObject *type;                 /* the foreign tensor type (exact match) */
@@ -117,6 +118,7 @@ typedef struct {
 typedef struct {
     PyObject *device, *module, *mode;   /* NULL device: empty slot */
     PyObject *ordinal;              /* the device ordinal as an int (foreign stream queries) */
+    long long ord;                  /* the same, in C (a CAI pointer's device against it) */
     unsigned long long epoch;       /* build choices change (tg.config.mode, module options): stale */
     int cuda;
     void *fn;                       /* CPU: void(*)(const launch_t*, void**); CUDA: CUfunction */
@@ -137,6 +139,22 @@ typedef struct {
     desc_t tmpl;
 } np_layout_t;
 
+/* a __cuda_array_interface__ layout met by a parameter (objects of a type launch._cai_kind
+   takes): the Python packer's descriptor for it, pointer cleared, keyed by the exact type and
+   the dict's typestr, shape, strides (None: C-contiguous) and read-only flag, compared with
+   ==, and by the launch device it was packed for; never by pointer */
+typedef struct {
+    PyObject *type;                 /* NULL: empty slot */
+    PyObject *typestr, *shape, *strides;
+    int readonly;
+    PyObject *device;
+    long long ptr_ord;              /* the driver's ordinal of the pointer's device memory then (-1: none) */
+    int infer;                      /* ptr_ord is the device's: a kind-1 launch with no tapegrad array
+                                       may take its device from a pointer on that ordinal */
+    unsigned long long epoch;       /* cai_epoch then (forget_types: stale) */
+    desc_t tmpl;
+} cai_layout_t;
+
 typedef struct {
     int kind, ndim, written;
     int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: its
@@ -146,6 +164,8 @@ typedef struct {
     int lay_next;
     np_layout_t np_lay[NLAY];
     int np_next;
+    cai_layout_t cai_lay[NLAY];
+    int cai_next;
 } param_t;
 
 /* numpy's PyArrayObject_fields (ndarraytypes.h, the same in numpy 1.x and 2.x; checked from
@@ -171,11 +191,13 @@ static PyObject *CONFIG, *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE
 static PyObject *RECORDER = NULL;   /* launch._record_launch: hands the recording tape its record */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
                 *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
-                *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD;
+                *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR, *S_SHAPE, *S_STRIDES, *S_DATA,
+                *S_STREAM_KEY, *S_MASK, *S_OFFSET;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
 static cuCtxGetCurrent_t cu_ctx_current = NULL;
 static cuCtxSetCurrent_t cu_ctx_set = NULL;
+static cuPointerGetAttributes_t cu_ptr_attrs = NULL;
 static spec_t specs[NSPEC];
 static int nspecs = 0;
 static unsigned long long n_fast = 0, n_fallback = 0, n_adj_fast = 0, n_adj_fallback = 0;
@@ -193,10 +215,12 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
     const char *names[] = {"launch_plan", "native", "_desc", "dtype", "device", "version", "tg_dtype",
                            "tg_device", "descriptor", "_mode", "open_count", "__dict__", "tape", "_stream",
-                           "cuda_stream", "is_blocking", "_grad"};
+                           "cuda_stream", "is_blocking", "_grad", "__cuda_array_interface__", "typestr", "shape",
+                           "strides", "data", "stream", "mask", "offset"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DESC, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE,
                           &S_TG_DEVICE, &S_DESCRIPTOR, &S_MODE, &S_OPEN_COUNT, &S_DICT, &S_TAPE, &S_STREAM_,
-                          &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD};
+                          &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI, &S_TYPESTR, &S_SHAPE, &S_STRIDES,
+                          &S_DATA, &S_STREAM_KEY, &S_MASK, &S_OFFSET};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *slots[i] = api.intern(names[i]);
         if (!*slots[i]) return -2;
@@ -236,13 +260,14 @@ TG_EXPORT void tg_fl_set_ndarray(PyObject *t) {
     xincref(T_NDARRAY);
 }
 
-TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current, void *ctx_set) {
+TG_EXPORT void tg_fl_set_cuda(PyObject *stream_t, void *launch, void *ctx_current, void *ctx_set, void *ptr_attrs) {
     api.incref(stream_t);
     xdecref(T_STREAM);
     T_STREAM = stream_t;
     cu_launch = (cuLaunchKernel_t)launch;
     cu_ctx_current = (cuCtxGetCurrent_t)ctx_current;
     cu_ctx_set = (cuCtxSetCurrent_t)ctx_set;
+    cu_ptr_attrs = (cuPointerGetAttributes_t)ptr_attrs;
 }
 
 TG_EXPORT void *tg_fl_current_context(void) {
@@ -296,13 +321,25 @@ static void layout_clear(layout_t *l) {
     memset(l, 0, sizeof(*l));
 }
 
+static void cai_layout_clear(cai_layout_t *l) {
+    if (l->type) {
+        api.decref(l->type); api.decref(l->typestr); api.decref(l->shape); api.decref(l->strides);
+        api.decref(l->device);
+    }
+    memset(l, 0, sizeof(*l));
+}
+
 static void plan_free(PyObject *cap) {
     plan_t *p = (plan_t *)api.cap_getptr(cap, "tapegrad.fastlaunch_plan");
     if (!p) { api.err_clear(); return; }
     for (int e = 0; e < NENT; e++) entry_clear(&p->ent[e]);
     for (int i = 0; i < p->n; i++) {
         xdecref(p->p[i].dtype);
-        for (int l = 0; l < NLAY; l++) { layout_clear(&p->p[i].lay[l]); xdecref(p->p[i].np_lay[l].descr); }
+        for (int l = 0; l < NLAY; l++) {
+            layout_clear(&p->p[i].lay[l]);
+            xdecref(p->p[i].np_lay[l].descr);
+            cai_layout_clear(&p->p[i].cai_lay[l]);
+        }
     }
     xdecref(p->packers);
     free(p);
@@ -363,6 +400,7 @@ TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module,
     slot->cuda = cuda; slot->fn = fn; slot->bfn = fn ? bfn : NULL; slot->threads_cap = threads_cap; slot->ctx = ctx;
     slot->lanes = lanes > 1 ? lanes : 1;
     slot->ordinal = api.long_from_ll(ordinal);
+    slot->ord = ordinal;
     slot->epoch = epoch;
     if (!slot->ordinal) { api.err_clear(); entry_clear(slot); return -1; }
     return 1;
@@ -574,7 +612,9 @@ static void *foreign_ptr(spec_t *s, PyObject *v, int *ok) {
 /* ------------------------------------------------------------------------------ launch */
 
 typedef struct {
-    PyObject *objs[4 * MAXP + 8];   /* references released after the launch */
+    PyObject *objs[6 * MAXP + 16];  /* references released after the launch (per parameter at most:
+                                       the argument, a CAI dict, a packer's result, an adjoint
+                                       buffer and its packer's result or descriptor) */
     int nobjs;
 } refs_t;
 
@@ -630,6 +670,166 @@ static int tape_active(void) {
     return active;
 }
 
+/* --------------------------------------------------- __cuda_array_interface__ objects */
+
+/* Exact types passed for array parameters on CUDA, with launch._cai_kind's answer for them:
+   0 the Python packer (as any other object), 1 the cached-layout path below, the data pointer
+   deciding a launch device no tapegrad array fixes, 2 the same path only when the launch's
+   other arguments fix the device. */
+#define NCAI 16
+static struct { PyObject *type; int kind; } cai_types[NCAI];
+static int ncai = 0, cai_next = 0;
+static PyObject *CAI_KIND = NULL;
+static unsigned long long cai_epoch = 1;
+
+TG_EXPORT void tg_fl_set_cai(PyObject *kind_fn) {
+    xdecref(CAI_KIND);
+    CAI_KIND = kind_fn == api.none ? NULL : kind_fn;
+    xincref(CAI_KIND);
+}
+
+/* a launch adapter or device accessor was registered: ask again, and drop the cached layouts */
+TG_EXPORT void tg_fl_forget_types(void) {
+    for (int i = 0; i < ncai; i++) xdecref(cai_types[i].type);
+    memset(cai_types, 0, sizeof(cai_types));
+    ncai = cai_next = 0;
+    cai_epoch++;
+}
+
+static int cai_kind(PyObject *v) {
+    PyObject *t = TYPE(v);
+    for (int i = 0; i < ncai; i++)
+        if (cai_types[i].type == t) return cai_types[i].kind;
+    if (!CAI_KIND) return 0;
+    PyObject *r = api.vectorcall(CAI_KIND, &v, 1, NULL);   /* may import a bridge (forget_types) */
+    if (!r) { api.err_clear(); return 0; }
+    long long k = 0;
+    if (!read_int(r, &k) || k < 0 || k > 2) k = 0;
+    api.decref(r);
+    int slot;
+    if (ncai < NCAI) slot = ncai++;
+    else { slot = cai_next; cai_next = (cai_next + 1) % NCAI; }
+    xdecref(cai_types[slot].type);
+    api.incref(t);
+    cai_types[slot].type = t;
+    cai_types[slot].kind = (int)k;
+    return (int)k;
+}
+
+/* The fields of a CAI dict (borrowed from it) as protocols.interface_layout reads them */
+typedef struct {
+    PyObject *typestr, *shape, *strides;   /* strides: None when absent */
+    uintptr_t ptr;
+    int readonly;
+    long long version;
+    PyObject *stream;                      /* NULL when absent */
+} cai_t;
+
+/* 1: a dict the helper reads itself; 0: anything else (a mapping that is not a dict, a mask,
+   an offset, a list shape, a pointer or flag of another type...): the Python packer */
+static int cai_read(PyObject *d, cai_t *c) {
+    if (TYPE(d) != api.t_dict) return 0;
+    PyObject *m = api.dict_getitem(d, S_MASK);
+    if (m && m != api.none) return 0;                  /* the packer's ValueError */
+    PyObject *off = api.dict_getitem(d, S_OFFSET);
+    long long x;
+    if (off && off != api.none && (!read_int(off, &x) || x != 0)) return 0;
+    c->typestr = api.dict_getitem(d, S_TYPESTR);
+    if (!c->typestr || TYPE(c->typestr) != api.t_str) return 0;
+    c->shape = api.dict_getitem(d, S_SHAPE);
+    if (!c->shape || TYPE(c->shape) != api.t_tuple) return 0;
+    c->strides = api.dict_getitem(d, S_STRIDES);
+    if (!c->strides) c->strides = api.none;
+    else if (c->strides != api.none && TYPE(c->strides) != api.t_tuple) return 0;
+    PyObject *data = api.dict_getitem(d, S_DATA);
+    c->ptr = 0;
+    c->readonly = 0;
+    if (data && data != api.none) {
+        if (TYPE(data) != api.t_tuple || api.tuple_size(data) != 2) { api.err_clear(); return 0; }
+        PyObject *ptr = api.tuple_getitem(data, 0), *ro = api.tuple_getitem(data, 1);
+        if (!ptr || !ro || TYPE(ptr) != api.t_int) { api.err_clear(); return 0; }
+        unsigned long long u = api.long_as_ull(ptr);
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+        if (ro == api.true_) c->readonly = 1;
+        else if (ro != api.false_) return 0;
+        c->ptr = (uintptr_t)u;
+    }
+    PyObject *ver = api.dict_getitem(d, S_VERSION);
+    c->version = 0;
+    if (ver && !read_int(ver, &c->version)) return 0;
+    c->stream = api.dict_getitem(d, S_STREAM_KEY);
+    return 1;
+}
+
+/* protocols.cai_stream, then foreign_stream_ordered against tapegrad's current stream ``cur``:
+   0 nothing to order; 1 the legacy default stream, ordered only when ``cur`` is blocking; 2 an
+   event wait or a refused handle (0, not an int): the Python path */
+static int cai_stream_rule(const cai_t *c, uintptr_t cur) {
+    if (!c->stream || c->stream == api.none || c->version < 3) return 0;
+    if (TYPE(c->stream) != api.t_int) return 2;
+    int ovf = 0;
+    long long h = api.long_as_ll_ovf(c->stream, &ovf);
+    if (api.err_occurred()) { api.err_clear(); return 2; }
+    if (ovf || h <= 0) return 2;
+    if ((uintptr_t)h == cur) return 0;
+    return h == 1 ? 1 : 2;
+}
+
+/* 0 native, 2 the Python path: the rule, with the blocking flag of tapegrad's current stream
+   (``e``'s, asked only for the legacy stream; without an entry ``blocking``) */
+static int current_blocking(entry_t *e);
+static int cai_stream_decision(const cai_t *c, uintptr_t cur, entry_t *e, int blocking) {
+    int rule = cai_stream_rule(c, cur);
+    if (rule == 1) rule = (e ? current_blocking(e) : blocking) == 1 ? 0 : 2;
+    return rule;
+}
+
+/* the driver's device ordinal of plain device memory at ``ptr``; -1 for anything else (NULL,
+   managed, host or unknown memory: launch._infer_device decides there) */
+static long long ptr_ordinal(uintptr_t ptr) {
+    if (!ptr || !cu_ptr_attrs) return -1;
+    /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL; 8 zeroed bytes each */
+    int which[3] = {2, 8, 9};
+    uint64_t out[3] = {0, 0, 0};
+    void *data[3] = {&out[0], &out[1], &out[2]};
+    if (cu_ptr_attrs(3, which, data, (unsigned long long)ptr) != 0) return -1;
+    uint32_t memtype, ordinal;
+    unsigned char managed;
+    memcpy(&memtype, &out[0], 4);
+    memcpy(&managed, &out[1], 1);
+    memcpy(&ordinal, &out[2], 4);
+    if (memtype != 2 /* CU_MEMORYTYPE_DEVICE */ || managed) return -1;
+    return (int32_t)ordinal >= 0 ? (long long)(int32_t)ordinal : -1;
+}
+
+static int same_value(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    int r = api.richcmp_bool(a, b, Py_EQ);
+    if (r < 0) { api.err_clear(); return 0; }
+    return r;
+}
+
+/* the cached layout of ``c`` for type ``t`` at parameter ``pp``: packed for launch device
+   ``dev``, or (dev NULL) one that may decide the device of a pointer on ordinal ``ord`` */
+static cai_layout_t *cai_hit(param_t *pp, PyObject *t, const cai_t *c, PyObject *dev, long long ord) {
+    for (int l = 0; l < NLAY; l++) {
+        cai_layout_t *lay = &pp->cai_lay[l];
+        if (lay->type != t || lay->epoch != cai_epoch || lay->readonly != c->readonly) continue;
+        if (dev ? lay->device != dev : !(lay->infer && lay->ptr_ord == ord)) continue;
+        if (same_value(lay->typestr, c->typestr) && same_value(lay->shape, c->shape) &&
+            same_value(lay->strides, c->strides))
+            return lay;
+    }
+    return NULL;
+}
+
+/* test hook (fastlaunch.cai_decision): 0 native, 1 the packer, 2 the Python path */
+TG_EXPORT int tg_fl_cai_decision(PyObject *d, unsigned long long cur, int blocking) {
+    cai_t c;
+    if (!cai_read(d, &c)) return 1;
+    return cai_stream_decision(&c, (uintptr_t)cur, NULL, blocking ? 1 : 0);
+}
+
 /* get_device(name) of the names that always mean one device: "cpu" and "cuda:N" ("cuda" means
    the current device: never cached). Strings compared by value, the Devices kept forever. */
 #define NNAMES 8
@@ -666,8 +866,10 @@ static PyObject *named_device(PyObject *s) {
     return r;
 }
 
-/* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path. */
-static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, PyObject **args, int n) {
+/* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path.
+   A CAI dict read to find it is left in cai[i] (its reference kept in refs). */
+static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, PyObject **args, int n,
+                               refs_t *refs, PyObject **cai) {
     if (device != api.none) {
         if (TYPE(device) == T_DEVICE) { api.incref(device); return device; }
         if (TYPE(device) == api.t_str) return named_device(device);
@@ -696,11 +898,27 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
     }
     /* no tapegrad array: the first foreign object decides (launch._infer_device). A registered
        tensor type whose layout this parameter has met knows its device (the layout was cached
-       only after the Python packer accepted the tensor on that device); else ask Python. */
+       only after the Python packer accepted the tensor on that device); so does a CAI object
+       whose device comes from its pointer (_cai_kind 1) with a layout cached for device memory
+       on the same ordinal; else ask Python. (A struct argument's arrays come first there: the
+       struct packer refuses arrays on another device than the one chosen here.) */
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i], *t = TYPE(a);
         if (t == api.t_float || t == api.t_int || t == api.t_bool) continue;   /* no device */
         spec_t *s = p->p[i].kind == K_ARRAY ? spec_for(t) : NULL;
+        if (!s && p->p[i].kind == K_ARRAY && cai_kind(a) == 1) {
+            PyObject *d = attr(a, S_CAI);
+            if (!d) break;
+            keep(refs, d);
+            cai[i] = d;
+            cai_t c;
+            if (!cai_read(d, &c)) break;
+            long long ord = ptr_ordinal(c.ptr);
+            cai_layout_t *lay = ord >= 0 ? cai_hit(&p->p[i], t, &c, NULL, ord) : NULL;
+            if (!lay) break;
+            api.incref(lay->device);
+            return lay->device;
+        }
         if (!s) break;
         PyObject *key[NKEY];
         if (!foreign_key(s, a, key)) break;
@@ -849,6 +1067,60 @@ static int current_blocking(entry_t *e) {
     return e->last_blocking;
 }
 
+/* Parameter i's descriptor for object ``v`` on a CUDA entry, if launch._cai_kind takes its
+   type: 1 with *out set (the cached layout and the dict's pointer; on a miss the Python
+   packer's descriptor, then cached), 0 for the Python packer as before (another type, or a dict
+   the helper does not read), -1 for the Python path (a producer stream to wait for or a
+   refused one: protocols.parse_cuda_array_interface does that; a packer error). ``d``: the
+   dict launch_device read, or NULL. */
+static int cai_desc(plan_t *p, int i, PyObject *v, PyObject *d, PyObject *dev, entry_t *e, void *cur,
+                    refs_t *refs, desc_t *buf, desc_t **out) {
+    if (cai_kind(v) == 0) return 0;
+    param_t *pp = &p->p[i];
+    if (!d) {
+        d = attr(v, S_CAI);
+        if (!d) return 0;
+        keep(refs, d);
+    }
+    cai_t c;
+    if (!cai_read(d, &c)) return 0;
+    if (cai_stream_decision(&c, (uintptr_t)cur, e, 0) != 0) return -1;
+    PyObject *t = TYPE(v);
+    cai_layout_t *lay = cai_hit(pp, t, &c, dev, -1);
+    if (lay) {
+        *buf = lay->tmpl;
+        buf->data = (void *)c.ptr;      /* as the packer's ``ptr or None`` */
+        *out = buf;
+        return 1;
+    }
+    /* a miss: the packer checks the layout and builds the descriptor (no stream wait: none is
+       needed, checked above); the key's values are held through its Python code */
+    PyObject *key[3] = {c.typestr, c.shape, c.strides};
+    for (int k = 0; k < 3; k++) api.incref(key[k]);
+    PyObject *r = NULL;
+    desc_t *dd = (desc_t *)py_pack(p, i, v, dev, refs, &r);
+    if (!dd || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
+        for (int k = 0; k < 3; k++) api.decref(key[k]);
+        return -1;
+    }
+    lay = &pp->cai_lay[pp->cai_next];
+    pp->cai_next = (pp->cai_next + 1) % NLAY;
+    cai_layout_clear(lay);
+    api.incref(t);
+    api.incref(dev);
+    lay->type = t;
+    lay->typestr = key[0]; lay->shape = key[1]; lay->strides = key[2];   /* takes the references */
+    lay->readonly = c.readonly;
+    lay->device = dev;
+    lay->ptr_ord = ptr_ordinal(c.ptr);
+    lay->infer = lay->ptr_ord >= 0 && lay->ptr_ord == e->ord;
+    lay->epoch = cai_epoch;
+    lay->tmpl = *dd;
+    lay->tmpl.data = NULL;
+    *out = dd;
+    return 1;
+}
+
 static PyObject *fallback(refs_t *refs, PyObject *dev, int adjoint) {
     for (int i = 0; i < refs->nobjs; i++) api.decref(refs->objs[i]);
     xdecref(dev);
@@ -903,7 +1175,9 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     bounds_t bounds;
     if (!make_bounds(dim, &bounds)) return fallback(&refs, dev, adjoint);
     if (bounds.ndim < p->tid_ndim) return fallback(&refs, dev, adjoint);   /* i, j = tid() in a 1-D launch */
-    dev = launch_device(p, device, stream, args, n);
+    PyObject *cai[MAXP];        /* CAI dicts launch_device read */
+    memset(cai, 0, sizeof(cai));
+    dev = launch_device(p, device, stream, args, n, &refs, cai);
     if (!dev) return fallback(&refs, dev, adjoint);
     entry_t *e = NULL;
     for (int k = 0; k < NENT; k++)
@@ -981,6 +1255,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         param_t *pp = &p->p[i];
         PyObject *v = args[i], *t = TYPE(v);
         desc_t *desc = NULL;
+        int cai_state = 0;
         if (pp->kind == K_ARRAY) {
             if (t == T_ARRAY) desc = array_desc(pp, v, dev, &refs);
             else if (t == T_ARRAYCTYPE) desc = ctype_desc(pp, v, dev);
@@ -1032,6 +1307,9 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                     }
                 } else if (t == T_NDARRAY && !e->cuda && np_hit(pp, v, &fdesc[i])) {
                     desc = &fdesc[i];
+                } else if (e->cuda && t != T_NDARRAY && (cai_state = cai_desc(p, i, v, cai[i], dev, e, cur.stream,
+                                                                               &refs, &fdesc[i], &desc)) != 0) {
+                    if (cai_state < 0) return fallback(&refs, dev, adjoint);
                 } else {
                     /* numpy misses, CAI objects...: the Python packer; array subclasses take the
                        Python path (its version bump covers them) */

@@ -44,7 +44,7 @@ import threading
 from . import build, modules
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
-           "numpy_off", "stats", "error"]
+           "numpy_off", "forget_types", "cai_decision", "stats", "error"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
@@ -62,10 +62,10 @@ _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", 
               "PyEval_RestoreThread", "PyCFunction_NewEx", "PyUnicode_InternFromString",
               "PyLong_AsUnsignedLongLong", "PyUnicode_AsUTF8AndSize",
               "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>",
-              "<str>")
+              "<str>", "<dict>")
 _OBJS = {"<None>": None, "<True>": True, "<False>": False, "<NotImplemented>": NotImplemented, "<float>": float,
          "<int>": int, "<bool>": bool, "<tuple>": tuple, "<list>": list,
-         "<str>": str}
+         "<str>": str, "<dict>": dict}
 
 _lock = threading.Lock()
 _state: dict = {}      # "lib", "fn" (the launch function) once loaded; "error" when it cannot be
@@ -118,8 +118,14 @@ def _build():
     lib.tg_fl_set_max_size.restype = None
     lib.tg_fl_set_ndarray.argtypes = [_P]
     lib.tg_fl_set_ndarray.restype = None
-    lib.tg_fl_set_cuda.argtypes = [_P, _V, _V, _V]
+    lib.tg_fl_set_cuda.argtypes = [_P, _V, _V, _V, _V]
     lib.tg_fl_set_cuda.restype = None
+    lib.tg_fl_set_cai.argtypes = [_P]
+    lib.tg_fl_set_cai.restype = None
+    lib.tg_fl_forget_types.argtypes = []
+    lib.tg_fl_forget_types.restype = None
+    lib.tg_fl_cai_decision.argtypes = [_P, ctypes.c_ulonglong, ctypes.c_int]
+    lib.tg_fl_cai_decision.restype = ctypes.c_int
     lib.tg_fl_current_context.argtypes = []
     lib.tg_fl_current_context.restype = _V
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
@@ -154,7 +160,10 @@ def load(objects: dict, max_size: int):
             (``launch._infer_device``); optionally ``record`` (``fn(kernel, dim, inputs, outputs,
             device, stream, block_dim, max_blocks)``, called under a recording tape after the
             arguments are packed and before the kernel runs; without it such launches take the
-            Python path).
+            Python path); optionally ``cai_kind`` (``fn(obj) -> 0, 1 or 2``, ``launch._cai_kind``:
+            whether objects of ``type(obj)`` take the helper's ``__cuda_array_interface__`` path,
+            and whether their data pointer may decide the launch device; without it they are
+            packed by the Python packers).
         max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
     """
     with _lock:
@@ -170,6 +179,8 @@ def load(objects: dict, max_size: int):
                               o["capture"], o["active_tape"], o["get_device"], o["infer_device"], int(max_size))
         if o.get("record") is not None:
             lib.tg_fl_set_recorder(o["record"])
+        if o.get("cai_kind") is not None:
+            lib.tg_fl_set_cai(o["cai_kind"])
         import numpy as np
         lib.tg_fl_set_scalar_types((np.float16, np.float32, np.float64),
                                    (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
@@ -272,11 +283,12 @@ def _cuda_ready(lib) -> bool:
             from .cuda.stream import Stream
             cu = ctypes.CDLL("libcuda.so.1")
             launch, current, set_current = cu.cuLaunchKernel, cu.cuCtxGetCurrent, cu.cuCtxSetCurrent
+            attrs = cu.cuPointerGetAttributes   # CUDA >= 7: the device of a CAI object's pointer
         except (OSError, AttributeError, ImportError):
             ok = False
         else:
             lib.tg_fl_set_cuda(Stream, ctypes.cast(launch, _V).value, ctypes.cast(current, _V).value,
-                               ctypes.cast(set_current, _V).value)
+                               ctypes.cast(set_current, _V).value, ctypes.cast(attrs, _V).value)
             _state["libcuda"] = cu
             ok = True
         _state["cuda"] = ok
@@ -314,6 +326,36 @@ def _register_foreign(lib, cls, keys, ptr, stream_of):
         def stream_of(ordinal):
             return -1   # never ordered: the Python path
     lib.tg_fl_register_foreign(cls, *names, methods, ptr, stream_of)
+
+
+def forget_types() -> None:
+    """Forget which foreign types take the helper's ``__cuda_array_interface__`` path (a launch
+    adapter or a device accessor was registered: ``launch._cai_kind`` may answer otherwise now);
+    the layouts cached for them are dropped too."""
+    lib = _state.get("lib")
+    if lib is not None:
+        lib.tg_fl_forget_types()
+
+
+_DECISIONS = ("native", "packer", "fallback")
+
+
+def cai_decision(iface, current_stream: int, blocking: bool) -> str:
+    """What the helper does with a ``__cuda_array_interface__`` dict ``iface`` of an object on a
+    CUDA launch whose device's current tapegrad stream has handle ``current_stream`` (blocking
+    or not): ``"native"`` (its cached layout, only the pointer read), ``"packer"`` (a dict it
+    does not read itself: the Python packer, called from C, as for other objects) or
+    ``"fallback"`` (the stream needs an event wait or is refused: the whole launch takes the
+    Python path). The same C code decides real launches; tests compare it with
+    ``protocols.cai_stream`` and ``protocols.foreign_stream_ordered``.
+
+    Raises:
+        RuntimeError: the helper is not loaded.
+    """
+    lib = _state.get("lib")
+    if lib is None:
+        raise RuntimeError(f"the native launch helper is not loaded ({error()})")
+    return _DECISIONS[lib.tg_fl_cai_decision(iface, int(current_stream), int(bool(blocking)))]
 
 
 def invalidate() -> None:

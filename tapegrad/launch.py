@@ -61,6 +61,7 @@ def register_launch_adapter(cls, fn):
     _ADAPTERS[cls] = fn
     if issubclass(np.ndarray, cls):
         fastlaunch.numpy_off()   # the adapter decides numpy descriptors now: not the helper's cache
+    fastlaunch.forget_types()    # a CAI type the helper caches may be the adapter's now
 
 
 def _adapter_for(obj):
@@ -314,7 +315,7 @@ def _native_plan(kernel, packers, written):
         _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
                                      device=Device, config=config, capture=vars(cpu_capture),
                                      active_tape=active_tape, get_device=get_device, infer_device=_infer_device,
-                                     record=_record_launch),
+                                     record=_record_launch, cai_kind=_cai_kind),
                                 NARROW_LAUNCH_SIZE)
         if _fast is not None:
             _listen_for_build_changes()
@@ -449,6 +450,7 @@ def register_device_of(cls, fn):
     """Let ``launch`` read the device of ``cls`` instances passed directly with ``fn(obj) -> Device``
     (a framework's own cheap accessor) instead of the generic attribute probing."""
     _DEVICE_OF[cls] = fn
+    fastlaunch.forget_types()   # the native helper's _cai_kind answers may change
 
 
 def _foreign_device(a):
@@ -456,6 +458,17 @@ def _foreign_device(a):
     fn = _DEVICE_OF.get(a.__class__)
     if fn is not None:
         return fn(a)
+    d = _declared_device(a)
+    if d is not None:
+        return d
+    if hasattr(a, "__cuda_array_interface__"):
+        return pointer_device(a.__cuda_array_interface__["data"][0])
+    return None
+
+
+def _declared_device(a):
+    """The device ``a`` names itself (a numpy array, a ``device`` attribute of torch's or
+    paddle's kind, ``__array_interface__``), or None (a CAI object's comes from its pointer)."""
     if isinstance(a, np.ndarray):
         return get_device("cpu")
     d = getattr(a, "device", None)
@@ -468,9 +481,30 @@ def _foreign_device(a):
         return get_device("cpu" if d == "cpu" else "cuda:" + d[4:])
     if hasattr(a, "__array_interface__"):
         return get_device("cpu")
-    if hasattr(a, "__cuda_array_interface__"):
-        return pointer_device(a.__cuda_array_interface__["data"][0])
     return None
+
+
+def _cai_kind(obj) -> int:
+    """How the native helper treats objects of ``type(obj)`` passed for an array parameter on
+    CUDA (it asks once per exact type, with the first object it meets):
+
+    0: not its CAI path (tapegrad arrays, numpy arrays, types a launch adapter packs, objects
+       without ``__cuda_array_interface__``): the Python packer, called from C, as before.
+    1: the Python packer reads ``__cuda_array_interface__`` (``_foreign_desc``) and a launch
+       with no tapegrad array takes its device from the data pointer (``_foreign_device``):
+       the helper caches the packer's descriptor per layout and may infer the device from the
+       pointer's (the driver's ordinal of device memory, as the packer's layout was cached).
+    2: as 1, but the device comes from elsewhere (a ``device`` attribute, a registered
+       accessor): the helper takes it only when the launch's other arguments fix the device.
+    """
+    try:
+        if isinstance(obj, (array, ArrayCtype, np.ndarray)) or _adapter_for(obj) is not None:
+            return 0
+        if not hasattr(obj, "__cuda_array_interface__"):
+            return 0
+        return 1 if obj.__class__ not in _DEVICE_OF and _declared_device(obj) is None else 2
+    except Exception:  # noqa: BLE001  an object whose attributes raise: the packer (and its error)
+        return 0
 
 
 def _adjoint_values(kernel, args, adj_args, device):
