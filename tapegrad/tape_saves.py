@@ -32,6 +32,7 @@ from . import memory_ops
 from .array import array
 from .cuda.stream import ScopedStream
 from .lang.adjoint import active
+from .lang.direct import register_fact
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
 from .types import ArrayType, StructType
@@ -195,11 +196,34 @@ def distinct_array_reads(kernel):
         ts = kernel.arg_types
         if any(isinstance(t, StructType) for t in ts):
             found = None
+        elif hasattr(kernel, "fact"):   # a Kernel: stored in its direct-cache manifest, no lowering
+            names = kernel.arg_names
+            found = tuple((i, ArrayReads(bool(b), bool(a), bool(w), names[i]))
+                          for i, b, a, w in kernel.fact(_DISTINCT_FACT))
         else:
-            groups = tuple(i if isinstance(t, ArrayType) else None for i, t in enumerate(ts))
-            found = tuple((i, r) for i, r in enumerate(_reads_of_groups(kernel, groups)) if r is not None)
+            found = tuple((i, r) for i, r in enumerate(_reads_of_groups(kernel, _distinct_groups(ts)))
+                          if r is not None)
         per_kernel["distinct"] = found
     return found
+
+
+def _distinct_groups(ts) -> tuple:
+    return tuple(i if isinstance(t, ArrayType) else None for i, t in enumerate(ts))
+
+
+def _distinct_fact(kernel, ir):
+    """The direct-cache fact behind ``distinct_array_reads``: ``[[index, before, after, writes],
+    ...]`` per array parameter (None for a kernel with a struct parameter, never asked)."""
+    ts = kernel.arg_types
+    if any(isinstance(t, StructType) for t in ts):
+        return None
+    groups = _distinct_groups(ts)
+    by_group = _group_reads(ir, groups)
+    return [[i, *map(bool, by_group.get(g, (False, False, False)))] for i, g in enumerate(groups) if g is not None]
+
+
+_DISTINCT_FACT = "tape_distinct_reads"
+register_fact(_DISTINCT_FACT, _distinct_fact)
 
 
 def _per_kernel(kernel) -> dict:

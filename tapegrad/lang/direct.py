@@ -32,7 +32,8 @@ from ..errors import KernelError
 from ..version import __version__
 from . import depends
 
-__all__ = ["Facts", "Manifest", "key_of", "lookup", "store", "compiler_identity", "replay_warnings"]
+__all__ = ["Facts", "Manifest", "FACT_RULES", "register_fact", "key_of", "lookup", "store", "compiler_identity",
+           "replay_warnings"]
 
 _FORMAT = "tapegrad-direct 1"
 
@@ -47,6 +48,18 @@ class Facts:
     lanes: int
 
 
+# name -> rule(kernel, ir) -> a JSON value: what higher layers read from a kernel's IR, computed
+# when the manifest is written and stored in it, so a cached kernel answers without lowering
+# (``register_fact``; the tape's in-place analysis registers one)
+FACT_RULES: dict = {}
+
+
+def register_fact(name: str, rule) -> None:
+    """Register ``rule(kernel, ir) -> value`` (JSON-serialisable, deterministic in the IR) as the
+    fact ``name``: stored in every manifest written from now on, read back by ``Kernel.fact``."""
+    FACT_RULES[name] = rule
+
+
 @dataclass(frozen=True)
 class Manifest:
     """A verified manifest: the C++ digest naming the binary, the facts, the compile warnings."""
@@ -54,6 +67,7 @@ class Manifest:
     source_digest: str
     facts: Facts
     warnings: tuple
+    extra: dict = None      # FACT_RULES name -> value, as stored
 
 
 _identity = None
@@ -140,14 +154,15 @@ def lookup(kernel) -> Manifest | None:
         f = m["facts"]
         facts = Facts(tuple((bool(r), bool(w)) for r, w in f["access"]), int(f["tid_ndim"]), int(f["lanes"]))
         digest, warns = str(m["source_digest"]), tuple((str(c), str(t)) for c, t in m["warnings"])
+        extra = dict(m.get("extra", {}))
     except (ValueError, KeyError, TypeError, IndexError):
         return None
     if not depends.verify(kernel.func, deps):
         return None
-    return Manifest(digest, facts, warns)
+    return Manifest(digest, facts, warns, extra)
 
 
-def store(kernel, record: depends.Record, source_digest: str, facts: Facts) -> bool:
+def store(kernel, record: depends.Record, source_digest: str, facts: Facts, extra: dict) -> bool:
     """Write the manifest of a kernel just lowered and built (nothing when its lowering read a
     value the cache cannot fingerprint). Returns whether one was written; a failure to write
     (a full disk...) only costs the next process a lowering."""
@@ -158,7 +173,7 @@ def store(kernel, record: depends.Record, source_digest: str, facts: Facts) -> b
         return False
     m = {"format": _FORMAT, "key": key, "kernel": kernel.key, "source_digest": source_digest,
          "facts": {"access": [list(a) for a in facts.access], "tid_ndim": facts.tid_ndim, "lanes": facts.lanes},
-         "warnings": [list(w) for w in record.warnings],
+         "warnings": [list(w) for w in record.warnings], "extra": extra,
          "deps": [[k, s, list(c), list(a) if a is not None else None, f] for k, s, c, a, f in record.deps]}
     try:
         build.write_entry(_path(kernel, key), json.dumps(m, separators=(",", ":")).encode())

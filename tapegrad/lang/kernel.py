@@ -359,9 +359,24 @@ class Kernel:
     def remember_build(self, source: str) -> None:
         """Write the direct-cache manifest after this kernel's default build from ``source``
         (``load_kernels`` calls it), so a fresh process loads the binary without lowering."""
-        if self._record is not None and not self._manifest:
-            if direct.store(self, self._record, build.source_digest(source), self._facts):
-                self._manifest = direct.Manifest(build.source_digest(source), self._facts, self._record.warnings)
+        if self._record is not None and self._record.reason is None and not self._manifest:
+            extra = {name: rule(self, self._ir) for name, rule in list(direct.FACT_RULES.items())}
+            digest = build.source_digest(source)
+            if direct.store(self, self._record, digest, self._facts, extra):
+                self._manifest = direct.Manifest(digest, self._facts, self._record.warnings, extra)
+
+    def fact(self, name: str):
+        """A registered IR fact (``direct.register_fact``): from the direct cache's manifest when
+        the kernel was loaded through it, else computed from the IR (lowering it if needed).
+
+        Raises:
+            KeyError: no fact ``name`` is registered.
+        """
+        rule = direct.FACT_RULES[name]
+        m = self._manifest
+        if m and m.extra is not None and name in m.extra:
+            return m.extra[name]
+        return rule(self, self.ir)
 
     def memoize_module(self, device, module, variant=emit.DEFAULT) -> None:
         """Remember the loaded ``module`` of ``variant`` for ``device`` (``load_kernels`` calls it)."""

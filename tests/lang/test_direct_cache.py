@@ -385,7 +385,8 @@ def run():
 def test_tape_and_launch_checks_in_a_cached_process(tmp_path):
     first = _run(tmp_path, TAPE_AND_TID)
     second = _run(tmp_path, TAPE_AND_TID)
-    assert second["lowered"][1] is False   # the tape lowers sq (its adjoint reads); grid loads directly
+    # the tape's in-place analysis of sq comes from the manifest too (Kernel.fact): nothing lowers
+    assert second["lowered"] == [False, False]
     for out in (first, second):
         grad, g, err = out["out"]
         np.testing.assert_allclose(grad, [6.0, 12.0, 18.0])
@@ -451,3 +452,49 @@ def test_cuda_second_process_loads_the_image_without_lowering(tmp_path):
     assert first["lowered"] == [True] and first["out"] == want
     second = _run(tmp_path, CUDA_KERNEL)
     assert second["lowered"] == [False] and second["out"] == want
+
+
+INPLACE = """
+import numpy as np
+import tapegrad as tg
+
+@tg.kernel
+def square_in_place(x: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    x[i] = x[i] * x[i]
+
+@tg.kernel
+def axpy_in_place(x: tg.array(dtype=tg.float64), v: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    x[i] = x[i] + 0.5 * v[i]
+
+KERNELS = [square_in_place, axpy_in_place]
+
+def run():
+    x = tg.array(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    v = tg.array(np.array([1.0, 1.0, 1.0]), requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(square_in_place, 3, inputs=[x])
+        tg.launch(axpy_in_place, 3, inputs=[x, v])
+        tg.launch(square_in_place, 3, inputs=[x])
+    tape.backward(grads={x: tg.array(np.ones(3))})
+    return [x.grad.numpy().tolist(), v.grad.numpy().tolist(), len(tape._saves)]
+"""
+
+
+def test_in_place_gradients_from_a_cached_process_are_exact(tmp_path):
+    """The tape's in-place analysis (what to save before an overwrite) comes from the manifest
+    in a cached process: same saves, same exact gradients, nothing lowered."""
+    x0 = np.array([1.0, 2.0, 3.0])
+    y = x0 ** 2 + 0.5
+    want_x = 2 * y * 2 * x0          # d/dx0 of (x0^2 + 0.5)^2
+    want_v = 2 * y * 0.5
+    first = _run(tmp_path, INPLACE)
+    second = _run(tmp_path, INPLACE)
+    assert second["lowered"] == [False, False]
+    for out in (first, second):
+        gx, gv, saves = out["out"]
+        np.testing.assert_allclose(gx, want_x)
+        np.testing.assert_allclose(gv, want_v)
+    assert second["out"][2] == first["out"][2]
