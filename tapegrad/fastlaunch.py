@@ -21,11 +21,27 @@ Whatever it does not take (an open CPU capture, debug builds, a wrong dtype
 or count, a read-only array written, a scalar out of range, an unknown object, a kernel
 without a backward...) makes it return ``NotImplemented`` without side
 effects, and ``launch`` runs its Python path, which stays the source of every error message. Vector, matrix and struct
-arguments, numpy arrays and ``__cuda_array_interface__`` objects are packed by the Python
-packers, called from C. Foreign tensor types whose bridge registers a layout source
-(``register_foreign``: torch) get their layout cached per parameter, keyed by the values of
-the registered attributes (dtype, shape, strides, device; never by pointer), and only the
-data pointer is read per launch.
+arguments and other unknown objects are packed by the Python packers, called from C. numpy
+arrays (CPU) are read from numpy's struct, their descriptors cached per layout. Foreign tensor
+types whose bridge registers a layout source (``register_foreign``: torch) get their layout
+cached per parameter, keyed by the values of the registered attributes (dtype, shape,
+strides, device; never by pointer), and only the data pointer is read per launch.
+
+``__cuda_array_interface__`` objects (CuPy, Numba, any CAI v3 producer) on a CUDA launch need
+no registration: ``launch._cai_kind`` says once per exact type whether the Python packer would
+read the interface (not a type a launch adapter packs); the helper then reads the CAI dict
+itself (one attribute get per launch) and caches the packer's descriptor per parameter, keyed
+by (exact type, typestr, shape, strides, read-only flag, launch device) compared with ``==``;
+per launch only the pointer changes. The CAI v3 stream rule is ``protocols.cai_stream`` and
+``foreign_stream_ordered``: where the Python path would wait for the producer's stream with an
+event (or refuse the handle), the helper returns ``NotImplemented``, so the Python path does
+it. A launch that no tapegrad array, ``device=`` or ``stream=`` places takes its device from a
+CAI pointer only for types whose device ``launch._infer_device`` reads from the pointer, and
+only when the driver's ordinal of that (plain device) memory matches a cached layout made for
+that device; else it asks ``_infer_device``. Masks, offsets and other unusual dicts go to the
+Python packer; a read-only object passed to a written parameter, to the Python path (its
+error). ``forget_types`` drops the per-type answers and the layouts (a launch adapter or a
+device accessor was registered); ``cai_decision`` gives the C rule's answer for a dict.
 
 The helper needs no ``Python.h`` and no CUDA header: the C-API functions arrive as a table of
 addresses from ``ctypes.pythonapi``, the driver's entry points as addresses from ctypes. It is

@@ -502,9 +502,15 @@ def _cai_kind(obj) -> int:
             return 0
         if not hasattr(obj, "__cuda_array_interface__"):
             return 0
-        return 1 if obj.__class__ not in _DEVICE_OF and _declared_device(obj) is None else 2
     except Exception:  # noqa: BLE001  an object whose attributes raise: the packer (and its error)
         return 0
+    if obj.__class__ in _DEVICE_OF:
+        return 2
+    try:
+        declared = _declared_device(obj) is not None
+    except Exception:  # noqa: BLE001  it names a device that does not resolve: never the pointer's
+        declared = True
+    return 2 if declared else 1
 
 
 def _adjoint_values(kernel, args, adj_args, device):
