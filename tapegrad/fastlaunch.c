@@ -1098,10 +1098,16 @@ static int cai_desc(plan_t *p, int i, PyObject *v, PyObject *d, PyObject *dev, e
     PyObject *key[3] = {c.typestr, c.shape, c.strides};
     for (int k = 0; k < 3; k++) api.incref(key[k]);
     PyObject *r = NULL;
+    unsigned long long ep = cai_epoch;
     desc_t *dd = (desc_t *)py_pack(p, i, v, dev, refs, &r);
     if (!dd || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
         for (int k = 0; k < 3; k++) api.decref(key[k]);
         return -1;
+    }
+    if (ep != cai_epoch) {      /* the packer's code registered an adapter: ask about the type again */
+        for (int k = 0; k < 3; k++) api.decref(key[k]);
+        *out = dd;
+        return 1;
     }
     lay = &pp->cai_lay[pp->cai_next];
     pp->cai_next = (pp->cai_next + 1) % NLAY;
@@ -1311,8 +1317,8 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                                                                                &refs, &fdesc[i], &desc)) != 0) {
                     if (cai_state < 0) return fallback(&refs, dev, adjoint);
                 } else {
-                    /* numpy misses, CAI objects...: the Python packer; array subclasses take the
-                       Python path (its version bump covers them) */
+                    /* numpy misses, CAI dicts the helper does not read, other objects: the Python
+                       packer; array subclasses take the Python path (its version bump covers them) */
                     int sub = api.isinstance(v, T_ARRAY);
                     if (sub != 0) { api.err_clear(); return fallback(&refs, dev, adjoint); }
                     PyObject *r = NULL;

@@ -458,6 +458,8 @@ def _foreign_device(a):
     fn = _DEVICE_OF.get(a.__class__)
     if fn is not None:
         return fn(a)
+    if isinstance(a, np.ndarray):   # before the call below: CPU launches with numpy arrays ask per launch
+        return get_device("cpu")
     d = _declared_device(a)
     if d is not None:
         return d
@@ -467,10 +469,9 @@ def _foreign_device(a):
 
 
 def _declared_device(a):
-    """The device ``a`` names itself (a numpy array, a ``device`` attribute of torch's or
-    paddle's kind, ``__array_interface__``), or None (a CAI object's comes from its pointer)."""
-    if isinstance(a, np.ndarray):
-        return get_device("cpu")
+    """The device a foreign object other than a numpy array names itself (a ``device``
+    attribute of torch's or paddle's kind, ``__array_interface__``), or None (a CAI object's
+    comes from its pointer)."""
     d = getattr(a, "device", None)
     kind = getattr(d, "type", None)          # torch.device and similar
     if kind == "cpu":

@@ -100,12 +100,12 @@ def compare_errors(fn):
 def host(a):
     if isinstance(a, tg.array):
         return a.numpy()
+    if type(a).__module__.startswith("torch"):
+        return a.detach().cpu().numpy()
     if hasattr(a, "copy_to_host"):      # numba
         return a.copy_to_host()
     if hasattr(a, "get"):               # cupy
         return a.get()
-    if type(a).__module__.startswith("torch"):
-        return a.detach().cpu().numpy()
     return np.asarray(a)
 
 
