@@ -217,14 +217,22 @@ class TorchAdapter(FrameworkAdapter):
         if g is not None:
             t.grad = g
 
+    _ordered = (None, None, None)   # (device, tapegrad stream, torch stream handle) last found ordered
+
     def on_use(self, t, device):
         # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
-        # freeing t does not let torch reuse the block before that stream has passed
-        # _raw_stream inline: on_use runs per CUDA tensor of every conversion (return_ctype)
+        # freeing t does not let torch reuse the block before that stream has passed.
+        # It runs per CUDA tensor of every conversion (return_ctype): the raw handle inline, and
+        # the pair of streams last found ordered remembered (a stream's handle never changes)
         ordinal = device.ordinal
-        s, handle = unordered_handle(device, _raw_stream(ordinal) if _raw_stream is not None
-                                     else current_stream_handle(ordinal))
-        if handle is not None:
+        h = _raw_stream(ordinal) if _raw_stream is not None else current_stream_handle(ordinal)
+        d, ts, th = self._ordered
+        if d is device and th == h and ts is device.stream:
+            return
+        s, handle = unordered_handle(device, h)
+        if handle is None:
+            self._ordered = (device, s, h)
+        else:
             t.record_stream(_torch_stream(s))
 
 
