@@ -534,7 +534,8 @@ def test_debug_mode_builds_take_the_python_path(device):
     np.testing.assert_array_equal(y.numpy(), 5.0)
 
 
-def _compare_errors(launch):
+def compare_errors(launch):
+    """The launch falls back, and raises what the Python path raises."""
     with counted(fallback=1):
         ef = error_of(launch)
     with python_path():
@@ -547,23 +548,23 @@ def test_errors_are_the_python_paths(device):
     a, b, c = (tg.zeros(3, device=device) for _ in range(3))
     i32 = tg.zeros(3, dtype=tg.int32, device=device)
     tg.launch(k_add3, 3, inputs=[a, b], outputs=[c])
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, i32], outputs=[c]))
+    t, msg = compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, i32], outputs=[c]))
     assert t is TypeError and "argument 1 ('b')" in msg and "int32" in msg
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, b], outputs=[]))
+    t, msg = compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, b], outputs=[]))
     assert t is TypeError and "takes 3 arguments" in msg
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, tg.zeros((3, 1), device=device)],
+    t, msg = compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, tg.zeros((3, 1), device=device)],
                                                outputs=[c]))
     assert t is TypeError and "1-D" in msg
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, None], outputs=[c]))
+    t, msg = compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, None], outputs=[c]))
     assert t is TypeError and "None" in msg
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, -1, inputs=[a, b], outputs=[c]))
+    t, msg = compare_errors(lambda: tg.launch(k_add3, -1, inputs=[a, b], outputs=[c]))
     assert t is ValueError
-    t, msg = _compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, b], outputs=[np.zeros(3, np.float64)],
+    t, msg = compare_errors(lambda: tg.launch(k_add3, 3, inputs=[a, b], outputs=[np.zeros(3, np.float64)],
                                                device="cpu"))
     # on the CPU the float64 numpy output is the wrong dtype; CUDA inputs mismatch the device first
     assert t is (TypeError if device == "cpu" else RuntimeError)
     out = tg.zeros(11, dtype=tg.float64, device=device)
-    t, msg = _compare_errors(lambda: tg.launch(k_scalars, 1, inputs=[out, "x", 1.0, 1, 2, 3, 4, 5, 6, 7, 8, True]))
+    t, msg = compare_errors(lambda: tg.launch(k_scalars, 1, inputs=[out, "x", 1.0, 1, 2, 3, 4, 5, 6, 7, 8, True]))
     assert t is TypeError and "argument 1 ('f32')" in msg
 
 
@@ -572,7 +573,7 @@ def test_read_only_write_raises_and_leaves_the_version(device):
     ro = tg.array(np.zeros(3, np.float32), device=device, readonly=True)
     tg.launch(k_copy1, 3, inputs=[a], outputs=[tg.zeros(3, device=device)])
     v = ro.version
-    t, msg = _compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[a], outputs=[ro]))
+    t, msg = compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[a], outputs=[ro]))
     assert t is RuntimeError and "read-only" in msg
     assert ro.version == v
     np.testing.assert_array_equal(ro.numpy(), 0.0)
@@ -697,7 +698,7 @@ def test_torch_tensor_on_another_device_is_the_python_paths_error():
     x = torch.zeros(3, device="cuda:0")
     y = torch.zeros(3, device="cuda:0")
     tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cuda:0")
-    t, msg = _compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[torch.zeros(3)], outputs=[y], device="cuda:0"))
+    t, msg = compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[torch.zeros(3)], outputs=[y], device="cuda:0"))
     assert "device" in msg
 
 
@@ -769,10 +770,10 @@ def test_numpy_layout_cache_is_never_stale():
         np.testing.assert_array_equal(run(buf[::4], 4), np.arange(0, 16, 4) + 4000)  # same shape, other strides
         np.testing.assert_array_equal(run(buf[:4], 4), np.arange(4) + 4000)
     as_int = buf.view(np.int32)[:4]                                                   # same pointer, other dtype
-    t, msg = _compare_errors(lambda: run(as_int, 4))
+    t, msg = compare_errors(lambda: run(as_int, 4))
     assert issubclass(t, TypeError) and "int32" in msg
     as_f64 = np.zeros(4, np.float64)
-    t, msg = _compare_errors(lambda: run(as_f64, 4))
+    t, msg = compare_errors(lambda: run(as_f64, 4))
     assert issubclass(t, TypeError)
     for rep in range(2):   # more layouts than a parameter remembers, in turn
         for n in (1, 2, 3, 5, 6, 7):
@@ -786,7 +787,7 @@ def test_numpy_read_only_written_is_the_python_paths_error():
     with counted(fast=1):
         tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu")
     y.flags.writeable = False        # the same layout, now read-only
-    t, msg = _compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu"))
+    t, msg = compare_errors(lambda: tg.launch(k_copy1, 3, inputs=[x], outputs=[y], device="cpu"))
     assert t is RuntimeError and "read-only" in msg
     np.testing.assert_array_equal(y, 3.0)
 
@@ -796,7 +797,7 @@ def test_numpy_component_dims_for_vector_parameters():
     f, s = both(k_vec_arrays, 4, lambda: [x, np.zeros((4, 3), np.float32)], 1, device="cpu")
     same(f, s)
     np.testing.assert_array_equal(f[1], 2 * x)
-    t, msg = _compare_errors(lambda: tg.launch(k_vec_arrays, 4, inputs=[x[:, :2], np.zeros((4, 3), np.float32)],
+    t, msg = compare_errors(lambda: tg.launch(k_vec_arrays, 4, inputs=[x[:, :2], np.zeros((4, 3), np.float32)],
                                                device="cpu"))
     assert issubclass(t, (TypeError, RuntimeError))
 

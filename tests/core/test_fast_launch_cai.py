@@ -23,6 +23,7 @@ from tapegrad import fastlaunch, protocols
 from tapegrad.launch import ArrayCtype, register_device_of, register_launch_adapter
 from tests.core.test_fast_launch import (  # noqa: F401
     both,
+    compare_errors,
     counted,
     error_of,
     k_copy1,
@@ -85,16 +86,6 @@ class RaisingCai:
     @property
     def __cuda_array_interface__(self):
         raise RuntimeError("no interface today")
-
-
-def compare_errors(fn):
-    """The launch falls back, and raises what the Python path raises."""
-    with counted(fallback=1):
-        ef = error_of(fn)
-    with python_path():
-        es = error_of(fn)
-    assert ef is not None and ef == es
-    return ef
 
 
 def host(a):
