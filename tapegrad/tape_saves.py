@@ -196,19 +196,12 @@ def distinct_array_reads(kernel):
         ts = kernel.arg_types
         if any(isinstance(t, StructType) for t in ts):
             found = None
-        elif hasattr(kernel, "fact"):   # a Kernel: stored in its direct-cache manifest, no lowering
+        else:   # a fact of the kernel: stored in its direct-cache manifest, so no lowering
             names = kernel.arg_names
             found = tuple((i, ArrayReads(bool(b), bool(a), bool(w), names[i]))
                           for i, b, a, w in kernel.fact(_DISTINCT_FACT))
-        else:
-            found = tuple((i, r) for i, r in enumerate(_reads_of_groups(kernel, _distinct_groups(ts)))
-                          if r is not None)
         per_kernel["distinct"] = found
     return found
-
-
-def _distinct_groups(ts) -> tuple:
-    return tuple(i if isinstance(t, ArrayType) else None for i, t in enumerate(ts))
 
 
 def _distinct_fact(kernel, ir):
@@ -217,7 +210,7 @@ def _distinct_fact(kernel, ir):
     ts = kernel.arg_types
     if any(isinstance(t, StructType) for t in ts):
         return None
-    groups = _distinct_groups(ts)
+    groups = tuple(i if isinstance(t, ArrayType) else None for i, t in enumerate(ts))
     by_group = _group_reads(ir, groups)
     return [[i, *map(bool, by_group.get(g, (False, False, False)))] for i, g in enumerate(groups) if g is not None]
 

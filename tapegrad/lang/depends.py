@@ -35,7 +35,7 @@ from ..types import ArrayType, MatrixType, ScalarType, StructType, VectorType
 from .builtins import Builtin
 from .values import adjoint, is_constant
 
-__all__ = ["Record", "recording", "replay", "note_value", "note_call", "note_warning", "uncacheable",
+__all__ = ["Record", "recording", "replay", "note_value", "note_call", "note_warning",
            "fingerprint", "type_fingerprint", "file_digest", "source_fingerprint", "register_fingerprint",
            "scope_id", "verify"]
 
@@ -142,13 +142,6 @@ def note_warning(warning: Warning) -> None:
     top = _top()
     if top is not None:
         top.warnings.append((type(warning).__name__, str(warning)))
-
-
-def uncacheable(reason: str) -> None:
-    """Mark the open recording as not reusable."""
-    top = _top()
-    if top is not None:
-        top.fail(reason)
 
 
 # ------------------------------------------------------------------------------ fingerprints

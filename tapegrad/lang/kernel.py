@@ -73,7 +73,6 @@ class Kernel:
         self._wide_ir = None        # the wide variant's IR (int64 tid()), lowered on first wide launch
         self._arg_names = None
         self._arg_types = None
-        self._arg_access = None
         self._facts = None          # direct.Facts: from the IR, or from the direct cache's manifest
         self._record = None         # depends.Record of the default lowering (written to the manifest)
         self._manifest = None       # direct.Manifest found in the cache (False: looked, none)
@@ -179,7 +178,6 @@ class Kernel:
             facts = direct.Facts(tuple(ir.param_access), ir.tid_ndim, plan.lanes if plan is not None else 1)
             self._arg_names = names
             self._arg_types = types
-            self._arg_access = list(facts.access)
             if self._facts is None:
                 self._facts = facts
             self._ir = ir
