@@ -33,6 +33,7 @@ import numpy as np
 
 from ..types import ArrayType, MatrixType, ScalarType, StructType, VectorType
 from .builtins import Builtin
+from .signature import captured, lines_digest
 from .values import adjoint, is_constant
 
 __all__ = ["Record", "recording", "replay", "note_value", "note_call", "note_warning",
@@ -177,30 +178,22 @@ def digest(*parts) -> str:
     return h.hexdigest()
 
 
-_files: dict = {}   # file name -> (linecache's list of its lines, their digest)
-
-
 def file_digest(file: str) -> str | None:
-    """The digest of a source file's text as ``linecache`` holds it (what lowering reads: a
-    function's source is cut from it), computed once per file and process; None if unreadable.
-    Fingerprints use the whole file, which costs no parse (an edit anywhere in it makes its
-    kernels lower once more)."""
+    """The digest of a source file's text as ``linecache`` holds it now, computed once per
+    version of the file and process; None if unreadable. (Kernels and helpers key on the text
+    captured when they were decorated: ``source_fingerprint``.)"""
     lines = linecache.getlines(file)
-    if not lines:
-        return None
-    hit = _files.get(file)
-    if hit is not None and hit[0] is lines:
-        return hit[1]
-    d = hashlib.sha256("".join(lines).encode()).hexdigest()
-    _files[file] = (lines, d)
-    return d
+    return lines_digest(lines) if lines else None
 
 
 def source_fingerprint(pyfunc) -> str | None:
-    """A function's file, the digest of the file's text, its first line and qualified name."""
+    """A function's file, the digest of the file's text captured at decoration (what lowering
+    parses: ``signature.capture_source``), its first line and qualified name; None if
+    unreadable. Fingerprints use the whole file, which costs no parse (an edit anywhere in it
+    makes its kernels lower once more)."""
     code = pyfunc.__code__
-    d = file_digest(code.co_filename)
-    return None if d is None else f"{code.co_filename}:{d}:{code.co_firstlineno}:{pyfunc.__qualname__}"
+    cap = captured(pyfunc)
+    return None if cap is None else f"{code.co_filename}:{cap.digest}:{code.co_firstlineno}:{pyfunc.__qualname__}"
 
 
 def type_fingerprint(t) -> str | None:

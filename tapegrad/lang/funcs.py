@@ -17,7 +17,7 @@ from . import depends
 from .expressions import register_callable
 from .ir import FunctionIR, Var, c_identifier
 from .lower import Target, lower
-from .signature import annotations, resolve_type, short_hash, where
+from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .structs import tuple_struct
 from .typeutil import is_array, is_scalar, type_name
 from .values import Lit, default_type
@@ -167,6 +167,7 @@ def func(f=None, *, module=None):
         A ``Func`` callable from kernels and from Python.
     """
     def wrap(fn):
+        capture_source(fn)   # lowering is lazy: it parses the file's text as it is now
         key = (fn.__module__, fn.__qualname__)
         existing = Func._registry.get(key)
         if existing is not None and _distinct_signature(existing, fn):
@@ -202,6 +203,7 @@ def func_grad(f):
         raise TypeError(f"func_grad expects a @tg.func, got {f!r}")
 
     def wrap(g):
+        capture_source(g)
         try:
             want = [a for _, a in annotations(g, "custom adjoint")[0]]
         except KernelError:

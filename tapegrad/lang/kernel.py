@@ -22,7 +22,7 @@ from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
 from .lower import Target, lower
 from .options import add_options_listener, module_options
-from .signature import annotations, resolve_type, short_hash, where
+from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .typeutil import type_name
 
 # Lowering and code generation run under one lock: they are pure Python (the GIL admits one
@@ -58,6 +58,8 @@ class Kernel:
 
     def __init__(self, func, enable_backward=True, key=None, arg_types=None):
         self.func = func
+        # the file's text now: lowering (lazy) parses this, not what the file holds by then
+        capture_source(func)
         self._forced = None if arg_types is None else tuple(arg_types)   # a specialization's types
         self._params = None         # (names, annotated types) with None / array(Any) for generic ones
         self._specs: dict = {}      # argument types -> specialized Kernel (generic kernels)

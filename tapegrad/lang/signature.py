@@ -6,9 +6,10 @@ import ast
 import hashlib
 import inspect
 import linecache
-import os
 import textwrap
 import typing
+import weakref
+from dataclasses import dataclass
 
 from ..errors import KernelError
 from ..types import type_of
@@ -85,10 +86,81 @@ def resolve_type(pyfunc, what, name, ann, allow_generic=False):
         raise KernelError(f"{where(pyfunc)}: {what} '{pyfunc.__name__}': parameter '{name}': {e}") from None
 
 
-def _fast_source(fn):
-    """``textwrap.dedent(inspect.getsource(fn))`` without the tokenizer (whose regexes cost
-    milliseconds to compile in a fresh process, a large part of a cached kernel load), or None
-    when unsure (the caller then asks ``inspect``).
+@dataclass(frozen=True, eq=False)
+class CapturedSource:
+    """The text of a function's file as it was when the function was decorated: what lowering
+    parses and what the direct cache keys on, whatever happens to the file afterwards.
+
+    ``lines`` is ``linecache``'s list of the file's lines at decoration (shared by every
+    function of the file decorated before the file changed on disk: capturing costs one
+    ``stat``, the file is read once); ``digest`` (sha256 of the text) is computed on first use
+    and shared the same way."""
+
+    file: str
+    lines: list
+
+    @property
+    def digest(self) -> str:
+        return lines_digest(self.lines)
+
+
+_CAPTURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # function -> CapturedSource
+_DIGESTS: dict = {}   # id(lines) -> (lines, digest): the lines are kept alive, so the id is theirs
+
+
+def lines_digest(lines) -> str:
+    """sha256 hex digest of a file's text given as ``linecache``'s list of lines, computed once
+    per list."""
+    hit = _DIGESTS.get(id(lines))
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    d = hashlib.sha256("".join(lines).encode()).hexdigest()
+    if len(_DIGESTS) > 4096:
+        _DIGESTS.clear()
+    _DIGESTS[id(lines)] = (lines, d)
+    return d
+
+
+def capture_source(fn) -> CapturedSource | None:
+    """Remember the text of ``fn``'s file now (at decoration: ``@kernel``, ``@func``,
+    ``@func_grad``), so that a file saved by an editor after the import never changes what
+    runs. Idempotent; None when the file cannot be read (then ``source_of`` reads it when first
+    needed and fails with a clear error if it still cannot)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    try:
+        hit = _CAPTURED.get(fn)
+    except TypeError:   # not weak-referenceable
+        return None
+    if hit is not None:
+        return hit
+    file = code.co_filename
+    # checkcache: an entry linecache holds from before the file was last written (a module
+    # reloaded after an edit, a traceback printed earlier) is dropped and the file read anew
+    linecache.checkcache(file)
+    lines = linecache.getlines(file, getattr(fn, "__globals__", None))
+    if not lines:
+        return None
+    cap = CapturedSource(file, lines)
+    _CAPTURED[fn] = cap
+    return cap
+
+
+def captured(fn) -> CapturedSource | None:
+    """The source captured for ``fn`` at decoration, capturing it now if it was not."""
+    try:
+        hit = _CAPTURED.get(fn)
+    except TypeError:
+        return None
+    return hit if hit is not None else capture_source(fn)
+
+
+def _fast_source(fn, lines):
+    """``textwrap.dedent(inspect.getsource(fn))`` cut from ``lines`` (the file's captured text)
+    without the tokenizer (whose regexes cost milliseconds to compile in a fresh process, a
+    large part of a cached kernel load), or None when unsure (the caller then runs
+    ``inspect``'s block finder on the same lines).
 
     The candidate is the ``def`` (with its decorators) and the following lines up to the last
     code line before one indented no deeper than the ``def`` that can start a statement. It is
@@ -98,14 +170,7 @@ def _fast_source(fn):
     comment lines can precede such a line. Like ``inspect``'s block finder, trailing comment
     lines indented at least as deep as the body are kept.
     """
-    code = getattr(fn, "__code__", None)
-    if code is None or hasattr(fn, "__wrapped__"):
-        return None
-    file = code.co_filename
-    if not file.endswith(".py") or not os.path.isfile(file):
-        return None
-    linecache.checkcache(file)
-    lines = linecache.getlines(file, fn.__globals__)
+    code = fn.__code__
     first = code.co_firstlineno - 1
     if not 0 <= first < len(lines):
         return None
@@ -159,13 +224,26 @@ def _fast_source(fn):
 
 
 def source_of(fn):
-    """(dedented source, file, first line) of a Python function."""
-    src = _fast_source(fn)
-    if src is not None:
-        return src, fn.__code__.co_filename, fn.__code__.co_firstlineno
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError) as e:
-        raise KernelError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e} "
-                          "(kernels must be defined in a file, not typed into an interactive prompt)") from None
-    return textwrap.dedent(src), fn.__code__.co_filename, fn.__code__.co_firstlineno
+    """(dedented source, file, first line) of a Python function, cut from the text of its file
+    captured at decoration (``capture_source``).
+
+    Raises:
+        KernelError: the source cannot be read.
+    """
+    code = getattr(fn, "__code__", None)
+    cap = captured(fn)
+    if cap is None or code is None or hasattr(fn, "__wrapped__"):
+        try:
+            src = inspect.getsource(fn)
+        except (OSError, TypeError) as e:
+            raise KernelError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r}: {e} "
+                              "(kernels must be defined in a file, not typed into an interactive prompt)") from None
+        return textwrap.dedent(src), code.co_filename, code.co_firstlineno
+    src = _fast_source(fn, cap.lines)
+    if src is None:
+        first = code.co_firstlineno - 1
+        try:
+            src = textwrap.dedent("".join(inspect.getblock(cap.lines[first:])))
+        except (IndexError, SyntaxError, ValueError) as e:   # lines that no longer match the code
+            raise KernelError(f"cannot read the source of {fn.__qualname__!r} from {code.co_filename}: {e}") from None
+    return src, code.co_filename, code.co_firstlineno
