@@ -595,6 +595,10 @@ class array:
     def fill_(self, value):
         """Set every element to ``value`` (a scalar, or a vector/matrix value).
 
+        On a recording Tape, a fill of memory the tape has seen (an array a recorded operation
+        used, or a view of it) is recorded: its adjoint zeroes the gradient of the overwritten
+        elements, so nothing flows to the values it replaced.
+
         Raises:
             TypeError: ``value`` is not a number (or a vector/matrix of numbers) of the array's
                 component shape.
@@ -612,14 +616,24 @@ class array:
             if shape not in ((), inner):
                 raise TypeError(f"fill_(value): expected a number or a value of shape {inner} for an array of "
                                 f"{self.dtype!r}, got {value!r}")
+        tape = active_tape()
+        if tape is not None:     # part of the recorded program: its adjoint stops the gradient
+            tape.record_write(self, "fill_")
         memory_ops.fill(self, value)
         self._bump()
         return self
 
     def zero_(self):
-        """Set every element to zero."""
+        """Set every element to zero (recorded on a recording Tape as ``fill_`` is).
+
+        Raises:
+            RuntimeError: the array is read-only.
+        """
         if self.readonly:
             self._check_writable("zero_")
+        tape = active_tape()
+        if tape is not None:
+            tape.record_write(self, "zero_")
         memory_ops.zero(self)
         self._bump()
         return self
@@ -655,9 +669,8 @@ class array:
         if not shape:  # a single element: return its value
             return _view(self, ptr, (1,), (self.dtype.size,)).numpy()[0]
         v = _view(self, ptr, tuple(shape), tuple(strides))
-        if self._grad is not None:
-            v._grad = self._grad[key] if self._grad.shape == self.shape else None
-            v._requires_grad = self._requires_grad
+        if self._grad is not None and self._grad.shape == self.shape:
+            _link_grad(self, v, self._grad[key])
         return v
 
     def __setitem__(self, key, value):
@@ -698,11 +711,11 @@ class array:
             raise ValueError("reshape: the array is not contiguous (call .contiguous() first)")
         v = _view(self, self._ptr, shape, contiguous_strides(shape, self.dtype.size))
         if self._grad is not None and self._grad.is_contiguous:
-            v._grad = self._grad.reshape(shape)
-            v._requires_grad = self._requires_grad
+            _link_grad(self, v, self._grad.reshape(shape))
         return v
 
     def flatten(self):
+        """A 1-D view of a contiguous array (its gradient, the matching view of the gradient)."""
         return self.reshape((self.size,))
 
     def flat_view(self, offset: int, count: int) -> "array":
@@ -722,16 +735,37 @@ class array:
         else:
             raise ValueError(f"flat_view: a strided {self.ndim}-D array (shape {self.shape}, strides "
                              f"{self.strides}) has no 1-D view of a flat range; copy it contiguous first")
-        return _view(self, self._ptr + offset * step, (count,), (step,))
+        v = _view(self, self._ptr + offset * step, (count,), (step,))
+        g = self._grad
+        if g is not None and (g.is_contiguous or g.ndim == 1):
+            _link_grad(self, v, g.flat_view(offset, count))
+        return v
 
     def transpose(self, axes=None):
+        """A view with the dimensions permuted (reversed when ``axes`` is None); its gradient is
+        the same permutation of this array's gradient.
+
+        Raises:
+            ValueError: ``axes`` is not a permutation of the dimensions.
+        """
         axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError(f"transpose: axes {axes} are not a permutation of {self.ndim} dims")
-        return _view(self, self._ptr, tuple(self._shape[a] for a in axes), tuple(self._strides[a] for a in axes))
+        v = _view(self, self._ptr, tuple(self._shape[a] for a in axes), tuple(self._strides[a] for a in axes))
+        if self._grad is not None:
+            _link_grad(self, v, self._grad.transpose(axes))
+        return v
 
     def view(self, dtype):
-        """Reinterpret contiguous memory as another dtype of the same size."""
+        """Reinterpret the memory as another dtype of the same size.
+
+        The view keeps the gradient link when both dtypes have the same scalar type (``vec4`` and
+        ``quat``, ``mat22`` and ``vec4``: component for component the same numbers); a view as
+        another scalar type (bits reinterpreted) has no gradient.
+
+        Raises:
+            ValueError: the dtypes' sizes differ.
+        """
         dt = types.resolve_dtype(dtype)
         if dt.size != self.dtype.size:
             raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} "
@@ -739,6 +773,9 @@ class array:
         v = _view(self, self._ptr, self._shape, self._strides)
         v.dtype = dt
         v.__dict__.pop("_contig", None)
+        g = self._grad
+        if g is not None and getattr(dt, "scalar", None) is not None and dt.scalar is self.dtype.scalar:
+            _link_grad(self, v, g.view(dt))
         return v
 
 
@@ -750,6 +787,15 @@ def _view(base: array, ptr, shape, strides) -> array:
     if base.pinned:
         v.pinned = True
     return v
+
+
+def _link_grad(base: array, v: array, g: array) -> None:
+    """Give view ``v`` of ``base`` the matching view ``g`` of ``base``'s gradient, with its
+    gradient flags (a launch through the view accumulates into the base's gradient)."""
+    v._grad = g
+    v._requires_grad = base._requires_grad
+    if base._retain_grad:
+        v._retain_grad = True
 
 
 def _data_device(data, copy):

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import memory_ops
 
-__all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FuncRecord"]
+__all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region"]
 
 class _Local(threading.local):
     tape = None   # a class default: reading it on a thread that never set one raises nothing
@@ -85,17 +85,63 @@ class CopyRecord:
     def replay(self) -> None:
         """d(src) += d(dest) over the copied range; d(dest) is consumed (the old dest was overwritten)."""
         dest, src = self.dest, self.src
-        if dest.grad is None or src.grad is None:
-            if dest.grad is not None:
-                _region(dest.grad, self.dest_offset, self.count, src.size).zero_()
+        dgrad, sgrad = grad_region(dest), grad_region(src)
+        if dgrad is None:
             return
-        dg = _region(dest.grad, self.dest_offset, self.count, src.size)
-        sg = _region(src.grad, self.src_offset, self.count, dest.size)
-        if dg.shape != sg.shape:
-            dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
-        memory_ops.accumulate(sg, dg)
+        dg = _region(dgrad, self.dest_offset, self.count, src.size)
+        if sgrad is not None:
+            sg = _region(sgrad, self.src_offset, self.count, dest.size)
+            if dg.shape != sg.shape:
+                dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
+            memory_ops.accumulate(sg, dg)
         if not dest.retain_grad:   # Warp's flag: keep the gradient of the overwritten destination
-            dg.zero_()
+            memory_ops.zero(dg)
+
+
+@dataclass(frozen=True)
+class FillRecord:
+    """A recorded host write of constants: ``a.fill_(v)``, ``a.zero_()``, ``a[k] = v`` (built by
+    the array methods while a tape records, for an array whose memory the tape has seen).
+
+    Attributes:
+        array: the array written (a view writes only its elements). what: the operation
+            (``fill_``, ``zero_``), for messages.
+    """
+
+    array: Any
+    what: str
+
+    def accesses(self) -> tuple:
+        """The write of ``array`` (it reads nothing)."""
+        a = self.array
+        return (Access(a, "a", False, True, f"{self.what} of an array of shape {a.shape}", self.what, False),)
+
+    def label(self, index: int) -> str:
+        return f"{self.what} #{index}"
+
+    def replay(self) -> None:
+        """The overwritten values no longer reach anything: their gradient is zeroed (kept with
+        ``retain_grad``, as for a kernel's store)."""
+        g = grad_region(self.array)
+        if g is not None and not self.array.retain_grad:
+            memory_ops.zero(g)
+
+
+def grad_region(a):
+    """The gradient of array ``a``'s elements: ``a.grad``, or for a view made before its base had
+    a gradient, the matching view of the gradient of the array owning the memory (same layout
+    needed); None when there is none."""
+    g = a.grad
+    if g is not None:
+        return g
+    root = a
+    while type(root.owner) is type(a):     # a view's owner is the array it views
+        root = root.owner
+    rg = root.grad
+    if root is a or rg is None or rg.strides != root.strides or a.dtype.size != root.dtype.size \
+            or getattr(a.dtype, "scalar", None) is None or a.dtype.scalar is not root.dtype.scalar:
+        return None
+    return type(a).wrap_memory(rg.ptr + (a.ptr - root.ptr), a.dtype, a.shape, a.strides, a.device, rg)
 
 
 def _region(g, offset: int, count: int, other_size: int):

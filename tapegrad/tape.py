@@ -22,11 +22,11 @@ from .config import config
 from .errors import TapeWarning
 from .launch import LaunchRecord
 from .memory_ops import BufferZeroPlan
-from .recording import CopyRecord, FuncRecord
+from .recording import CopyRecord, FillRecord, FuncRecord
 from .tape_saves import is_struct_instance, struct_arrays
 from .types import ArrayType, StructType
 
-__all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FuncRecord", "config"]
+__all__ = ["Tape", "TapeWarning", "LaunchRecord", "CopyRecord", "FillRecord", "FuncRecord", "config"]
 
 
 class _Gradients(dict):
@@ -103,6 +103,7 @@ class Tape:
         self._zero_plan = None         # (signature, ids of the buffers, their BufferZeroPlan)
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
         self._structs: dict = {}       # id(struct instance) -> the instance (its arrays' grads are tracked)
+        self._grad_roots: set = set()  # id(memory root) of every tracked array with a gradient (record_write)
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
@@ -162,6 +163,17 @@ class Tape:
         # set only when new: each set counts as a change of the table (Tape.zero's plan)
         if g is not None and a.requires_grad and self.gradients.get(a) is not g:
             self.gradients[a] = g
+            self._grad_roots.add(id(tape_saves.memory_root(a)))
+
+    def record_write(self, a, what: str) -> None:
+        """Record a host write of constants into ``a`` (``fill_``, ``zero_``; called by the array
+        before it writes) when the tape has seen its memory: a recorded operation used an array
+        with a gradient over the same allocation, or read values of it an adjoint still needs.
+        A write to memory the tape never saw changes no gradient and is not recorded (an array
+        created and filled inside ``with tape:``)."""
+        root = id(tape_saves.memory_root(a))
+        if root in self._grad_roots or self._live_roots.get(root):
+            self.record(FillRecord(a, what))
 
     def record(self, rec) -> None:
         """Append ``rec`` (a ``LaunchRecord`` built by ``launch`` *before* the kernel runs, a
@@ -477,6 +489,7 @@ class Tape:
         self._saves.clear()
         self._finals.clear()
         self.gradients.clear()
+        self._grad_roots.clear()
         self._structs.clear()
         self.scopes.clear()
 
@@ -641,7 +654,7 @@ def _differentiable(rec) -> bool:
     """Whether ``rec``'s adjoint can produce a gradient, so the values it reads matter: a
     launch of a kernel with a backward and an array (or a struct holding one) that has a
     gradient; a callback always; a copy never (its adjoint only moves gradients)."""
-    if isinstance(rec, CopyRecord):
+    if isinstance(rec, (CopyRecord, FillRecord)):
         return False
     if not isinstance(rec, LaunchRecord):
         return True

@@ -31,7 +31,7 @@ def _record_label(rec, index: int) -> str:
     kernel = getattr(rec, "kernel", None)
     if kernel is not None:
         return f"{getattr(kernel, 'key', kernel)}\\n#{index}"
-    kind = type(rec).__name__.replace("Record", "").lower() or "record"
+    kind = getattr(rec, "what", None) or type(rec).__name__.replace("Record", "").lower() or "record"
     return f"{kind}\\n#{index}"
 
 
