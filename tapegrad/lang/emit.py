@@ -218,6 +218,7 @@ class FunctionEmitter:
         self.fn = fn
         self.sites = sites          # a DebugSites in debug builds: every array access is checked
         self._last_loc = None
+        self.adjoints = False       # whether the function being emitted declares adjoint variables
 
     # -------------------------------------------------------------- debug checks
     def check(self, s, reverse=False):
@@ -269,7 +270,7 @@ class FunctionEmitter:
                         lines.append(f"{pad}if ({guard}) {{ {text if text.rstrip().endswith(';') else text + ';'} }}")
                 elif s.out is not None:
                     lines.append(f"{pad}{s.out.name} = {text};")
-                    if replay and op.array_adj is not None:
+                    if replay and op.array_adj is not None and self.adjoints:   # not in a _rep function
                         lines.append(f"{pad}{adj_name(s.out)} = {op.array_adj(args, [adj_name(a) for a in s.args])};")
                 else:
                     lines.append(pad + (text if text.rstrip().endswith(";") else text + ";"))
@@ -355,6 +356,7 @@ class FunctionEmitter:
         ret = fn.ret_type.cname if fn.ret_type is not None else "void"
         lines = [f"static TG_FUNC {ret} {name}({', '.join(self.params(kernel))}) {{"]
         lines += self.decls(False)
+        self.adjoints = False   # no adjoint variables declared here
         self._last_loc = None
         self.fwd(fn.body, lines, 1, replay)
         if fn.ret_var is not None:
@@ -379,6 +381,7 @@ class FunctionEmitter:
             ps.append(f"{fn.ret_type.cname} adj_ret")
         lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
         lines += self.decls(True)
+        self.adjoints = True
         self._last_loc = None
         self.fwd(fn.body, lines, 1, True)
         if fn.ret_var is not None:

@@ -24,7 +24,7 @@ from . import depends
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .builtins_atomic import ATOMIC_VALUES, Where
 from .builtins_random import DRAWS
-from .ir import Print, Read, Var, Write
+from .ir import Const, If, Print, Read, Var, Write
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
     is_array,
@@ -313,9 +313,40 @@ class ExprMixin:
         cond = self.expr(node.test)
         if isinstance(cond, Lit):
             return self.expr(node.body if cond.value else node.orelse)
-        a, b = self.expr(node.body), self.expr(node.orelse)
-        vals = self.adapt([a, b])
-        return self.builtin_args("where", [self.materialize(cond)] + vals, node)
+        cond = self.materialize(cond)
+        self.dynamic += 1
+        try:
+            with self.sub_block() as body:
+                a = self.expr(node.body)
+            with self.sub_block() as orelse:
+                b = self.expr(node.orelse)
+        finally:
+            self.dynamic -= 1
+        plain = all(isinstance(s, Const) for s in body.stmts + orelse.stmts)
+        if plain or not all(isinstance(v, (Var, Lit)) for v in (a, b)) or \
+                any(isinstance(v, Var) and is_array(v.type) for v in (a, b)):
+            # nothing to skip (constants, names): a select; compile-time values keep where()'s rules
+            self.block.extend(body.stmts + orelse.stmts)
+            vals = self.adapt([a, b])
+            return self.builtin_args("where", [cond] + vals, node)
+        # Python evaluates only the taken branch: its loads, calls and atomics run only there
+        anchor = next((v.type for v in (a, b) if isinstance(v, Var) and v.type is not bool_),
+                      next((v.type for v in (a, b) if isinstance(v, Var)), None))
+        out = None
+        for blk, v in ((body, a), (orelse, b)):
+            with self.sub_block() as tail:
+                v = self.materialize(v, anchor) if isinstance(v, Lit) else v
+                if out is None:
+                    out = self.new_var(v.type, "local", "ifexp")
+                elif v.type is not out.type:
+                    self.error(f"the two values of `a if c else b` must have one type, got {type_name(out.type)} "
+                               f"and {type_name(v.type)}", node)
+                self.emit(Write(out, v, self.loc(node)))
+            blk.stmts.extend(tail.stmts)
+        self.emit(If(cond, body.stmts, orelse.stmts, self.loc(node)))
+        value = self.new_var(out.type)
+        self.emit(Read(value, out, self.loc(node)))
+        return value
 
     def e_Tuple(self, node):
         return TupleVal([self.expr(e) for e in node.elts])

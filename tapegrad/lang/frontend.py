@@ -601,12 +601,20 @@ class Builder(ExprMixin):
         if _contains(node.body, ast.Break):
             self.emit(SetFlag(brk, "false"))
         breaks = []
+        # After the loop the name is an ordinary local holding the last index that ran (as in
+        # Python): a later run-time loop may update it. Each copy sets it; the C++ compiler drops
+        # the stores nothing reads.
+        it_type = t or default_type(values[0]) if values else None
+        prev = self.scope.get(name)
+        index = prev if isinstance(prev, Var) and prev.kind == "local" and prev.type is it_type else \
+            (self.new_var(it_type, "local", name) if values else None)
 
         def iteration(k):
             if k >= len(values):
                 return
             if has_cont:
                 self.emit(SetFlag(cont, "false"))
+            self.emit(Write(index, self.materialize(Lit(values[k], t), it_type)))
             self.scope[name] = Lit(values[k], t)     # a compile-time constant in each copy
             self.paths.assigned(name, node.lineno + self.first - 1)
             before = sum(self.flag_sets.get(f, 0) for f in stops)
@@ -629,6 +637,8 @@ class Builder(ExprMixin):
         iteration(0)
         if values:
             self.paths.restore(meet(self.paths.bound, *breaks))
+            if isinstance(self.scope.get(name), Lit):   # the body did not rebind it
+                self.scope[name] = index
 
     def dynamic_for(self, node, rargs, runs=False):
         """A ``Loop`` over ``range(*rargs)``; ``runs``: the trip count is known to be positive."""

@@ -92,36 +92,25 @@ class Func:
         Raises:
             KernelError: no overload accepts the arguments, or the call is recursive.
         """
+        # Among the overloads that accept the arguments the best wins, as in Warp: concrete
+        # annotations before generic ones (a generic overload is the fallback, not a shadow),
+        # then the fewest literals adapted to another type than their own (pick(1) takes the
+        # int32 overload over the float one), then the first declared.
+        best = None
         for ov in self.overloads:
             names, types, rt = ov.params()
             if len(names) != len(values):
                 continue
-            actual = []
-            for v, t in zip(values, types):
-                if isinstance(v, Lit):
-                    if v.type is not None:
-                        vt = v.type
-                    elif t is None:
-                        vt = default_type(v.value)
-                    elif is_scalar(t) and not (isinstance(v.value, float) and t.kind != "float"
-                                                 and not float(v.value).is_integer()):
-                        vt = t
-                    else:
-                        vt = None
-                    if vt is None or (t is not None and vt is not t):
-                        break
-                    actual.append(vt)
-                elif isinstance(v, Var):
-                    if t is not None and not (v.type is t or (is_array(t) and v.type == t)
-                                              or (is_array(t) and t.dtype is typing.Any and is_array(v.type)
-                                                  and v.type.ndim == t.ndim)):
-                        break
-                    actual.append(v.type)
-                else:
-                    break
-            else:
-                spec = self._specialize(ov, tuple(actual), rt, builder, node)
-                return spec.ir, spec.has_adjoint, actual
+            actual, adapted = _accepts(types, values)
+            if actual is None:
+                continue
+            rank = (any(_generic(t) for t in types), adapted, ov.index)
+            if best is None or rank < best[0]:
+                best = (rank, ov, actual, rt)
+        if best is not None:
+            _, ov, actual, rt = best
+            spec = self._specialize(ov, tuple(actual), rt, builder, node)
+            return spec.ir, spec.has_adjoint, actual
         got = ", ".join(type_name(v.type) if isinstance(v, Var) else
                         (type_name(v.type) if isinstance(v, Lit) and v.type else
                          type(getattr(v, "value", v)).__name__) for v in values)
@@ -150,6 +139,41 @@ class Func:
         finally:
             ov._building.discard(types)
         return spec
+
+
+def _accepts(types, values):
+    """``(argument types, number of literals adapted)`` when parameters annotated ``types``
+    accept ``values``, else ``(None, 0)``."""
+    actual, adapted = [], 0
+    for v, t in zip(values, types):
+        if isinstance(v, Lit):
+            if v.type is not None:
+                vt = v.type
+            elif t is None:
+                vt = default_type(v.value)
+            elif is_scalar(t) and not (isinstance(v.value, float) and t.kind != "float"
+                                         and not float(v.value).is_integer()):
+                vt = t
+                adapted += vt is not default_type(v.value)
+            else:
+                vt = None
+            if vt is None or (t is not None and vt is not t):
+                return None, 0
+            actual.append(vt)
+        elif isinstance(v, Var):
+            if t is not None and not (v.type is t or (is_array(t) and v.type == t)
+                                      or (is_array(t) and t.dtype is typing.Any and is_array(v.type)
+                                          and v.type.ndim == t.ndim)):
+                return None, 0
+            actual.append(v.type)
+        else:
+            return None, 0
+    return actual, adapted
+
+
+def _generic(t) -> bool:
+    """Whether a parameter annotation accepts several types (``Any``, an array of ``Any``)."""
+    return t is None or (is_array(t) and t.dtype is typing.Any)
 
 
 def _signature_text(name, ov):

@@ -372,8 +372,8 @@ def _construct_rule(ts):
 
 def _construct_fwd(ts, r):
     t = ts[0].t
-    if len(ts) == 1:
-        return lambda a: f"tg::sp_transform_identity<{t.scalar.cname}>()"
+    if len(ts) == 1:   # inside kernels Warp's transform() is all zeros (Python scope: the identity)
+        return lambda a: f"tg::make_vec<7, {t.scalar.cname}>(0, 0, 0, 0, 0, 0, 0)"
     fn = "tg::sp_transform" if isinstance(t, TransformType) else "tg::sp_vector"
     return lambda a: f"{fn}({a[1]}, {a[2]})"
 
