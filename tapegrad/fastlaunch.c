@@ -1343,6 +1343,7 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     /* the adjoint arguments (launch._adjoint_values and _grad_desc) follow the forward ones */
     desc_t zdesc;               /* "no gradient": NULL data, reads accumulate nothing */
     memset(&zdesc, 0, sizeof(zdesc));
+    desc_t gdesc[MAXP];         /* a descriptor argument's own gradient (launch._desc_grad) */
     union { double align[ZMAX / 8]; unsigned char b[ZMAX]; } zbuf __attribute__((aligned(16)));   /* zeroed
                                    scalar/vector/matrix adjoint slots, 16-byte aligned each */
     size_t zused = 0;
@@ -1361,7 +1362,15 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                     if (!g) return fallback(&refs, dev, adjoint);
                     keep(&refs, g);
                 }
-                if (g == api.none) slot = &zdesc;
+                if (g == api.none && TYPE(v) == T_ARRAYCTYPE && ((desc_t *)argv[i])->grad) {
+                    /* a descriptor carrying a gradient pointer (return_ctype=True): its gradient,
+                       laid out as the data (launch._desc_grad) */
+                    gdesc[i] = *(desc_t *)argv[i];
+                    gdesc[i].data = gdesc[i].grad;
+                    gdesc[i].grad = NULL;
+                    slot = &gdesc[i];
+                }
+                else if (g == api.none) slot = &zdesc;
                 else if (TYPE(g) == T_ARRAY) slot = array_descriptor(g, &refs);
                 else {
                     /* a buffer given as another object: its packer, as launch() does; an array

@@ -522,10 +522,23 @@ def _adjoint_values(kernel, args, adj_args, device):
         if isinstance(t, types.ArrayType):
             if g is None and isinstance(a, array):
                 g = a.grad
+            elif g is None and isinstance(a, ArrayCtype) and a.grad:
+                g = _desc_grad(a)
             out.append(g)
         else:
             out.append(g if g is not None else _zero_value(t))
     return out
+
+
+def _desc_grad(d):
+    """The gradient a launch descriptor carries (``from_torch(..., return_ctype=True)``), as an
+    adjoint buffer: its ``grad`` pointer with the data's layout (the ABI's rule: they share
+    strides), so an adjoint launch accumulates into it as into an array's ``.grad``."""
+    g = ArrayCtype()
+    ctypes.memmove(ctypes.addressof(g), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+    g.bind(d.tg_dtype, d.tg_device, (d,))
+    g.data, g.grad = d.grad, None
+    return g
 
 
 def _zero_value(t):
