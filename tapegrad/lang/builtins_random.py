@@ -5,16 +5,17 @@ The generator lives once in ``runtime/random.h`` (a PCG hash of a 32-bit state, 
 CPU and CUDA). A draw such as ``randf(state)`` advances ``state``: the builtin returns an
 ``RngOut`` (new state and value); the frontend writes the state back to the variable named as
 first argument and uses the value (``DRAWS`` lists the drawing builtins and the type literals
-take). None of them is differentiable (Warp's draws are not either; its noise adjoints are not
-offered here).
+take). The draws are not differentiable (Warp's are not either: a draw is a constant for the
+adjoint); ``noise``, ``pnoise`` and ``curlnoise`` are Warp's noise functions with analytic
+adjoints (``curlnoise``'s through the noise's Hessian).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from ..types import float32, int32, uint32, vec2, vec3, vec4
-from .builtins import NO, Builtin
+from ..types import float32, float64, int32, uint32, vec2, vec2d, vec3, vec3d, vec4, vec4d
+from .builtins import NO, Builtin, Sample
 from .typeutil import is_int
 
 __all__ = ["RngOut", "DRAWS", "rng_out"]
@@ -95,14 +96,45 @@ Builtin("rand_init", None, "rand_init(seed[, offset]): a random state (uint32) f
     lambda ts: uint32 if len(ts) in (1, 2) and all(is_int(t) for t in ts) else NO,
     lambda ts, r: (lambda a: f"tg::rng_init({', '.join(f'uint32_t({x})' for x in a)})"))
 
-Builtin("noise", None, "noise(state, x): gradient (Perlin) noise at x (float32, vec2, vec3 or vec4)").add(
-    lambda ts: float32 if len(ts) == 2 and ts[0] is uint32 and ts[1] in (float32, vec2, vec3, vec4) else NO,
-    _call("rng_noise"))
-_PERIODIC = {float32: 1, vec2: 2, vec3: 3, vec4: 4}
-Builtin("pnoise", None, "pnoise(state, x, px[, py, pz, pt]): noise periodic with integer periods").add(
-    lambda ts: float32 if len(ts) >= 3 and ts[0] is uint32 and ts[1] in _PERIODIC
-    and len(ts) == 2 + _PERIODIC[ts[1]] and all(t is int32 for t in ts[2:]) else NO, _call("rng_pnoise"))
-Builtin("curlnoise", None, "curlnoise(state, x[, octaves, lacunarity, gain]): divergence-free noise "
-        "(vec2 -> vec2; vec3, vec4 (x, y, z, t) -> vec3)").add(
-    lambda ts: (vec2 if ts[1] is vec2 else vec3) if len(ts) == 5 and ts[0] is uint32 and ts[1] in (vec2, vec3, vec4)
-    and ts[2] is uint32 and ts[3] is float32 and ts[4] is float32 else NO, _call("rng_curlnoise"))
+# noise points: Warp's float32 ones, and float64 ones (the same lattice gradients, float64 math)
+_POINTS = {float32: 1, vec2: 2, vec3: 3, vec4: 4, float64: 1, vec2d: 2, vec3d: 3, vec4d: 4}
+
+
+def _scalar(t):
+    return t if t in (float32, float64) else t.scalar
+
+
+def _adjoint(name, n_ints=0, n_floats=0):
+    """The adjoint renderer of a noise builtin: ``adj_<fn>(args..., adjs..., adj_ret)``; the state,
+    periods and octaves take no gradient (the C++ ignores their adjoint slots)."""
+    return lambda ts, r: (lambda a, aa, g: f"tg::adj_{name}({', '.join(list(a) + list(aa) + [g])});")
+
+
+Builtin("noise", None, "noise(state, x): Warp's gradient (Perlin) noise at x (float32, vec2, vec3 or vec4; "
+        "float64 points too); differentiable in x").add(
+    lambda ts: _scalar(ts[1]) if len(ts) == 2 and ts[0] is uint32 and ts[1] in _POINTS else NO,
+    _call("rng_noise"), _adjoint("rng_noise"),
+    samples=[Sample(("S:any",), "S", "out[i] = tg.noise(tg.rand_init(7), {0} * 3.0)"),
+             Sample(("V2:any",), "S", "out[i] = tg.noise(tg.rand_init(8), {0} * 3.0)"),
+             Sample(("V3:any",), "S", "out[i] = tg.noise(tg.rand_init(9), {0} * 3.0)"),
+             Sample(("V4:any",), "S", "out[i] = tg.noise(tg.rand_init(10), {0} * 3.0)")])
+Builtin("pnoise", None, "pnoise(state, x, px[, py, pz, pt]): noise periodic with integer periods (positive); "
+        "differentiable in x").add(
+    lambda ts: _scalar(ts[1]) if len(ts) >= 3 and ts[0] is uint32 and ts[1] in _POINTS
+    and len(ts) == 2 + _POINTS[ts[1]] and all(t is int32 for t in ts[2:]) else NO, _call("rng_pnoise"),
+    _adjoint("rng_pnoise"),
+    samples=[Sample(("S:any",), "S", "out[i] = tg.pnoise(tg.rand_init(7), {0} * 3.0, 2)"),
+             Sample(("V2:any",), "S", "out[i] = tg.pnoise(tg.rand_init(8), {0} * 3.0, 2, 3)"),
+             Sample(("V3:any",), "S", "out[i] = tg.pnoise(tg.rand_init(9), {0} * 3.0, 2, 3, 4)"),
+             Sample(("V4:any",), "S", "out[i] = tg.pnoise(tg.rand_init(10), {0} * 3.0, 2, 3, 4, 5)")])
+Builtin("curlnoise", None, "curlnoise(state, x[, octaves, lacunarity, gain]): Warp's divergence-free noise "
+        "(vec2 -> vec2; vec3, vec4 (x, y, z, t) -> vec3); differentiable in x, lacunarity and gain").add(
+    lambda ts: (ts[1] if _POINTS.get(ts[1]) == 2 else (vec3 if _scalar(ts[1]) is float32 else vec3d))
+    if len(ts) == 5 and ts[0] is uint32 and _POINTS.get(ts[1], 1) > 1 and ts[2] is uint32
+    and ts[3] is _scalar(ts[1]) and ts[4] is _scalar(ts[1]) else NO, _call("rng_curlnoise"),
+    _adjoint("rng_curlnoise"),
+    samples=[Sample(("V2:any",), "V2", "out[i] = tg.curlnoise(tg.rand_init(8), {0} * 3.0)"),
+             Sample(("V3:any",), "V3", "out[i] = tg.curlnoise(tg.rand_init(9), {0} * 3.0)"),
+             Sample(("V4:any",), "V3", "out[i] = tg.curlnoise(tg.rand_init(10), {0} * 3.0)"),
+             Sample(("V3:any", "S:pos", "S:unit"), "V3",
+                    "out[i] = tg.curlnoise(tg.rand_init(11), {0} * 2.0, tg.uint32(3), 1.5 + {1}, {2})")])

@@ -13,6 +13,7 @@ from ..types import (
     VectorType,
     bool_,
     float32,
+    float64,
     int32,
     matrix,
     resolve_dtype,
@@ -487,7 +488,9 @@ class ExprMixin:
                 given[k] = self.expr(v)
             defaults = {"octaves": Lit(1), "lacunarity": Lit(2.0), "gain": Lit(0.5)}
             vals = vals[:1] + [given.get(k, defaults[k]) for k in opts]
-            kinds = [float32, uint32, float32, float32]
+            point = vals[0].type if isinstance(vals[0], Var) else None
+            f = float64 if point is not None and getattr(point, "scalar", point) is float64 else float32
+            kinds = [float32, uint32, f, f]     # lacunarity and gain take the point's float type
         vals = [self.materialize(v, k) if isinstance(v, Lit) else self.materialize(v) for v, k in zip(vals, kinds)]
         return self.builtin_args(name, [state] + vals, node)
 
