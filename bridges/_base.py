@@ -33,7 +33,8 @@ from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: eve
 from tapegrad.launch import ArrayCtype
 from tapegrad.storage import fold_inner_dims
 
-__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "Layout", "Bridge", "check_compatible",
+__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "Layout", "Bridge",
+           "check_compatible",
            "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr",
            "CudaView", "release_after", "pending_releases"]
 
@@ -169,6 +170,95 @@ class FrameworkAdapter:
     def on_use(self, t, device) -> None:
         """Called when ``t`` is handed to tapegrad work on ``device`` (CUDA: stream bookkeeping)."""
 
+    # gradient links (``TensorLink``, ``GradLink``)
+    def version(self, t) -> int:
+        """The framework's in-place version counter of ``t`` (bumped by its in-place ops)."""
+        raise NotImplementedError
+
+    def grad_linkable(self, t) -> bool:
+        """Whether ``t``'s ``.grad`` is where the framework accumulates its gradient (a leaf)."""
+        raise NotImplementedError
+
+    def keep_grad(self, g):
+        """The tensor a gradient array holds for gradient tensor ``g``: ``g`` itself, or an
+        alias of its memory that the framework's resets cannot free (paddle)."""
+        return g
+
+    def is_grad(self, cur, keep) -> bool:
+        """Whether ``cur`` (a tensor's current ``.grad``, or None) is the buffer ``keep``."""
+        return cur is keep
+
+    def reinstall_grad(self, t, keep) -> None:
+        """Zero ``keep`` and install it as ``t``'s gradient again (the framework dropped it),
+        ordered before tapegrad's later work on its stream."""
+        raise NotImplementedError
+
+
+class TensorLink:
+    """The link of an array made by ``from_X`` to the tensor it views (``array._link``): the
+    tensor's in-place version, which ``Tape.backward`` checks unchanged since the records that
+    used the array. Shared by every such array of one framework (no per-conversion object)."""
+
+    __slots__ = ("fw", "framework")
+
+    def __init__(self, fw: FrameworkAdapter):
+        self.fw, self.framework = fw, fw.name
+
+    def sync_grad(self, a) -> None:
+        """Nothing: the array's gradient is its own."""
+
+    def version(self, a) -> int:
+        """The in-place version of the tensor ``a`` views (``a`` holds it as its owner)."""
+        return self.fw.version(a._owner)
+
+
+class GradLink(TensorLink):
+    """The link of an array whose gradient is its tensor's ``.grad``: ``array.grad`` (and the
+    tape, before ``backward`` and ``zero``) asks ``sync_grad``, which keeps the array on the
+    tensor's current gradient through the framework's own habits.
+
+    - The framework dropped the gradient (torch's ``zero_grad()``, ``set_to_none=True`` by
+      default; paddle's ``clear_grad(set_to_zero=False)``): the shared buffer is zeroed and
+      installed again (a dropped gradient means zeros), so the tape's adjoints reach ``.grad``.
+    - It replaced the gradient (``t.grad = g``, or the framework's autograd allocated a new
+      one): the array follows it (zero-copy again; a layout the kernels cannot address is a
+      ``GradLayoutError``).
+    - The array's own gradient was set on tapegrad's side (``a.grad = ...``): that wins, and
+      the link keeps only the version check.
+    """
+
+    __slots__ = ("tensor", "keep", "garr", "lay", "grad_array", "plain")
+
+    def __init__(self, bridge: "Bridge", t, garr, lay):
+        plain = bridge.tensor_link     # one per conversion with a gradient: no super() call
+        self.fw, self.framework, self.plain, self.grad_array = plain.fw, plain.framework, plain, bridge.grad_array
+        self.tensor, self.keep, self.garr, self.lay = t, garr._owner, garr, lay
+
+    def sync_grad(self, a) -> None:
+        if a._grad is not self.garr:
+            a.__dict__["_link"] = self.plain     # set on tapegrad's side: no longer the tensor's
+            return
+        t = self.tensor
+        cur = t.grad
+        if cur is self.keep:            # torch: the tensor itself while it stays installed
+            return
+        fw = self.fw
+        if fw.is_grad(cur, self.keep):
+            return
+        if cur is None:
+            fw.reinstall_grad(t, self.keep)
+            return
+        try:
+            g = self.grad_array(cur, self.lay)
+        except GradLayoutError as e:
+            raise GradLayoutError(f"the {self.framework} tensor's .grad was replaced by a tensor the array cannot "
+                                  f"share: {e}; give it a gradient laid out as the tensor (empty_like)") from None
+        a.grad = g
+        self.garr, self.keep = g, g._owner
+
+    def version(self, a) -> int:
+        return self.fw.version(self.tensor)
+
 
 class Bridge:
     """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``, and the bundle of
@@ -189,6 +279,8 @@ class Bridge:
         self.from_name = f"from_{fw.name}"
         self.to_name = f"to_{fw.name}"
         self._layouts: dict = {}
+        self.tensor_link = TensorLink(fw)
+        self.grad_array = self._grad_array
         self.from_tensor = self._make_from()
         self.to_tensor = self._make_to()
         self.launch_adapter = self._make_launch_adapter()
@@ -219,6 +311,7 @@ class Bridge:
         fw, fname = self.fw, self.from_name
         tensor_types, key_of, requires_grad_of, ptr_of = fw.tensor_types, fw.layout_key, fw.requires_grad, fw.data_ptr
         cached, layout, grad_array = self._layouts.get, self.layout, self._grad_array
+        plain, linkable, bridge = self.tensor_link, fw.grad_linkable, self
 
         def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False, retain_grad=False):
             """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
@@ -232,6 +325,7 @@ class Bridge:
             if not isinstance(t, tensor_types):
                 raise TypeError(f"{fname}: expected a {fw.name} tensor, got {type(t).__name__}")
             lay = cached((key_of(t), dtype)) or layout(t, dtype)
+            shared = False                  # the gradient is the tensor's own .grad
             if grad is None and (requires_grad_of(t) if requires_grad is None else requires_grad):
                 if not lay.dtype.scalar.is_float:
                     raise TypeError(f"{fname}: requires_grad=True needs a floating-point tensor, "
@@ -239,6 +333,7 @@ class Bridge:
                 grad = fw.get_grad(t)
                 if grad is None:
                     grad = fw.alloc_grad(t)
+                shared = True
             if lay.cuda:
                 fw.on_use(t, lay.device)
             if retain_grad and grad is None:
@@ -247,15 +342,19 @@ class Bridge:
             if return_ctype:
                 if grad is None:
                     return lay.new_ctype(ptr_of(t), 0, (t,))
-                c = lay.new_ctype(ptr_of(t), grad_array(grad, lay).ptr, (t, grad))
+                ga = grad_array(grad, lay)
+                c = lay.new_ctype(ptr_of(t), ga.ptr, (t, ga._owner))
                 if retain_grad:
                     c.flags |= types.ARRAY_FLAG_RETAIN_GRAD
                 return c
             a = lay.new_array(ptr_of(t), t)
-            if grad is not None:
-                a.grad = grad_array(grad, lay)
-                if retain_grad:
-                    a.retain_grad = True
+            if grad is None:
+                a._link = plain
+                return a
+            a.grad = ga = grad_array(grad, lay)
+            a._link = GradLink(bridge, t, ga, lay) if shared and linkable(t) else plain
+            if retain_grad:
+                a.retain_grad = True
             return a
 
         return from_tensor
@@ -264,7 +363,7 @@ class Bridge:
         """``grad`` (an array or a tensor) as an array with exactly the layout ``lay``."""
         fw = self.fw
         if isinstance(grad, fw.tensor_types):
-            grad = self.from_tensor(grad, dtype=lay.dtype, requires_grad=False)
+            grad = self.from_tensor(fw.keep_grad(grad), dtype=lay.dtype, requires_grad=False)
         elif not isinstance(grad, array):
             raise TypeError(f"{self.from_name}(grad=...): expected a tapegrad array or a {fw.name} tensor, "
                             f"got {type(grad).__name__}")

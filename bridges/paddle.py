@@ -270,6 +270,30 @@ class PaddleAdapter(FrameworkAdapter):
             wait_for_handle(dev, current_stream_handle(dev.ordinal))
         return g
 
+    version = operator.methodcaller("_inplace_version")   # paddle's in-place counter
+
+    @staticmethod
+    def grad_linkable(t):
+        return t.is_leaf     # paddle gives non-leaf tensors no .grad
+
+    @staticmethod
+    def keep_grad(g):
+        # paddle's t.grad_ = g shares g's storage object itself, and clear_grad(set_to_zero=False)
+        # frees that object's memory: the array holds an alias of the memory, never installed
+        return paddle.as_strided(g, g.shape, g.strides, g._offset())
+
+    @staticmethod
+    def is_grad(cur, keep):
+        return cur is not None and cur.data_ptr() == keep.data_ptr()   # t.grad is a new wrapper per read
+
+    def reinstall_grad(self, t, keep):
+        keep.zero_()
+        t.grad_ = self.keep_grad(keep)    # a fresh alias: the next clear frees that one, not keep
+        place = t.place
+        if not place.is_cpu_place():      # tapegrad's adjoints run on tapegrad's stream: after the zero fill
+            dev = device_from_paddle(place)
+            wait_for_handle(dev, current_stream_handle(dev.ordinal))
+
     def wrap(self, a):
         if a.readonly:
             raise ValueError(f"to_paddle: the array is read-only and paddle tensors cannot be (got {a!r}); "

@@ -189,6 +189,19 @@ class TorchAdapter(FrameworkAdapter):
             wait_for_handle(dev, current_stream_handle(dev.ordinal))
         return g
 
+    version = operator.attrgetter("_version")   # torch's in-place counter (what autograd checks)
+
+    @staticmethod
+    def grad_linkable(t):
+        return t.is_leaf or t.retains_grad
+
+    def reinstall_grad(self, t, keep):
+        keep.zero_()        # torch's stream; a gradient buffer never requires grad itself
+        t.grad = keep
+        if keep.is_cuda:    # tapegrad's adjoints run on tapegrad's stream: after the zero fill
+            dev = device_from_torch(keep.device)
+            wait_for_handle(dev, current_stream_handle(dev.ordinal))
+
     def wrap(self, a):
         bf16 = a.dtype.scalar is types.bfloat16   # travels as its raw bits (numpy/CAI have no bfloat16)
         if a.device.ordinal < 0:   # CPU: the array's cached numpy view, shared by torch

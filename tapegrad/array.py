@@ -88,6 +88,10 @@ class array:
     _retain_grad = False
     _desc = None
     _owner = None
+    # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
+    # viewed, with ``sync_grad(a)`` (keeps ``.grad`` on the tensor's own gradient through the
+    # framework's resets) and ``version(a)`` (the tensor's in-place counter, checked by Tape)
+    _link = None
     version = 0          # bumped by every write tapegrad makes (launches, fill_, zero_, copy, Tape.zero)
     readonly = False
     pinned = False
@@ -425,7 +429,14 @@ class array:
 
     @property
     def grad(self):
-        """The gradient array (same shape, dtype and device), or None."""
+        """The gradient array (same shape, dtype and device), or None.
+
+        An array made by ``from_torch``/``from_paddle`` with a shared gradient answers the
+        tensor's current gradient: a gradient the framework dropped (``zero_grad()``) is put
+        back, zeroed; one it replaced is followed."""
+        link = self._link
+        if link is not None:
+            link.sync_grad(self)
         return self._grad
 
     @grad.setter

@@ -32,11 +32,18 @@ from .storage import fold_inner_dims
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord"]
 
 
+_DESC_GRAD = types.ArrayDesc.grad   # the field's own accessor (None for NULL)
+
+
 class ArrayCtype(types.ArrayDesc):
     """A launchable array descriptor that remembers its dtype/device and keeps owners alive.
 
     Returned by ``from_torch(..., return_ctype=True)`` and friends; pass it to ``launch``.
+    ``grad`` is the gradient's address as an int, 0 when there is none (Warp's ``array_t``).
     """
+
+    grad = property(lambda self: _DESC_GRAD.__get__(self) or 0, lambda self, v: _DESC_GRAD.__set__(self, v),
+                    doc="The gradient's address (int; 0: no gradient), as Warp's array_t.grad.")
 
     def bind(self, dtype, device, refs=(), readonly=False):
         self.tg_dtype = dtype

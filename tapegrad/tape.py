@@ -104,6 +104,9 @@ class Tape:
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
         self._structs: dict = {}       # id(struct instance) -> the instance (its arrays' grads are tracked)
         self._grad_roots: set = set()  # id(memory root) of every tracked array with a gradient (record_write)
+        # id(array) -> (array, its tensor's in-place version, record index): arrays viewing a
+        # framework tensor (from_torch...), checked unchanged at backward as torch checks its saves
+        self._foreign: dict = {}
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
@@ -159,6 +162,9 @@ class Tape:
         warnings.warn(msg, TapeWarning, stacklevel=_caller_level())
 
     def _track(self, a):
+        link = a._link
+        if link is not None and id(a) not in self._foreign:
+            self._foreign[id(a)] = (a, link.version(a), len(self.records))
         g = a.grad
         # set only when new: each set counts as a change of the table (Tape.zero's plan)
         if g is not None and a.requires_grad and self.gradients.get(a) is not g:
@@ -382,13 +388,16 @@ class Tape:
         Raises:
             ValueError: both ``loss`` and ``grads``; a ``loss`` with more than one element or a
                 vector/matrix dtype; shape mismatches.
-            RuntimeError: ``loss`` has no gradient buffer; called while recording.
+            RuntimeError: ``loss`` has no gradient buffer; called while recording; a framework
+                tensor an array views (``from_torch``...) was modified in place since a record
+                used it (as torch refuses).
         """
         if loss is not None and grads is not None:
             raise ValueError("Tape.backward: pass loss= or grads= (or neither, to use the outputs' .grad), not both")
         if recording.active_tape() is self:
             raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with "
                                "tape:' block first)")
+        self._sync_foreign(check=True)
         if loss is not None:
             if not isinstance(loss, array):
                 raise TypeError(f"Tape.backward(loss=...): expected a tapegrad array, got {type(loss).__name__}")
@@ -410,6 +419,19 @@ class Tape:
         self._replay()
         for st in self._structs.values():     # a field's grad may have been set since the launch
             self.gradients[st] = struct_gradients(st)
+
+    def _sync_foreign(self, check: bool) -> None:
+        """Arrays viewing framework tensors: (``check``) raise when a tensor was modified in
+        place since a record used it; re-read each one's gradient (the framework may have
+        dropped or replaced it since)."""
+        for a, version, index in self._foreign.values():
+            if check and a._link.version(a) != version:
+                raise RuntimeError(
+                    f"Tape.backward: the {a._link.framework} tensor behind an array of shape {a.shape} was modified "
+                    f"in place after {self._label(index)} used it (its version went from {version} to "
+                    f"{a._link.version(a)}); the adjoints would read the modified values. Record the launches again "
+                    "after modifying it, or modify a clone.")
+            self._track(a)
 
     def _replay(self) -> None:
         """The adjoints in reverse order, with the saved values of overwritten arrays put back
@@ -460,6 +482,7 @@ class Tape:
     def zero(self) -> None:
         """Zero every gradient the tape touched, those of arrays held in struct arguments
         included (views of them stay valid)."""
+        self._sync_foreign(check=False)
         g = self.gradients
         # what decides the buffers, cheaply: no gradient set anywhere, no entry of the table
         # changed, no seed buffer added (struct fields can change unseen: then recomputed)
@@ -491,6 +514,7 @@ class Tape:
         self.gradients.clear()
         self._grad_roots.clear()
         self._structs.clear()
+        self._foreign.clear()
         self.scopes.clear()
 
     # ----------------------------------------------------------------------------- scopes

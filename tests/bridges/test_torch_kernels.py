@@ -104,9 +104,11 @@ def test_tape_fills_torch_grads_and_adam_optimizes_from_torch():
     for _ in range(200):
         tape.zero()
         tape.backward(loss=wl)
-        opt.step()
+        opt.step()        # changes xs in place: the records that read it are stale (backward would refuse)
+        tape.reset()
         wl.zero_()
-        tg.launch(sum_sq, dim=len(xs), inputs=[wxs], outputs=[wl])
+        with tape:
+            tg.launch(sum_sq, dim=len(xs), inputs=[wxs], outputs=[wl])
     assert loss.item() < 1e-2 * first
 
 
