@@ -56,11 +56,15 @@ from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins..
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401
 from .launch import ArrayCtype, launch  # noqa: F401
 from .runtime import (  # noqa: F401
+    DeterministicMode,
+    Module,
+    ModuleBuildOptions,
     ScopedTimer,
     clear_kernel_cache,
     force_load,
     get_cuda_device,
     get_devices,
+    get_module,
     get_module_options,
     init,
     is_device_available,
@@ -132,10 +136,12 @@ _LAZY = {name: module for module, names in {
 }.items() for name in names}
 _LAZY.update(_frameworks.public_names())   # the bridges' names: one table, tapegrad.frameworks
 
-# The public face: every name imported above (kernel builtins included) and every lazy name.
-# Submodules reached as attributes (tapegrad.types...) are not part of it.
-__all__ = sorted({n for n, v in globals().items() if not n.startswith("_") and n != "annotations"
-                  and type(v) is not type(importlib)} | set(_LAZY))
+# The public face of `from tapegrad import *`: every name imported above (kernel builtins
+# included). The lazy names stay out: a star import reads every name of __all__, which would import
+# torch, paddle and JAX (and fail where one is missing); they resolve as attributes and are listed
+# by dir(tapegrad). Submodules reached as attributes (tapegrad.types...) are not part of it.
+__all__ = sorted(n for n, v in globals().items() if not n.startswith("_") and n != "annotations"
+                 and type(v) is not type(importlib))
 
 
 def __getattr__(name):

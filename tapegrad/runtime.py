@@ -17,11 +17,18 @@ import types as pytypes
 from . import build, recording
 from .device import Device, get_cuda_devices, get_device, synchronize
 from .lang.kernel import Kernel, KernelModule, all_kernels, check_block_dim
-from .lang.options import module_options, update_module_options
+from .lang.options import (  # noqa: F401  re-exported: Warp's names for module options
+    DeterministicMode,
+    Module,
+    ModuleBuildOptions,
+    get_module,
+    module_options,
+    update_module_options,
+)
 
 __all__ = ["init", "is_initialized", "get_devices", "get_cuda_device", "is_device_available",
            "clear_kernel_cache", "set_module_options", "get_module_options", "load_module", "force_load",
-           "ScopedTimer"]
+           "ScopedTimer", "DeterministicMode", "ModuleBuildOptions", "Module", "get_module"]
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -101,7 +108,7 @@ def _module_name(module, who: str) -> str:
         return module
     if isinstance(module, pytypes.ModuleType):
         return module.__name__
-    if isinstance(module, KernelModule):
+    if isinstance(module, (KernelModule, Module)):
         return module.name
     raise TypeError(f"{who}(module): expected None, a module name (str), a Python module or kernel.module, "
                     f"got {type(module).__name__}")

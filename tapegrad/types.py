@@ -16,7 +16,8 @@ import numpy as np
 
 __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "TransformType", "StructType", "ArrayType",
-    "vector", "matrix", "struct", "type_of", "scalar_of", "is_scalar", "is_vector", "is_matrix",
+    "vector", "matrix", "quaternion", "transformation", "struct", "type_of", "scalar_of", "is_scalar",
+    "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
     "ARRAY_FLAG_RETAIN_GRAD",
@@ -81,6 +82,11 @@ class ScalarType:
 
     def __repr__(self):
         return f"tapegrad.{self.name}"
+
+    @property
+    def __name__(self) -> str:
+        """Warp's class name of the type (``float32``, ``bool``): Warp code names tests after it."""
+        return self.name
 
     # the attributes Warp code reads on its dtypes (``dtype._type_``, ``dtype._length_``)
     @property
@@ -221,6 +227,12 @@ class VectorType(_Composite):
     def cname(self) -> str:
         return f"tg::vec_t<{self.length_}, {self.scalar.cname}>"
 
+    @property
+    def __name__(self) -> str:
+        """Warp's class name: ``vec3f``, ``vec2d``, ``vec4ub``, ``quatf``, ``transformd``,
+        ``spatial_vectorf`` (Warp spells float32 with an ``f``)."""
+        return _warp_name(self)
+
     def __repr__(self):
         return f"tapegrad.{self.name}"
 
@@ -264,6 +276,11 @@ class MatrixType(_Composite):
     def cname(self) -> str:
         return f"tg::mat_t<{self.rows}, {self.cols}, {self.scalar.cname}>"
 
+    @property
+    def __name__(self) -> str:
+        """Warp's class name: ``mat33f``, ``mat22d``, ``spatial_matrixf``."""
+        return _warp_name(self)
+
     def __repr__(self):
         return f"tapegrad.{self.name}"
 
@@ -273,6 +290,23 @@ _MAT_CACHE: dict = {}
 # Warp's type-name suffixes (vec3 is float32; vec3ub is uint8...)
 _SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i", int8: "b", uint8: "ub", int16: "s",
            uint16: "us", uint32: "ui", int64: "l", uint64: "ul"}
+
+
+def _warp_name(t) -> str:
+    """The ``__name__`` Warp's class of ``t`` has (its explicit-suffix spelling: ``vec3f``)."""
+    s = t.scalar
+    suffix = "f" if s is float32 else _SUFFIX.get(s, "_" + s.name)
+    if isinstance(t, TransformType):
+        return "transform" + suffix
+    if isinstance(t, QuatType):
+        return "quat" + suffix
+    if isinstance(t, VectorType):
+        if t.length_ == 6 and s.is_float:
+            return "spatial_vector" + suffix
+        return f"vec{t.length_}{suffix}"
+    if (t.rows, t.cols) == (6, 6) and s.is_float:
+        return "spatial_matrix" + suffix
+    return f"mat{t.rows}{t.cols}{suffix}"
 
 
 def _component_scalar(dtype, who: str) -> ScalarType:
@@ -313,6 +347,33 @@ def matrix(shape, dtype=float32) -> MatrixType:
     if key not in _MAT_CACHE:
         _MAT_CACHE[key] = MatrixType(shape[0], shape[1], s, f"mat{shape[0]}{shape[1]}{_SUFFIX.get(s, '_' + s.name)}")
     return _MAT_CACHE[key]
+
+
+def _float_component(dtype, who: str) -> ScalarType:
+    s = _component_scalar(dtype, who)
+    if s not in (float16, float32, float64):
+        raise TypeError(f"{who}(dtype=...) expects float16, float32 or float64, got {dtype!r}")
+    return s
+
+
+def quaternion(dtype=float32) -> QuatType:
+    """Return the quaternion type of ``dtype`` components (Warp's ``wp.types.quaternion``):
+    ``quaternion(float64) is quatd``.
+
+    Raises:
+        TypeError: ``dtype`` is not float16, float32 or float64.
+    """
+    return _QUATS[_float_component(dtype, "quaternion")]
+
+
+def transformation(dtype=float32) -> TransformType:
+    """Return the rigid-transform type of ``dtype`` components (Warp's
+    ``wp.types.transformation``): ``transformation(float64) is transformd``.
+
+    Raises:
+        TypeError: ``dtype`` is not float16, float32 or float64.
+    """
+    return _TRANSFORMS[_float_component(dtype, "transformation")]
 
 
 
@@ -769,6 +830,8 @@ transformh = TransformType(7, float16, "transformh")
 spatial_vector, spatial_vectord, spatial_vectorh = (vector(6, s) for s in (float32, float64, float16))
 spatial_matrix, spatial_matrixd, spatial_matrixh = (matrix((6, 6), s) for s in (float32, float64, float16))
 spatial_vectorf, spatial_matrixf, transformf = spatial_vector, spatial_matrix, transform
+_QUATS = {float32: quat, float64: quatd, float16: quath}
+_TRANSFORMS = {float32: transform, float64: transformd, float16: transformh}
 
 # Warp's explicitly float32-suffixed names are the same objects
 vec2f, vec3f, vec4f = vec2, vec3, vec4

@@ -3,7 +3,7 @@
 - ``api/builtins.md`` is generated from the kernel language's builtin table, so the reference
   of every builtin is the table itself (name, what it does, whether it has an adjoint).
 - Bridge functions are documented from the live objects (``force_inspection``; see ``on_config``).
-- The build fails when a public name of ``tapegrad`` (``tapegrad.__all__``) is documented on no
+- The build fails when a public name of ``tapegrad`` (``__all__``, lazy names too) is on no
   API reference page: a name is documented by a ``::: tapegrad...`` block whose last part is the
   name, by a block's ``members: [...]`` list, by a mention as ``tg.<name>`` on an API page, or
   as a kernel builtin.
@@ -56,11 +56,17 @@ def on_files(files, config):
 
 
 def _public_names():
+    """``tapegrad.__all__`` and the lazily resolved names (bridges, streams...): ``dir(tapegrad)``
+    lists those present but keeps them out of ``__all__`` (a star import would import them)."""
+    import types
+
     import tapegrad
     names = getattr(tapegrad, "__all__", None)
     if names is None:
         raise PluginError("docs: tapegrad has no __all__: the API reference check needs the public names")
-    return set(names)
+    lazy = {n for n in dir(tapegrad) if not n.startswith("_") and n != "annotations"
+            and not isinstance(vars(tapegrad).get(n), types.ModuleType)}
+    return set(names) | lazy
 
 
 _documented: set = set()

@@ -21,7 +21,15 @@ from .elementwise import vector_plan
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
 from .lower import Target, lower
-from .options import add_options_listener, module_options
+from .options import (
+    Module,
+    add_options_listener,
+    check_kernel_options,
+    check_launch_bounds,
+    forget_module,
+    kernel_module_name,
+)
+from .options import module_options as options_of_module
 from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .typeutil import type_name
 
@@ -56,10 +64,34 @@ def _free_key(base: str, key: str) -> None:
 class Kernel:
     """A compiled-on-demand kernel. See the module docstring for the lifecycle."""
 
-    def __init__(self, func, enable_backward=True, key=None, arg_types=None):
+    def __init__(self, func, enable_backward=None, key=None, arg_types=None, *, module=None, options=None,
+                 _module_name=None):
+        """Args:
+            func: the Python function.
+            enable_backward: generate the adjoint; None: ``options["enable_backward"]``, else
+                the module's ``enable_backward`` option.
+            key: the kernel's unique key (default: module and qualified name).
+            arg_types: a specialization's concrete parameter types.
+            module: Warp's ``module=``: None (the function's Python module), ``"unique"``, a
+                module name or a ``Module``; names the options table entry the kernel reads.
+            options: the kernel's own options (Warp's ``Kernel(options=...)``: module option
+                names, ``launch_bounds``...), kept in ``kernel.options``.
+        Raises:
+            TypeError, ValueError: bad ``options`` or ``module``.
+        """
         self.func = func
         # the file's text now: lowering (lazy) parses this, not what the file holds by then
         capture_source(func)
+        self.options = check_kernel_options(options, "Kernel")
+        if _module_name is None:
+            _module_name = kernel_module_name(func, module, who="Kernel")
+            if module == "unique":
+                weakref.finalize(self, forget_module, _module_name)
+        self.module_name = _module_name
+        if enable_backward is None:
+            enable_backward = self.options.get("enable_backward")
+        if enable_backward is None:
+            enable_backward = options_of_module(self.module_name)["enable_backward"]
         self._forced = None if arg_types is None else tuple(arg_types)   # a specialization's types
         self._params = None         # (names, annotated types) with None / array(Any) for generic ones
         self._specs: dict = {}      # argument types -> specialized Kernel (generic kernels)
@@ -144,7 +176,8 @@ class Kernel:
             if k is None:
                 label = ", ".join(type_name(t) for t in types)
                 k = self._specs[types] = Kernel(self.func, self.enable_backward, key=f"{self.key}[{label}]",
-                                                arg_types=types)
+                                                arg_types=types, options=self.options,
+                                                _module_name=self.module_name)
         return k
 
     def specialize_for(self, args) -> "Kernel":
@@ -296,7 +329,7 @@ class Kernel:
     def mode(self) -> str:
         """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
         (``tg.set_module_options``), else ``tg.config.mode``."""
-        opt = module_options(self.func.__module__)["mode"]
+        opt = options_of_module(self.module_name)["mode"]
         return opt if opt is not None else config.mode
 
     def source(self) -> str:
@@ -403,7 +436,12 @@ class KernelModule:
 
     @property
     def name(self) -> str:
-        return self.kernel.func.__module__
+        return self.kernel.module_name
+
+    @property
+    def options(self):
+        """The module's options (``options.ModuleOptions``: assigning an item sets it)."""
+        return Module(self.kernel.module_name).options
 
     def load(self, device=None, block_dim=None):
         """Compile (or load from the disk cache) the kernel for ``device`` (default: current).
@@ -580,24 +618,41 @@ def preload_for_capture(device, scopes) -> None:
             pass
 
 
-def kernel(f=None, *, enable_backward=None, key=None, module=None):
+def kernel(f=None, *, enable_backward=None, key=None, module=None, module_options=None, name=None,
+           launch_bounds=None):
     """Decorator turning a Python function into a ``Kernel``.
 
     Args:
         f: the function (when used as ``@kernel``).
         enable_backward: generate the adjoint (``False``: forward only, faster to compile);
-            None: the ``enable_backward`` module option of the function's module
-            (``tg.set_module_options``, set before the kernel is defined), True by default.
-        key: override the kernel's unique key.
-        module: accepted for Warp compatibility; ignored.
+            None: the ``enable_backward`` option of the kernel's module (``tg.set_module_options``,
+            set before the kernel is defined), True by default.
+        key, name: override the kernel's unique key (``name``: Warp's spelling; a C++ identifier).
+        module: None (the function's Python module), ``"unique"`` (a module of its own whose
+            options start from the defaults), a module name or a ``Module``.
+        module_options: options of the ``"unique"`` module (a dict of module option names).
+        launch_bounds: Warp's CUDA launch-bounds hint (an int or ``(max_threads, min_blocks)``),
+            checked and kept in ``kernel.options``; tapegrad's builds do not use it.
     Returns:
         A ``Kernel`` (or a decorator when called with keyword arguments only).
+    Raises:
+        TypeError, ValueError: a bad ``name``, ``module``, ``module_options`` or ``launch_bounds``.
     """
+    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+        raise ValueError(f"kernel(name=...): expected a C++ identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+    check_launch_bounds(launch_bounds, "kernel(launch_bounds=...)")
+    options = {} if enable_backward is None else {"enable_backward": bool(enable_backward)}
+    if launch_bounds is not None:
+        options["launch_bounds"] = launch_bounds
+    if module_options is not None and not isinstance(module_options, dict):
+        raise TypeError(f"kernel(module_options=...): expected a dict, got {type(module_options).__name__}")
+
     def wrap(fn):
-        eb = enable_backward
-        if eb is None:
-            eb = module_options(fn.__module__)["enable_backward"]
-        return Kernel(fn, enable_backward=eb, key=key)
+        mname = kernel_module_name(fn, module, module_options, who="kernel")
+        k = Kernel(fn, key=key or name, options=options, _module_name=mname)
+        if module == "unique":
+            weakref.finalize(k, forget_module, mname)
+        return k
     return wrap(f) if f is not None else wrap
 
 
