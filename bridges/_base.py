@@ -403,7 +403,8 @@ class Bridge:
             if not a._ptr or a.dtype.__class__ is types.StructType:
                 check(a)
             t = wrap(a)
-            if a._requires_grad if requires_grad is None else requires_grad:
+            # an integer array's requires_grad flag (Warp's; it keeps no gradient) shares nothing
+            if (a._requires_grad and a._grad is not None) if requires_grad is None else requires_grad:
                 if not a.dtype.scalar.is_float:
                     raise TypeError(f"{fname}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
                 g = a.grad

@@ -63,7 +63,8 @@ class array:
         strides: byte strides (with ``ptr``); contiguous when None.
         ptr: address of existing memory to wrap (requires ``shape`` and ``dtype``).
         device: "cpu", "cuda:N" or a Device (default: the data's device, else current).
-        requires_grad: allocate (or keep) a zeroed gradient array of the same shape.
+        requires_grad: allocate (or keep) a zeroed gradient array of the same shape (integer and
+            bool arrays take the flag but keep no gradient: ``grad`` stays None).
         grad: an existing gradient array to use (borrowed).
         copy: copy host data (default True, as in Warp) — False wraps it zero-copy on the CPU.
         pinned: page-locked host memory (CPU arrays; needs CUDA, else ignored).
@@ -313,6 +314,9 @@ class array:
         if arr.strides and min(arr.strides) < 0:
             arr = np.ascontiguousarray(arr)
             copy = True
+        if dt is not None and shape is None and not isinstance(dt, types.StructType) and dt.inner_shape:
+            arr, reshaped = _group_components(arr, dt)
+            copy = copy or reshaped
         edt, esh, est = fold_inner_dims(base, dt, arr.shape, arr.strides, "data")
         if dev.is_cpu and not copy and not pinned:
             owner = data if data is not arr and hasattr(data, "__array_interface__") else arr
@@ -395,9 +399,9 @@ class array:
     @requires_grad.setter
     def requires_grad(self, value: bool):
         value = bool(value)
-        if value and self._grad is None:
-            if self.dtype.scalar is not None and not self.dtype.scalar.is_float:
-                raise ValueError(f"requires_grad: arrays of {self.dtype!r} cannot have gradients (not a float type)")
+        # Integer and bool arrays take the flag as in Warp (code sets it on every input) but keep
+        # no gradient: nothing is differentiable through them, so ``grad`` stays None.
+        if value and self._grad is None and (self.dtype.scalar is None or self.dtype.scalar.is_float):
             self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
             array.grad_changes += 1
         if not value:
@@ -807,6 +811,38 @@ def _link_grad(base: array, v: array, g: array) -> None:
     v._requires_grad = base._requires_grad
     if base._retain_grad:
         v._retain_grad = True
+
+
+def _group_components(arr: np.ndarray, dt):
+    """Host data for a vector/matrix dtype whose trailing dims are not the component shape, read
+    as Warp reads it: trailing 1-dims dropped; a last dim equal to the component count is one
+    value per row (``[1, 2, 3]`` as vec3, rows of 4 as mat22), a multiple of it is grouped
+    (``zeros(6)`` as two vec3); a lone value gets shape ``(1,)``.
+
+    Returns:
+        (array, whether the data was copied to regroup it). Anything else is left for
+        ``fold_inner_dims`` to reject.
+    """
+    inner = dt.inner_shape
+    k = len(inner)
+    if arr.ndim > k and arr.shape[-k:] == inner:
+        return arr, False
+    while arr.ndim > 1 and arr.shape[-1] == 1 and arr.shape[-k:] != inner:
+        arr = arr[..., 0]
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        return arr, False
+    if arr.shape[-k:] == inner:
+        target = arr.shape
+    elif arr.shape[-1] == dt.length:
+        target = arr.shape[:-1] + inner
+    elif arr.shape[-1] % dt.length == 0:
+        target = arr.shape[:-1] + (arr.shape[-1] // dt.length,) + inner
+    else:
+        return arr, False
+    if len(target) == k:      # a single value
+        target = (1,) + target
+    contiguous = arr.flags.c_contiguous
+    return np.ascontiguousarray(arr).reshape(target), not contiguous
 
 
 def _data_device(data, copy):

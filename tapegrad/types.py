@@ -21,7 +21,7 @@ __all__ = [
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
     "ARRAY_FLAG_RETAIN_GRAD",
-    "type_size_in_bytes", "type_size", "type_length", "type_scalar_type",
+    "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr",
 ]
 
 MAX_DIMS = 4
@@ -679,6 +679,44 @@ def _query_type(t, who: str):
     except TypeError:
         raise TypeError(f"{who}(dtype): expected a tapegrad dtype (scalar, vector, matrix, quat, struct), "
                         f"got {t!r}") from None
+
+
+def type_repr(t) -> str:
+    """Warp's readable name of a type (``wp.types.type_repr``), as Warp's messages print it:
+    ``float32``, ``vec3f``, ``mat22d``, ``quatf``, ``transformh``, ``vector(length=6, dtype=float32)``,
+    ``array(ndim=2, dtype=vec3f)``, ``Any``, ``float``; anything else: its qualified name or repr."""
+    if t is typing.Any:
+        return "Any"
+    if callable(getattr(t, "_tg_annotation", None)):   # an array instance used as annotation
+        t = t._tg_annotation()
+    if isinstance(t, ArrayType):
+        return f"array(ndim={t.ndim}, dtype={type_repr(t.dtype)})"
+    if isinstance(t, type) and hasattr(t, "_tg_struct"):
+        t = t._tg_struct
+    if isinstance(t, StructType):
+        return f"{t.cls.__module__}.{t.cls.__qualname__}"
+    if isinstance(t, ScalarType):
+        return t.name
+    if isinstance(t, (VectorType, MatrixType)):
+        sn = None if t.scalar is bool_ else ("f" if t.scalar is float32 else _SUFFIX.get(t.scalar))
+        if t.scalar is bfloat16:
+            sn = "bf"
+        if isinstance(t, (QuatType, TransformType)):
+            base = "quat" if isinstance(t, QuatType) else "transform"
+            return f"{base}{sn}" if sn else f"{base}(dtype={type_repr(t.scalar)})"
+        if isinstance(t, VectorType):
+            if sn and t.length_ <= 4:
+                return f"vec{t.length_}{sn}"
+            return f"vector(length={t.length_}, dtype={type_repr(t.scalar)})"
+        if sn and t.rows <= 4 and t.cols <= 4:
+            return f"mat{t.rows}{t.cols}{sn}"
+        return f"matrix(shape=({t.rows}, {t.cols}), dtype={type_repr(t.scalar)})"
+    if t in (bool, float, int):
+        return t.__name__
+    name = getattr(t, "__name__", None)
+    if name is None:
+        return repr(t)
+    return f"{getattr(t, '__module__', '')}.{getattr(t, '__qualname__', name)}".lstrip(".")
 
 
 def type_size_in_bytes(dtype) -> int:

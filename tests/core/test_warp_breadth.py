@@ -181,3 +181,67 @@ def test_star_import_imports_no_framework():
 def test_lazy_names_still_resolve_as_attributes():
     pytest.importorskip("torch")
     assert callable(tg.from_torch) and "from_torch" not in tg.__all__
+
+
+# ------------------------------------------------------------------- type_repr (Warp's messages)
+
+def test_type_repr_matches_warp():
+    import typing
+    r = tgt.type_repr
+    # Warp 1.19's wp.types.type_repr of the same types
+    assert [r(t) for t in (tg.float32, tg.vec3, tg.vec2d, tg.mat22, tg.quatd, tg.transformh, tg.vec4ub)] == \
+        ["float32", "vec3f", "vec2d", "mat22f", "quatd", "transformh", "vec4ub"]
+    assert r(tg.spatial_vector) == "vector(length=6, dtype=float32)"
+    assert r(tg.spatial_matrixd) == "matrix(shape=(6, 6), dtype=float64)"
+    assert r(tg.array(dtype=tg.vec3)) == "array(ndim=1, dtype=vec3f)"
+    assert r(tg.array2d(dtype=float)) == "array(ndim=2, dtype=float32)"
+    assert (r(typing.Any), r(float), r(int)) == ("Any", "float", "int")
+
+
+# ------------------------------------------------------- item 5: integer requires_grad, host data
+
+def test_integer_arrays_take_requires_grad_without_a_gradient():
+    idx = tg.array([2, 0, 1], dtype=tg.int32, requires_grad=True)
+    assert idx.requires_grad and idx.grad is None
+    like = tg.zeros_like(idx)
+    assert like.requires_grad and like.grad is None
+    x = tg.array([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
+    y = tg.zeros(3, dtype=tg.float64, requires_grad=True)
+
+    @tg.kernel
+    def gather_sq(x: tg.array(dtype=tg.float64), idx: tg.array(dtype=tg.int32), y: tg.array(dtype=tg.float64)):
+        i = tg.tid()
+        y[i] = x[idx[i]] * x[idx[i]]
+
+    tape = tg.Tape()
+    with tape:
+        tg.launch(gather_sq, dim=3, inputs=[x, idx, y])
+    tape.backward(grads={y: tg.array(np.ones(3), dtype=tg.float64)})
+    np.testing.assert_array_equal(y.numpy(), [9.0, 1.0, 4.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])   # d/dx x^2 once per use
+    assert idx.grad is None
+
+
+def test_integer_array_flag_shares_no_gradient_with_torch():
+    torch = pytest.importorskip("torch")
+    t = tg.to_torch(tg.zeros(3, dtype=tg.int32, requires_grad=True))
+    assert t.dtype == torch.int32 and not t.requires_grad
+
+
+@pytest.mark.parametrize("data,dtype,shape", [
+    ([1.0, 2.0, 3.0], tg.vec3, (1,)),                 # one value's components: one element
+    (np.arange(6.0), tg.vec3, (2,)),                  # a flat last dim groups by the component count
+    ([1, 2, 3, 4, 5, 6, 7], tg.transform, (1,)),
+    ([[1.0, 2.0], [3.0, 4.0]], tg.mat22, (1,)),
+    (np.arange(8.0).reshape(2, 4), tg.mat22, (2,)),   # a row of 4 is one mat22
+    (np.arange(12.0).reshape(2, 6, 1), tg.vec3, (2, 2)),   # trailing 1-dims dropped
+])
+def test_host_data_groups_components_as_warp(data, dtype, shape):
+    a = tg.array(data, dtype=dtype)
+    assert a.shape == shape
+    np.testing.assert_array_equal(a.numpy().reshape(-1), np.asarray(data, dtype=np.float64).reshape(-1))
+
+
+def test_host_data_that_cannot_group_still_raises():
+    with pytest.raises(RuntimeError, match=r"vec3 needs trailing dimensions \(3,\), got shape \(4, 2\)"):
+        tg.array(np.zeros((4, 2), np.float32), dtype=tg.vec3)
