@@ -51,6 +51,12 @@ from .errors import (  # noqa: F401
     KernelIndexError,
     TapeCompileWarning,
     TapeWarning,
+    WarpCodegenAttributeError,
+    WarpCodegenError,
+    WarpCodegenIndexError,
+    WarpCodegenKeyError,
+    WarpCodegenTypeError,
+    WarpCodegenValueError,
 )
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401

@@ -10,13 +10,51 @@ from __future__ import annotations
 
 __all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning",
            "TapeCompileWarning", "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
-           "BridgeTypeError", "GradLayoutError", "KernelIndexError"]
+           "BridgeTypeError", "GradLayoutError", "KernelIndexError", "WarpCodegenError", "WarpCodegenTypeError",
+           "WarpCodegenAttributeError", "WarpCodegenValueError", "WarpCodegenIndexError", "WarpCodegenKeyError"]
 
 
 # ------------------------------------------------------------------------- kernels and builds
 
 class KernelError(TypeError):
     """A kernel or function that cannot be compiled; the message names the Python file:line."""
+
+
+# Warp's code-generation errors, raised where Warp raises them. Each is a KernelError (so
+# ``except KernelError`` / ``except TypeError`` keep working) and also the built-in Warp's class
+# derives from (RuntimeError, AttributeError...), so code written for Warp catches them too.
+
+# What a kernel that returns a value (or declares a return type) is told: Warp's words.
+KERNEL_RETURN_MESSAGE = ("Warp kernels cannot return values. Write results to output arguments, and omit the return "
+                         "annotation or use `-> None`.")
+
+
+class WarpCodegenError(KernelError, RuntimeError):
+    """A kernel or function that cannot be compiled, where Warp raises ``WarpCodegenError``
+    (a RuntimeError there): a ``@func``'s returns disagreeing with its annotation..."""
+
+
+class WarpCodegenTypeError(KernelError):
+    """A type problem in a kernel, where Warp raises ``WarpCodegenTypeError`` (a TypeError):
+    a kernel returning a value..."""
+
+
+class WarpCodegenAttributeError(KernelError, AttributeError):
+    """An unknown attribute in a kernel, where Warp raises ``WarpCodegenAttributeError``."""
+
+
+class WarpCodegenValueError(KernelError, ValueError):
+    """A bad value in a kernel (a zero slice step...), where Warp raises ``WarpCodegenValueError``."""
+
+
+class WarpCodegenIndexError(KernelError, IndexError):
+    """A bad index in a kernel, where Warp raises ``WarpCodegenIndexError``."""
+
+
+class WarpCodegenKeyError(KernelError, KeyError):
+    """An unknown name in a kernel, where Warp raises ``WarpCodegenKeyError``."""
+
+    __str__ = BaseException.__str__   # the message as written (KeyError's str() would quote it)
 
 
 class IRCheckError(RuntimeError):

@@ -7,6 +7,7 @@ import builtins as python_builtins
 
 import numpy as np
 
+from ..errors import WarpCodegenAttributeError, WarpCodegenKeyError
 from ..types import (
     MatrixType,
     ScalarType,
@@ -136,7 +137,7 @@ class ExprMixin:
             obj = getattr(python_builtins, name)
             depends.note_value(self.pyfunc, (name,), obj)
             return PyObj(obj, (name,))
-        self.error(f"name '{name}' is not defined", node)
+        self.error(f"name '{name}' is not defined", node, WarpCodegenKeyError)
 
     def unbound_error(self, name, node):
         v = self.scope[name]
@@ -175,7 +176,7 @@ class ExprMixin:
             try:
                 obj = getattr(base.obj, attr)
             except AttributeError:
-                self.error(f"{describe(base)} has no attribute '{attr}'", node)
+                self.error(f"{describe(base)} has no attribute '{attr}'", node, WarpCodegenAttributeError)
             return self.wrap_global(obj, attr, node, chain=None if base.chain is None else base.chain + (attr,))
         if isinstance(base, Var):
             t = base.type
@@ -188,11 +189,11 @@ class ExprMixin:
             if is_struct(t):
                 fields = dict(t.fields)
                 if attr not in fields:
-                    self.error(f"struct {t.name} has no field '{attr}'", node)
+                    self.error(f"struct {t.name} has no field '{attr}'", node, WarpCodegenAttributeError)
                 return self.call_op(op_field(t, attr), [base], node)
         if isinstance(base, Lit) and base.type is not None and is_vec(base.type) and attr in COMPONENTS:
             return Lit(np.asarray(base.value).reshape(-1)[COMPONENTS[attr]], base.type.scalar)
-        self.error(f"{describe(base)} has no attribute '{attr}'", node)
+        self.error(f"{describe(base)} has no attribute '{attr}'", node, WarpCodegenAttributeError)
 
     def indices(self, sl):
         if isinstance(sl, ast.Tuple):

@@ -12,6 +12,7 @@ import ast
 
 import numpy as np
 
+from ..errors import KERNEL_RETURN_MESSAGE, WarpCodegenError, WarpCodegenTypeError
 from ..types import ScalarType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin
@@ -112,7 +113,9 @@ class Builder(ExprMixin):
         line = getattr(node, "lineno", 1)
         return Loc(self.file, self.first + line - 1, self.label)
 
-    def error(self, msg, node=None):
+    def error(self, msg, node=None, cls=KernelError):
+        """Raise ``cls`` (a KernelError; Warp's ``WarpCodegen*Error`` where Warp raises one) with
+        the message, the Python file:line, the construct and the source line."""
         node = node or self.node
         loc = self.loc(node)
         line = getattr(node, "lineno", 1)
@@ -124,7 +127,7 @@ class Builder(ExprMixin):
                 expr = f" (in `{ast.unparse(node)}`)"
             except Exception:
                 expr = ""
-        raise KernelError(f"{loc}: {what} '{self.label}': {msg}{expr}\n    {text}")
+        raise cls(f"{loc}: {what} '{self.label}': {msg}{expr}\n    {text}")
 
     def new_var(self, type_, kind="temp", label=""):
         self.counter += 1
@@ -474,7 +477,7 @@ class Builder(ExprMixin):
     def s_Return(self, node):
         if node.value is not None:
             if self.kind == "kernel":
-                self.error("kernels cannot return a value", node)
+                self.error(KERNEL_RETURN_MESSAGE, node, WarpCodegenTypeError)
             value = self.expr(node.value)
             if isinstance(value, TupleVal):
                 value = self.return_tuple(value, node)
@@ -487,7 +490,8 @@ class Builder(ExprMixin):
                 self.ret_var = self.new_var(self.ret_type, "local", "ret")
             v = self.materialize(value, self.ret_type) if isinstance(value, Lit) else self.materialize(value)
             if v.type is not self.ret_type:
-                self.error(f"returns {type_name(v.type)} but the function returns {type_name(self.ret_type)}", node)
+                self.error(f"returns {type_name(v.type)} but the function returns {type_name(self.ret_type)}", node,
+                           WarpCodegenError)
             self.emit(Write(self.ret_var, v, self.loc(node)))
         elif self.ret_type is not None and self.kind != "kernel":
             self.error("a function that returns a value must return one on every path", node)
@@ -500,7 +504,7 @@ class Builder(ExprMixin):
         if self.ret_type is not None:
             if not is_tuple_struct(self.ret_type) or len(self.ret_type.fields) != len(items):
                 self.error(f"returns a tuple of {len(items)} but the function returns "
-                           f"{type_name(self.ret_type)}", node)
+                           f"{type_name(self.ret_type)}", node, WarpCodegenError)
             st = self.ret_type
         else:
             types = []

@@ -6,6 +6,7 @@ Parsing is lazy: the first access to ``arg_names``/``arg_types``/``arg_access`` 
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import typing
 import weakref
@@ -14,7 +15,7 @@ from .. import build, modules
 from ..config import add_mode_listener, config
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
-from ..errors import KernelError
+from ..errors import KERNEL_RETURN_MESSAGE, KernelError, WarpCodegenTypeError
 from ..types import type_of
 from . import debug, depends, direct, emit
 from .elementwise import vector_plan
@@ -133,7 +134,9 @@ class Kernel:
     # --------------------------------------------------------------- lazy parse
     def _resolve_params(self):
         if self._params is None:
-            params, _ = annotations(self.func, "kernel")
+            params, ret = annotations(self.func, "kernel")
+            if ret not in (inspect.Signature.empty, None, type(None)):
+                raise WarpCodegenTypeError(f"{where(self.func)}: kernel '{self.key}': {KERNEL_RETURN_MESSAGE}")
             names = [n for n, _ in params]
             if self._forced is not None:
                 types = list(self._forced)

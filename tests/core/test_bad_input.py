@@ -1156,7 +1156,7 @@ SOURCE = [
     _src("builtin_types", s_builtin_types, r"dot.*float32"),
     _src("builtin_kwargs", s_builtin_kwargs, r"sin\(\) takes no keyword arguments"),
     _src("python_call", s_python_call, r"factorial"),
-    _src("return_value", s_return_value, r"kernels cannot return a value"),
+    _src("return_value", s_return_value, r"kernels cannot return values"),
     _src("assert", s_assert, r"`Assert`.*expect_eq"),
     _src("raise", s_raise, r"`Raise`"),
     _src("del", s_del, r"`Delete`"),

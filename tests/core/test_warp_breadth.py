@@ -245,3 +245,77 @@ def test_host_data_groups_components_as_warp(data, dtype, shape):
 def test_host_data_that_cannot_group_still_raises():
     with pytest.raises(RuntimeError, match=r"vec3 needs trailing dimensions \(3,\), got shape \(4, 2\)"):
         tg.array(np.zeros((4, 2), np.float32), dtype=tg.vec3)
+
+
+# ------------------------------------------------------------- item 4: Warp's exception classes
+
+def test_warp_codegen_error_classes_are_kernel_errors_and_warps_builtins():
+    pairs = [(tg.WarpCodegenError, RuntimeError), (tg.WarpCodegenTypeError, TypeError),
+             (tg.WarpCodegenAttributeError, AttributeError), (tg.WarpCodegenValueError, ValueError),
+             (tg.WarpCodegenIndexError, IndexError), (tg.WarpCodegenKeyError, KeyError)]
+    for cls, builtin in pairs:
+        assert issubclass(cls, tg.KernelError) and issubclass(cls, builtin)
+    assert str(tg.WarpCodegenKeyError("undefined symbol x")) == "undefined symbol x"   # not quoted
+
+
+def test_kernel_returning_a_value_raises_warp_codegen_type_error():
+    @tg.kernel(module="unique")
+    def returns_value(x: float):
+        return x
+
+    with pytest.raises(tg.WarpCodegenTypeError, match=r"kernels cannot return values\. Write results to output"):
+        tg.launch(returns_value, dim=1, inputs=[1.0])
+
+    @tg.kernel(module="unique")
+    def annotated(x: float) -> float:
+        return
+
+    with pytest.raises(tg.WarpCodegenTypeError, match="omit the return annotation"):
+        tg.launch(annotated, dim=1, inputs=[1.0])
+
+    @tg.kernel(module="unique")
+    def none_annotation(x: float) -> None:
+        return
+
+    tg.launch(none_annotation, dim=1, inputs=[1.0])
+
+
+@tg.struct
+class WbFoo:
+    a: float
+
+
+def test_unknown_attribute_and_name_raise_warp_classes():
+    @tg.kernel(module="unique")
+    def bad_field(foo: WbFoo):
+        _ = foo.nonexisting
+
+    with pytest.raises(tg.WarpCodegenAttributeError, match="no field 'nonexisting'"):
+        tg.launch(bad_field, dim=1, inputs=[WbFoo()])
+
+    @tg.kernel(module="unique")
+    def bad_module_attr(x: float):
+        _ = tg.no_such_builtin_here(x)
+
+    with pytest.raises(AttributeError, match="no attribute 'no_such_builtin_here'"):
+        tg.launch(bad_module_attr, dim=1, inputs=[1.0])
+
+    @tg.kernel(module="unique")
+    def bad_name(x: float):
+        _ = undefined_name_wb + x  # noqa: F821
+
+    with pytest.raises(KeyError, match="name 'undefined_name_wb' is not defined"):
+        tg.launch(bad_name, dim=1, inputs=[1.0])
+
+
+def test_func_returning_another_type_raises_warp_codegen_error():
+    @tg.func
+    def wrong(x: int) -> tg.int16:
+        return tg.int8(x)
+
+    @tg.kernel(module="unique")
+    def k(x: int):
+        _ = wrong(x)
+
+    with pytest.raises(tg.WarpCodegenError, match="returns int8 but the function returns int16"):
+        tg.launch(k, dim=1, inputs=[1])
