@@ -22,7 +22,7 @@ from ..errors import TapeCompileWarning
 from . import depends
 from .builtins import op_copy
 from .ir import Assign, Const, If, Loop, Read, Var, Write, walk
-from .typeutil import float_based
+from .typeutil import float_based, is_array
 
 
 def active(stmt) -> bool:
@@ -43,6 +43,102 @@ def plan(fn, new_var, kernel_name):
     ``new_var(type, kind, label)`` declares helper variables in ``fn``.
     """
     _plan_block(fn.body, new_var, kernel_name)
+    _warn_atomic_returns(fn, kernel_name)
+    _warn_without_adjoint(fn, kernel_name)
+
+
+# builtins without an adjoint whose derivative is zero wherever it exists (piecewise constant):
+# their missing adjoint is exact, not a dropped gradient
+ZERO_DERIVATIVE = frozenset({"floor", "ceil", "round", "trunc", "rint", "sign", "step", "floordiv"})
+
+
+def _varying(fn) -> set:
+    """Float-based values that depend on the function's float inputs (parameters, array loads,
+    calls' results on them): the values a gradient can flow through."""
+    out = {p for p in fn.params if float_based(p.type) and not is_array(p.type)}
+    for _ in range(2):                      # a second pass: values flowing around loops' back edges
+        for s in walk(fn.body):
+            if isinstance(s, Read) and s.var in out:
+                out.add(s.out)
+            elif isinstance(s, Write) and s.src in out:
+                out.add(s.var)
+            elif isinstance(s, Assign) and s.out is not None and float_based(s.out.type) and (
+                    s.op.reads or any(isinstance(a, Var) and a in out for a in s.args)):
+                out.add(s.out)
+    return out
+
+
+def _warn_without_adjoint(fn, kname):
+    """A ``TapeCompileWarning`` for each call of a builtin (or ``@func``) without an adjoint that
+    a gradient would flow through: a float value that depends on the inputs goes in, and a float
+    result is used or the call writes it into an array. The gradient through it is 0 in the
+    backward pass (the warning says so, naming the builtin and the line)."""
+    varying = _varying(fn)
+    used = set()
+    for s in walk(fn.body):
+        if isinstance(s, Assign):
+            used.update(a for a in s.args if isinstance(a, Var))
+        elif isinstance(s, Write):
+            used.add(s.src)
+        elif isinstance(s, If):
+            used.add(s.cond)
+    seen = set()
+    for s in walk(fn.body):
+        if not isinstance(s, Assign) or s.op.adj is not None or s.op.name in ZERO_DERIVATIVE:
+            continue
+        if not any(isinstance(a, Var) and a in varying and float_based(a.type) and not is_array(a.type)
+                   for a in s.args):
+            continue
+        writes_float = any(float_based(s.args[k].type) for k in s.op.writes if k < len(s.args))
+        result = s.out is not None and float_based(s.out.type) and s.out in used
+        if not (writes_float or result):
+            continue
+        key = (s.op.name, s.loc.line if s.loc else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        what = f"@func '{s.op.name}'" if getattr(s.op, "callee", None) is not None else f"builtin '{s.op.name}'"
+        w = TapeCompileWarning(
+            f"{s.loc}: in '{kname}': {what} has no adjoint, and a gradient would flow through it here "
+            f"(a float value that depends on the inputs goes in and its "
+            f"{'result is used' if result else 'value is written into an array'}): the backward pass gives 0 "
+            f"for that path. Keep it off the differentiated path (or compute the value another way).")
+        depends.note_warning(w)
+        warnings.warn(w, stacklevel=2)
+
+
+# the atomics whose returned value (the element's content before the atomic) is differentiable
+_RETURNING = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
+
+
+def _warn_atomic_returns(fn, kname):
+    """A ``TapeCompileWarning`` for each float atomic whose returned value the function uses.
+
+    Its adjoint sends the value's gradient to the element's previous content, and the backward
+    replays it as the element's content (under a tape, restored to what it was before the
+    launch): exact when no other thread of the launch updates the same element. When several
+    do, each gets a value that depends on the order the atomics ran, which is not recorded."""
+    used = set()
+    for s in walk(fn.body):
+        if isinstance(s, Assign):
+            used.update(a for a in s.args if isinstance(a, Var))
+        elif isinstance(s, Write):
+            used.add(s.src)
+        elif isinstance(s, If):
+            used.add(s.cond)
+        elif isinstance(s, Loop):
+            used.update(v for v in (s.count, s.start, s.step, s.cond) if v is not None)
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and s.op.name in _RETURNING and s.out is not None and s.out in used \
+                and float_based(s.out.type):
+            w = TapeCompileWarning(
+                f"{s.loc}: in '{kname}': the value {s.op.name} returns is used; its gradient (and its value "
+                f"in the backward pass) is exact only when no other thread of the launch updates the same "
+                f"element: several updates of one element give each thread a value that depends on the order "
+                f"the atomics ran, which the backward pass does not know. Leave the returned value unused "
+                f"where several threads update one element.")
+            depends.note_warning(w)
+            warnings.warn(w, stacklevel=2)
 
 
 def _plan_block(stmts, new_var, kname):

@@ -529,13 +529,22 @@ def _arr_adj(kind):
             return lambda a, aa, g: (f"if ({aa[0]}.data) {{ {c}* tg_g = {_addr(aa[0], aa[0], a[1:-1])}; "
                                      f"tg::accum({aa[-1]}, *tg_g); if ((void*){aa[0]}.data == (void*){a[0]}.grad "
                                      f"&& !({a[0]}.flags & 2u)) *tg_g = {zero}; }}")
+        # then the returned value (the slot's content before the atomic) sends its gradient to
+        # that content (issue 23; builtins_atomic.returned_value_warnings says when it is exact)
+        def old(a, aa, g):
+            return f" tg::adj_atomic_old({_addr(aa[0], aa[0], a[1:-1])}, {g});" if g else ""
         if kind == "add":
-            return lambda a, aa, g: f"if ({aa[0]}.data) tg::accum({aa[-1]}, *{_addr(aa[0], aa[0], a[1:-1])});"
+            return lambda a, aa, g: (f"if ({aa[0]}.data) {{ tg::accum({aa[-1]}, *{_addr(aa[0], aa[0], a[1:-1])});"
+                                     f"{old(a, aa, g)} }}")
         if kind == "sub":
-            return lambda a, aa, g: f"if ({aa[0]}.data) tg::accum({aa[-1]}, {c}(-*{_addr(aa[0], aa[0], a[1:-1])}));"
-        # min/max: the value gets the gradient where it is what the array ended up holding
-        return lambda a, aa, g: (f"if ({aa[0]}.data) tg::adj_minmax_pick(*{_addr(a[0], a[0], a[1:-1])}, {a[-1]}, "
-                                 f"{aa[-1]}, *{_addr(aa[0], aa[0], a[1:-1])});")
+            return lambda a, aa, g: (f"if ({aa[0]}.data) {{ tg::accum({aa[-1]}, {c}(-*{_addr(aa[0], aa[0], a[1:-1])}));"
+                                     f"{old(a, aa, g)} }}")
+        # min/max: the value that the slot ended up holding takes the slot's gradient (the
+        # previous content none, when the buffer is the array's own gradient, as for a store)
+        return lambda a, aa, g: (f"if ({aa[0]}.data) {{ tg::adj_atomic_minmax(*{_addr(a[0], a[0], a[1:-1])}, "
+                                 f"{a[-1]}, {aa[-1]}, {_addr(aa[0], aa[0], a[1:-1])}, "
+                                 f"(void*){aa[0]}.data == (void*){a[0]}.grad && !({a[0]}.flags & 2u));"
+                                 f"{old(a, aa, g)} }}")
     return spec
 
 

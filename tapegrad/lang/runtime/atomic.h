@@ -180,4 +180,29 @@ TG_ATOMIC_CW(atomic_min_)
 TG_ATOMIC_CW(atomic_max_)
 #undef TG_ATOMIC_CW
 
+// Adjoints of atomic_min/max (issue 23). The slot's final content is the value of one contender:
+// the value equal to it takes the slot's gradient, and the slot's previous content gets none when
+// another value won. The winner takes it with an exchange, so with ties the first thread takes it
+// all (a valid subgradient: the sum is kept). consume: the buffer is the array's own gradient and
+// the array does not retain it (as a store's adjoint); otherwise the buffer is only read.
+template <typename T> TG_FUNC void adj_atomic_minmax_s(const T& cur, const T& v, T& av, T* slot, bool consume) {
+    if (!(cur == v)) return;
+    if (consume) accum(av, atomic_exch_(slot, T(0)));
+    else accum(av, *slot);
+}
+template <typename T> TG_FUNC void adj_atomic_minmax(const T& cur, const T& v, T& av, T* slot, bool consume) {
+    adj_atomic_minmax_s(cur, v, av, slot, consume);
+}
+template <int N, typename T> TG_FUNC void adj_atomic_minmax(const vec_t<N, T>& cur, const vec_t<N, T>& v,
+                                                            vec_t<N, T>& av, vec_t<N, T>* slot, bool consume) {
+    for (int i = 0; i < N; ++i) adj_atomic_minmax_s(cur.c[i], v.c[i], av.c[i], &slot->c[i], consume);
+}
+template <int R, int C, typename T> TG_FUNC void adj_atomic_minmax(const mat_t<R, C, T>& cur, const mat_t<R, C, T>& v,
+                                                                   mat_t<R, C, T>& av, mat_t<R, C, T>* slot, bool consume) {
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) adj_atomic_minmax_s(cur.data[i][j], v.data[i][j], av.data[i][j], &slot->data[i][j], consume);
+}
+// the value an atomic returns is the slot's content before it: its gradient goes there
+template <typename T> TG_FUNC void adj_atomic_old(T* slot, const T& g) { if (nonzero(g)) atomic_add_(slot, g); }
+
 }  // namespace tg
