@@ -9,7 +9,7 @@ with ``register_autograd``. The result works in eager mode, under
 """
 from __future__ import annotations
 
-import itertools
+import sys
 
 import torch
 
@@ -17,15 +17,17 @@ from tapegrad import types
 
 from ._base import Bridge, wrap_stream_handle
 from ._op import KernelSignature, op_builder
+from .export_names import advice, stable_name
 
-__all__ = ["make_torch_op"]
+__all__ = ["make_torch_op", "TapegradOpNotDefined"]
 
-_counter = itertools.count()
+_by_name: dict = {}      # qualified op name -> the op built under it in this process
 
 
 def make_torch_op(bridge: Bridge):
     """The public ``torch_op`` over the torch ``bridge`` (``tapegrad.bridges.torch`` calls this:
     the op module gets the conversions it needs as an argument, so it imports no bridge)."""
+    _install_missing_op_message()
     return op_builder("torch_op", "tapegrad.bridges.torch", _DOC,
                       lambda *config: _KernelOp(bridge, *config).build(),
                       scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
@@ -49,7 +51,10 @@ _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a
             tuple or a function of the op's arguments (same for all outputs), or a dict
             ``{output name: any of those}``. Default: the launch grid.
         name: the op's qualified name (``"namespace::op"``); default
-            ``"tapegrad::<kernel>_<n>"``.
+            ``"tapegrad::<module>__<kernel>__<digest>"``: the kernel's module-qualified name and
+            a digest of its source, parameter types, closure values and these options, the
+            same in every process, so a ``torch.export`` program saved here binds the same
+            kernel in a process that builds the op again (in any order).
 
     Returns:
         The ``torch.library.CustomOpDef``: call it like a function; pass it to
@@ -93,8 +98,9 @@ class _KernelOp:
         self.arrays = list(sig.array_inputs)
         sig.first_array()   # raises for kernels with no array input
         self.diff = list(sig.differentiable)
-        qual = name or f"tapegrad::{sig.kernel_name}_{next(_counter)}"
+        qual = name or f"tapegrad::{stable_name(kernel, num_outputs, launch_dims, output_dims)}"
         self.qualname = qual if "::" in qual else f"tapegrad::{qual}"
+        self.default_name = name is None
 
     def check_inputs(self, args):
         """Argument count, dtypes and dims (also at trace time, on fake tensors)."""
@@ -151,6 +157,18 @@ class _KernelOp:
 
     # ---------------------------------------------------------------------------- building
     def build(self):
+        if self.default_name:
+            # the same kernel source, types and options built again (a re-created kernel
+            # object): the op registered under this name already computes it
+            hit = _by_name.get(self.qualname)
+            if hit is not None:
+                return hit
+        op = self._build()
+        if self.default_name:
+            _by_name[self.qualname] = op
+        return op
+
+    def _build(self):
         sig_in = [f"{s} {n}" for s, n in zip(self.schema_in, self.in_names)]
         n_out = len(self.out_types)
         ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
@@ -195,3 +213,53 @@ class _KernelOp:
 
 def _one(x):
     return x[0] if len(x) == 1 else tuple(x)
+
+
+# ------------------------------------------------------------------ exported programs
+
+class TapegradOpNotDefined(RuntimeError):
+    """A loaded program calls a tapegrad op this process has not built (``torch.export.load``)."""
+
+
+class _TapegradNamespace(torch._ops._OpNamespace):
+    """``torch.ops.tapegrad``: torch's namespace object, whose lookup of an op this process has
+    not defined says which kernel to import when ``torch.export``'s deserializer asks (its own
+    message names only the op)."""
+
+    __module__ = torch._ops._OpNamespace.__module__   # torch derives the ops' serialized names from it
+
+    def __getattr__(self, op_name):
+        try:
+            return super().__getattr__(op_name)
+        except AttributeError:
+            if op_name.startswith("__") or not _from_export_loader():
+                raise
+            raise TapegradOpNotDefined(
+                f"tapegrad: the program calls op tapegrad::{op_name}, which this process has not defined: "
+                f"{advice(op_name, 'tg.torch_op')}") from None
+
+
+def _from_export_loader() -> bool:
+    """Whether the lookup comes from torch.export's deserializer (other callers probe names
+    with ``hasattr`` and must keep getting AttributeError)."""
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return False
+        if "_export" in f.f_code.co_filename and "serde" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def _install_missing_op_message() -> None:
+    ops = torch.ops
+    cur = ops.__dict__.get("tapegrad")
+    if isinstance(cur, _TapegradNamespace):
+        return
+    ns = _TapegradNamespace("tapegrad")
+    if cur is not None:   # keep what torch resolved already (its packets are cached as attributes)
+        ns.__dict__.update({k: v for k, v in cur.__dict__.items() if k not in ns.__dict__})
+    setattr(ops, "tapegrad", ns)
+    if "tapegrad" not in ops._dir:
+        ops._dir.append("tapegrad")

@@ -30,13 +30,13 @@ from tapegrad import types
 from tapegrad.array import array as tg_array
 from tapegrad.device import ScopedDevice, get_device
 
-from .._base import Layout, wrap_stream_handle
+from .._base import Layout
 from .._op import KernelSignature, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
 from .convert import Tracer, dtype_to_jax, jax_scalar
-from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, set_callable_target
-from .graphs import GraphCache, copy_array
+from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, process_id, set_callable_target
+from .graphs import GraphCache, copy_array, zero_array
 from .kernel import VMAP_METHODS, output_metadata
 
 __all__ = ["GraphMode", "JaxCallableGraphMode", "jax_callable", "JaxCallable", "clear_jax_callable_graph_cache",
@@ -219,7 +219,10 @@ class JaxCallable:
         target = CALLABLE_GRAPHABLE_TARGET if self.graph_mode == GraphMode.JAX else CALLABLE_TARGET
         call = jax.ffi.ffi_call(target, out_types, vmap_method=vm, input_output_aliases=aliases or None,
                                 has_side_effect=self.has_side_effect)
-        return call(*arrays, tapegrad_call=np.int64(cid))
+        # the process id: a call id means nothing in another process (a jax.export program);
+        # the handler refuses such calls, naming the function
+        return call(*arrays, tapegrad_call=np.int64(cid), tapegrad_process=np.int64(process_id()),
+                    tapegrad_name=self.func.__qualname__)
 
     def _output_shapes(self, args, output_dims):
         spec = self.output_dims if output_dims is None else output_dims
@@ -251,7 +254,7 @@ class JaxCallable:
 
     # ------------------------------------------------------------------------ execution
     def _run(self, call: _Call, rec):
-        platform, ordinal, stream_handle, nargs, nrets = rec[:5]
+        platform, ordinal, stream_handle, nargs, nrets, capturing, blocking = rec[:_HEAD]
         if nargs != call.nargs or nrets != call.nrets:
             raise RuntimeError(f"the call has {nargs} operands and {nrets} results, {call.nargs} and {call.nrets} "
                                "expected")
@@ -259,26 +262,26 @@ class JaxCallable:
         if dev.is_cpu and self.graph_mode not in (GraphMode.JAX, GraphMode.NONE):
             raise RuntimeError(f"graph mode {self.graph_mode.name} needs CUDA; on the CPU use GraphMode.JAX or "
                                "GraphMode.NONE")
-        ptrs = rec[5::10]
-        dims = rec[5:]
+        ptrs = rec[_HEAD::10]
+        dims = rec[_HEAD:]
         del dims[::10]                     # every buffer's rank and dims, without its pointer
         dims = tuple(dims)
         geom = call.geometries.get(dims)
         if geom is None:
-            bufs = [rec[5 + 10 * i: 15 + 10 * i] for i in range(nargs + nrets)]
+            bufs = [rec[_HEAD + 10 * i: _HEAD + 10 + 10 * i] for i in range(nargs + nrets)]
             geom = call.geometries[dims] = _geometry(call, bufs, nargs)
         batch, per = geom
         per = [None if q is None else (ptrs[q[0]], ptrs[q[1]], q[2], q[3]) for q in per]
-        stream = wrap_stream_handle(dev, stream_handle) if dev.is_cuda else None
+        stream = _xla_stream(dev, stream_handle, blocking) if dev.is_cuda else None
         with ScopedDevice(dev):
             if stream is not None:
                 from tapegrad.cuda.stream import ScopedStream
                 with ScopedStream(stream, sync_enter=False):
-                    self._run_on(call, dev, stream, batch, per)
+                    self._run_on(call, dev, stream, batch, per, capturing)
             else:
-                self._run_on(call, dev, None, batch, per)
+                self._run_on(call, dev, None, batch, per, capturing)
 
-    def _run_on(self, call, dev, stream, batch, per):
+    def _run_on(self, call, dev, stream, batch, per, capturing=-1):
         nb = math.prod(batch)
         for b in range(nb):
             args = self._arguments(call, dev, per, b, batch)
@@ -287,7 +290,9 @@ class JaxCallable:
                 self._invoke(args)
             elif mode == GraphMode.JAX:
                 from tapegrad.cuda.graph import ScopedCapture, is_capturing
-                if is_capturing(dev, stream):   # XLA is recording a command buffer: join its capture
+                # XLA is recording a command buffer: join its capture (the handler read the
+                # stream's capture status through the driver; -1: it could not)
+                if capturing == 1 or (capturing == -1 and is_capturing(dev, stream)):
                     with ScopedCapture(stream=stream, external=True, force_module_load=False):
                         self._invoke(args)
                 else:
@@ -321,13 +326,35 @@ class JaxCallable:
                 a = tg_array.wrap_memory(ptr + off, lay.dtype, lay.shape, lay.strides, dev, None, True)
             else:
                 a = lay.new_array(ptr + off, None)
+            # on CUDA both run on XLA's stream through the driver: inside XLA's command-buffer
+            # capture (graph mode JAX, vmap "sequential" under jit) a runtime-API or CuPy call
+            # on another stream, or a query the capture refuses, would invalidate it
             if kind == ffi_plan.INOUT and in_ptr != ptr:      # not aliased by XLA: seed the result from the operand
                 src = lay.new_array(in_ptr + _offset(batch, in_st, b), None)
                 copy_array(a, src)
             elif kind == ffi_plan.OUT:
-                a.zero_()
+                zero_array(a)
             args.append(a)
         return args
+
+
+_HEAD = 7                    # the handler's record header: platform .. blocking (ffi_handler.cpp)
+_streams: dict = {}          # (ordinal, XLA stream handle) -> tapegrad Stream wrapping it
+
+
+def _xla_stream(dev, handle: int, blocking: int):
+    """A tapegrad Stream over XLA's stream ``handle``, made without asking the driver anything
+    (``Stream`` would ask its flags: refused during a capture, which it invalidates). Its
+    blocking flag is the handler's reading when it had one (-1: none, counted non-blocking,
+    so ordering with the legacy stream takes an event rather than being assumed)."""
+    s = _streams.get((dev.ordinal, handle))
+    if s is None:
+        from tapegrad.cuda.stream import Stream
+        if len(_streams) >= 256:
+            _streams.clear()
+        s = _streams[(dev.ordinal, handle)] = Stream(dev, cuda_stream=handle, blocking=blocking == 1,
+                                                     blocking_known=True)
+    return s
 
 
 def _strides(dtype, dims):
@@ -400,8 +427,8 @@ def _dispatch(call_id, rec_addr, msg, msglen):
     """Every ``jax_callable`` execution lands here (from the C handler, any XLA thread)."""
     try:
         call = _calls[call_id]
-        n = (ctypes.c_int64 * 5).from_address(rec_addr)[3:5]
-        rec = (ctypes.c_int64 * (5 + 10 * (n[0] + n[1]))).from_address(rec_addr)[:]
+        n = (ctypes.c_int64 * _HEAD).from_address(rec_addr)[3:5]
+        rec = (ctypes.c_int64 * (_HEAD + 10 * (n[0] + n[1]))).from_address(rec_addr)[:]
         with _lock:
             call.owner._run(call, rec)
         return 0

@@ -4,18 +4,34 @@ A plan needs the kernel's CPU entry point (``<symbol>_cpu_forward/backward``) or
 device, its ``CUfunction``. They are filled in at trace time for the devices the module
 preload mode names; a plan run on another device asks ``load`` (through a ctypes callback,
 once per plan and device) — the only time an execution reaches Python.
+
+Exported programs (``jax.export``): each call also carries the plan's stable key
+(``plan_key``: the kernel's stable name and the plan's static facts as text). A program run
+in another process is resolved by that key (``resolve_key``, called by the handler once per
+key): the kernel this process defined under that name (``define_kernel``, when
+``tg.jax_kernel`` builds it) gets an equal plan, or the handler returns an error naming the
+kernel and what to import.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import threading
 from enum import IntEnum
 
+import numpy as np
+
+from tapegrad import types
 from tapegrad.device import get_device
 
+from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
+from .ffi import process_id
 
-__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry"]
+__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "define_kernel", "plan_key",
+           "resolve_key", "with_identity"]
+
+_KEY_FORMAT = "tapegrad-plan 1"
 
 
 class ModulePreloadMode(IntEnum):
@@ -115,17 +131,106 @@ _LOADER = ffi_plan.LOADER(_load)
 
 
 def register(spec: ffi_plan.PlanSpec) -> ffi_plan.Plan:
-    """The plan for ``spec`` (built once; equal specs share it)."""
+    """The plan for ``spec`` (built once; equal specs share it). Its ``key`` attribute is
+    ``plan_key(spec)``."""
     with _lock:
         plan = _by_spec.get(spec)
         if plan is None:
             plan = ffi_plan.Plan(spec, _LOADER)
+            plan.key = plan_key(spec)
             _plans[plan.address] = plan
             _by_spec[spec] = plan
     return plan
 
 
 _by_spec: dict = {}
+
+# ------------------------------------------------------------------ stable keys (jax.export)
+
+_names: dict = {}            # kernel -> its stable name
+_kernels: dict = {}          # stable name -> kernel defined in this process
+
+
+def kernel_name(kernel) -> str:
+    """The kernel's stable name (``export_names.stable_name``), computed once."""
+    name = _names.get(kernel)
+    if name is None:
+        name = _names[kernel] = stable_name(kernel)
+    return name
+
+
+def define_kernel(kernel) -> None:
+    """Make ``kernel`` the one an exported program naming its stable name runs in this process
+    (``jax_kernel`` calls it when it builds the kernel's wrapper)."""
+    with _lock:
+        _kernels.setdefault(kernel_name(kernel), kernel)
+
+
+def plan_key(spec: ffi_plan.PlanSpec) -> str:
+    """The stable text of ``spec``: the kernel's stable name and every static fact of the call
+    (slots, values, grid, block size), the same in every process."""
+    define_kernel(spec.kernel)
+    slots = [[s.kind, s.name, s.arg, s.ret, list(s.dims), s.value.hex(), s.xla,
+              None if s.dtype is None else repr(s.dtype)] for s in spec.slots]
+    body = {"slots": slots, "nargs": spec.nargs, "nrets": spec.nrets, "launch": list(spec.launch),
+            "adjoint": bool(spec.adjoint), "block_dim": spec.block_dim}
+    return f"{_KEY_FORMAT};{kernel_name(spec.kernel)};{json.dumps(body, separators=(',', ':'))}"
+
+
+def _spec_of_key(key: str) -> ffi_plan.PlanSpec:
+    """The ``PlanSpec`` a key describes, over the kernel this process defined under its name.
+
+    Raises:
+        LookupError: no kernel of that name here (the message says what to import).
+        ValueError: a key of another format, or one that does not fit the kernel.
+    """
+    fmt, name, body = key.split(";", 2)
+    if fmt != _KEY_FORMAT:
+        raise ValueError(f"tapegrad: the call's key has format '{fmt}', this tapegrad reads '{_KEY_FORMAT}' "
+                         "(export the program again with this version)")
+    kernel = _kernels.get(name)
+    if kernel is None:
+        d = describe(name)
+        what = f"kernel '{d[0]}.{d[1]}'" if d else f"the kernel named '{name}'"
+        raise LookupError(f"tapegrad: the program calls {what} (tapegrad name {name}), which this process has not "
+                          f"defined: {advice(name, 'tg.jax_kernel')}")
+    b = json.loads(body)
+    names, ptypes = kernel.arg_names, kernel.arg_types
+    slots = []
+    for i, (kind, sname, arg, ret, dims, value, xla, dtype) in enumerate(b["slots"]):
+        t = ptypes[i % len(ptypes)]
+        dt = None if dtype is None else (t.dtype if isinstance(t, types.ArrayType) else t)
+        if (None if dt is None else repr(dt)) != dtype or sname.removeprefix("adj_") != names[i % len(names)]:
+            raise ValueError(f"tapegrad: the call's slot {i} ({sname}: {dtype}) does not fit kernel "
+                             f"'{kernel.key}' as defined in this process")
+        slots.append(ffi_plan.Slot(int(kind), sname, int(arg), int(ret), dt, tuple(dims), bytes.fromhex(value),
+                                   int(xla)))
+    return ffi_plan.PlanSpec(kernel, tuple(slots), int(b["nargs"]), int(b["nrets"]), tuple(b["launch"]),
+                             bool(b["adjoint"]), int(b["block_dim"]))
+
+
+def resolve_key(key_ptr, length, msg, msglen):
+    """The C handler's callback for a call traced in another process: the address of this
+    process's plan for the key, or 0 with the reason written to ``msg``."""
+    try:
+        key = ctypes.string_at(key_ptr, length).decode()
+        return register(_spec_of_key(key)).address
+    except BaseException as e:  # never let an exception cross into XLA
+        text = str(e) if isinstance(e, (LookupError, ValueError)) and str(e).startswith("tapegrad") else \
+            f"tapegrad jax_kernel: cannot run a call traced in another process: {type(e).__name__}: {e}"
+        text = text.encode()[:max(0, msglen - 1)]
+        ctypes.memmove(msg, text + b"\0", len(text) + 1)
+        return 0
+
+
+def with_identity(call, plan: ffi_plan.Plan):
+    """``call`` (a ``jax.ffi.ffi_call`` result) with this process's id and ``plan``'s stable
+    key added to its attributes, so the handler can tell a call traced elsewhere."""
+    extra = {"tapegrad_process": np.int64(process_id()), "tapegrad_key": plan.key}
+
+    def bound(*operands, **attrs):
+        return call(*operands, **attrs, **extra)
+    return bound
 
 
 def preload(plan: ffi_plan.Plan, mode: ModulePreloadMode) -> None:

@@ -9,15 +9,21 @@ per platform: ``"cpu"`` and ``"CUDA"``):
 - ``tapegrad_kernel``: a ``jax_kernel`` call (no Python per execution);
 - ``tapegrad_callable`` / ``tapegrad_callable_graphable``: a ``jax_callable`` call (the second
   advertises command-buffer compatibility: graph mode JAX).
+
+Every call carries this process's random id (``process_id``, attribute ``tapegrad_process``):
+the handler trusts the plan address or call id of a call only when the id is its own; a
+program serialized by ``jax.export`` and run in another process is resolved by its stable key
+instead (``entry.resolve_key``), or refused with an error naming the kernel.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import threading
 
 __all__ = ["handler_library", "KERNEL_TARGET", "CALLABLE_TARGET", "CALLABLE_GRAPHABLE_TARGET", "ensure_registered",
-           "set_callable_target"]
+           "set_callable_target", "process_id", "cuda_zero", "cuda_copy"]
 
 KERNEL_TARGET = "tapegrad_kernel"
 CALLABLE_TARGET = "tapegrad_callable"
@@ -29,6 +35,17 @@ _registered = False
 _callable_cb = None      # the CFUNCTYPE object handed to C: must stay alive
 
 CALLABLE_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+# (key, key length, message buffer, its size) -> plan address, or 0 with the message written
+RESOLVER_FN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
+
+# this process's id in every call it traces: random, so no other process's calls carry it
+_PROCESS = int.from_bytes(secrets.token_bytes(8), "little", signed=True) or 1
+_resolver_cb = None      # the RESOLVER_FN object handed to C: must stay alive
+
+
+def process_id() -> int:
+    """The id this process writes into its calls (``tapegrad_process``)."""
+    return _PROCESS
 
 # A private binding of PyCapsule_New: jax.ffi.pycapsule sets argtypes on the shared
 # ctypes.pythonapi object, which other code in the process may rely on.
@@ -80,8 +97,53 @@ def handler_library():
         if lib.tgx_abi_version() != abi_version():
             raise RuntimeError(f"tapegrad jax bridge: the FFI handler library {path} has plan layout "
                                f"{lib.tgx_abi_version()}, bridges/jax/plan.py {abi_version()} (stale build?)")
+        from .entry import resolve_key
+        global _resolver_cb
+        _resolver_cb = RESOLVER_FN(resolve_key)
+        lib.tgx_set_process.argtypes = [ctypes.c_int64, RESOLVER_FN]
+        lib.tgx_set_process.restype = None
+        lib.tgx_set_process(_PROCESS, _resolver_cb)
+        _declare_driver_ops(lib)
         _lib = lib
     return _lib
+
+
+def _declare_driver_ops(lib) -> None:
+    for name in ("tgx_cuda_zero", "tgx_cuda_copy"):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int32
+    lib.tgx_cuda_zero.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+    lib.tgx_cuda_copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+    lib.tgx_cuda_error_text.argtypes = [ctypes.c_int32]
+    lib.tgx_cuda_error_text.restype = ctypes.c_char_p
+
+
+def _check_cuda(r: int, what: str) -> None:
+    if r:
+        text = handler_library().tgx_cuda_error_text(r).decode(errors="replace")
+        raise RuntimeError(f"tapegrad jax bridge: {what} on XLA's stream failed: CUDA error {r} ({text})")
+
+
+def cuda_zero(ptr: int, nbytes: int, stream: int) -> None:
+    """Zero ``nbytes`` of device memory at ``ptr`` on ``stream`` (XLA's) through the driver
+    (``cuMemsetD32Async``/``cuMemsetD8Async``): capturable, no synchronization, no allocation.
+
+    Raises:
+        RuntimeError: the driver refused (its error named).
+    """
+    if nbytes > 0:
+        _check_cuda(handler_library().tgx_cuda_zero(ptr, nbytes, stream or None), "zeroing an output")
+
+
+def cuda_copy(dst: int, src: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` of device memory from ``src`` to ``dst`` on ``stream`` through the driver
+    (``cuMemcpyDtoDAsync``): capturable, no synchronization.
+
+    Raises:
+        RuntimeError: the driver refused (its error named).
+    """
+    if nbytes > 0:
+        _check_cuda(handler_library().tgx_cuda_copy(dst, src, nbytes, stream or None), "copying an in-out array")
 
 
 def _capsule(fn):

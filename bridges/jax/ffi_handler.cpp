@@ -293,19 +293,101 @@ static void tgx_fill(const tgx_plan* p, const tgx_geom* g, int64_t b, tgx_array*
     }
 }
 
-static const tgx_plan* tgx_get_plan(XLA_FFI_CallFrame* f, char* msg, size_t msglen) {
-    int64_t addr = 0;
-    if (tgx_attr_i64(f, "tapegrad_plan", &addr) != 0 || !addr) {
-        snprintf(msg, msglen, "tapegrad FFI handler: the call carries no 'tapegrad_plan' attribute (not built by "
-                 "tapegrad.jax_kernel?)");
-        return 0;
+// ------------------------------------------------------------------- finding the plan
+// A call carries three attributes: `tapegrad_plan` (the plan's address in the process that
+// traced it), `tapegrad_process` (that process's random id) and `tapegrad_key` (the plan's
+// stable key: the kernel's stable name and every static fact of the call, as text). The
+// address is used only when the process id is this process's: a program serialized by
+// jax.export and run elsewhere carries a foreign id, and its plan is found by key instead
+// (resolved once per key by Python, which rebuilds the plan for the kernel this process has
+// defined under that name, or explains which kernel to define). Nothing read from a call is
+// dereferenced before it is validated.
+
+typedef int64_t (*tgx_resolver_fn)(const char* key, int64_t len, char* msg, int64_t msglen);
+static int64_t tgx_process = 0;
+static tgx_resolver_fn tgx_resolver = 0;
+
+TGX_EXPORT void tgx_set_process(int64_t process, tgx_resolver_fn resolver) {
+    tgx_process = process;
+    tgx_resolver = resolver;
+}
+
+// The string attribute named `name` (not NUL-terminated), or -1 when absent.
+static int tgx_attr_str(XLA_FFI_CallFrame* frame, const char* name, const char** ptr, size_t* len) {
+    size_t n = strlen(name);
+    for (int64_t i = 0; i < frame->attrs.size; ++i) {
+        XLA_FFI_ByteSpan* s = frame->attrs.names[i];
+        if (s->len == n && memcmp(s->ptr, name, n) == 0 && frame->attrs.types[i] == XLA_FFI_AttrType_STRING) {
+            XLA_FFI_ByteSpan* v = (XLA_FFI_ByteSpan*)frame->attrs.attrs[i];
+            *ptr = v->ptr;
+            *len = v->len;
+            return 0;
+        }
     }
-    const tgx_plan* p = (const tgx_plan*)addr;
-    if (p->magic != TGX_MAGIC) {
+    return -1;
+}
+
+// keys resolved in this process (a short list: one entry per distinct foreign call)
+struct tgx_resolved { char* key; size_t len; const tgx_plan* plan; tgx_resolved* next; };
+static tgx_resolved* tgx_resolved_head = 0;
+static pthread_mutex_t tgx_resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const tgx_plan* tgx_plan_by_key(const char* key, size_t len, char* msg, size_t msglen) {
+    pthread_mutex_lock(&tgx_resolve_lock);
+    const tgx_plan* p = 0;
+    for (tgx_resolved* r = tgx_resolved_head; r; r = r->next)
+        if (r->len == len && memcmp(r->key, key, len) == 0) { p = r->plan; break; }
+    if (!p) {
+        int64_t addr = 0;
+        if (!tgx_resolver) {
+            snprintf(msg, msglen, "tapegrad FFI handler: this call was traced in another process and tapegrad's "
+                     "Python side is not set up here (build the kernel with tapegrad.jax_kernel first)");
+        } else {
+            msg[0] = 0;
+            addr = tgx_resolver(key, (int64_t)len, msg, (int64_t)msglen);
+            if (!addr && !msg[0]) snprintf(msg, msglen, "tapegrad FFI handler: cannot resolve the call's kernel");
+        }
+        if (addr && ((const tgx_plan*)addr)->magic == TGX_MAGIC) {
+            tgx_resolved* r = (tgx_resolved*)malloc(sizeof(tgx_resolved));
+            char* copy = (char*)malloc(len + 1);
+            if (r && copy) {
+                memcpy(copy, key, len);
+                copy[len] = 0;
+                r->key = copy;
+                r->len = len;
+                r->plan = (const tgx_plan*)addr;
+                r->next = tgx_resolved_head;
+                tgx_resolved_head = r;
+            } else {
+                free(r);
+                free(copy);
+            }
+            p = (const tgx_plan*)addr;
+        }
+    }
+    pthread_mutex_unlock(&tgx_resolve_lock);
+    return p;
+}
+
+static const tgx_plan* tgx_get_plan(XLA_FFI_CallFrame* f, char* msg, size_t msglen) {
+    int64_t process = 0, addr = 0;
+    if (tgx_process && tgx_attr_i64(f, "tapegrad_process", &process) == 0 && process == tgx_process) {
+        // traced in this process: the address is one of this process's plans (kept alive forever)
+        if (tgx_attr_i64(f, "tapegrad_plan", &addr) == 0 && addr) {
+            const tgx_plan* p = (const tgx_plan*)addr;
+            if (p->magic == TGX_MAGIC) return p;
+        }
         snprintf(msg, msglen, "tapegrad FFI handler: attribute 'tapegrad_plan' does not point at a tapegrad plan");
         return 0;
     }
-    return p;
+    const char* key = 0;
+    size_t len = 0;
+    if (tgx_attr_str(f, "tapegrad_key", &key, &len) != 0) {
+        snprintf(msg, msglen, "tapegrad FFI handler: the call was traced in another process and carries no "
+                 "'tapegrad_key' attribute (exported by an older tapegrad?): export the program again");
+        return 0;
+    }
+    return tgx_plan_by_key(key, len, msg, msglen);
 }
 
 // ---------------------------------------------------------------------------------- CPU
@@ -364,7 +446,10 @@ typedef unsigned long long CUdeviceptr_t;
 static struct {
     CUresult (*launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
     CUresult (*memset8)(CUdeviceptr_t, unsigned char, size_t, void*);
+    CUresult (*memset32)(CUdeviceptr_t, unsigned int, size_t, void*);
     CUresult (*memcpy_dd)(CUdeviceptr_t, CUdeviceptr_t, size_t, void*);
+    CUresult (*is_capturing)(void*, int*);
+    CUresult (*stream_flags)(void*, unsigned int*);
     CUresult (*error_string)(CUresult, const char**);
     CUresult (*ctx_device)(int*);
     int ok;
@@ -377,11 +462,22 @@ static void tgx_cu_init(void) {
     if (!h) { snprintf(tgx_cu.why, sizeof(tgx_cu.why), "cannot load libcuda.so.1: %s", dlerror()); return; }
     *(void**)&tgx_cu.launch = dlsym(h, "cuLaunchKernel");
     *(void**)&tgx_cu.memset8 = dlsym(h, "cuMemsetD8Async");
+    *(void**)&tgx_cu.memset32 = dlsym(h, "cuMemsetD32Async");
     *(void**)&tgx_cu.memcpy_dd = dlsym(h, "cuMemcpyDtoDAsync_v2");
+    *(void**)&tgx_cu.is_capturing = dlsym(h, "cuStreamIsCapturing");
+    *(void**)&tgx_cu.stream_flags = dlsym(h, "cuStreamGetFlags");
     *(void**)&tgx_cu.error_string = dlsym(h, "cuGetErrorString");
     *(void**)&tgx_cu.ctx_device = dlsym(h, "cuCtxGetDevice");
-    tgx_cu.ok = tgx_cu.launch && tgx_cu.memset8 && tgx_cu.memcpy_dd;
+    tgx_cu.ok = tgx_cu.launch && tgx_cu.memset8 && tgx_cu.memset32 && tgx_cu.memcpy_dd;
     if (!tgx_cu.ok) snprintf(tgx_cu.why, sizeof(tgx_cu.why), "libcuda.so.1 lacks cuLaunchKernel/cuMemsetD8Async");
+}
+
+// Zero `n` bytes at `dst` on `stream`: 4-byte stores where the range allows (one memset node
+// in a captured graph either way).
+static CUresult tgx_cu_zero(CUdeviceptr_t dst, size_t n, void* stream) {
+    if (!n) return 0;
+    if ((dst & 3) == 0 && (n & 3) == 0) return tgx_cu.memset32(dst, 0u, n / 4, stream);
+    return tgx_cu.memset8(dst, 0, n, stream);
 }
 
 static const char* tgx_cu_text(CUresult r) {
@@ -453,7 +549,7 @@ TGX_EXPORT XLA_FFI_Error* tgx_kernel_cuda(XLA_FFI_CallFrame* f) {
     for (int32_t i = 0; i < p->nslots && !r; ++i) {
         const tgx_slot* s = &p->slots[i];
         if (s->kind == TGX_OUT && g->item_bytes[i])
-            r = tgx_cu.memset8((CUdeviceptr_t)g->out_ptr[i], 0, (size_t)(g->item_bytes[i] * g->nbatch), stream);
+            r = tgx_cu_zero((CUdeviceptr_t)g->out_ptr[i], (size_t)(g->item_bytes[i] * g->nbatch), stream);
         if (s->kind != TGX_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
         for (int64_t b = 0; b < g->nbatch && !r; ++b)
             r = tgx_cu.memcpy_dd((CUdeviceptr_t)((char*)g->out_ptr[i] + tgx_offset(g, g->out_bstride[i], b)),
@@ -487,8 +583,12 @@ TGX_EXPORT XLA_FFI_Error* tgx_kernel_cuda(XLA_FFI_CallFrame* f) {
 // ------------------------------------------------------------------------- jax_callable
 // A callable runs Python by nature: the handler marshals the call frame into a flat int64
 // record and calls the Python function registered for the call (one ctypes call).
-// Record: [platform, ordinal, stream, nargs, nrets, then per buffer: data, rank, dims[8]].
+// Record: [platform, ordinal, stream, nargs, nrets, capturing, blocking, then per buffer: data,
+// rank, dims[8]]. `capturing`: whether XLA is recording the stream into a command buffer (1),
+// not (0) or unknown (-1); `blocking`: the stream's flag when it could be read outside a capture
+// (cuStreamGetFlags is refused on a capturing stream, and the refusal invalidates the capture), else -1.
 
+#define TGX_REC_HEAD 7
 typedef int32_t (*tgx_callable_fn)(int64_t call_id, const int64_t* record, char* msg, int64_t msglen);
 static tgx_callable_fn tgx_callable_target = 0;
 
@@ -496,12 +596,24 @@ TGX_EXPORT void tgx_set_callable_target(tgx_callable_fn fn) { tgx_callable_targe
 
 static XLA_FFI_Error* tgx_callable(XLA_FFI_CallFrame* f, int platform) {
     char msg[2048];
-    int64_t call_id = -1;
+    int64_t call_id = -1, process = 0;
     if (tgx_attr_i64(f, "tapegrad_call", &call_id) != 0 || !tgx_callable_target)
         return tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                          "tapegrad jax_callable handler: no 'tapegrad_call' attribute or no Python target");
+    if (!tgx_process || tgx_attr_i64(f, "tapegrad_process", &process) != 0 || process != tgx_process) {
+        // a call id numbers a Python function of the process that traced the call: elsewhere
+        // (a program serialized by jax.export) it would name another function, or none
+        const char* name = "?";
+        size_t len = 1;
+        tgx_attr_str(f, "tapegrad_name", &name, &len);
+        snprintf(msg, sizeof(msg), "tapegrad jax_callable '%.*s': this call was traced in another process (a program "
+                 "serialized with jax.export?); a jax_callable runs a Python function, which an exported program "
+                 "cannot carry: trace the function again in this process (use tapegrad.jax_kernel for kernels that "
+                 "must be exported)", (int)(len > 400 ? 400 : len), name);
+        return tgx_error(f->api, XLA_FFI_Error_Code_FAILED_PRECONDITION, msg);
+    }
     int64_t n = f->args.size + f->rets.size;
-    int64_t* rec = (int64_t*)malloc(sizeof(int64_t) * (5 + 10 * n));
+    int64_t* rec = (int64_t*)malloc(sizeof(int64_t) * (TGX_REC_HEAD + 10 * n));
     if (!rec) return tgx_error(f->api, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "tapegrad jax_callable: out of memory");
     void* stream = 0;
     int32_t ordinal = 0;
@@ -512,14 +624,24 @@ static XLA_FFI_Error* tgx_callable(XLA_FFI_CallFrame* f, int platform) {
             return tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, "tapegrad jax_callable: no XLA CUDA stream");
         }
     }
+    int32_t capturing = -1, blocking = -1;
+    if (platform == 1 && tgx_cu.is_capturing) {
+        int status = 0;
+        if (tgx_cu.is_capturing(stream, &status) == 0) capturing = status != 0;
+        unsigned int flags = 0;
+        if (capturing == 0 && tgx_cu.stream_flags && tgx_cu.stream_flags(stream, &flags) == 0)
+            blocking = (flags & 1) ? 0 : 1;   // CU_STREAM_NON_BLOCKING
+    }
     rec[0] = platform;
     rec[1] = ordinal;
     rec[2] = (int64_t)stream;
     rec[3] = f->args.size;
     rec[4] = f->rets.size;
+    rec[5] = capturing;
+    rec[6] = blocking;
     for (int64_t i = 0; i < n; ++i) {
         const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)(i < f->args.size ? f->args.args[i] : f->rets.rets[i - f->args.size]);
-        int64_t* r = rec + 5 + 10 * i;
+        int64_t* r = rec + TGX_REC_HEAD + 10 * i;
         r[0] = (int64_t)b->data;
         r[1] = b->rank;
         for (int64_t k = 0; k < 8; ++k) r[2 + k] = k < b->rank ? b->dims[k] : 0;
@@ -548,6 +670,29 @@ TGX_EXPORT XLA_FFI_Error* tgx_callable_cuda(XLA_FFI_CallFrame* f) {
     if (tgx_metadata(f, 0)) return 0;
     if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
     return tgx_callable(f, 1);
+}
+
+// ------------------------------------------------- driver operations for jax_callable's Python side
+// Zeroing outputs and seeding unaliased in-out results run on XLA's stream through the driver:
+// capturable (one node each when XLA records a command buffer), no runtime-API default-stream
+// work, no synchronization, no allocation. Return a CUresult (0: success; -1: no libcuda).
+
+TGX_EXPORT int32_t tgx_cuda_zero(uint64_t dst, uint64_t nbytes, void* stream) {
+    pthread_once(&tgx_cu_once, tgx_cu_init);
+    if (!tgx_cu.ok) return -1;
+    return tgx_cu_zero((CUdeviceptr_t)dst, (size_t)nbytes, stream);
+}
+
+TGX_EXPORT int32_t tgx_cuda_copy(uint64_t dst, uint64_t src, uint64_t nbytes, void* stream) {
+    pthread_once(&tgx_cu_once, tgx_cu_init);
+    if (!tgx_cu.ok) return -1;
+    if (!nbytes) return 0;
+    return tgx_cu.memcpy_dd((CUdeviceptr_t)dst, (CUdeviceptr_t)src, (size_t)nbytes, stream);
+}
+
+TGX_EXPORT const char* tgx_cuda_error_text(int32_t r) {
+    if (r == -1) return tgx_cu.why[0] ? tgx_cu.why : "libcuda.so.1 is not usable";
+    return tgx_cu_text(r);
 }
 
 TGX_EXPORT int64_t tgx_abi_version(void) { return (int64_t)sizeof(tgx_plan) * 1000 + (int64_t)sizeof(tgx_slot); }

@@ -17,13 +17,29 @@ from collections import OrderedDict
 import tapegrad
 
 from . import plan as ffi_plan
+from .ffi import cuda_copy, cuda_zero
 
-__all__ = ["GraphCache", "copy_array"]
+__all__ = ["GraphCache", "copy_array", "zero_array"]
 
 
 def copy_array(dst, src) -> None:
-    """``dst[...] = src`` on the current stream (XLA's, inside a call)."""
-    tapegrad.copy(dst, src)
+    """``dst[...] = src`` on the current stream (XLA's, inside a call). On CUDA a driver copy
+    (``cuMemcpyDtoDAsync`` on the stream: capturable, no synchronization, no CuPy stream);
+    arrays that are not both contiguous take tapegrad's copy."""
+    if dst.device.is_cuda and src.device.is_cuda and dst.is_contiguous and src.is_contiguous \
+            and dst.nbytes == src.nbytes:
+        cuda_copy(dst.ptr, src.ptr, dst.nbytes, dst.device.stream.cuda_stream)
+    else:
+        tapegrad.copy(dst, src)
+
+
+def zero_array(a) -> None:
+    """Zero ``a`` on the current stream (XLA's, inside a call); on CUDA through the driver
+    (``cuMemsetD32Async``/``cuMemsetD8Async`` on the stream)."""
+    if a.device.is_cuda and a.is_contiguous:
+        cuda_zero(a.ptr, a.nbytes, a.device.stream.cuda_stream)
+    else:
+        a.zero_()
 
 
 class GraphCache:
@@ -132,7 +148,7 @@ class GraphCache:
             if kind == ffi_plan.VALUE:
                 continue
             if into and kind == ffi_plan.OUT:
-                s.zero_()                     # outputs start at zero, as without staging
+                zero_array(s)                 # outputs start at zero, as without staging
             elif into and (self.stage_in is None or p.name in self.stage_in):
                 copy_array(s, a)
             if not into and kind != ffi_plan.IN and (self.stage_out is None or p.name in self.stage_out):

@@ -153,6 +153,7 @@ class JaxKernel:
         self._eager: dict = {}     # eager argument key -> (ffi callable, plan address)
         self._operand_positions = tuple(k for k, p in enumerate(self.call_params) if p.is_array)
         ensure_registered()
+        entry.define_kernel(kernel)   # exported programs naming it run it in this process
 
     def __repr__(self):
         return f"<tapegrad jax_kernel {self.kernel.key}>"
@@ -323,8 +324,9 @@ class JaxKernel:
             out_types = [jax.ShapeDtypeStruct(s, d) for s, d in results]
             if meta:
                 out_types = [t.update(**meta) for t in out_types]
-            call = jax.ffi.ffi_call(KERNEL_TARGET, out_types, vmap_method=vm, input_output_aliases=aliases or None,
-                                    has_side_effect=self.has_side_effect)
+            call = entry.with_identity(jax.ffi.ffi_call(KERNEL_TARGET, out_types, vmap_method=vm,
+                                                        input_output_aliases=aliases or None,
+                                                        has_side_effect=self.has_side_effect), plan)
             hit = (call, np.int64(plan.address))
             if not meta:
                 self._calls[ckey] = hit

@@ -28,11 +28,14 @@ class Stream:
             unless ``blocking=False``.
         cuda_stream: wrap an existing ``cudaStream_t`` handle (int) instead of creating one.
         owner: any object that must stay alive while this stream is used (a torch stream...).
+        blocking_known: for ``cuda_stream``: take ``blocking`` as the handle's flag instead of
+            asking the driver (which a capture of the stream refuses, invalidating it).
     Raises:
         RuntimeError: ``device`` is not a CUDA device.
     """
 
-    def __init__(self, device=None, priority: int = 0, blocking: bool = True, cuda_stream=None, owner=None):
+    def __init__(self, device=None, priority: int = 0, blocking: bool = True, cuda_stream=None, owner=None,
+                 blocking_known: bool = False):
         dev = get_device(device)
         if not dev.is_cuda:
             raise RuntimeError(f"Stream: device {dev} is not a CUDA device")
@@ -53,8 +56,8 @@ class Stream:
         # known now, outside any capture: cudaStreamGetFlags is refused while a stream is being
         # captured (cudaErrorStreamCaptureUnsupported, and it invalidates the capture), and the
         # launch path asks a current stream whether it is blocking
-        self._blocking = blocking if self.owned else None
-        if not self.owned:
+        self._blocking = blocking if self.owned or blocking_known else None
+        if self._blocking is None:
             try:
                 self._blocking = self._query_blocking()
             except Exception:   # e.g. wrapped during a capture: asked again on first use
