@@ -34,7 +34,8 @@ def _value_print(v) -> str:
     """A process-independent text of an op option or closure value: ints, tuples and dicts as
     themselves; functions by their module, name and bytecode (not their address)."""
     if isinstance(v, dict):
-        return "{" + ",".join(f"{k!r}:{_value_print(x)}" for k, x in sorted(v.items(), key=lambda kv: repr(kv[0]))) + "}"
+        items = sorted(v.items(), key=lambda kv: repr(kv[0]))
+        return "{" + ",".join(f"{k!r}:{_value_print(x)}" for k, x in items) + "}"
     if isinstance(v, (list, tuple)):
         return "(" + ",".join(_value_print(x) for x in v) + ")"
     code = getattr(v, "__code__", None)
