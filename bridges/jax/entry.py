@@ -26,7 +26,7 @@ from tapegrad.device import get_device
 
 from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
-from .ffi import process_id
+from .ffi import process_id, set_key_resolver
 
 __all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "define_kernel", "plan_key",
            "resolve_key", "with_identity"]
@@ -221,6 +221,9 @@ def resolve_key(key_ptr, length, msg, msglen):
         text = text.encode()[:max(0, msglen - 1)]
         ctypes.memmove(msg, text + b"\0", len(text) + 1)
         return 0
+
+
+set_key_resolver(resolve_key)
 
 
 def with_identity(call, plan: ffi_plan.Plan):

@@ -23,7 +23,7 @@ import secrets
 import threading
 
 __all__ = ["handler_library", "KERNEL_TARGET", "CALLABLE_TARGET", "CALLABLE_GRAPHABLE_TARGET", "ensure_registered",
-           "set_callable_target", "process_id", "cuda_zero", "cuda_copy"]
+           "set_callable_target", "set_key_resolver", "process_id", "cuda_zero", "cuda_copy"]
 
 KERNEL_TARGET = "tapegrad_kernel"
 CALLABLE_TARGET = "tapegrad_callable"
@@ -41,6 +41,17 @@ RESOLVER_FN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, 
 # this process's id in every call it traces: random, so no other process's calls carry it
 _PROCESS = int.from_bytes(secrets.token_bytes(8), "little", signed=True) or 1
 _resolver_cb = None      # the RESOLVER_FN object handed to C: must stay alive
+
+
+def set_key_resolver(fn) -> None:
+    """Install ``fn(key address, key length, message address, message size) -> plan address``
+    (0: refused, the reason written to the message), which resolves calls traced in another
+    process (``entry.resolve_key``; entry installs it when imported)."""
+    global _resolver_cb
+    with _lock:
+        _resolver_cb = RESOLVER_FN(fn)
+        if _lib is not None:
+            _lib.tgx_set_process(_PROCESS, _resolver_cb)
 
 
 def process_id() -> int:
@@ -97,12 +108,9 @@ def handler_library():
         if lib.tgx_abi_version() != abi_version():
             raise RuntimeError(f"tapegrad jax bridge: the FFI handler library {path} has plan layout "
                                f"{lib.tgx_abi_version()}, bridges/jax/plan.py {abi_version()} (stale build?)")
-        from .entry import resolve_key
-        global _resolver_cb
-        _resolver_cb = RESOLVER_FN(resolve_key)
         lib.tgx_set_process.argtypes = [ctypes.c_int64, RESOLVER_FN]
         lib.tgx_set_process.restype = None
-        lib.tgx_set_process(_PROCESS, _resolver_cb)
+        lib.tgx_set_process(_PROCESS, _resolver_cb or RESOLVER_FN())
         _declare_driver_ops(lib)
         _lib = lib
     return _lib
