@@ -5,10 +5,12 @@ Gradient-buffer ownership (SPEC R16): ``backward(grads={out: g})`` *copies* ``g`
 buffer (``out``'s own grad, or one the tape allocates once and reuses) and never adopts or
 modifies ``g`` — so re-running backward with the same ``g`` gives the same result.
 
-In-place updates (SPEC B12): a recorded launch or copy that overwrites values a differentiable
-record still needs is preceded by a copy of the array (``tape_saves``); ``backward`` restores
-those copies in reverse order, so each adjoint sees the values its forward saw, and then puts
-the forward's final values back. ``Tape(save_overwritten=False)`` turns this off (and warns).
+In-place updates (SPEC B12): a recorded launch, copy or host fill that overwrites values a
+differentiable record still needs is preceded by a copy of the array (``tape_saves``);
+``backward`` puts those copies, in reverse order, into private buffers that the adjoints read
+instead of the forward's arrays (``tape_saves.ShadowPlan``), so each adjoint sees the values its
+forward saw and the forward's arrays are never written (SPEC B21: another thread may read
+them). ``Tape(save_overwritten=False)`` turns this off (and warns).
 """
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ class Tape:
         self._live: dict = {}
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
-        self._finals: dict = {}        # id(array) -> (array, buffer for its values at backward start)
+        self._shadows = None           # tape_saves.ShadowPlan of backward's private buffers (built lazily)
+        self._remapped = None          # (plan, array.grad_changes, views of its buffers, launch records over them)
         self._loss = None
         self._zero_plan = None         # (signature, ids of the buffers, their BufferZeroPlan)
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
@@ -262,10 +265,7 @@ class Tape:
             if is_struct_instance(v):
                 self._track_struct(v)
         if saves:
-            self._saves[index] = saves = tape_saves.drop_covered(list(saves.values()))
-            for s in saves:       # where backward keeps the forward's last values (allocated once)
-                if id(s.array) not in self._finals:
-                    self._finals[id(s.array)] = (s.array, tape_saves.buffer_like(s.array, s.stream))
+            self._saves[index] = tape_saves.drop_covered(list(saves.values()))
         self.records.append(rec)
 
     def _record_plain_launch(self, rec, index) -> bool:
@@ -326,18 +326,17 @@ class Tape:
             self._track(a)
         if saves:
             self._saves[index] = saves
-            for s in saves:       # where backward keeps the forward's last values (allocated once)
-                if id(s.array) not in self._finals:
-                    self._finals[id(s.array)] = (s.array, tape_saves.buffer_like(s.array, stream))
         self.records.append(rec)
         return True
 
     @property
     def saved_bytes(self) -> int:
         """Bytes the tape holds for in-place updates: the saved copies of overwritten arrays
-        plus one buffer per such array for its final values (0 when nothing was overwritten)."""
-        return (sum(s.nbytes for saves in self._saves.values() for s in saves)
-                + sum(buf.nbytes for _, buf in self._finals.values()))
+        plus ``backward``'s private copy of the memory they came from (allocated on its first
+        call; 0 when nothing was overwritten)."""
+        if not self._saves:
+            return 0
+        return sum(s.nbytes for saves in self._saves.values() for s in saves) + self._shadow_plan().nbytes
 
     def _track_struct(self, s) -> None:
         """Track the gradients of the arrays a struct argument holds (nested structs too) and
@@ -434,32 +433,56 @@ class Tape:
             self._track(a)
 
     def _replay(self) -> None:
-        """The adjoints in reverse order, with the saved values of overwritten arrays put back
-        at their records' places and the forward's final values restored at the end."""
+        """The adjoints in reverse order. Where values were saved, the adjoints read a private
+        copy of that memory (the forward's final values, with each saved copy put back at its
+        record's place) through views of it: the forward's arrays are never written."""
         if not self._saves:
             for rec in reversed(self.records):
                 rec.replay()
             return
-        streams = {}      # id(array) -> streams of its first and last saving records
-        for index in sorted(self._saves):
-            for s in self._saves[index]:
-                first = streams.get(id(s.array), (s.stream,))[0]
-                streams[id(s.array)] = (first, s.stream)
-        for key, (a, buf) in self._finals.items():
-            tape_saves.restore(buf, a, streams[key][1])
-        try:
-            for index in range(len(self.records) - 1, -1, -1):
-                saved = self._saves.get(index, ())
-                for s in saved:
-                    if s.before_adjoint:
-                        tape_saves.restore(s.array, s.values, s.stream)
-                self.records[index].replay()
-                for s in saved:
-                    if not s.before_adjoint:
-                        tape_saves.restore(s.array, s.values, s.stream)
-        finally:
-            for key, (a, buf) in self._finals.items():
-                tape_saves.restore(a, buf, streams[key][0])
+        plan = self._shadow_plan()
+        plan.begin()
+        # the views of the private copy (and the launch records over them) are reused while no
+        # gradient was set anywhere: they carry their arrays' gradients
+        cache = self._remapped
+        if cache is None or cache[0] is not plan or cache[1] != array.grad_changes:
+            cache = self._remapped = (plan, array.grad_changes, {}, {})
+        remapped, launches = cache[2], cache[3]   # id(array) -> its view; index -> remapped record
+        saves, records, indices = self._saves, self.records, plan.indices
+        for index in range(len(records) - 1, -1, -1):
+            saved = saves.get(index, ())
+            for s in saved:
+                if s.before_adjoint:
+                    tape_saves.restore(_stand_in(plan, s.array, remapped), s.values, s.stream)
+            rec = records[index]
+            if index not in indices:
+                rec.replay()
+            elif rec.__class__ is LaunchRecord:
+                twin = launches.get(index)
+                if twin is None:
+                    twin = LaunchRecord(rec.kernel, rec.dim, tuple(_remap_arg(plan, v, remapped) for v in rec.inputs),
+                                        tuple(_remap_arg(plan, v, remapped) for v in rec.outputs), rec.device,
+                                        rec.stream, rec.block_dim, rec.max_blocks)
+                    if not any(is_struct_instance(v) for v in (*rec.inputs, *rec.outputs)):
+                        launches[index] = twin      # (struct fields may be reassigned: rebuilt each time)
+                twin.replay()
+            elif isinstance(rec, FuncRecord):
+                _replay_callback(rec, plan, remapped)
+            else:                 # copies and fills read no values
+                rec.replay()
+            for s in saved:
+                if not s.before_adjoint:
+                    tape_saves.restore(_stand_in(plan, s.array, remapped), s.values, s.stream)
+
+    def _shadow_plan(self) -> tape_saves.ShadowPlan:
+        """The private-copy plan for the records so far (rebuilt when more were recorded,
+        keeping the buffers it shares with the previous one)."""
+        plan = self._shadows
+        if plan is None or plan[0] != len(self.records):
+            new = tape_saves.ShadowPlan(self.records, self._saves)
+            new.adopt(plan[1] if plan is not None else None)
+            self._shadows = plan = (len(self.records), new)
+        return plan[1]
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -510,7 +533,8 @@ class Tape:
         self._live.clear()
         self._live_roots.clear()
         self._saves.clear()
-        self._finals.clear()
+        self._shadows = None
+        self._remapped = None
         self.gradients.clear()
         self._grad_roots.clear()
         self._structs.clear()
@@ -599,6 +623,54 @@ class Tape:
     @property
     def launches(self) -> list:
         return [r for r in self.records if isinstance(r, LaunchRecord)]
+
+
+def _stand_in(plan, a, remapped):
+    """``a``'s view of the private copy backward reads (cached in ``remapped``)."""
+    v = remapped.get(id(a))
+    if v is None:
+        v = remapped[id(a)] = plan.remap(a)
+    return v
+
+
+def _remap_arg(plan, v, remapped):
+    """A launch argument as its adjoint replay gets it: arrays (and the arrays inside structs)
+    replaced by their views of the private copy."""
+    if isinstance(v, array):
+        return _stand_in(plan, v, remapped)
+    if is_struct_instance(v):
+        return _remap_struct(plan, v, remapped)
+    return v
+
+
+def _remap_struct(plan, s, remapped):
+    cls = type(s)
+    kwargs, changed = {}, False
+    for fname, ftype in cls._tg_struct.fields:
+        v = getattr(s, fname, None)
+        if isinstance(ftype, (ArrayType, StructType)) and v is not None:
+            w = _remap_arg(plan, v, remapped)
+            changed |= w is not v
+            v = w
+        kwargs[fname] = v
+    return cls(**kwargs) if changed else s
+
+
+def _replay_callback(rec, plan, remapped):
+    """A ``record_func`` callback reads its arrays themselves, so they cannot be swapped for
+    views of the private copy: their memory holds the recorded values while it runs, and the
+    forward's final values right after (the one case where backward writes forward memory)."""
+    finals = []
+    try:
+        for a in rec.arrays:
+            v = _stand_in(plan, a, remapped)
+            if v is not a:
+                finals.append((a, tape_saves.snapshot(a)))
+                tape_saves.restore(a, v)
+        rec.replay()
+    finally:
+        for a, buf in reversed(finals):
+            tape_saves.restore(a, buf)
 
 
 def _caller_level() -> int:

@@ -2,11 +2,16 @@
 
 A launch's generated adjoint re-runs the forward reading the arrays' values *from memory*
 (it stores nothing), so it needs the values each array had when the forward ran. A recorded
-launch or copy that overwrites an array whose current values a differentiable record still
-needs (the launch itself, reading before it writes; or an earlier record) makes the tape take a
-copy of that array just before the overwrite (``snapshot``); ``Tape.backward`` copies it back
-(``restore``) at that record's place in the reverse order, so every adjoint sees what its
-forward saw, and finally puts the forward's last values back.
+launch, copy or host fill that overwrites an array whose current values a differentiable record
+still needs (the launch itself, reading before it writes; or an earlier record) makes the tape
+take a copy of that array just before the overwrite (``snapshot``).
+
+``Tape.backward`` never writes the forward's arrays (another thread may be reading them): a
+``ShadowPlan`` gives each stretch of memory that holds saved values a private buffer (a
+*shadow*), filled from the forward's final values when backward starts; at each saving
+record's place in the reverse order the saved copy is put into the shadow (``restore``), and
+the adjoints of records reading that memory run on views of the shadow (``remap``), so every
+adjoint sees what its forward saw while the forward's arrays keep their final values.
 
 ``kernel_reads`` says, per array argument of a launch, whether the kernel loads it before any
 store to it (its adjoint needs the values from *before* the launch), after a store (the values
@@ -28,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import memory_ops
+from . import memory_ops, types
 from .array import array
 from .cuda.stream import ScopedStream
 from .lang.adjoint import active
@@ -38,8 +43,8 @@ from .lang.typeutil import float_based
 from .types import ArrayType, StructType
 
 __all__ = ["ArrayReads", "SavedValues", "kernel_reads", "distinct_array_reads", "needed_loads", "is_struct_instance",
-           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "buffer_like", "snapshot",
-           "restore"]
+           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "restore",
+           "record_arrays", "Shadow", "ShadowPlan"]
 
 
 @dataclass(frozen=True)
@@ -135,12 +140,6 @@ def drop_covered(saves: list) -> list:
     return out
 
 
-def buffer_like(a, stream=None):
-    """A new contiguous array of ``a``'s shape, dtype and device (allocated on ``stream``)."""
-    with ScopedStream(stream, sync_enter=False):
-        return array(shape=a.shape, dtype=a.dtype, device=a.device)
-
-
 def snapshot(a, stream=None):
     """A new contiguous array holding ``a``'s current values (allocated and copied on
     ``stream``, so a stream-ordered allocation is ready where the copy runs)."""
@@ -153,13 +152,156 @@ def snapshot(a, stream=None):
 
 
 def restore(dest, src, stream=None) -> None:
-    """Copy ``src``'s values into ``dest`` on ``stream`` (no version bump: the tape puts the
-    forward's values back before ``backward`` returns)."""
+    """Copy ``src``'s values into ``dest`` on ``stream`` (no version bump: ``dest`` is a
+    shadow's view, or an array a callback reads, whose forward values come back right after)."""
     if stream is None:
         memory_ops.copy(dest, src)
         return
     with ScopedStream(stream, sync_enter=False):
         memory_ops.copy(dest, src)
+
+
+# ------------------------------------------------------------------ backward's private buffers
+
+def record_arrays(rec) -> list:
+    """The tapegrad arrays a record uses: a launch's array arguments and the arrays its struct
+    arguments hold; the arrays of any other record's ``accesses()``."""
+    if hasattr(rec, "kernel"):
+        out = []
+        for v in (*rec.inputs, *rec.outputs):
+            if isinstance(v, array):
+                out.append(v)
+            elif is_struct_instance(v):
+                out += struct_arrays(v)
+        return out
+    return [acc.array for acc in rec.accesses() if isinstance(acc.array, array)]
+
+
+@dataclass(frozen=True, eq=False)
+class Shadow:
+    """A private copy of the bytes ``[lo, hi)`` of one allocation, used by ``backward``.
+
+    Attributes:
+        root: the array owning the allocation. device: its device. lo, hi: the byte range.
+        stream: the stream of the last record that saved values in the range (the forward's
+            final values are copied in there).
+    """
+
+    root: Any
+    device: Any
+    lo: int
+    hi: int
+    stream: Any
+
+    @property
+    def nbytes(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def key(self) -> tuple:
+        return id(self.root), self.device, self.lo, self.hi
+
+
+class ShadowPlan:
+    """Where ``Tape.backward`` keeps the values its adjoints read instead of the forward arrays.
+
+    A shadow covers the memory of the saved arrays of one allocation and of every record
+    argument overlapping it (connected ranges merge, so each argument lies inside one shadow or
+    touches none). ``indices`` are the records with an argument inside a shadow: their adjoints
+    run on ``remap``-ed arguments. Buffers are allocated on the first ``begin()`` and reused.
+
+    Args:
+        records: the tape's records. saves: ``{record index: [SavedValues]}``.
+    """
+
+    def __init__(self, records, saves):
+        by_root: dict = {}       # id(root) -> (root, [(lo, hi, index of the saving record or -1, stream)])
+        for index in sorted(saves):
+            for sv in saves[index]:
+                dev, lo, hi = memory_range(sv.array)
+                if hi > lo:
+                    root = memory_root(sv.array)
+                    by_root.setdefault(id(root), (root, []))[1].append((lo, hi, index, sv.stream))
+        users: dict = {}         # id(root) -> record indices using that allocation
+        for index, rec in enumerate(records):
+            for a in record_arrays(rec):
+                key = id(memory_root(a))
+                if key in by_root:
+                    _, lo, hi = memory_range(a)
+                    if hi > lo:
+                        by_root[key][1].append((lo, hi, -1, None))
+                        users.setdefault(key, set()).add(index)
+        shadows = []
+        for root, spans in by_root.values():
+            spans.sort(key=lambda t: t[0])
+            cur = None               # [lo, hi, last saving index, its stream] of the connected run swept
+            for lo, hi, index, stream in spans + [(None, None, -1, None)]:
+                if cur is not None and (lo is None or lo >= cur[1]):
+                    if cur[2] >= 0:
+                        shadows.append(Shadow(root, root.device, cur[0], cur[1], cur[3]))
+                    cur = None
+                if lo is None:
+                    break
+                if cur is None:
+                    cur = [lo, hi, index, stream]
+                else:
+                    cur[1] = max(cur[1], hi)
+                    if index > cur[2]:
+                        cur[2], cur[3] = index, stream
+        self.shadows = tuple(shadows)
+        self._by_root: dict = {}
+        for sh in shadows:
+            self._by_root.setdefault(id(sh.root), []).append(sh)
+        self.indices = set().union(*(users.get(id(sh.root), set()) for sh in shadows)) if shadows else set()
+        self._buffers: dict = {}     # Shadow.key -> (its buffer, byte view of the forward memory)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(sh.nbytes for sh in self.shadows)
+
+    def adopt(self, old: "ShadowPlan | None") -> None:
+        """Reuse ``old``'s buffers for the shadows both plans have (a tape that recorded more)."""
+        if old is not None:
+            keys = {sh.key for sh in self.shadows}
+            self._buffers.update({k: b for k, b in old._buffers.items() if k in keys})
+
+    def begin(self) -> None:
+        """Fill every shadow with the forward's current values (allocating it the first time)."""
+        for sh in self.shadows:
+            bufs = self._buffers.get(sh.key)
+            if bufs is None:
+                with ScopedStream(sh.stream, sync_enter=False):
+                    buf = array(shape=(sh.nbytes,), dtype=types.uint8, device=sh.device)
+                src = array.wrap_memory(sh.lo, types.uint8, (sh.nbytes,), (1,), sh.device, sh.root)
+                bufs = self._buffers[sh.key] = (buf, src)
+            restore(bufs[0], bufs[1], sh.stream)
+
+    def remap(self, a):
+        """``a``'s stand-in for the adjoints: a view of the shadow holding its memory (with
+        ``a``'s gradient and flags), or ``a`` itself when no shadow covers it.
+
+        Raises:
+            RuntimeError: ``a`` straddles a shadow's edge (an array the plan never saw).
+        """
+        shadows = self._by_root.get(id(memory_root(a)))
+        if not shadows:
+            return a
+        _, lo, hi = memory_range(a)
+        for sh in shadows:
+            if sh.lo <= lo and hi <= sh.hi and hi > lo:
+                buf = self._buffers[sh.key][0]
+                v = array.wrap_memory(buf.ptr + (a.ptr - sh.lo), a.dtype, a.shape, a.strides, a.device, buf,
+                                      a.readonly)
+                d = v.__dict__
+                for name in ("_grad", "_requires_grad", "_retain_grad"):
+                    if name in a.__dict__:
+                        d[name] = a.__dict__[name]
+                return v
+            if lo < sh.hi and sh.lo < hi:
+                raise RuntimeError(f"Tape.backward: an array of shape {a.shape} covers part of the memory the tape "
+                                   f"saved values of, but was not used by a recorded operation; pass the arrays "
+                                   f"a record reads to it directly")
+        return a
 
 
 # ------------------------------------------------------------------ kernel load/store order
