@@ -121,6 +121,8 @@ class Tape:
 
     def __exit__(self, *exc):
         recording.set_active_tape(None)
+        if self._saves:       # backward's private copy, allocated now so backward allocates nothing
+            self._shadow_plan().allocate()
         return False
 
     def _label(self, rec_index):
@@ -332,8 +334,8 @@ class Tape:
     @property
     def saved_bytes(self) -> int:
         """Bytes the tape holds for in-place updates: the saved copies of overwritten arrays
-        plus ``backward``'s private copy of the memory they came from (allocated on its first
-        call; 0 when nothing was overwritten)."""
+        plus ``backward``'s private copy of the memory they came from (allocated when the
+        ``with tape:`` block ends; 0 when nothing was overwritten)."""
         if not self._saves:
             return 0
         return sum(s.nbytes for saves in self._saves.values() for s in saves) + self._shadow_plan().nbytes

@@ -208,7 +208,8 @@ class ShadowPlan:
     A shadow covers the memory of the saved arrays of one allocation and of every record
     argument overlapping it (connected ranges merge, so each argument lies inside one shadow or
     touches none). ``indices`` are the records with an argument inside a shadow: their adjoints
-    run on ``remap``-ed arguments. Buffers are allocated on the first ``begin()`` and reused.
+    run on ``remap``-ed arguments. Buffers are allocated by ``allocate()`` (the tape calls it
+    when recording stops) or the first ``begin()``, and reused.
 
     Args:
         records: the tape's records. saves: ``{record index: [SavedValues]}``.
@@ -265,16 +266,21 @@ class ShadowPlan:
             keys = {sh.key for sh in self.shadows}
             self._buffers.update({k: b for k, b in old._buffers.items() if k in keys})
 
-    def begin(self) -> None:
-        """Fill every shadow with the forward's current values (allocating it the first time)."""
+    def allocate(self) -> None:
+        """Allocate the shadows' buffers (those not allocated yet), on their streams."""
         for sh in self.shadows:
-            bufs = self._buffers.get(sh.key)
-            if bufs is None:
+            if sh.key not in self._buffers:
                 with ScopedStream(sh.stream, sync_enter=False):
                     buf = array(shape=(sh.nbytes,), dtype=types.uint8, device=sh.device)
                 src = array.wrap_memory(sh.lo, types.uint8, (sh.nbytes,), (1,), sh.device, sh.root)
-                bufs = self._buffers[sh.key] = (buf, src)
-            restore(bufs[0], bufs[1], sh.stream)
+                self._buffers[sh.key] = (buf, src)
+
+    def begin(self) -> None:
+        """Fill every shadow with the forward's current values (allocating what is missing)."""
+        self.allocate()
+        for sh in self.shadows:
+            buf, src = self._buffers[sh.key]
+            restore(buf, src, sh.stream)
 
     def remap(self, a):
         """``a``'s stand-in for the adjoints: a view of the shadow holding its memory (with

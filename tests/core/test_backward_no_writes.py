@@ -6,6 +6,7 @@ backward saw old values (98% of reads in the issue's probe) and its own writes w
 Now the adjoints read a private copy: the forward's arrays are bit-identical throughout, and
 the gradients stay exact (checked against float64 central differences).
 """
+import sys
 import threading
 
 import numpy as np
@@ -202,3 +203,18 @@ def test_more_records_after_a_backward_and_a_replaced_gradient(device):
     expect = np.cos(X0 ** 2) * 2 * X0 + np.cos(X0 ** 4) * 4 * X0 ** 3
     np.testing.assert_allclose(x.grad.numpy(), expect, rtol=1e-12)
     np.testing.assert_array_equal(x.numpy(), (X0 ** 2) ** 2)
+
+
+def test_backward_allocates_nothing(device, monkeypatch):
+    """The private copy is allocated when recording stops (a captured backward must not
+    allocate); saved_bytes counts it from then on."""
+    array_module = sys.modules["tapegrad.array"]
+    tape = tg.Tape()
+    x, v, e = simulate(X0, V0, device, tape)
+    copies = sum(s.nbytes for saves in tape._saves.values() for s in saves)
+    assert copies > 0 and tape.saved_bytes == copies + x.nbytes + v.nbytes     # + one private copy of each
+    real = array_module.alloc
+    calls = []
+    monkeypatch.setattr(array_module, "alloc", lambda *a, **k: calls.append(a) or real(*a, **k))
+    tape.backward(loss=e)
+    assert calls == []
