@@ -459,7 +459,7 @@ class Tape:
             rec = records[index]
             if index not in indices:
                 rec.replay()
-            elif rec.__class__ is LaunchRecord:
+            elif isinstance(rec, LaunchRecord):
                 twin = launches.get(index)
                 if twin is None:
                     twin = LaunchRecord(rec.kernel, rec.dim, tuple(_remap_arg(plan, v, remapped) for v in rec.inputs),
