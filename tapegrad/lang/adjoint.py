@@ -21,6 +21,7 @@ import warnings
 from ..errors import TapeCompileWarning
 from . import depends
 from .builtins import op_copy
+from .inplace import promote_inplace
 from .ir import Assign, Const, If, Loop, Read, Var, Write, walk
 from .typeutil import float_based, is_array
 
@@ -42,6 +43,7 @@ def plan(fn, new_var, kernel_name):
 
     ``new_var(type, kind, label)`` declares helper variables in ``fn``.
     """
+    promote_inplace(fn, new_var)
     _plan_block(fn.body, new_var, kernel_name)
     _warn_atomic_returns(fn, kernel_name)
     _warn_without_adjoint(fn, kernel_name)
