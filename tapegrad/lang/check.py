@@ -298,5 +298,13 @@ def _field(types, ret):
     return "takes a struct and gives one of its fields' types"
 
 
-# ops the builtins make directly (no type rule in the table)
-_SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field}
+def _load_cell(types, ret):   # inplace.py's bounds-checked load
+    if types and is_array(types[0]) and len(types) == 1 + types[0].ndim and all(is_int(t) for t in types[1:]) \
+            and _same(ret, types[0].dtype):
+        return None
+    return "takes an array and one integer index per dimension and gives its element type"
+
+
+# ops the builtins (and passes) make directly (no type rule in the table)
+_SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
+            "load_cell": _load_cell}

@@ -18,7 +18,7 @@ as it was (the tape then warns as before).
 """
 from __future__ import annotations
 
-from .ir import Assign, Const, If, Loop, Read, Var, Write, walk
+from .ir import Assign, Const, If, Loop, Op, Read, Var, Write, walk
 from .typeutil import is_array
 
 __all__ = ["promote_inplace"]
@@ -67,7 +67,12 @@ def promote_inplace(fn, new_var) -> list:
         load = next(s for s, _ in sites if s.op.name == "load") if any(s.op.name == "load" for s, _ in sites) \
             else None
         if load is not None:
-            init.append(Assign(t0, load.op, [arr] + idx, sites[0][0].loc))
+            # at the first access itself the load runs exactly when the kernel's did; hoisted
+            # above a loop or branch it may run where the kernel never touches the element (an
+            # index out of range there): then it is bounds-checked and gives 0 outside
+            direct = any(first is s for s, _ in sites)
+            op = load.op if direct else _checked_load(arr.type)
+            init.append(Assign(t0, op, [arr] + idx, sites[0][0].loc))
             init.append(Write(cell, t0, sites[0][0].loc))
         else:
             init = []                   # stored before it is read: the first store sets the local
@@ -132,6 +137,22 @@ def _reads_after_store(stmts, arr) -> bool:
                     visit(s.body)
     visit(stmts)
     return state["hit"]
+
+
+def _checked_load(t) -> Op:
+    """``a[i, ...]`` when the indices are inside ``a``'s shape, else zero (forward, replay and
+    adjoint), for a load the compiler adds where the kernel may not access the element."""
+    zero = f"{t.dtype.cname}{{}}"
+
+    def fwd(a):
+        idx = ", ".join(a[1:])
+        return f"(tg::cell_in_bounds({a[0]}, {idx}) ? *tg::addr({a[0]}.data, {a[0]}, {idx}) : {zero})"
+
+    def adj(a, aa, g):
+        idx = ", ".join(a[1:])
+        return (f"if ({aa[0]}.data && tg::nonzero({g}) && tg::cell_in_bounds({a[0]}, {idx})) "
+                f"tg::atomic_add_(tg::addr({aa[0]}.data, {aa[0]}, {idx}), {g});")
+    return Op("load_cell", fwd, t.dtype, adj, reads=(0,))
 
 
 def _find(lst, stmt) -> int:

@@ -127,3 +127,35 @@ def test_accesses_at_other_indices_still_warn():
     with tg.Tape():
         with pytest.warns(tg.TapeWarning, match="both before and after"):
             tg.launch(other_index, dim=4, inputs=[x, z])
+
+
+@tg.kernel
+def guard_in_loop(x: tg.array(dtype=F64), n: int):
+    i = tg.tid()
+    for _k in range(n):
+        if i < len(x):
+            x[i] = x[i] * x[i] + 0.1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_element_loaded_before_a_loop_is_bounds_checked(device):
+    """The element is loaded before the loop, where the kernel's guard does not hold yet: the
+    load is bounds-checked (a debug build reports no out-of-range access; more threads than
+    elements run), and the gradient stays exact."""
+    prev = tg.config.mode
+    tg.config.mode = "debug"
+    try:
+        x = tg.array(np.array([0.5, -0.3, 0.9]), dtype=F64, device=device)
+        tg.launch(guard_in_loop, dim=6, inputs=[x, 2], device=device)
+        ref = np.array([0.5, -0.3, 0.9])
+        for _ in range(2):
+            ref = ref * ref + 0.1
+        np.testing.assert_allclose(x.numpy(), ref)
+    finally:
+        tg.config.mode = prev
+
+    def f(arrs, loss):
+        x, = arrs
+        tg.launch(guard_in_loop, dim=6, inputs=[x, 3], device=device)
+        tg.launch(loss_of, dim=3, inputs=[x, loss], device=device)
+    _check(f, [(np.array([0.5, -0.3, 0.9]), F64)], device)

@@ -202,6 +202,13 @@ template <int R, int C, typename T> TG_FUNC void adj_atomic_minmax(const mat_t<R
     for (int i = 0; i < R; ++i)
         for (int j = 0; j < C; ++j) adj_atomic_minmax_s(cur.data[i][j], v.data[i][j], av.data[i][j], &slot->data[i][j], consume);
 }
+// whether indices name an element of array a (the loads lang/inplace.py adds where the kernel
+// may not touch the element are guarded by it)
+template <typename A, typename... I> TG_FUNC bool cell_in_bounds(const A& a, I... idx) {
+    int64_t ix[] = {int64_t(idx)...};
+    for (int k = 0; k < int(sizeof...(I)); ++k) if (ix[k] < 0 || ix[k] >= a.shape[k]) return false;
+    return true;
+}
 // the value an atomic returns is the slot's content before it: its gradient goes there
 template <typename T> TG_FUNC void adj_atomic_old(T* slot, const T& g) { if (nonzero(g)) atomic_add_(slot, g); }
 
