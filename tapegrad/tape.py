@@ -8,7 +8,7 @@ modifies ``g`` — so re-running backward with the same ``g`` gives the same res
 In-place updates (SPEC B12): a recorded launch, copy or host fill that overwrites values a
 differentiable record still needs is preceded by a copy of the array (``tape_saves``);
 ``backward`` puts those copies, in reverse order, into private buffers that the adjoints read
-instead of the forward's arrays (``tape_saves.ShadowPlan``), so each adjoint sees the values its
+instead of the forward's arrays (``tape_saves.Shadows``), so each adjoint sees the values its
 forward saw and the forward's arrays are never written (SPEC B21: another thread may read
 them). ``Tape(save_overwritten=False)`` turns this off (and warns).
 """
@@ -100,8 +100,8 @@ class Tape:
         self._live: dict = {}
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
-        self._shadows = None           # tape_saves.ShadowPlan of backward's private buffers (built lazily)
-        self._remapped = None          # (plan, array.grad_changes, views of its buffers, launch records over them)
+        self._shadows = tape_saves.Shadows()   # backward's private copies of the memory saves came from
+        self._remapped = None          # (array.grad_changes, views of the copies, launch records over them)
         self._loss = None
         self._zero_plan = None         # (signature, ids of the buffers, their BufferZeroPlan)
         self.scopes: list = []         # (record index, name or None for an end, metadata), as Warp
@@ -121,8 +121,6 @@ class Tape:
 
     def __exit__(self, *exc):
         recording.set_active_tape(None)
-        if self._saves:       # backward's private copy, allocated now so backward allocates nothing
-            self._shadow_plan().allocate()
         return False
 
     def _label(self, rec_index):
@@ -267,7 +265,8 @@ class Tape:
             if is_struct_instance(v):
                 self._track_struct(v)
         if saves:
-            self._saves[index] = tape_saves.drop_covered(list(saves.values()))
+            self._saves[index] = saves = tape_saves.drop_covered(list(saves.values()))
+            self._shadows.add(saves)
         self.records.append(rec)
 
     def _record_plain_launch(self, rec, index) -> bool:
@@ -328,17 +327,16 @@ class Tape:
             self._track(a)
         if saves:
             self._saves[index] = saves
+            self._shadows.add(saves)
         self.records.append(rec)
         return True
 
     @property
     def saved_bytes(self) -> int:
         """Bytes the tape holds for in-place updates: the saved copies of overwritten arrays
-        plus ``backward``'s private copy of the memory they came from (allocated when the
-        ``with tape:`` block ends; 0 when nothing was overwritten)."""
-        if not self._saves:
-            return 0
-        return sum(s.nbytes for saves in self._saves.values() for s in saves) + self._shadow_plan().nbytes
+        plus ``backward``'s private copy of each allocation they came from (allocated with its
+        first saved copy; 0 when nothing was overwritten)."""
+        return sum(s.nbytes for saves in self._saves.values() for s in saves) + self._shadows.nbytes
 
     def _track_struct(self, s) -> None:
         """Track the gradients of the arrays a struct argument holds (nested structs too) and
@@ -442,15 +440,15 @@ class Tape:
             for rec in reversed(self.records):
                 rec.replay()
             return
-        plan = self._shadow_plan()
+        plan = self._shadows
         plan.begin()
-        # the views of the private copy (and the launch records over them) are reused while no
-        # gradient was set anywhere: they carry their arrays' gradients
+        # the views of the private copies (and the launch records over them) are reused while no
+        # gradient was set anywhere (they carry their arrays' gradients) and no copy was added
         cache = self._remapped
-        if cache is None or cache[0] is not plan or cache[1] != array.grad_changes:
-            cache = self._remapped = (plan, array.grad_changes, {}, {})
-        remapped, launches = cache[2], cache[3]   # id(array) -> its view; index -> remapped record
-        saves, records, indices = self._saves, self.records, plan.indices
+        if cache is None or cache[0] != (array.grad_changes, plan.nbytes):
+            cache = self._remapped = ((array.grad_changes, plan.nbytes), {}, {})
+        remapped, launches = cache[1], cache[2]   # id(array) -> its view; index -> remapped record
+        saves, records, indices = self._saves, self.records, plan.indices(self.records)
         for index in range(len(records) - 1, -1, -1):
             saved = saves.get(index, ())
             for s in saved:
@@ -475,16 +473,6 @@ class Tape:
             for s in saved:
                 if not s.before_adjoint:
                     tape_saves.restore(_stand_in(plan, s.array, remapped), s.values, s.stream)
-
-    def _shadow_plan(self) -> tape_saves.ShadowPlan:
-        """The private-copy plan for the records so far (rebuilt when more were recorded,
-        keeping the buffers it shares with the previous one)."""
-        plan = self._shadows
-        if plan is None or plan[0] != len(self.records):
-            new = tape_saves.ShadowPlan(self.records, self._saves)
-            new.adopt(plan[1] if plan is not None else None)
-            self._shadows = plan = (len(self.records), new)
-        return plan[1]
 
     def _seed(self, a, g):
         if not isinstance(a, array):
@@ -535,7 +523,7 @@ class Tape:
         self._live.clear()
         self._live_roots.clear()
         self._saves.clear()
-        self._shadows = None
+        self._shadows = tape_saves.Shadows()
         self._remapped = None
         self.gradients.clear()
         self._grad_roots.clear()

@@ -6,9 +6,9 @@ launch, copy or host fill that overwrites an array whose current values a differ
 still needs (the launch itself, reading before it writes; or an earlier record) makes the tape
 take a copy of that array just before the overwrite (``snapshot``).
 
-``Tape.backward`` never writes the forward's arrays (another thread may be reading them): a
-``ShadowPlan`` gives each stretch of memory that holds saved values a private buffer (a
-*shadow*), filled from the forward's final values when backward starts; at each saving
+``Tape.backward`` never writes the forward's arrays (another thread may be reading them):
+``Shadows`` gives each allocation that holds saved values a private buffer (a *shadow*),
+filled from the forward's final values when backward starts; at each saving
 record's place in the reverse order the saved copy is put into the shadow (``restore``), and
 the adjoints of records reading that memory run on views of the shadow (``remap``), so every
 adjoint sees what its forward saw while the forward's arrays keep their final values.
@@ -44,7 +44,7 @@ from .types import ArrayType, StructType
 
 __all__ = ["ArrayReads", "SavedValues", "kernel_reads", "distinct_array_reads", "needed_loads", "is_struct_instance",
            "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "restore",
-           "record_arrays", "Shadow", "ShadowPlan"]
+           "record_arrays", "Shadow", "Shadows"]
 
 
 @dataclass(frozen=True)
@@ -179,135 +179,103 @@ def record_arrays(rec) -> list:
 
 @dataclass(frozen=True, eq=False)
 class Shadow:
-    """A private copy of the bytes ``[lo, hi)`` of one allocation, used by ``backward``.
+    """``backward``'s private copy of one allocation that holds saved values.
 
     Attributes:
-        root: the array owning the allocation. device: its device. lo, hi: the byte range.
-        stream: the stream of the last record that saved values in the range (the forward's
-            final values are copied in there).
+        root: the array owning the allocation. lo, hi: the bytes its elements span.
+        buffer: the private copy (uint8, contiguous, same device). source: the allocation's
+            bytes as a uint8 array (what ``begin`` copies from).
     """
 
     root: Any
-    device: Any
     lo: int
     hi: int
-    stream: Any
-
-    @property
-    def nbytes(self) -> int:
-        return self.hi - self.lo
-
-    @property
-    def key(self) -> tuple:
-        return id(self.root), self.device, self.lo, self.hi
+    buffer: Any
+    source: Any
 
 
-class ShadowPlan:
-    """Where ``Tape.backward`` keeps the values its adjoints read instead of the forward arrays.
+class Shadows:
+    """Where ``Tape.backward`` keeps the values its adjoints read instead of the forward's
+    arrays: one private copy per allocation (memory root) an overwrite saved values of,
+    allocated when the first save of it is recorded (so backward allocates nothing, also
+    under a graph capture) and kept with the tape.
 
-    A shadow covers the memory of the saved arrays of one allocation and of every record
-    argument overlapping it (connected ranges merge, so each argument lies inside one shadow or
-    touches none). ``indices`` are the records with an argument inside a shadow: their adjoints
-    run on ``remap``-ed arguments. Buffers are allocated by ``allocate()`` (the tape calls it
-    when recording stops) or the first ``begin()``, and reused.
-
-    Args:
-        records: the tape's records. saves: ``{record index: [SavedValues]}``.
+    Every view of an allocation lies in its root's byte range, so each array argument of a
+    record maps into its root's copy (``remap``); ``indices`` says which records use such
+    memory (kept up to date incrementally: a new allocation rescans the records).
     """
 
-    def __init__(self, records, saves):
-        by_root: dict = {}       # id(root) -> (root, [(lo, hi, index of the saving record or -1, stream)])
-        for index in sorted(saves):
-            for sv in saves[index]:
-                dev, lo, hi = memory_range(sv.array)
-                if hi > lo:
-                    root = memory_root(sv.array)
-                    by_root.setdefault(id(root), (root, []))[1].append((lo, hi, index, sv.stream))
-        users: dict = {}         # id(root) -> record indices using that allocation
-        for index, rec in enumerate(records):
-            for a in record_arrays(rec):
-                key = id(memory_root(a))
-                if key in by_root:
-                    _, lo, hi = memory_range(a)
-                    if hi > lo:
-                        by_root[key][1].append((lo, hi, -1, None))
-                        users.setdefault(key, set()).add(index)
-        shadows = []
-        for root, spans in by_root.values():
-            spans.sort(key=lambda t: t[0])
-            cur = None               # [lo, hi, last saving index, its stream] of the connected run swept
-            for lo, hi, index, stream in spans + [(None, None, -1, None)]:
-                if cur is not None and (lo is None or lo >= cur[1]):
-                    if cur[2] >= 0:
-                        shadows.append(Shadow(root, root.device, cur[0], cur[1], cur[3]))
-                    cur = None
-                if lo is None:
-                    break
-                if cur is None:
-                    cur = [lo, hi, index, stream]
-                else:
-                    cur[1] = max(cur[1], hi)
-                    if index > cur[2]:
-                        cur[2], cur[3] = index, stream
-        self.shadows = tuple(shadows)
-        self._by_root: dict = {}
-        for sh in shadows:
-            self._by_root.setdefault(id(sh.root), []).append(sh)
-        self.indices = set().union(*(users.get(id(sh.root), set()) for sh in shadows)) if shadows else set()
-        self._buffers: dict = {}     # Shadow.key -> (its buffer, byte view of the forward memory)
+    def __init__(self):
+        self._by_root: dict = {}     # id(root) -> Shadow
+        self._streams: dict = {}     # id(root) -> stream of the last record that saved values there
+        self._scanned = 0            # records already checked for ``_users``
+        self._users: set = set()     # indices of the records using memory that has a shadow
+
+    def __bool__(self) -> bool:
+        return bool(self._by_root)
 
     @property
     def nbytes(self) -> int:
-        return sum(sh.nbytes for sh in self.shadows)
+        return sum(sh.hi - sh.lo for sh in self._by_root.values())
 
-    def adopt(self, old: "ShadowPlan | None") -> None:
-        """Reuse ``old``'s buffers for the shadows both plans have (a tape that recorded more)."""
-        if old is not None:
-            keys = {sh.key for sh in self.shadows}
-            self._buffers.update({k: b for k, b in old._buffers.items() if k in keys})
+    def add(self, saves) -> None:
+        """Give the allocations of ``saves`` (``SavedValues`` of one record) a private copy
+        (those that have none yet)."""
+        for sv in saves:
+            root = memory_root(sv.array)
+            key = id(root)
+            self._streams[key] = sv.stream
+            if key in self._by_root:
+                continue
+            dev, lo, hi = memory_range(root)
+            if hi <= lo:
+                continue
+            with ScopedStream(sv.stream, sync_enter=False):
+                buf = array(shape=(hi - lo,), dtype=types.uint8, device=dev)
+            src = array.wrap_memory(lo, types.uint8, (hi - lo,), (1,), dev, root)
+            self._by_root[key] = Shadow(root, lo, hi, buf, src)
+            self._scanned, self._users = 0, set()      # earlier records may use it: scan again
 
-    def allocate(self) -> None:
-        """Allocate the shadows' buffers (those not allocated yet), on their streams."""
-        for sh in self.shadows:
-            if sh.key not in self._buffers:
-                with ScopedStream(sh.stream, sync_enter=False):
-                    buf = array(shape=(sh.nbytes,), dtype=types.uint8, device=sh.device)
-                src = array.wrap_memory(sh.lo, types.uint8, (sh.nbytes,), (1,), sh.device, sh.root)
-                self._buffers[sh.key] = (buf, src)
+    def indices(self, records) -> set:
+        """The indices of ``records`` with an argument in memory that has a private copy."""
+        by_root = self._by_root
+        for index in range(self._scanned, len(records)):
+            if any(id(memory_root(a)) in by_root for a in record_arrays(records[index])):
+                self._users.add(index)
+        self._scanned = len(records)
+        return self._users
 
     def begin(self) -> None:
-        """Fill every shadow with the forward's current values (allocating what is missing)."""
-        self.allocate()
-        for sh in self.shadows:
-            buf, src = self._buffers[sh.key]
-            restore(buf, src, sh.stream)
+        """Fill every private copy with the forward's current values (on the stream of the
+        last record that saved values there)."""
+        for key, sh in self._by_root.items():
+            restore(sh.buffer, sh.source, self._streams[key])
 
     def remap(self, a):
-        """``a``'s stand-in for the adjoints: a view of the shadow holding its memory (with
-        ``a``'s gradient and flags), or ``a`` itself when no shadow covers it.
+        """``a``'s stand-in for the adjoints: the same view of its allocation's private copy
+        (with ``a``'s gradient and flags), or ``a`` itself when its memory has none.
 
         Raises:
-            RuntimeError: ``a`` straddles a shadow's edge (an array the plan never saw).
+            RuntimeError: ``a`` reaches past its allocation's bytes (an array built over a
+                pointer into it, which the tape cannot map).
         """
-        shadows = self._by_root.get(id(memory_root(a)))
-        if not shadows:
+        sh = self._by_root.get(id(memory_root(a)))
+        if sh is None:
             return a
         _, lo, hi = memory_range(a)
-        for sh in shadows:
-            if sh.lo <= lo and hi <= sh.hi and hi > lo:
-                buf = self._buffers[sh.key][0]
-                v = array.wrap_memory(buf.ptr + (a.ptr - sh.lo), a.dtype, a.shape, a.strides, a.device, buf,
-                                      a.readonly)
-                d = v.__dict__
-                for name in ("_grad", "_requires_grad", "_retain_grad"):
-                    if name in a.__dict__:
-                        d[name] = a.__dict__[name]
-                return v
-            if lo < sh.hi and sh.lo < hi:
-                raise RuntimeError(f"Tape.backward: an array of shape {a.shape} covers part of the memory the tape "
-                                   f"saved values of, but was not used by a recorded operation; pass the arrays "
-                                   f"a record reads to it directly")
-        return a
+        if hi <= lo:
+            return a
+        if lo < sh.lo or hi > sh.hi:
+            raise RuntimeError(f"Tape.backward: an array of shape {a.shape} reaches past the memory of the array "
+                               f"owning it (shape {sh.root.shape}), whose values the tape saved; the adjoints "
+                               f"cannot read its saved values. Make it a view of that array (slicing, reshape).")
+        v = array.wrap_memory(sh.buffer.ptr + (a.ptr - sh.lo), a.dtype, a.shape, a.strides, a.device, sh.buffer,
+                              a.readonly)
+        d = v.__dict__
+        for name in ("_grad", "_requires_grad", "_retain_grad"):
+            if name in a.__dict__:
+                d[name] = a.__dict__[name]
+        return v
 
 
 # ------------------------------------------------------------------ kernel load/store order
