@@ -104,7 +104,7 @@ def _scalar(t):
     return t if t in (float32, float64) else t.scalar
 
 
-def _adjoint(name, n_ints=0, n_floats=0):
+def _adjoint(name):
     """The adjoint renderer of a noise builtin: ``adj_<fn>(args..., adjs..., adj_ret)``; the state,
     periods and octaves take no gradient (the C++ ignores their adjoint slots)."""
     return lambda ts, r: (lambda a, aa, g: f"tg::adj_{name}({', '.join(list(a) + list(aa) + [g])});")

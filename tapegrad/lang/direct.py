@@ -6,7 +6,8 @@ kernel's first build also writes a manifest (``<symbol>_<key>.dep`` in the cache
 checksummed like every entry) keyed by what can be read without lowering:
 
 - tapegrad's code generator (the size and mtime of its files: ``compiler_identity``),
-- the kernel's key, the text of its file and its line, ``enable_backward``, parameter types and
+- the kernel's key, the text of its file as captured when it was decorated (what lowering
+  parses: ``signature.capture_source``) and its line, ``enable_backward``, parameter types and
   the values of its closure cells.
 
 The manifest holds the digest of the generated C++ (which, with the toolchain, names the
