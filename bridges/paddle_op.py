@@ -56,8 +56,8 @@ _DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.P
         A function ``op(*args)`` running the PyLayer; ``op.pylayer`` is the class,
         ``op.kernel`` the kernel. Building the same configuration twice returns the same op.
 
-    The backward computes gradients for the float array arguments (those with
-    ``stop_gradient=False``) by launching the adjoint with zero-initialised input gradients
+    The backward computes gradients for the float array arguments with
+    ``stop_gradient=False`` (the others get None, as paddle requires) by launching the adjoint with zero-initialised input gradients
     and the incoming output gradients; integer arguments and scalars get none. On CUDA the
     op runs on paddle's current stream. Outputs are float unless the kernel's are not
     (integer outputs are marked non-differentiable).
@@ -135,6 +135,8 @@ class _KernelLayer:
             ctx.save_for_backward(*[args[i] for i in arrays], *outs)
             ctx.tg_scalars = [None if i in arrays else a for i, a in enumerate(args)]
             ctx.tg_device = dev
+            # paddle wants None for every input that had stop_gradient=True (plain tensors' default)
+            ctx.tg_needs = {i for i in diff if not args[i].stop_gradient}
             for o, is_int in zip(outs, int_outs):
                 if is_int:
                     ctx.mark_non_differentiable(o)
@@ -147,15 +149,16 @@ class _KernelLayer:
                 args[i] = saved[k]
             outs = saved[len(arrays):]
             gr = [g if g is not None else paddle.zeros_like(o) for g, o in zip(grads, outs)]
-            adj = [paddle.zeros(list(args[i].shape), dtype=args[i].dtype, device=args[i].place) if i in diff
+            needs = ctx.tg_needs
+            adj = [paddle.zeros(list(args[i].shape), dtype=args[i].dtype, device=args[i].place) if i in needs
                    else None for i in range(n_in)]
             if not getattr(sig.kernel, "enable_backward", True):
                 raise RuntimeError(f"{layer.label}: kernel '{sig.kernel.key}' was built with enable_backward=False, so "
                                    "it has no adjoint to differentiate through (stop_gradient its inputs)")
-            if diff:
+            if needs:
                 # an adjoint may write to output gradients (`out[i] += x` reads out[i]): give it copies
                 layer.run(ctx.tg_device, args, list(outs), adj, [g.clone() for g in gr])
-            # one gradient per tensor input, in order (None: no gradient, e.g. integer arrays)
+            # one gradient per tensor input, in order (None: no gradient: integer arrays, stop_gradient inputs)
             return tuple(adj[i] for i in arrays) if len(arrays) != 1 else adj[arrays[0]]
 
         cls = type(self.name, (PyLayer,), {"forward": staticmethod(forward), "backward": staticmethod(backward),

@@ -155,6 +155,22 @@ def test_stop_gradient_inputs_and_no_grad():
     assert z2.stop_gradient and np.allclose(z2.numpy(), 0.0)
 
 
+def test_a_stop_gradient_float_input_next_to_a_trainable_one():
+    """Issue 23 item 8: a float input with stop_gradient=True (paddle's default for plain
+    tensors) next to a trainable one; paddle requires None for it in backward (it refused the
+    op's zero gradient before: "backward function should return None at 1 position")."""
+    op2 = tg.paddle_op(outer, launch_dims=lambda a, b: (a.shape[0], b.shape[0]),
+                       output_dims={"out": lambda a, b: (a.shape[0], b.shape[0])})
+    a, b = T([1.0, 2.0, 3.0]), T([1.0, -1.0, 0.5, 2.0], stop_gradient=True)
+    op2(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), np.full(3, b.numpy().sum()))   # d/da_i sum_j a_i b_j
+    assert b.grad is None
+    fd_check(op2, [a, b])                                        # paddle.grad too, against float64 FD
+    a2, b2 = T([1.0, 2.0, 3.0], stop_gradient=True), T([1.0, -1.0, 0.5, 2.0])   # the other way round
+    (gb,) = paddle.grad(op2(a2, b2).sum(), [b2])
+    np.testing.assert_array_equal(gb.numpy(), np.full(4, 6.0))
+
+
 def test_forward_only_kernel():
     op = tg.paddle_op(fwd_only)
     assert op(paddle.zeros([3])).numpy().tolist() == [1.0, 1.0, 1.0]
