@@ -5,22 +5,52 @@ JAX views of the parameters and of the gradients the tape wrote, keeps optax's s
 and writes the new values back into the tapegrad buffers with a device-to-device copy on
 tapegrad's stream (no host round trip). The update is traced once per set of shapes and
 dtypes, not per step.
+
+A step that fails changes nothing: every check (gradients, dtypes JAX can hold, memory) runs
+before optax's state is touched. ``step(**extra_args)`` passes what a transformation needs
+beyond the gradients (``value``, ``grad``, ``value_fn`` for ``optax.lbfgs``) to ``tx.update``.
 """
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from tapegrad.array import array, copy
+from tapegrad.types import StructType
 
 from .jax import from_jax, to_jax
 
 __all__ = ["OptaxOptimizer", "optax_optimizer"]
 
 
-def _apply(tx, params, grads, state):
-    updates, state = tx.update(grads, state, params)
+def _apply(tx, params, grads, state, extra=None, static=()):
+    updates, state = tx.update(grads, state, params, **(extra or {}), **dict(static))
+    # the params, grads and extra arrays are zero-copy views of tapegrad memory that the next
+    # backward and this step's write-back overwrite: a state leaf that is one of them unchanged
+    # must own a copy, whatever jit does with outputs equal to inputs (copies of the values
+    # computed here are dropped by XLA)
+    state = jax.tree_util.tree_map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, state)
     return optax.apply_updates(params, updates), state
+
+
+def _unique_buffers(state):
+    """``state`` with no JAX array appearing twice among its leaves (optax's lbfgs starts with
+    shared zeros): the update donates the state, and XLA refuses to donate one buffer twice."""
+    leaves, tree = jax.tree_util.tree_flatten(state)
+    seen, out, dup = set(), [], False
+    for x in leaves:
+        if isinstance(x, jax.Array) and id(x) in seen:
+            x, dup = x.copy(), True
+        seen.add(id(x))
+        out.append(x)
+    return jax.tree_util.tree_unflatten(tree, out) if dup else state
+
+
+def _x64_error(where, i, p) -> str:
+    return (f"{where}: params[{i}] is {p.dtype!r}, but JAX runs without 64-bit types (jax_enable_x64 is off), so "
+            f"optax would compute in float32 and the step could not be written back; enable it "
+            f"(jax.config.update('jax_enable_x64', True)) or use float32 parameters")
 
 
 class OptaxOptimizer:
@@ -53,9 +83,21 @@ class OptaxOptimizer:
         self.transformation = transformation
         self.params = params
         self._shapes = [(p.ptr, p.shape, p.strides) for p in params]
-        self.state = transformation.init([to_jax(p) for p in params])
+        views = [to_jax(p) for p in params]
+        self._check_dtypes(views, "optax_optimizer")
+        self.state = _unique_buffers(transformation.init(views))
         # the state is donated: optax's moments are updated in place by XLA, step after step
         self._update = jax.jit(lambda ps, gs, st: _apply(transformation, ps, gs, st), donate_argnums=(2,))
+        self._updates_with: dict = {}     # static extra arguments (value_fn...) -> their jitted update
+
+    def _check_dtypes(self, views, where):
+        """Raise unless JAX holds every parameter in its own dtype (float64 needs jax_enable_x64:
+        without it to_jax gives a float32 copy, and the result could not be written back)."""
+        for i, (p, v) in enumerate(zip(self.params, views)):
+            if v.dtype != p.dtype.scalar.np_dtype:
+                if p.dtype.scalar.size == 8 and not jax.config.jax_enable_x64:
+                    raise TypeError(_x64_error(where, i, p))
+                raise TypeError(f"{where}: params[{i}] is {p.dtype!r} but JAX sees it as {v.dtype}")
 
     def _views(self):
         vals, grads = [], []
@@ -67,21 +109,73 @@ class OptaxOptimizer:
             if g is None:
                 raise ValueError(f"OptaxOptimizer.step: params[{i}] has no gradient (create it with "
                                  "requires_grad=True and run tape.backward first)")
+            if (g.dtype, g.shape, g.device) != (p.dtype, p.shape, p.device):
+                raise ValueError(f"OptaxOptimizer.step: params[{i}]'s gradient has dtype, shape and device "
+                                 f"{(g.dtype, g.shape, g.device)}, expected its parameter's "
+                                 f"{(p.dtype, p.shape, p.device)}")
             # views are made per step: on CUDA the DLPack handshake orders XLA's stream after
             # the tapegrad work (the backward) that wrote them
             vals.append(to_jax(p))
             grads.append(to_jax(g))
+        self._check_dtypes(vals, "OptaxOptimizer.step")
+        self._check_dtypes(grads, "OptaxOptimizer.step (gradients)")
         return vals, grads
 
-    def step(self) -> None:
+    def _updater(self, extra):
+        """The jitted update and the arguments it traces, for ``step``'s extra arguments:
+        arrays (``value``, ``grad``; tapegrad arrays as JAX views) are traced, callables
+        (``value_fn``) are closed over, one compiled update per distinct set of them."""
+        if not extra:
+            return self._update, None
+        dynamic, static = {}, []
+        for name in sorted(extra):
+            v = extra[name]
+            if callable(v) and not isinstance(v, (array, jax.Array)):
+                static.append((name, v))
+            else:
+                dynamic[name] = jax.tree_util.tree_map(lambda x: to_jax(x) if isinstance(x, array) else x, v,
+                                                       is_leaf=lambda x: isinstance(x, array))
+        static = tuple(static)
+        key = (tuple(dynamic), static)
+        fn = self._updates_with.get(key)
+        if fn is None:
+            tx = self.transformation
+            if len(self._updates_with) >= 16:    # a new value_fn object per step: don't keep them all
+                self._updates_with.clear()
+            fn = self._updates_with[key] = jax.jit(
+                lambda ps, gs, st, dyn: _apply(tx, ps, gs, st, dyn, static), donate_argnums=(2,))
+        return fn, dynamic
+
+    def step(self, **extra_args) -> None:
         """One optax update of every parameter from its ``.grad``, written back in place.
 
+        A step that raises leaves optax's state and the parameters as they were (every check
+        runs before the update).
+
+        Args:
+            **extra_args: passed to ``tx.update(grads, state, params, **extra_args)``, for
+                transformations that need more than the gradients (``optax.lbfgs``: ``value``,
+                ``grad``, ``value_fn``). Arrays (JAX arrays, numbers, tapegrad arrays, which
+                are viewed zero-copy) are traced; callables such as ``value_fn`` (called on
+                the parameters as a list of JAX arrays, inside the jitted update) are part of
+                the compiled update: pass the same function object each step.
+
         Raises:
-            ValueError: a parameter has no gradient.
+            ValueError: a parameter has no gradient, or one of another dtype/shape/device.
+            TypeError: a float64 parameter while ``jax_enable_x64`` is off; a struct array among
+                ``extra_args``; what ``tx.update`` raises for missing or unexpected arguments.
             RuntimeError: a parameter's memory or shape changed since the optimizer was built.
         """
+        for name, v in extra_args.items():
+            if isinstance(v, array) and isinstance(v.dtype, StructType):
+                raise TypeError(f"OptaxOptimizer.step({name}=...): a struct array has no JAX equivalent")
         vals, grads = self._views()
-        new, self.state = self._update(vals, grads, self.state)
+        update, dynamic = self._updater(extra_args)
+        if dynamic is None:
+            new, state = update(vals, grads, self.state)
+        else:
+            new, state = update(vals, grads, self.state, dynamic)
+        self.state = _unique_buffers(state)   # the old state was donated: this is optax's state now
         for p, v in zip(self.params, new):
             copy(p, from_jax(v, dtype=p.dtype))
 

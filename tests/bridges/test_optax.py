@@ -86,3 +86,120 @@ def test_errors_name_the_argument():
         tg.optax_optimizer(optax.adam(0.1), [np.zeros(3)])
     with pytest.raises(ValueError, match=r"params\[0\] has no gradient"):
         tg.optax_optimizer(optax.adam(0.1), [p]).step()
+
+
+# ------------------------------------------------- partial failures and extra arguments (issue 24 item 9)
+
+@pytest.fixture
+def x64():
+    """A test run with jax_enable_x64 on, restored afterwards (the flag is process-wide)."""
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def _leaves(state):
+    return [np.asarray(x).copy() for x in jax.tree_util.tree_leaves(state)]
+
+
+def test_float64_parameters_without_x64_are_refused_before_any_state():
+    """Without jax_enable_x64, JAX holds float64 as float32: optax's state advanced in float32
+    and the write-back then raised (a DLPack dtype error). Now the optimizer is refused up front."""
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    try:
+        p = tg.array(np.array([1.0, 2.0]), dtype=tg.float64, requires_grad=True)
+        with pytest.raises(TypeError, match=r"params\[0\] is tapegrad.float64.*jax_enable_x64"):
+            tg.optax_optimizer(optax.adam(0.1), [p])
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def test_a_failing_step_changes_nothing(x64):
+    """x64 turned off after the optimizer was built: step raises before optax's state or the
+    parameters change; with x64 back on the next step is plain optax's first step, in float64."""
+    x0 = np.array([1.0, -2.0, 0.5])
+    p = tg.array(x0, dtype=tg.float64, requires_grad=True)
+    p.grad.assign(np.array([0.3, -0.1, 2.0]))
+    tx = optax.adam(0.1)
+    opt = tg.optax_optimizer(tx, [p])
+    before = _leaves(opt.state)
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(TypeError, match="jax_enable_x64"):
+            opt.step()
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert all(np.array_equal(a, b) for a, b in zip(before, _leaves(opt.state)))
+    np.testing.assert_array_equal(p.numpy(), x0)
+    opt.step()
+    ref = [jnp.asarray(x0)]
+    updates, _ = tx.update([jnp.asarray([0.3, -0.1, 2.0])], tx.init(ref), ref)
+    np.testing.assert_allclose(p.numpy(), np.asarray(optax.apply_updates(ref, updates)[0]), rtol=1e-15)
+
+
+def test_an_update_that_raises_leaves_the_state_usable(x64):
+    """optax.lbfgs without its extra arguments raises inside tx.update: the state (donated to
+    the update) is still intact, and a step with the arguments then works."""
+    p = tg.array(np.array([1.0, 2.0]), dtype=tg.float64, requires_grad=True)
+    p.grad.assign(np.array([2.0, 4.0]))
+    opt = tg.optax_optimizer(optax.lbfgs(), [p])
+    before = _leaves(opt.state)
+    with pytest.raises(TypeError):
+        opt.step()
+    assert all(np.array_equal(a, b) for a, b in zip(before, _leaves(opt.state)))
+    np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
+    def value_fn(ps):
+        return jnp.sum(ps[0] ** 2)
+
+    opt.step(value=5.0, grad=[p.grad], value_fn=value_fn)
+    ref, g = [jnp.asarray([1.0, 2.0])], [jnp.asarray([2.0, 4.0])]
+    tx = optax.lbfgs()
+    updates, _ = tx.update(g, tx.init(ref), ref, value=5.0, grad=g, value_fn=value_fn)
+    np.testing.assert_allclose(p.numpy(), np.asarray(optax.apply_updates(ref, updates)[0]), rtol=1e-15)
+    assert value_fn([jnp.asarray(p.numpy())]) < 5.0
+
+
+@tg.kernel
+def _weighted_sq(x: tg.array[tg.float64], c: tg.array[tg.float64], w: tg.array[tg.float64],
+                 f: tg.array[tg.float64]):
+    i = tg.tid()
+    d = x[i] - c[i]
+    tg.atomic_add(f, 0, w[i] * d * d)
+
+
+def test_lbfgs_with_value_grad_and_value_fn_converges_on_a_tape_loss(x64):
+    """optax.lbfgs needs value, grad and value_fn: step() passes them to tx.update. The tape
+    computes the loss and its gradient; the iterates match plain optax's lbfgs step for step
+    (float64) and reach the minimum of an ill-conditioned quadratic."""
+    rng = np.random.default_rng(0)
+    cn, wn = rng.normal(size=6), rng.uniform(0.5, 30.0, size=6)
+    x = tg.zeros(6, dtype=tg.float64, requires_grad=True)
+    c, w = tg.array(cn, dtype=tg.float64), tg.array(wn, dtype=tg.float64)
+    f = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+
+    def value_fn(ps):
+        return jnp.sum(jnp.asarray(wn) * (ps[0] - jnp.asarray(cn)) ** 2)
+
+    tx = optax.lbfgs()
+    opt = tg.optax_optimizer(tx, [x])
+    ref = [jnp.zeros(6)]
+    state = tx.init(ref)
+    ref_update = jax.jit(lambda g, st, ps, v: tx.update(g, st, ps, value=v, grad=g, value_fn=value_fn))
+    for _ in range(20):
+        f.zero_()
+        x.grad.zero_()
+        tape = tg.Tape()
+        with tape:
+            tg.launch(_weighted_sq, dim=6, inputs=[x, c, w], outputs=[f])
+        tape.backward(loss=f)
+        opt.step(value=float(f.numpy()[0]), grad=[x.grad], value_fn=value_fn)   # a tapegrad array: viewed
+        v, g = jax.value_and_grad(value_fn)(ref)
+        updates, state = ref_update(g, state, ref, v)
+        ref = optax.apply_updates(ref, updates)
+        np.testing.assert_allclose(x.numpy(), np.asarray(ref[0]), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(x.numpy(), cn, rtol=0, atol=1e-8)
+    assert len(opt._updates_with) == 1              # one compiled update for the one value_fn
