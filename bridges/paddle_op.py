@@ -57,8 +57,9 @@ _DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.P
         ``op.kernel`` the kernel. Building the same configuration twice returns the same op.
 
     The backward computes gradients for the float array arguments with
-    ``stop_gradient=False`` (the others get None, as paddle requires) by launching the adjoint with zero-initialised input gradients
-    and the incoming output gradients; integer arguments and scalars get none. On CUDA the
+    ``stop_gradient=False`` (the others get None, as paddle requires) by launching the adjoint
+    with zero-initialised input gradients and the incoming output gradients; integer arguments
+    and scalars get none. On CUDA the
     op runs on paddle's current stream. Outputs are float unless the kernel's are not
     (integer outputs are marked non-differentiable).
 
