@@ -29,7 +29,8 @@ from .protocols import interface_layout, parse_cuda_array_interface, pointer_dev
 from .recording import Access, active_tape
 from .storage import fold_inner_dims
 
-__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord"]
+__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
+           "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher"]
 
 
 _DESC_GRAD = types.ArrayDesc.grad   # the field's own accessor (None for NULL)
@@ -566,7 +567,8 @@ def _grad_desc(g, pack, device):
 
 
 def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint=False,
-           adj_inputs=None, adj_outputs=None, record_tape=True, block_dim=256, max_blocks=0):
+           adj_inputs=None, adj_outputs=None, record_tape=True, block_dim=256, max_blocks=0, *,
+           tangent=False, tan_inputs=None, tan_outputs=None, tan_adj_inputs=None, tan_adj_outputs=None):
     """Run ``kernel`` over a grid of ``dim`` threads.
 
     Args:
@@ -582,10 +584,22 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         adj_inputs, adj_outputs: adjoint buffers per argument (None entries: the array's .grad).
         record_tape: record on the active Tape (forward launches only).
         block_dim: CUDA threads per block. max_blocks: cap on CUDA blocks (0: none).
+        tangent: forward mode (docs/tape.md, "Forward mode and second order"): run the kernel's
+            tangent code, which writes the outputs and, into ``tan_inputs``/``tan_outputs``
+            (one entry per argument: an array of the argument's dtype and shape, a value for a
+            float scalar/vector/matrix, None for a zero tangent), their tangents. With
+            ``adjoint=True`` too: the tangent of the adjoint (second order), which accumulates
+            the adjoints into ``adj_inputs``/``adj_outputs`` and their tangents into
+            ``tan_adj_inputs``/``tan_adj_outputs``. Tangent launches are not recorded on a tape.
     Raises:
         TypeError: wrong argument count, dtype, ndim or type (message names the argument).
         RuntimeError: device mismatch, or a write to a read-only array.
+        KernelError: ``tangent=True`` with a construct without a forward-mode rule.
     """
+    if tangent:
+        _tangent_launcher[0](kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs,
+                             tan_inputs, tan_outputs, tan_adj_inputs, tan_adj_outputs, block_dim, max_blocks)
+        return
     fast = _fast
     if fast is not None:
         # the native helper launches it (tapegrad.fastlaunch; two more arguments: the adjoint)
@@ -677,6 +691,77 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         for i in written:
             if isinstance(args[i], array):
                 args[i].version += 1
+
+
+# forward mode (tapegrad.launch_tangent registers it): launch(tangent=True) calls it
+_tangent_launcher: list = [None]
+
+
+def register_tangent_launcher(fn) -> None:
+    """Let ``launch(..., tangent=True)`` call ``fn`` (``tapegrad.launch_tangent`` registers it)."""
+    _tangent_launcher[0] = fn
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    """A launch's checked and packed arguments (``prepare_launch``).
+
+    Attributes:
+        kernel: the kernel (a generic kernel's specialization). device: the launch device.
+        dim: the grid. bounds: its ``launch_t``. packers: one packer per parameter.
+        values: the packed arguments. stream_handle: the CUDA stream handle (0 on the CPU).
+    """
+
+    kernel: Any
+    device: Any
+    dim: tuple
+    bounds: Any
+    packers: tuple
+    values: list
+    stream_handle: int
+
+
+def prepare_launch(kernel, dim, inputs, outputs, device, stream) -> PreparedLaunch:
+    """Check and pack a launch's arguments as ``launch`` does (the other launch forms use it).
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as ``launch``, naming the argument.
+    """
+    args = list(inputs) + list(outputs)
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+    if kernel.is_generic():
+        kernel = kernel.specialize_for(args)
+    packers = _plan(kernel).packers
+    if len(args) != len(packers):
+        raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "
+                        f"({', '.join(kernel.arg_names)}), got {len(args)} "
+                        f"({len(inputs)} inputs + {len(outputs)} outputs)")
+    dev = _infer_device(device, stream, args)
+    dim, bounds = _bounds(dim)
+    if kernel.tid_ndim > len(dim):
+        raise ValueError(f"launch: kernel '{kernel.key}' unpacks tid() into {kernel.tid_ndim} indices, so dim needs "
+                         f"{kernel.tid_ndim} entries (e.g. dim=(n, m)), got dim={dim}")
+    if stream is not None and stream.device is not dev:
+        raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
+    handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
+    vals = [pack(a, dev) for pack, a in zip(packers, args)]
+    for i, (r, w) in enumerate(kernel.arg_access):
+        if w and isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
+            raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
+    return PreparedLaunch(kernel, dev, tuple(dim), bounds, tuple(packers), vals, handle)
+
+
+def adjoint_descriptors(prep: PreparedLaunch, args, adj_args) -> list:
+    """The adjoint arguments of a prepared launch: ``adj_args[i]`` when given, else each
+    array's ``.grad`` (None: no gradient), else a zero value (as ``launch(adjoint=True)``)."""
+    vals = _adjoint_values(prep.kernel, args, adj_args, prep.device)
+    return [_grad_desc(g, pack, prep.device) for g, pack in zip(vals, prep.packers)]
+
+
+def zero_value(t):
+    """A zero value of the non-array kernel type ``t`` (scalar, vector, matrix, struct)."""
+    return _zero_value(t)
 
 
 @dataclass(frozen=True, init=False)

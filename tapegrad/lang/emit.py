@@ -33,7 +33,7 @@ _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h
 # headers inlined only into units whose generated code names them (compile time of the rest)
 _OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
                      ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)),
-                     ("vector.h", ("tg::window_t",)))
+                     ("vector.h", ("tg::window_t",)), ("dual.h", ("tg::dual<", "tg::darray_t<")))
 _runtime_text = None
 _optional_text: dict = {}
 
@@ -220,6 +220,29 @@ class FunctionEmitter:
         self._last_loc = None
         self.adjoints = False       # whether the function being emitted declares adjoint variables
 
+    # -------------------------------------------------------------- hooks (lang/tangent.py overrides them)
+    def ctype(self, t) -> str:
+        """The C++ type of a value of type ``t``."""
+        return t.cname
+
+    def adjoint_ctype(self, t) -> str:
+        """The C++ type of a parameter's adjoint argument."""
+        return param_adjoint_type(t)
+
+    def op_text(self, s, args, replay) -> str:
+        """The forward (or ``replay``) C++ of the Assign ``s`` with argument names ``args``."""
+        op = s.op
+        render = op.replay if replay and op.replay is not None else op.fwd
+        return render(args)
+
+    def adj_text(self, s, args, adjs, g) -> str:
+        """The adjoint C++ of the active Assign ``s``."""
+        return s.op.adj(args, adjs, g)
+
+    def const_text(self, s) -> str:
+        """The C++ literal of the Const ``s``."""
+        return literal(s.value, s.out.type)
+
     # -------------------------------------------------------------- debug checks
     def check(self, s, reverse=False):
         """The bounds-check condition guarding statement ``s`` in a debug build (None: no check);
@@ -258,8 +281,7 @@ class FunctionEmitter:
                 args = [a.name for a in s.args]
                 if replay and op.replay == "skip":
                     continue
-                render = op.replay if replay and op.replay is not None else op.fwd
-                text = render(args)
+                text = self.op_text(s, args, replay)
                 guard = self.check(s)
                 if guard is not None and guard.startswith("tg::dbg_narrow"):
                     lines.append(f"{pad}{s.out.name} = ({guard}, {text});")
@@ -275,7 +297,7 @@ class FunctionEmitter:
                 else:
                     lines.append(pad + (text if text.rstrip().endswith(";") else text + ";"))
             elif isinstance(s, Const):
-                lines.append(f"{pad}{s.out.name} = {literal(s.value, s.out.type)};")
+                lines.append(f"{pad}{s.out.name} = {self.const_text(s)};")
             elif isinstance(s, Read):
                 lines.append(f"{pad}{s.out.name} = {s.var.name};")
             elif isinstance(s, Write):
@@ -318,7 +340,7 @@ class FunctionEmitter:
             lines.append(f"{pad}for (int64_t {k} = 0; {k} < {s.count.name}; ++{k}) {{")
             lines.append(f"{inner}{s.cnt.name} = {k} + 1;")
             lines.append(f"{inner}{s.brk.name} = false; {s.cont.name} = false;")
-            lines.append(f"{inner}{s.var.name} = {s.var.type.cname}({s.start.name} + {k} * {s.step.name});")
+            lines.append(f"{inner}{s.var.name} = {self.ctype(s.var.type)}({s.start.name} + {k} * {s.step.name});")
         else:
             lines.append(f"{pad}while (true) {{")
             self.fwd(s.header, lines, ind + 1, replay)
@@ -335,25 +357,25 @@ class FunctionEmitter:
         for v in self.fn.vars:
             if v.type is None:
                 continue
-            out.append(f"    {v.type.cname} {v.name}{{}};")
+            out.append(f"    {self.ctype(v.type)} {v.name}{{}};")
             if adjoint and v.kind in ("temp", "local"):
-                out.append(f"    {v.type.cname} {adj_name(v)}{{}};")
+                out.append(f"    {self.ctype(v.type)} {adj_name(v)}{{}};")
         return out
 
     def params(self, with_bounds):
-        ps = [f"{p.type.cname} {p.name}" for p in self.fn.params]
+        ps = [f"{self.ctype(p.type)} {p.name}" for p in self.fn.params]
         if with_bounds:
             ps = ["const tg::launch_t& tg_bounds", "int64_t tg_tid"] + ps
         return ps
 
     def adj_params(self):
-        return [f"{param_adjoint_type(p.type)} {adj_name(p)}" for p in self.fn.params]
+        return [f"{self.adjoint_ctype(p.type)} {adj_name(p)}" for p in self.fn.params]
 
     # -------------------------------------------------------------- functions
     def forward_function(self, name, replay=False):
         fn = self.fn
         kernel = fn.kind == "kernel"
-        ret = fn.ret_type.cname if fn.ret_type is not None else "void"
+        ret = self.ctype(fn.ret_type) if fn.ret_type is not None else "void"
         lines = [f"static TG_FUNC {ret} {name}({', '.join(self.params(kernel))}) {{"]
         lines += self.decls(False)
         self.adjoints = False   # no adjoint variables declared here
@@ -370,7 +392,7 @@ class FunctionEmitter:
         ps = self.params(kernel) + self.adj_params()
         if fn.kind == "grad":
             # a user adjoint: its last parameter is adj_ret, its body accumulates tg.adjoint[...]
-            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{fn.params[-1].type.cname} {fn.params[-1].name}"]
+            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(fn.params[-1].type)} {fn.params[-1].name}"]
             lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
             lines += self.decls(False)
             self._last_loc = None
@@ -378,7 +400,7 @@ class FunctionEmitter:
             lines.append("}")
             return "\n".join(lines)
         if fn.ret_var is not None:
-            ps.append(f"{fn.ret_type.cname} adj_ret")
+            ps.append(f"{self.ctype(fn.ret_type)} adj_ret")
         lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
         lines += self.decls(True)
         self.adjoints = True
@@ -406,7 +428,7 @@ class FunctionEmitter:
             adjs = [adj_name(a) for a in s.args]
             g = adj_name(s.out) if s.out is not None else None
             guard = self.check(s, reverse=True)
-            text = s.op.adj(args, adjs, g)
+            text = self.adj_text(s, args, adjs, g)
             lines.append(pad + (text if guard is None else f"if ({guard}) {{ {text} }}"))
         elif isinstance(s, Read):
             if float_based(s.out.type) and not is_array(s.out.type):
@@ -459,7 +481,7 @@ class FunctionEmitter:
             if f is not None:
                 lines.append(f"{pad}{f.name} = false;")
         if s.kind == "range":
-            lines.append(f"{pad}{s.var.name} = {s.var.type.cname}({s.start.name} + {k} * {s.step.name});")
+            lines.append(f"{pad}{s.var.name} = {self.ctype(s.var.type)}({s.start.name} + {k} * {s.step.name});")
         self.fwd(s.header, lines, ind, True)
         self.fwd(s.body, lines, ind, True)
 

@@ -1,0 +1,293 @@
+"""Forward mode and second order: the tangent and tangent-of-adjoint C++ of a kernel (issue 26).
+
+The tangent code is the kernel's forward body and the tangent-of-adjoint code its adjoint body,
+emitted a second time (``DualEmitter``, a ``emit.FunctionEmitter``) with every float type
+``T`` spelled ``tg::dual<T>`` (value and tangent; ``runtime/dual.h``) and every array a
+``tg::darray_t<T>`` (the array and its tangent array). Builtins need no tangent rules of their
+own: their C++ definitions are templates over the scalar type (instantiated with duals), and
+the few that are not (the scalar math calls) have dual overloads in ``dual.h`` giving value
+and derivative. The adjoint templates (``adj_sin``...) instantiated with duals give exact
+second derivatives (forward over reverse). Array accesses get their own dual renderings here.
+
+Both are emitted into their own translation unit (``tangent_source``), built on first use
+and cached like every build (source digest); the default build of a kernel is unchanged.
+
+Entry points (``S`` the kernel's symbol, ``n`` its parameter count):
+
+* ``S_cpu_tangent(const launch_t*, void** args)``: ``args[0:n]`` the arguments, ``args[n:2n]``
+  their tangents (array descriptors for arrays; values of the same type for scalars,
+  vectors, matrices; ignored for ints and structs), ``args[2n]`` an ``int32`` mode (bit 0:
+  write the primal outputs too).
+* ``S_cpu_tangent_adjoint(const launch_t*, void** args)``: ``args[0:n]``, ``args[n:2n]`` as
+  above, ``args[2n:3n]`` the adjoint arrays (gradients, accumulated), ``args[3n:4n]`` their
+  tangents (accumulated), ``args[4n]`` the mode (bit 2: the adjoint arrays stand for the
+  arrays' ``.grad``: a store's adjoint consumes them unless the array retains its gradient).
+  Adjoints of non-array arguments are not returned.
+* ``S_cuda_tangent(launch_t, T0 a0..., T0 t0..., int32_t mode)`` and
+  ``S_cuda_tangent_adjoint(launch_t, a..., t..., g..., tg..., int32_t mode)``: the same on CUDA.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import KernelError
+from . import emit
+from .emit import FunctionEmitter, callee_order, structs_used
+from .ir import Assign, walk
+from .typeutil import float_based, is_array, is_struct
+
+__all__ = ["DualEmitter", "dualize", "tangent_source", "FORWARD_UNSUPPORTED"]
+
+# float type names in rendered C++ (not inside identifiers, nor array_t<...> / from_bits<...>)
+
+# builtins whose forward mode has no exact rule: the tangent of a concurrent minimum or
+# exchange depends on which thread won, which the tangent array cannot see atomically
+FORWARD_UNSUPPORTED = {"atomic_min", "atomic_max", "atomic_exch", "atomic_cas"}
+_ARRAY_OPS = {"load", "store", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_exch", "atomic_cas",
+              "atomic_and", "atomic_or", "atomic_xor"}
+
+
+def dualize(text: str) -> str:
+    """``text`` (rendered C++) with every float scalar type name ``T`` replaced by ``tg::dual<T>``,
+    except inside array descriptors (``tg::array_t<T>``) and bit-pattern helpers."""
+    out, i = [], 0
+    for m in re.finditer(r"tg::array_t<[^<>]*(?:<[^<>]*>[^<>]*)*>|tg::from_bits<double>", text):
+        out.append(_dualize_plain(text[i:m.start()]))
+        out.append(m.group(0))
+        i = m.end()
+    out.append(_dualize_plain(text[i:]))
+    return "".join(out)
+
+
+def _dualize_plain(text):
+    return re.sub(r"(?<![\w:])(double|float|half|tg::bfloat16_t)(?!\w)", lambda m: f"tg::dual<{m.group(1)}>", text)
+
+
+def dual_ctype(t) -> str:
+    """The C++ type of a value of tapegrad type ``t`` in dual code."""
+    if is_array(t):
+        return f"tg::darray_t<{t.dtype.cname}>"
+    if is_struct(t):
+        return dual_struct_name(t)
+    if float_based(t):
+        return dualize(t.cname)
+    return t.cname
+
+
+def dual_struct_name(st) -> str:
+    return f"{st.cname}__dual"
+
+
+class DualEmitter(FunctionEmitter):
+    """Emits a function's forward or adjoint body with dual numbers (see the module docstring)."""
+
+    def __init__(self, fn, kernel_label, want_forward):
+        super().__init__(fn, None)
+        self.kernel_label = kernel_label
+        self.want_forward = want_forward     # the tangent code (not only the tangent of the adjoint)
+
+    def ctype(self, t) -> str:
+        return dual_ctype(t)
+
+    def adjoint_ctype(self, t) -> str:
+        if is_array(t):
+            return f"const {dual_ctype(t)}&"
+        return f"{dual_ctype(t)}&"
+
+    def _unsupported(self, s, what):
+        loc = getattr(s, "loc", None) or self.fn.loc
+        where = f"{loc.file}:{loc.line}" if loc is not None else "?"
+        raise KernelError(f"{where}: kernel '{self.kernel_label}': {what} has no forward-mode (tangent) rule, so "
+                          f"tangent=True launches, Tape.jvp and Tape.hvp cannot run this kernel")
+
+    def op_text(self, s, args, replay) -> str:
+        op = s.op
+        name = op.name
+        if name in _ARRAY_OPS and s.args and is_array(s.args[0].type):
+            a, rest = args[0], args[1:]
+            if name == "load":
+                return f"tg::dload({', '.join([a] + rest)})"
+            nv = 2 if name == "atomic_cas" else 1
+            idx, vals = rest[:-nv], rest[-nv:]
+            if replay and op.replay is not None and op.replay != "skip":   # an atomic in the replay: a read
+                return f"tg::dload({', '.join([a] + idx)})"
+            if name not in ("store", "atomic_add", "atomic_sub"):
+                if float_based(s.args[0].type.dtype):
+                    self._unsupported(s, f"{name}() on a float array")
+                at = f"tg::addr({a}.p.data, {a}.p, {', '.join(idx)})"
+                return f"(({a}.mode & 1) ? tg::{name}_({', '.join([at] + vals)}) : *{at})"
+            idx, v = rest[:-1], rest[-1]
+            if name == "store":
+                return f"tg::dstore_({', '.join([a, v] + idx)});"
+            if name == "atomic_add":
+                return f"tg::datomic_add_({', '.join([a, v] + idx)})"
+            if name == "atomic_sub":
+                return f"tg::datomic_add_({', '.join([a, f'tg::neg({v})'] + idx)})"
+        if op.array_adj is not None:
+            self._unsupported(s, "an array held in a struct")
+        text = super().op_text(s, args, replay)
+        if op.callee is not None:
+            n = op.callee.name
+            return text.replace(f"{n}_fwd(", f"{n}_tan(").replace(f"{n}_rep(", f"{n}_tanrep(")
+        if name in ("tid",) and "tid64" in text:
+            self._unsupported(s, "a launch of more than 2^31 - 1 threads")
+        return dualize(text)
+
+    def adj_text(self, s, args, adjs, g) -> str:
+        op = s.op
+        name = op.name
+        if name in _ARRAY_OPS and s.args and is_array(s.args[0].type):
+            aa, idx = adjs[0], args[1:]
+            if name == "load":
+                return f"if (tg::nonzero({g})) tg::dgrad_add_({', '.join([aa, g] + idx)});"
+            idx, av, v = args[1:-1], adjs[-1], args[-1]
+            get = f"tg::dgrad_get_({', '.join([aa] + idx)})"
+            if name == "store":
+                return f"tg::accum({av}, {get}); tg::dgrad_consume_({', '.join([aa] + idx)});"
+            if name == "atomic_add":
+                return f"tg::accum({av}, {get});"
+            if name == "atomic_sub":
+                return f"tg::accum({av}, tg::neg({get}));"
+            if name in ("atomic_min", "atomic_max"):
+                return f"if ({aa}.p.data) tg::adj_minmax_pick(tg::dload({', '.join([args[0]] + idx)}), {v}, {av}, {get});"
+            self._unsupported(s, f"the adjoint of {name}()")
+        text = super().adj_text(s, args, adjs, g)
+        if op.callee is not None:
+            n = op.callee.name
+            return text.replace(f"{n}_adj(", f"{n}_tadj(")
+        return dualize(text)
+
+    def const_text(self, s) -> str:
+        return dualize(super().const_text(s))
+
+
+def _check_supported(fn, label):
+    """Reject what the dual code cannot represent, before any C++ is generated."""
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and s.op.name == "tid" and "tid64" in s.op.fwd([]):
+            raise KernelError(f"kernel '{label}': forward mode runs launches of at most 2^31 - 1 threads")
+
+
+def emit_dual_struct(st) -> str:
+    """The dual twin of a struct (fields in dual types) and its adjoint helpers, plus
+    ``NAME__dual_const(s)``: the twin of a primal value, with zero tangents."""
+    name = dual_struct_name(st)
+    fields = [f"    {dual_ctype(t)} {n};" for n, t in st.fields]
+    acc = [f"tg::accum(a.{n}, b.{n});" for n, t in st.fields if not is_array(t)]
+    conv = []
+    for n, t in st.fields:
+        if is_array(t):
+            conv.append(f"r.{n} = tg::make_darray(s.{n}, tg::array_t<{t.dtype.cname}>(), 0);")
+        elif is_struct(t):
+            conv.append(f"r.{n} = {dual_struct_name(t)}_const(s.{n});")
+        elif float_based(t):
+            conv.append(f"r.{n} = tg::dual_of<{t.cname}>::make(s.{n}, {t.cname}());")
+        else:
+            conv.append(f"r.{n} = s.{n};")
+    lines = [f"struct {name} {{"] + fields + ["};",
+             f"static TG_FUNC {name} {name}_const(const {st.cname}& s) {{ {name} r; {' '.join(conv)} return r; }}",
+             "namespace tg {",
+             f"TG_FUNC void accum({name}& a, const {name}& b) {{ {' '.join(acc)} }}",
+             f"TG_FUNC void zero({name}& a) {{ a = {name}(); }}",
+             f"TG_FUNC bool nonzero(const {name}&) {{ return true; }}"] + [
+             f"TG_FUNC {name} setf_{n}({name} s, const {dual_ctype(t)}& v) {{ s.{n} = v; return s; }}"
+             for n, t in st.fields] + ["}  // namespace tg"]
+    return "\n".join(lines)
+
+
+def _dual_func(f, label) -> str:
+    """The dual twins of a ``@func`` specialization: ``_tan``, ``_tanrep``, ``_tadj``."""
+    e = DualEmitter(f, label, True)
+    parts = [e.forward_function(f"{f.name}_tan")]
+    if f.side_effects:
+        parts.append(e.forward_function(f"{f.name}_tanrep", replay=True))
+    grad = f.grad_ir
+    parts.append((DualEmitter(grad, label, False) if grad is not None else e).adjoint_function(f"{f.name}_tadj"))
+    return "\n\n".join(parts)
+
+
+def _arg_decls(fn, second_order, cuda):
+    """C++ turning the entry point's raw arguments into the dual body's arguments."""
+    n = len(fn.params)
+    out = []
+    for i, p in enumerate(fn.params):
+        t = p.type
+        src = (lambda k: f"a{k}") if cuda else (lambda k: f"*reinterpret_cast<const {t.cname}*>(tg_args[{k}])")
+        pv, tv = src(i), src(n + i)
+        if is_array(t):
+            out.append(f"    const tg::darray_t<{t.dtype.cname}> d{i} = tg::make_darray({pv}, {tv}, tg_mode & 1);")
+            if second_order:
+                gv, gt = src(2 * n + i), src(3 * n + i)
+                out.append(f"    const {t.cname} g{i}_ = {gv};")
+                out.append(f"    const tg::darray_t<{t.dtype.cname}> g{i} = tg::make_darray(g{i}_, {gt}, "
+                           f"((tg_mode & 4) || (void*)g{i}_.data == (void*)d{i}.p.grad) && !(d{i}.p.flags & 2u) ? 2 : 0);")
+        elif is_struct(t):
+            out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_const({pv});")
+        elif float_based(t):
+            out.append(f"    const {dual_ctype(t)} d{i} = tg::dual_of<{t.cname}>::make({pv}, {tv});")
+        else:
+            out.append(f"    const {t.cname} d{i} = {pv};")
+    return out
+
+
+def _entry(fn, sym, second_order, cuda) -> list:
+    n = len(fn.params)
+    kind = "tangent_adjoint" if second_order else "tangent"
+    body = "tadj" if second_order else "tan"
+    ts = [p.type.cname for p in fn.params]
+    nslots = 4 if second_order else 2
+    locals_, gargs = [], []
+    for i, p in enumerate(fn.params):
+        if is_array(p.type):
+            gargs.append(f"g{i}")
+        else:
+            locals_.append(f"{dual_ctype(p.type)} g{i}{{}};")
+            gargs.append(f"g{i}")
+    call_args = ["tg_bounds", "tg_t"] + [f"d{i}" for i in range(n)] + (gargs if second_order else [])
+    call = f"{sym}_{body}({', '.join(call_args)});"
+    inner = (" ".join(locals_) + " " if second_order and locals_ else "") + call
+    if cuda:
+        ps = ["tg::launch_t tg_bounds"] + [f"{ts[i % n]} a{i}" for i in range(nslots * n)] + ["int32_t tg_mode"]
+        lines = [f'extern "C" __global__ void {sym}_cuda_{kind}({", ".join(ps)}) {{']
+        lines += _arg_decls(fn, second_order, True)
+        lines += ["    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
+                  "tg_t += int64_t(blockDim.x) * gridDim.x) {", f"        {inner}", "    }", "}"]
+        return lines
+    lines = [f'extern "C" TG_EXPORT void {sym}_cpu_{kind}(const tg::launch_t* tg_b, void** tg_args) {{',
+             "    const tg::launch_t tg_bounds = *tg_b;",
+             f"    const int32_t tg_mode = *reinterpret_cast<const int32_t*>(tg_args[{nslots * n}]);"]
+    lines += _arg_decls(fn, second_order, False)
+    lines += ["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
+              "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}", "    }", "}"]
+    return lines
+
+
+def tangent_source(fn, sym, label, second_order) -> str:
+    """The translation unit of a kernel's tangent code (``second_order``: and its
+    tangent-of-adjoint code), see the module docstring for the entry points.
+
+    Raises:
+        KernelError: a construct without a forward-mode rule, naming it and its line.
+    """
+    _check_supported(fn, label)
+    fns = callee_order(fn)
+    parts = []
+    for st in structs_used([fn] + fns):
+        parts.append(emit.emit_struct(st))
+        parts.append(emit_dual_struct(st))
+    for f in fns:
+        parts.append(_dual_func(f, label))
+    e = DualEmitter(fn, label, True)
+    parts.append(e.forward_function(f"{sym}_tan"))
+    if second_order:
+        parts.append(DualEmitter(fn, label, False).adjoint_function(f"{sym}_tadj"))
+    cuda = _entry(fn, sym, False, True) + (_entry(fn, sym, True, True) if second_order else [])
+    cpu = _entry(fn, sym, False, False) + (_entry(fn, sym, True, False) if second_order else [])
+    parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#else\n" + "\n".join(cpu) + "\n#endif")
+    return emit.module_source(parts)
+
+
+def tangent_float_types(fn) -> bool:
+    """Whether ``fn`` has any float data (a kernel without any has zero tangents)."""
+    return any(float_based(p.type) or (is_array(p.type) and float_based(p.type.dtype)) for p in fn.params)
+

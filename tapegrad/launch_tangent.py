@@ -1,0 +1,251 @@
+"""Forward-mode launches: ``launch(kernel, ..., tangent=True)`` and the tangent of the adjoint.
+
+A kernel's tangent code (``lang/tangent.py``) is built on first use, in its own translation
+unit (``<symbol>_tan``: tangent only; ``<symbol>_tan2``: tangent and tangent-of-adjoint, built
+when second order is first asked for), cached on disk like every build; kernels never launched
+in forward mode build nothing more. These launches take the Python path only.
+
+Launch forms (``launch``'s keyword arguments; one entry per kernel argument, inputs then outputs):
+
+* ``tangent=True, tan_inputs=[...], tan_outputs=[...]``: runs the forward and writes the outputs
+  and their tangents. A tangent is an array of the argument's dtype, shape and device (None:
+  zero in, and for a written array, tangent not written) or, for a float scalar / vector /
+  matrix argument, a value (None: 0). Int and struct arguments take None.
+* ``adjoint=True, tangent=True`` with ``adj_inputs/adj_outputs`` (None entries: the array's
+  ``.grad``, as ``launch(adjoint=True)``), ``tan_inputs/tan_outputs`` (the tangents of the
+  arguments) and ``tan_adj_inputs/tan_adj_outputs`` (the tangents of the adjoints: read where
+  the adjoint reads the adjoint arrays, accumulated where it accumulates; None: zero, dropped):
+  the tangent of the adjoint, i.e. with ``tan_*`` = v and the adjoint seeded, Hessian-vector
+  products. Adjoints of non-array arguments are not returned by this form.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+from dataclasses import dataclass
+
+from . import build, types
+from .array import array
+from .errors import KernelError
+from .lang import tangent as lang_tangent
+from .launch import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
+
+__all__ = ["TangentModule", "tangent_module", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
+
+MODE_WRITE_PRIMAL = 1   # stores and atomics write the primal values too
+MODE_GRADS = 4          # tangent-of-adjoint: the adjoint arrays stand for the arrays' .grad
+
+_MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # kernel -> {key: TangentModule}
+
+
+@dataclass(frozen=True)
+class TangentModule:
+    """The loaded tangent build of one kernel on one device.
+
+    Attributes:
+        kernel_key: the kernel's key (messages). cuda: whether the entries are CUDA functions.
+        tangent, tangent_adjoint: the CPU entry points (ctypes functions) or CUfunction
+            handles; ``tangent_adjoint`` None in a tangent-only build.
+        ordinal: the CUDA device ordinal (-1 on the CPU). threads_cap: CUDA grid cap in threads.
+    """
+
+    kernel_key: str
+    cuda: bool
+    tangent: object
+    tangent_adjoint: object
+    ordinal: int = -1
+    threads_cap: int = 0
+
+    def launch(self, bounds, values, second_order, stream=0, block_dim=256, max_blocks=0) -> None:
+        """Run an entry over ``bounds`` with the packed ``values`` (ctypes objects, mode last)."""
+        f = self.tangent_adjoint if second_order else self.tangent
+        if bounds.size <= 0:
+            return
+        if not self.cuda:
+            argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            f(ctypes.byref(bounds), argv)
+            return
+        from cupy.cuda import driver, runtime
+        params = (ctypes.c_void_p * (len(values) + 1))(ctypes.addressof(bounds),
+                                                       *[ctypes.addressof(v) for v in values])
+        block_dim = int(block_dim) or 256
+        blocks = (bounds.size + block_dim - 1) // block_dim
+        if max_blocks and max_blocks > 0:
+            blocks = min(blocks, int(max_blocks))
+        elif self.threads_cap:
+            blocks = min(blocks, max(1, self.threads_cap // block_dim))
+        prev = runtime.getDevice()
+        if prev != self.ordinal:
+            runtime.setDevice(self.ordinal)
+        try:
+            driver.launchKernel(f, min(blocks, 2 ** 31 - 1), 1, 1, block_dim, 1, 1, 0, int(stream or 0),
+                                ctypes.addressof(params), 0)
+        finally:
+            if prev != self.ordinal:
+                runtime.setDevice(prev)
+
+
+def tangent_module(kernel, device, second_order=False) -> TangentModule:
+    """The kernel's tangent build for ``device`` (``second_order``: with the tangent-of-adjoint
+    entry), generated, compiled (or loaded from the cache) and memoized on first use.
+
+    Raises:
+        KernelError: a construct without a forward-mode rule (named, with its line).
+        tapegrad.CompileError: the compiler failed.
+    """
+    mods = _MODULES.get(kernel)
+    if mods is None:
+        mods = _MODULES.setdefault(kernel, {})
+    alias = getattr(device, "alias", None) or str(device)
+    m = mods.get((alias, second_order)) or (mods.get((alias, True)) if not second_order else None)
+    if m is not None:
+        return m
+    with kernel.build_lock:
+        m = mods.get((alias, second_order))
+        if m is not None:
+            return m
+        if second_order and not kernel.enable_backward:
+            raise RuntimeError(f"launch(adjoint=True, tangent=True): kernel '{kernel.key}' was built with "
+                               "enable_backward=False")
+        source = lang_tangent.tangent_source(kernel.ir, kernel.symbol, kernel.key, second_order)
+        name = (kernel.symbol + ("_tan2" if second_order else "_tan"))[:90]
+        sym = kernel.symbol
+        if getattr(device, "is_cuda", False):
+            from cupy.cuda import driver
+            handle = build.load_cuda(source, name, device, [kernel])
+            with device.context_guard():
+                fwd = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent")
+                adj = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent_adjoint") if second_order else None
+            sms = device.sm_count
+            m = TangentModule(kernel.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0)
+            m = dataclass_keep(m, handle)
+        else:
+            lib = build.load_cpu(source, name, [kernel])
+            fwd = getattr(lib, f"{sym}_cpu_tangent")
+            fwd.restype = None
+            adj = None
+            if second_order:
+                adj = getattr(lib, f"{sym}_cpu_tangent_adjoint")
+                adj.restype = None
+            m = dataclass_keep(TangentModule(kernel.key, False, fwd, adj), lib)
+        mods[(alias, second_order)] = m
+    return m
+
+
+_KEEP: dict = {}
+
+
+def dataclass_keep(m, owner):
+    """Keep the loaded library / CUDA module ``owner`` alive as long as the process (the
+    entry points point into it)."""
+    _KEEP[id(m)] = owner
+    return m
+
+
+def _label(kernel, i, what, k):
+    return f"launch(tangent=True): {what}[{k}] (for argument {i}, '{kernel.arg_names[i]}')"
+
+
+def _tangent_values(prep, args, tans, what, n_in, null_for_ints=True):
+    """Pack ``tans`` (one per argument, None: zero) like the arguments, checking each against
+    its argument: dtype, ndim, shape and device; ``what``: the keyword names for messages."""
+    kernel, dev = prep.kernel, prep.device
+    out = []
+    for i, (t, pack, a) in enumerate(zip(kernel.arg_types, prep.packers, args)):
+        v = tans[i]
+        k = i if i < n_in else i - n_in
+        w = what[0] if i < n_in else what[1]
+        if isinstance(t, types.ArrayType):
+            if v is None:
+                out.append(types.ArrayDesc())
+                continue
+            if not _float_dtype(t.dtype):
+                raise TypeError(f"{_label(kernel, i, w, k)}: an array of {t.dtype!r} has no tangent; pass None")
+            try:
+                d = pack(v, dev)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise type(e)(f"{_label(kernel, i, w, k)}: {e}") from None
+            prim = prep.values[i]
+            shape = tuple(prim.shape[:t.ndim])
+            got = tuple(d.shape[:t.ndim])
+            if got != shape:
+                raise ValueError(f"{_label(kernel, i, w, k)}: shape {got} does not match the argument's {shape}")
+            out.append(d)
+        elif isinstance(t, types.StructType) or not _float_dtype(t):
+            if v is not None:
+                raise TypeError(f"{_label(kernel, i, w, k)}: a {t!r} argument has no tangent; pass None")
+            out.append(prep.values[i])
+        else:
+            try:
+                out.append(pack(zero_value(t) if v is None else v, dev))
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{_label(kernel, i, w, k)}: {e}") from None
+    return out
+
+
+def _float_dtype(t) -> bool:
+    s = getattr(t, "scalar", t)
+    return isinstance(s, types.ScalarType) and s.kind == "float"
+
+
+def _split(given, n_in, n_out, names):
+    ins, outs = given
+    ins = [None] * n_in if ins is None else list(ins)
+    outs = [None] * n_out if outs is None else list(outs)
+    if len(ins) != n_in or len(outs) != n_out:
+        raise TypeError(f"launch(tangent=True): {names[0]}/{names[1]} must have {n_in}/{n_out} entries "
+                        f"(one per input/output), got {len(ins)}/{len(outs)}")
+    return ins + outs
+
+
+def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoint=False, adj_inputs=None,
+                   adj_outputs=None, tan_inputs=None, tan_outputs=None, tan_adj_inputs=None, tan_adj_outputs=None,
+                   block_dim=256, max_blocks=0, mode=None) -> None:
+    """``launch(..., tangent=True)`` (see the module docstring for the forms).
+
+    Args:
+        mode: the entry's mode bits (None: write the primal outputs; ``tapegrad.tape_forward``
+            passes 0 to write tangents only, ``MODE_GRADS`` for the tangent of the adjoint).
+    Raises:
+        TypeError, ValueError: a tangent of the wrong type, dtype, shape or device (naming it),
+            wrong entry counts. KernelError: a construct without a forward-mode rule.
+    """
+    inputs, outputs = list(inputs), list(outputs)
+    prep = prepare_launch(kernel, dim, inputs, outputs, device, stream)
+    kernel = prep.kernel
+    if prep.bounds.size > 2 ** 31 - 1:
+        raise KernelError(f"launch(tangent=True): kernel '{kernel.key}': forward mode runs launches of at most "
+                          f"2^31 - 1 threads, got {prep.bounds.size}")
+    args = inputs + outputs
+    n_in, n_out = len(inputs), len(outputs)
+    tans = _split((tan_inputs, tan_outputs), n_in, n_out, ("tan_inputs", "tan_outputs"))
+    tvals = _tangent_values(prep, args, tans, ("tan_inputs", "tan_outputs"), n_in)
+    vals = list(prep.values) + tvals
+    if adjoint:
+        adj_given = None
+        if adj_inputs is not None or adj_outputs is not None:
+            adj_given = _split((adj_inputs, adj_outputs), n_in, n_out, ("adj_inputs", "adj_outputs"))
+        vals += adjoint_descriptors(prep, args, adj_given)
+        tadj = _split((tan_adj_inputs, tan_adj_outputs), n_in, n_out, ("tan_adj_inputs", "tan_adj_outputs"))
+        vals += _tangent_values(prep, args, tadj, ("tan_adj_inputs", "tan_adj_outputs"), n_in)
+        m = 0 if mode is None else mode
+    else:
+        if tan_adj_inputs is not None or tan_adj_outputs is not None:
+            raise TypeError("launch(tangent=True): tan_adj_inputs/tan_adj_outputs need adjoint=True too")
+        m = MODE_WRITE_PRIMAL if mode is None else mode
+    vals.append(ctypes.c_int32(m))
+    mod = tangent_module(kernel, prep.device, adjoint)
+    mod.launch(prep.bounds, vals, adjoint, prep.stream_handle, block_dim, max_blocks)
+    if not adjoint and m & MODE_WRITE_PRIMAL:
+        for i, (r, w) in enumerate(kernel.arg_access):
+            if w and isinstance(args[i], array):
+                args[i].version += 1
+
+
+def _from_launch(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, tan_inputs,
+                 tan_outputs, tan_adj_inputs, tan_adj_outputs, block_dim, max_blocks):
+    launch_tangent(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, tan_inputs,
+                   tan_outputs, tan_adj_inputs, tan_adj_outputs, block_dim, max_blocks)
+
+
+register_tangent_launcher(_from_launch)
