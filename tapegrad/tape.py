@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Callable
 
-from . import recording, tape_graph, tape_saves
+from . import recording, tape_forward, tape_graph, tape_saves
 from .array import array
 from .config import config
 from .errors import TapeWarning
@@ -490,6 +490,31 @@ class Tape:
         if a.grad is not g:
             a.grad.assign(g)
         self._track(a)
+
+    # ------------------------------------------------------------- forward mode (tape_forward)
+    def jvp(self, tangents: dict) -> dict:
+        """Forward mode over the records: the directional derivative of every array the tape
+        wrote, given ``tangents`` ({array: tangent}; other arrays start with zero tangents).
+        The arrays' values and gradients are unchanged (docs/tape.md, "Forward mode and
+        second order").
+
+        Returns:
+            {array: tangent array} for every float array a recorded launch or copy wrote.
+        Raises:
+            TypeError, ValueError: a tangent of the wrong dtype, shape or device.
+            RuntimeError: a record without a forward rule (a ``record_func`` callback), named.
+            KernelError: a kernel construct without a forward-mode rule, named with its line.
+        """
+        return tape_forward.jvp(self, tangents)
+
+    def hvp(self, loss: array, vectors: dict) -> dict:
+        """Hessian-vector products of a one-element ``loss`` (forward over reverse): for
+        ``vectors`` {array: v}, {array: H v}. Gradients and values are unchanged.
+
+        Raises:
+            ValueError: ``loss`` is not one element of a float dtype. Otherwise as ``jvp``.
+        """
+        return tape_forward.hvp(self, loss, vectors)
 
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
