@@ -392,7 +392,8 @@ class FunctionEmitter:
         ps = self.params(kernel) + self.adj_params()
         if fn.kind == "grad":
             # a user adjoint: its last parameter is adj_ret, its body accumulates tg.adjoint[...]
-            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(fn.params[-1].type)} {fn.params[-1].name}"]
+            last = fn.params[-1]
+            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(last.type)} {last.name}"]
             lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
             lines += self.decls(False)
             self._last_loc = None

@@ -81,10 +81,19 @@ def dual_struct_name(st) -> str:
 class DualEmitter(FunctionEmitter):
     """Emits a function's forward or adjoint body with dual numbers (see the module docstring)."""
 
-    def __init__(self, fn, kernel_label, want_forward):
+    def __init__(self, fn, kernel_label, want_forward, structs=()):
         super().__init__(fn, None)
         self.kernel_label = kernel_label
         self.want_forward = want_forward     # the tangent code (not only the tangent of the adjoint)
+        # struct names in rendered C++ (constructors, field updates) name their dual twins
+        self._struct_re = re.compile(r"\b(" + "|".join(re.escape(st.cname) for st in structs) + r")\b") \
+            if structs else None
+
+    def dualize(self, text) -> str:
+        text = dualize(text)
+        if self._struct_re is not None:
+            text = self._struct_re.sub(lambda m: m.group(1) + "__dual", text)
+        return text
 
     def ctype(self, t) -> str:
         return dual_ctype(t)
@@ -123,15 +132,15 @@ class DualEmitter(FunctionEmitter):
                 return f"tg::datomic_add_({', '.join([a, v] + idx)})"
             if name == "atomic_sub":
                 return f"tg::datomic_add_({', '.join([a, f'tg::neg({v})'] + idx)})"
-        if op.array_adj is not None:
-            self._unsupported(s, "an array held in a struct")
+        if op.array_adj is not None and replay:
+            self._unsupported(s, "the adjoint of an array held in a struct")
         text = super().op_text(s, args, replay)
         if op.callee is not None:
             n = op.callee.name
             return text.replace(f"{n}_fwd(", f"{n}_tan(").replace(f"{n}_rep(", f"{n}_tanrep(")
         if name in ("tid",) and "tid64" in text:
             self._unsupported(s, "a launch of more than 2^31 - 1 threads")
-        return dualize(text)
+        return self.dualize(text)
 
     def adj_text(self, s, args, adjs, g) -> str:
         op = s.op
@@ -149,16 +158,17 @@ class DualEmitter(FunctionEmitter):
             if name == "atomic_sub":
                 return f"tg::accum({av}, tg::neg({get}));"
             if name in ("atomic_min", "atomic_max"):
-                return f"if ({aa}.p.data) tg::adj_minmax_pick(tg::dload({', '.join([args[0]] + idx)}), {v}, {av}, {get});"
+                cur = f"tg::dload({', '.join([args[0]] + idx)})"
+                return f"if ({aa}.p.data) tg::adj_minmax_pick({cur}, {v}, {av}, {get});"
             self._unsupported(s, f"the adjoint of {name}()")
         text = super().adj_text(s, args, adjs, g)
         if op.callee is not None:
             n = op.callee.name
             return text.replace(f"{n}_adj(", f"{n}_tadj(")
-        return dualize(text)
+        return self.dualize(text)
 
     def const_text(self, s) -> str:
-        return dualize(super().const_text(s))
+        return self.dualize(super().const_text(s))
 
 
 def _check_supported(fn, label):
@@ -177,15 +187,16 @@ def emit_dual_struct(st) -> str:
     conv = []
     for n, t in st.fields:
         if is_array(t):
-            conv.append(f"r.{n} = tg::make_darray(s.{n}, tg::array_t<{t.dtype.cname}>(), 0);")
+            conv.append(f"r.{n} = tg::make_darray(s.{n}, tg::array_t<{t.dtype.cname}>(), mode);")
         elif is_struct(t):
-            conv.append(f"r.{n} = {dual_struct_name(t)}_const(s.{n});")
+            conv.append(f"r.{n} = {dual_struct_name(t)}_const(s.{n}, mode);")
         elif float_based(t):
             conv.append(f"r.{n} = tg::dual_of<{t.cname}>::make(s.{n}, {t.cname}());")
         else:
             conv.append(f"r.{n} = s.{n};")
+    body = " ".join(conv)
     lines = [f"struct {name} {{"] + fields + ["};",
-             f"static TG_FUNC {name} {name}_const(const {st.cname}& s) {{ {name} r; {' '.join(conv)} return r; }}",
+             f"static TG_FUNC {name} {name}_const(const {st.cname}& s, int32_t mode) {{ {name} r; {body} return r; }}",
              "namespace tg {",
              f"TG_FUNC void accum({name}& a, const {name}& b) {{ {' '.join(acc)} }}",
              f"TG_FUNC void zero({name}& a) {{ a = {name}(); }}",
@@ -195,14 +206,15 @@ def emit_dual_struct(st) -> str:
     return "\n".join(lines)
 
 
-def _dual_func(f, label) -> str:
+def _dual_func(f, label, structs) -> str:
     """The dual twins of a ``@func`` specialization: ``_tan``, ``_tanrep``, ``_tadj``."""
-    e = DualEmitter(f, label, True)
+    e = DualEmitter(f, label, True, structs)
     parts = [e.forward_function(f"{f.name}_tan")]
     if f.side_effects:
         parts.append(e.forward_function(f"{f.name}_tanrep", replay=True))
     grad = f.grad_ir
-    parts.append((DualEmitter(grad, label, False) if grad is not None else e).adjoint_function(f"{f.name}_tadj"))
+    parts.append((DualEmitter(grad, label, False, structs) if grad is not None else e).adjoint_function(
+        f"{f.name}_tadj"))
     return "\n\n".join(parts)
 
 
@@ -219,10 +231,11 @@ def _arg_decls(fn, second_order, cuda):
             if second_order:
                 gv, gt = src(2 * n + i), src(3 * n + i)
                 out.append(f"    const {t.cname} g{i}_ = {gv};")
+                consume = f"((tg_mode & 4) || (void*)g{i}_.data == (void*)d{i}.p.grad) && !(d{i}.p.flags & 2u)"
                 out.append(f"    const tg::darray_t<{t.dtype.cname}> g{i} = tg::make_darray(g{i}_, {gt}, "
-                           f"((tg_mode & 4) || (void*)g{i}_.data == (void*)d{i}.p.grad) && !(d{i}.p.flags & 2u) ? 2 : 0);")
+                           f"{consume} ? 2 : 0);")
         elif is_struct(t):
-            out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_const({pv});")
+            out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_const({pv}, tg_mode & 1);")
         elif float_based(t):
             out.append(f"    const {dual_ctype(t)} d{i} = tg::dual_of<{t.cname}>::make({pv}, {tv});")
         else:
@@ -272,15 +285,16 @@ def tangent_source(fn, sym, label, second_order) -> str:
     _check_supported(fn, label)
     fns = callee_order(fn)
     parts = []
-    for st in structs_used([fn] + fns):
+    structs = structs_used([fn] + fns)
+    for st in structs:
         parts.append(emit.emit_struct(st))
         parts.append(emit_dual_struct(st))
     for f in fns:
-        parts.append(_dual_func(f, label))
-    e = DualEmitter(fn, label, True)
+        parts.append(_dual_func(f, label, structs))
+    e = DualEmitter(fn, label, True, structs)
     parts.append(e.forward_function(f"{sym}_tan"))
     if second_order:
-        parts.append(DualEmitter(fn, label, False).adjoint_function(f"{sym}_tadj"))
+        parts.append(DualEmitter(fn, label, False, structs).adjoint_function(f"{sym}_tadj"))
     cuda = _entry(fn, sym, False, True) + (_entry(fn, sym, True, True) if second_order else [])
     cpu = _entry(fn, sym, False, False) + (_entry(fn, sym, True, False) if second_order else [])
     parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#else\n" + "\n".join(cpu) + "\n#endif")
