@@ -1,0 +1,237 @@
+"""Forward mode and second order (issue 26): tangent launches, the tangent-of-adjoint launch,
+Tape.jvp / Tape.hvp (in-place updates, copies, loops, atomics, @func, vectors, 16-bit floats),
+forward-mode Jacobians and the errors for bad input. References: float64 central differences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::tapegrad.TapeCompileWarning")
+
+import tapegrad as tg
+from tapegrad.autograd import jacobian, jacobian_fd, jacobian_fwd
+
+
+@tg.func
+def soft(x: tg.float64, y: tg.float64):
+    return tg.log(tg.exp(x) + tg.exp(y)), x * y
+
+
+@tg.kernel
+def mixed(x: tg.array[tg.float64], v: tg.array[tg.vec3d], s: tg.float64, out: tg.array[tg.float64],
+          vo: tg.array[tg.vec3d]):
+    i = tg.tid()
+    a, b = soft(x[i], s)
+    acc = tg.float64(0.0)
+    for k in range(3):                       # a static loop
+        acc += tg.sin(v[i][k] * a)
+    n = int(3.0 + x[i] * 0.0)
+    j = int(0)
+    while j < n:                             # a dynamic loop with a carried value
+        acc = acc * 0.9 + b * tg.cos(acc)
+        j += 1
+    if x[i] > 0.0:
+        acc = acc * x[i]
+    else:
+        acc = -acc
+    q = tg.quat_from_axis_angle(tg.normalize(v[i]), x[i])
+    r = tg.quat_rotate(q, tg.vec3d(1.0, 2.0, 3.0))
+    m = tg.outer(v[i], r)
+    out[i] = acc + tg.determinant(m + tg.mat33d(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0))
+    tg.atomic_add(vo, 0, r * x[i])
+
+
+def _mixed_args(seed=0, n=6):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=n), rng.normal(size=(n, 3)), 0.7
+
+
+def _mixed_run(x, v, s, n=6):
+    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
+    out, vo = tg.zeros(n, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    tg.launch(mixed, n, inputs=[xa, va, s], outputs=[out, vo])
+    return out.numpy().copy(), vo.numpy().copy()
+
+
+def test_tangent_launch_matches_finite_differences():
+    x, v, s = _mixed_args()
+    ux, uv, us = np.random.default_rng(1).normal(size=6), np.random.default_rng(2).normal(size=(6, 3)), 0.3
+    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
+    out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    tout, tvo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True,
+              tan_inputs=[tg.array(ux, dtype=tg.float64), tg.array(uv, dtype=tg.vec3d), us], tan_outputs=[tout, tvo])
+    h = 1e-6
+    p = _mixed_run(x + h * ux, v + h * uv, s + h * us)
+    m = _mixed_run(x - h * ux, v - h * uv, s - h * us)
+    np.testing.assert_allclose(tout.numpy(), (p[0] - m[0]) / (2 * h), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(tvo.numpy(), (p[1] - m[1]) / (2 * h), rtol=1e-6, atol=1e-7)
+    # and the outputs themselves
+    ref = _mixed_run(x, v, s)
+    np.testing.assert_allclose(out.numpy(), ref[0], rtol=1e-13)
+
+
+def test_second_order_launch_is_a_hessian_vector_product():
+    x, v, s = _mixed_args(3)
+    ux = np.random.default_rng(4).normal(size=6)
+    w = np.random.default_rng(5).normal(size=6)
+
+    def grad(xn):
+        xa, va = tg.array(xn, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
+        out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+        gx = tg.zeros(6, dtype=tg.float64)
+        tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo])
+        tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], adjoint=True, adj_inputs=[gx, None, 0.0],
+                  adj_outputs=[tg.array(w, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)])
+        return gx.numpy().copy()
+
+    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
+    out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo])
+    gx, hx = tg.zeros(6, dtype=tg.float64), tg.zeros(6, dtype=tg.float64)
+    tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], adjoint=True,
+              adj_inputs=[gx, None, 0.0], adj_outputs=[tg.array(w, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)],
+              tangent=True, tan_inputs=[tg.array(ux, dtype=tg.float64), None, None],
+              tan_adj_inputs=[hx, None, None])
+    h = 1e-6
+    np.testing.assert_allclose(gx.numpy(), grad(x), rtol=1e-12)
+    np.testing.assert_allclose(hx.numpy(), (grad(x + h * ux) - grad(x - h * ux)) / (2 * h), rtol=1e-5, atol=1e-6)
+
+
+@tg.kernel
+def poly16(x: tg.array[tg.float16], y: tg.array[tg.bfloat16], o: tg.array[tg.float32]):
+    i = tg.tid()
+    a = x[i] * x[i] + tg.sin(x[i])
+    b = y[i] * y[i] * y[i]
+    o[i] = tg.float32(a) + tg.float32(b)
+
+
+def test_16_bit_floats_have_tangents():
+    x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    y = np.array([1.5, 0.25, -0.75], dtype=np.float32)
+    o, to = tg.zeros(3, dtype=tg.float32), tg.zeros(3, dtype=tg.float32)
+    tg.launch(poly16, 3, inputs=[tg.array(x, dtype=tg.float16), tg.array(y, dtype=tg.bfloat16)], outputs=[o],
+              tangent=True, tan_inputs=[tg.array(np.ones(3), dtype=tg.float16), tg.array(np.ones(3), dtype=tg.bfloat16)],
+              tan_outputs=[to])
+    exp = 2 * x + np.cos(x) + 3 * y * y
+    np.testing.assert_allclose(to.numpy(), exp, rtol=2e-2)
+
+
+@tg.kernel
+def step(x: tg.array[tg.float64], v: tg.array[tg.float64], dt: tg.float64):
+    i = tg.tid()
+    v[i] = v[i] - dt * tg.sin(x[i]) * x[i]
+    x[i] = x[i] + dt * v[i]
+
+
+@tg.kernel
+def energy(x: tg.array[tg.float64], e: tg.array[tg.float64]):
+    i = tg.tid()
+    tg.atomic_add(e, 0, tg.cos(x[i]) * x[i] * x[i])
+
+
+def _record(x0, n=7, steps=5):
+    x = tg.array(x0, dtype=tg.float64, requires_grad=True)
+    v = tg.zeros(n, dtype=tg.float64, requires_grad=True)
+    e = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    xs = tg.clone(x)
+    tape = tg.Tape()
+    with tape:
+        tg.copy(x, xs)
+        for _ in range(steps):
+            tg.launch(step, n, inputs=[x, v, 0.1])
+        tg.launch(energy, n, inputs=[x], outputs=[e])
+    return tape, xs, x, v, e
+
+
+def test_tape_jvp_and_hvp_in_place():
+    rng = np.random.default_rng(0)
+    x0, u = rng.normal(size=7), rng.normal(size=7)
+    tape, xs, x, v, e = _record(x0)
+    before = [a.numpy().copy() for a in (xs, x, v, e)]
+    t = tape.jvp({xs: tg.array(u, dtype=tg.float64)})
+    assert set(map(id, t)) >= {id(x), id(v), id(e)}
+    for a, b in zip((xs, x, v, e), before):          # values unchanged, bit for bit
+        assert np.array_equal(a.numpy(), b)
+    h = 1e-6
+    fp, fm = _record(x0 + h * u), _record(x0 - h * u)
+    for k, arr in ((2, x), (3, v), (4, e)):
+        np.testing.assert_allclose(t[arr].numpy(), (fp[k].numpy() - fm[k].numpy()) / (2 * h), rtol=1e-6, atol=1e-8)
+    tape.backward(loss=e)
+    g = xs.grad.numpy().copy()
+    hv = tape.hvp(e, {xs: u})[xs].numpy()
+    assert np.array_equal(xs.grad.numpy(), g)          # gradients unchanged
+
+    def grad(x):
+        tp, xs2, *_ , e2 = _record(x)
+        tp.backward(loss=e2)
+        return xs2.grad.numpy().copy()
+    np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-5, atol=1e-7)
+    tape.zero()
+    tape.backward(loss=e)
+    assert np.array_equal(xs.grad.numpy(), g)
+
+
+def test_tape_errors():
+    tape, xs, x, v, e = _record(np.ones(7))
+    with pytest.raises(TypeError, match="float32"):
+        tape.jvp({xs: tg.zeros(7, dtype=tg.float32)})
+    with pytest.raises(ValueError, match=r"shape \(6,\)"):
+        tape.jvp({xs: tg.zeros(6, dtype=tg.float64)})
+    with pytest.raises(ValueError, match="scalar loss"):
+        tape.hvp(x, {xs: np.ones(7)})
+    tape2 = tg.Tape()
+    with tape2:
+        tg.launch(energy, 7, inputs=[x], outputs=[e])
+        tape2.record_func(lambda: None, [e])
+    with pytest.raises(RuntimeError, match=r"record #1 \(FuncRecord\) has no forward-mode rule"):
+        tape2.jvp({x: np.ones(7)})
+    with pytest.raises(RuntimeError, match="no second-order rule"):
+        tape2.hvp(e, {x: np.ones(7)})
+
+
+def test_launch_tangent_errors():
+    x, v, s = _mixed_args()
+    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
+    out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    with pytest.raises(TypeError, match=r"tan_inputs\[0\] \(for argument 0, 'x'\)"):
+        tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True,
+                  tan_inputs=[tg.zeros(6, dtype=tg.float32), None, None])
+    with pytest.raises(ValueError, match=r"tan_outputs\[0\] .*shape \(5,\)"):
+        tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True,
+                  tan_outputs=[tg.zeros(5, dtype=tg.float64), None])
+    with pytest.raises(TypeError, match="tan_inputs/tan_outputs must have 3/2 entries"):
+        tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True, tan_inputs=[None])
+
+
+@tg.kernel
+def amin(x: tg.array[tg.float64], m: tg.array[tg.float64]):
+    i = tg.tid()
+    tg.atomic_min(m, 0, x[i])
+
+
+def test_builtin_without_forward_rule_is_an_error():
+    x, m = tg.array(np.ones(3), dtype=tg.float64), tg.zeros(1, dtype=tg.float64)
+    with pytest.raises(tg.KernelError, match=r"test_forward_mode.py:\d+: .*atomic_min\(\) on a float array has no "
+                                             r"forward-mode"):
+        tg.launch(amin, 3, inputs=[x, m], tangent=True)
+
+
+def test_forward_jacobian():
+    x, v, s = _mixed_args(7, n=4)
+    args = [tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d), s]
+    outs = [tg.zeros(4, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)]
+    jf = jacobian_fwd(mixed, 4, args, outs)
+    ja = jacobian(mixed, 4, args, outs)
+    jd = jacobian_fd(mixed, 4, args, outs, eps=1e-6)
+    for key in ja:
+        np.testing.assert_allclose(jf[key], ja[key], rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(jf[key], jd[key], rtol=1e-5, atol=1e-6)
+
+
+def test_default_build_is_unchanged_by_forward_mode():
+    src = step.source()
+    assert "tg::dual" not in src and "darray_t" not in src
+    x, v = tg.array(np.ones(3), dtype=tg.float64), tg.zeros(3, dtype=tg.float64)
+    tg.launch(step, 3, inputs=[x, v, 0.1], tangent=True)
+    assert step.source() == src
