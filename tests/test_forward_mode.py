@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::tapegrad.TapeCompileWarning")
-
 import tapegrad as tg
 from tapegrad.autograd import jacobian, jacobian_fd, jacobian_fwd
+
+pytestmark = pytest.mark.filterwarnings("ignore::tapegrad.TapeCompileWarning")
 
 
 @tg.func
@@ -111,8 +111,8 @@ def test_16_bit_floats_have_tangents():
     y = np.array([1.5, 0.25, -0.75], dtype=np.float32)
     o, to = tg.zeros(3, dtype=tg.float32), tg.zeros(3, dtype=tg.float32)
     tg.launch(poly16, 3, inputs=[tg.array(x, dtype=tg.float16), tg.array(y, dtype=tg.bfloat16)], outputs=[o],
-              tangent=True, tan_inputs=[tg.array(np.ones(3), dtype=tg.float16), tg.array(np.ones(3), dtype=tg.bfloat16)],
-              tan_outputs=[to])
+              tangent=True, tan_outputs=[to],
+              tan_inputs=[tg.array(np.ones(3), dtype=tg.float16), tg.array(np.ones(3), dtype=tg.bfloat16)])
     exp = 2 * x + np.cos(x) + 3 * y * y
     np.testing.assert_allclose(to.numpy(), exp, rtol=2e-2)
 
