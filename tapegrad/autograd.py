@@ -3,7 +3,8 @@
 ``jacobian`` builds each output row by one adjoint launch seeded with a one-hot output
 gradient; ``jacobian_fwd`` builds each input column by one tangent launch (forward mode,
 ``launch(tangent=True)``) seeded with a one-hot input tangent; ``jacobian_fd`` perturbs each
-input component by ``±eps`` and re-runs the forward from the original output contents. ``gradcheck`` compares the two and reports the worst entries.
+input component by ``±eps`` and re-runs the forward from the original output contents.
+``gradcheck`` compares the adjoint and finite-difference Jacobians and reports the worst entries.
 """
 from __future__ import annotations
 
