@@ -47,6 +47,7 @@ class TangentModule:
         tangent, tangent_adjoint: the CPU entry points (ctypes functions) or CUfunction
             handles; ``tangent_adjoint`` None in a tangent-only build.
         ordinal: the CUDA device ordinal (-1 on the CPU). threads_cap: CUDA grid cap in threads.
+        owner: the loaded library or CUDA module the entries point into (kept alive with them).
     """
 
     kernel_key: str
@@ -55,6 +56,7 @@ class TangentModule:
     tangent_adjoint: object
     ordinal: int = -1
     threads_cap: int = 0
+    owner: object = None
 
     def launch(self, bounds, values, second_order, stream=0, block_dim=256, max_blocks=0) -> None:
         """Run an entry over ``bounds`` with the packed ``values`` (ctypes objects, mode last)."""
@@ -117,8 +119,7 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
                 fwd = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent")
                 adj = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent_adjoint") if second_order else None
             sms = device.sm_count
-            m = TangentModule(kernel.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0)
-            m = dataclass_keep(m, handle)
+            m = TangentModule(kernel.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, handle)
         else:
             lib = build.load_cpu(source, name, [kernel])
             fwd = getattr(lib, f"{sym}_cpu_tangent")
@@ -127,18 +128,8 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
             if second_order:
                 adj = getattr(lib, f"{sym}_cpu_tangent_adjoint")
                 adj.restype = None
-            m = dataclass_keep(TangentModule(kernel.key, False, fwd, adj), lib)
+            m = TangentModule(kernel.key, False, fwd, adj, owner=lib)
         mods[(alias, second_order)] = m
-    return m
-
-
-_KEEP: dict = {}
-
-
-def dataclass_keep(m, owner):
-    """Keep the loaded library / CUDA module ``owner`` alive as long as the process (the
-    entry points point into it)."""
-    _KEEP[id(m)] = owner
     return m
 
 
