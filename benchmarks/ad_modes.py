@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import tapegrad as tg
+
 from _timing import write_results
 
 
