@@ -155,7 +155,8 @@ def main():
               f"jvp {t['jvp'] * 1e3:.2f} ms, hvp {t['hvp'] * 1e3:.2f} ms -> jvp/forward {t['jvp_ratio']:.2f}x, "
               f"hvp/(forward+backward) {t['hvp_ratio']:.2f}x")
         if j is not None:
-            print(f"  jax:      forward {j['forward'] * 1e3:.2f} ms, value_and_grad {j['forward_backward'] * 1e3:.2f} ms, "
+            vg = j['forward_backward'] * 1e3
+            print(f"  jax:      forward {j['forward'] * 1e3:.2f} ms, value_and_grad {vg:.2f} ms, "
                   f"jvp {j['jvp'] * 1e3:.2f} ms, jvp(grad) {j['hvp'] * 1e3:.2f} ms -> jvp/forward "
                   f"{j['jvp_ratio']:.2f}x, hvp/(forward+backward) {j['hvp_ratio']:.2f}x")
     suffix = "" if a.device == "cpu" else "_" + a.device.replace(":", "")
