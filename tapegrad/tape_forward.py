@@ -18,7 +18,8 @@ code runs in reverse, with the primal and tangent saves put back at the same pla
 gradient buffers of its own (the arrays' ``.grad`` are not touched) and their tangents, which
 end as ``H v``.
 
-A record other than a launch or a copy needs a forward rule: a method ``tangent(tan)`` (``tan``:
+Fills (``FillRecord``: constants) have zero tangents. A record other than a launch, a copy or
+a fill needs a forward rule: a method ``tangent(tan)`` (``tan``:
 array -> its tangent buffer) for ``jvp``, plus ``tangent_adjoint(tan, grad, tan_grad)`` for
 ``hvp``; a ``record_func`` callback has none (an error names the record).
 """
@@ -30,7 +31,7 @@ from . import memory_ops, tape_saves
 from .array import array
 from .launch import LaunchRecord
 from .launch_tangent import MODE_GRADS, launch_tangent, tangent_module
-from .recording import CopyRecord
+from .recording import CopyRecord, FillRecord
 from .types import ArrayType
 
 __all__ = ["jvp", "hvp", "TangentState"]
@@ -128,8 +129,7 @@ def _forward_walk(tape, state, who, tangent_saves=None):
     for index, rec in enumerate(records):
         if isinstance(rec, LaunchRecord):   # build first: a kernel without a rule fails before any change
             tangent_module(rec.kernel, rec.device, tangent_saves is not None)
-        elif not (rec.__class__ is LaunchRecord or isinstance(rec, (LaunchRecord, CopyRecord)) or
-                callable(getattr(rec, "tangent", None))):
+        elif not (isinstance(rec, (CopyRecord, FillRecord)) or callable(getattr(rec, "tangent", None))):
             raise RuntimeError(f"{who}: {rec.label(index)} ({type(rec).__name__}) has no forward-mode rule "
                                f"(a record_func callback cannot be replayed in forward mode)")
     if not tape._saves:
@@ -169,6 +169,10 @@ def _tangent_of(rec, state, index, tangent_saves, tape):
         if d.shape != s.shape:
             d, s = d.reshape((d.size,)), s.reshape((s.size,))
         memory_ops.copy(d, s)
+    elif isinstance(rec, FillRecord):          # constants: a zero tangent
+        t = state.of(rec.array)
+        if t is not None:
+            t.zero_()
     else:
         rec.tangent(state.of)
 
@@ -240,7 +244,8 @@ def hvp(tape, loss, vectors: dict) -> dict:
     for index, rec in enumerate(tape.records):
         if isinstance(rec, LaunchRecord) and not rec.kernel.enable_backward:
             raise RuntimeError(f"{who}: {rec.label(index)}: the kernel was built with enable_backward=False")
-        if not isinstance(rec, (LaunchRecord, CopyRecord)) and not callable(getattr(rec, "tangent_adjoint", None)):
+        if not isinstance(rec, (LaunchRecord, CopyRecord, FillRecord)) and \
+                not callable(getattr(rec, "tangent_adjoint", None)):
             raise RuntimeError(f"{who}: {rec.label(index)} ({type(rec).__name__}) has no second-order rule "
                                f"(a record_func callback cannot be replayed in forward mode)")
     state = _seed_state(who, vectors)
@@ -331,6 +336,11 @@ def _tangent_adjoint(rec, state, grad_of, tgrads):
                 memory_ops.accumulate(s, d2)
             if not dest.retain_grad:
                 d.zero_()
+    elif isinstance(rec, FillRecord):          # the overwritten values reach nothing
+        if not rec.array.retain_grad:
+            for g in (grad_of(rec.array), tgrads.of(rec.array) if grad_of(rec.array) is not None else None):
+                if g is not None:
+                    g.zero_()
     else:
         rec.tangent_adjoint(state.of, grad_of, tgrads.of)
 

@@ -149,17 +149,16 @@ class DualEmitter(FunctionEmitter):
             aa, idx = adjs[0], args[1:]
             if name == "load":
                 return f"if (tg::nonzero({g})) tg::dgrad_add_({', '.join([aa, g] + idx)});"
-            idx, av, v = args[1:-1], adjs[-1], args[-1]
+            idx, av = args[1:-1], adjs[-1]
             get = f"tg::dgrad_get_({', '.join([aa] + idx)})"
             if name == "store":
                 return f"tg::accum({av}, {get}); tg::dgrad_consume_({', '.join([aa] + idx)});"
+            # the value an atomic returns sends its gradient to the slot's previous content
+            old = f" tg::dgrad_add_({', '.join([aa, g] + idx)});" if g else ""
             if name == "atomic_add":
-                return f"tg::accum({av}, {get});"
+                return f"tg::accum({av}, {get});{old}"
             if name == "atomic_sub":
-                return f"tg::accum({av}, tg::neg({get}));"
-            if name in ("atomic_min", "atomic_max"):
-                cur = f"tg::dload({', '.join([args[0]] + idx)})"
-                return f"if ({aa}.p.data) tg::adj_minmax_pick({cur}, {v}, {av}, {get});"
+                return f"tg::accum({av}, tg::neg({get}));{old}"
             self._unsupported(s, f"the adjoint of {name}()")
         text = super().adj_text(s, args, adjs, g)
         if op.callee is not None:

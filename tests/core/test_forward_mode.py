@@ -235,3 +235,30 @@ def test_default_build_is_unchanged_by_forward_mode():
     x, v = tg.array(np.ones(3), dtype=tg.float64), tg.zeros(3, dtype=tg.float64)
     tg.launch(step, 3, inputs=[x, v, 0.1], tangent=True)
     assert step.source() == src
+
+
+@tg.kernel
+def square_into(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+    i = tg.tid()
+    y[i] = y[i] + x[i] * x[i] * x[i]
+
+
+def test_tape_fill_has_zero_tangent():
+    x = tg.array(np.array([1.0, 2.0, 3.0]), dtype=tg.float64, requires_grad=True)
+    y = tg.zeros(3, dtype=tg.float64, requires_grad=True)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(square_into, 3, inputs=[x], outputs=[y])
+        y.fill_(0.5)                               # a recorded host write: the cubes are gone
+        tg.launch(square_into, 3, inputs=[x], outputs=[y])
+        tg.launch(energy, 3, inputs=[y], outputs=[loss])
+    t = tape.jvp({x: np.ones(3)})
+    np.testing.assert_allclose(t[y].numpy(), 3 * x.numpy() ** 2)
+    yv = 0.5 + x.numpy() ** 3
+    # loss = sum(cos(y) y^2): d loss/dx = (2 y cos y - y^2 sin y) 3 x^2
+    d1 = 2 * yv * np.cos(yv) - yv ** 2 * np.sin(yv)
+    d2 = 2 * np.cos(yv) - 4 * yv * np.sin(yv) - yv ** 2 * np.cos(yv)
+    xv = x.numpy()
+    hv = tape.hvp(loss, {x: np.ones(3)})[x].numpy()
+    np.testing.assert_allclose(hv, d2 * (3 * xv ** 2) ** 2 + d1 * 6 * xv, rtol=1e-10)
