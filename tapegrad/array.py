@@ -87,6 +87,7 @@ class array:
     grad_changes = 0
     _requires_grad = False
     _retain_grad = False
+    _unlinked = False    # a view whose gradient was dropped on purpose: no late link (_late_grad)
     _desc = None
     _owner = None
     # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
@@ -394,22 +395,46 @@ class array:
     # ------------------------------------------------------------------------------ grads
     @property
     def requires_grad(self) -> bool:
-        return self._requires_grad
+        r = self._requires_grad
+        if not r and self._owner.__class__ is array and self._grad is None:
+            r = self._late_grad() is not None
+        return r
 
     @requires_grad.setter
     def requires_grad(self, value: bool):
         value = bool(value)
+        self._unlinked = not value
         # Integer and bool arrays take the flag as in Warp (code sets it on every input) but keep
         # no gradient: nothing is differentiable through them, so ``grad`` stays None.
         if value and self._grad is None and (self.dtype.scalar is None or self.dtype.scalar.is_float):
-            self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
-            array.grad_changes += 1
+            if self._owner.__class__ is not array or self._late_grad() is None:    # a view: its base's
+                self._grad = array(shape=self._shape, dtype=self.dtype, device=self.device, pinned=self.pinned)
+                array.grad_changes += 1
         if not value:
             self._grad = None
             self._retain_grad = False
             array.grad_changes += 1
         self._requires_grad = value
         self._desc = None
+
+    def _late_grad(self):
+        """A view made before its base had a gradient gets the matching view of the base's
+        gradient when asked (``grad``, ``requires_grad``), as views made afterwards have from
+        the start; None when the base has none, the layouts do not match (another scalar
+        type, a gradient strided differently from its array), or the gradient was dropped."""
+        base = self._owner
+        if self._unlinked:
+            return None
+        bg = base.grad
+        dt = self.dtype
+        if bg is None or bg.strides != base._strides or getattr(dt, "scalar", None) is None \
+                or dt.scalar is not base.dtype.scalar or not _within(self, base):
+            return None
+        _link_grad(base, self, array.wrap_memory(bg._ptr + (self._ptr - base._ptr), dt, self._shape, self._strides,
+                                                 self.device, bg))
+        self._desc = None
+        array.grad_changes += 1
+        return self._grad
 
     @property
     def retain_grad(self) -> bool:
@@ -441,11 +466,15 @@ class array:
         link = self._link
         if link is not None:
             link.sync_grad(self)
-        return self._grad
+        g = self._grad
+        if g is None and self._owner.__class__ is array:    # a view made before its base had one
+            g = self._late_grad()
+        return g
 
     @grad.setter
     def grad(self, g):
         if g is None:
+            self._unlinked = True
             self._grad = None
             self._requires_grad = False
             self._desc = None
@@ -843,6 +872,18 @@ def _group_components(arr: np.ndarray, dt):
         target = (1,) + target
     contiguous = arr.flags.c_contiguous
     return np.ascontiguousarray(arr).reshape(target), not contiguous
+
+
+def _within(v: array, base: array) -> bool:
+    """Whether the bytes ``v``'s elements span lie inside those of ``base``'s."""
+    def span(a):
+        hi = a._ptr + sum((n - 1) * st for n, st in zip(a._shape, a._strides)) + a.dtype.size
+        return a._ptr, hi
+    if not v.size:
+        return False
+    lo, hi = span(v)
+    blo, bhi = span(base)
+    return blo <= lo and hi <= bhi
 
 
 def _data_device(data, copy):

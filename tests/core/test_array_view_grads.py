@@ -125,3 +125,31 @@ def test_views_keep_retain_grad(device):
     m = tg.zeros((2, 3), dtype=F64, device=device, requires_grad=True, retain_grad=True)
     for v in (m[0], m.transpose(), m.reshape((6,)), m.flat_view(1, 2), m.view(F64)):
         assert v.retain_grad and v.grad is not None
+
+
+def test_a_view_made_before_its_base_had_a_gradient(device):
+    """The view links to the base's gradient when asked: a launch through it reaches m.grad."""
+    mn = np.random.default_rng(5).uniform(-1, 1, (3, 4))
+    m = tg.array(mn, dtype=F64, device=device)
+    mt, row = m.transpose(), m[1]
+    assert mt.grad is None and not mt.requires_grad
+    m.requires_grad = True
+    assert mt.requires_grad and mt.grad is not None
+    _through(mt, sq_sum2, (4, 3), device)
+    _through(row, sq_sum1, 4, device)
+    expect = 2 * mn * _weights((4, 3), (3, 1)).T
+    expect[1] += 2 * mn[1] * _weights((4,), (1,))
+    np.testing.assert_allclose(m.grad.numpy(), expect)
+
+
+def test_a_view_whose_gradient_was_dropped_stays_without(device):
+    m = tg.zeros((2, 3), dtype=F64, device=device, requires_grad=True)
+    v = m[0]
+    v.requires_grad = False
+    assert v.grad is None and not v.requires_grad
+    w = m.transpose()
+    w.grad = None
+    assert w.grad is None
+    u = tg.zeros((2, 3), dtype=F64, device=device)[1]
+    u.requires_grad = True                         # its base has none: a gradient of its own
+    assert u.grad is not None and u.grad.shape == (3,)
