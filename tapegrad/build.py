@@ -38,7 +38,7 @@ __all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_
            "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
            "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
            "cuda_image_base", "source_digest", "cpu_library_path", "find_cpu", "find_cuda",
-           "CXXFLAGS"]
+           "sweep_temporaries", "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
@@ -77,8 +77,18 @@ def check_cache_dir(d: str) -> None:
     try:
         st = os.stat(d)
     except FileNotFoundError:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d)
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.stat(d)
+        except OSError as e:
+            raise CacheDirError(f"cannot create kernel cache directory {d}: {_reason(e)}. {_FIX}") from None
+    except NotADirectoryError:
+        raise CacheDirError(f"kernel cache directory {d} cannot exist: a part of its path is a file, not a "
+                            f"directory. {_FIX}") from None
+    except OSError as e:
+        raise CacheDirError(f"cannot use kernel cache directory {d}: {_reason(e)}. {_FIX}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheDirError(f"kernel cache directory {d} is not a directory: it is {_file_kind(st.st_mode)}. {_FIX}")
     if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
         who = "world-writable" if st.st_mode & stat.S_IWOTH else "group-writable"
         raise CacheDirError(f"refusing to use kernel cache directory {d}: it is {who} (mode "
@@ -87,6 +97,29 @@ def check_cache_dir(d: str) -> None:
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
         raise CacheDirError(f"refusing to use kernel cache directory {d}: it is owned by uid {st.st_uid}, not you "
                             f"(uid {os.getuid()}). Set TAPEGRAD_CACHE to a directory you own.")
+
+
+_FIX = ("Set TAPEGRAD_CACHE to a directory of your own with free space (e.g. TAPEGRAD_CACHE=/tmp/tapegrad-$USER; "
+        "it is created if missing), or unset it for ~/.cache/tapegrad")
+
+
+def _reason(e: OSError) -> str:
+    import errno
+    what = {errno.ENOSPC: "the file system is full (no space left on device)",
+            errno.EDQUOT: "your disk quota is exhausted",
+            errno.EROFS: "the file system is read-only",
+            errno.EACCES: "permission denied (the directory is not writable by you)",
+            errno.EPERM: "operation not permitted"}.get(e.errno)
+    return what or (e.strerror or str(e))
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return f"a special file (mode {mode:o})"
 
 
 def find_cxx():
@@ -186,10 +219,70 @@ def _key(*parts) -> str:
     return h.hexdigest()
 
 
+# Temporary files of a build live in the cache directory (renamed into place when finished)
+# and are named ``.tgtmp-<pid>-<tag>-<random><ext>``: a process killed mid-build (SIGKILL, a
+# power cut) leaves them behind, and the next build in that directory removes those whose
+# process is gone (``sweep_temporaries``).
+_TMP = ".tgtmp-"
+_LEGACY_TMP_AGE = 3600      # older tapegrads named temporaries without a pid: removed after an hour
+_swept: set = set()
+
+
+def _mkstemp(d: str, tag: str, suffix: str):
+    import tempfile  # only when writing a new binary: a cached load never pays for importing it
+    return tempfile.mkstemp(dir=d, prefix=f"{_TMP}{os.getpid()}-{tag}-", suffix=suffix)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True          # another user's process, or cannot tell: keep its files
+    return True
+
+
+def sweep_temporaries(d: str, force: bool = False) -> int:
+    """Remove the temporary files that builds of processes no longer running left in cache
+    directory ``d`` (once per directory and process unless ``force``). Returns how many."""
+    if (d in _swept and not force) or sys.platform == "win32":
+        return 0
+    _swept.add(d)
+    import time
+    removed, now = 0, time.time()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(d, name)
+        if name.startswith(_TMP):
+            try:
+                stale = not _pid_alive(int(name[len(_TMP):].split("-", 1)[0]))
+            except ValueError:
+                continue
+        elif name.startswith(".tmp-") or (name.startswith(".") and name.endswith((".cpp", ".so"))
+                                          and name.count("-") >= 1 and not name.startswith(".tapegrad")):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            stale = stat.S_ISREG(st.st_mode) and now - st.st_mtime > _LEGACY_TMP_AGE
+        else:
+            continue
+        if stale:
+            try:
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def _atomic_write(path, data: bytes):
     d = os.path.dirname(path)
-    import tempfile  # only when writing a new binary: a cached load never pays for importing it
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    fd, tmp = _mkstemp(d, "w", os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -221,11 +314,19 @@ def _unsafe_file(st) -> str | None:
     return None
 
 
+class _NotAFile(OSError):
+    """A cache entry's path holds something other than a regular file (a FIFO, a directory...)."""
+
+
 def _read_file(path: str):
-    # plain os calls: half the cost of open() and its buffered reader, per cached load
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    # plain os calls: half the cost of open() and its buffered reader, per cached load;
+    # O_NONBLOCK: opening a FIFO planted where an entry should be must not wait for a writer
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+                 | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAFile(f"not a regular file but {_file_kind(st.st_mode)}")
         data = os.read(fd, st.st_size + 1)
         while len(data) < st.st_size:     # a short read (rare for regular files)
             more = os.read(fd, st.st_size - len(data) + 1)
@@ -244,6 +345,10 @@ def _read_own(path: str):
         st, data = _read_file(path)
     except FileNotFoundError:
         return None, None
+    except _NotAFile as e:
+        return None, str(e)
+    except IsADirectoryError:
+        return None, "not a regular file but a directory"
     except OSError as e:
         return None, f"unreadable ({e})"
     return data, _unsafe_file(st)
@@ -371,6 +476,10 @@ def cached_entry(paths, build, force: bool = False):
             if problem is not None:
                 break
     with entry_lock(paths[0]):
+        for p in paths:
+            if os.path.isdir(p) and not os.path.islink(p):   # a build cannot rename a file over it
+                raise CacheDirError(f"tapegrad cache entry {p} is a directory, where the cache keeps a file: "
+                                    f"remove it (`rm -r {p}`), or set TAPEGRAD_CACHE to another directory")
         if not force:   # re-check under the lock: another thread or process may have just built it
             for p in paths:
                 data, problem = read_entry(p)
@@ -378,7 +487,17 @@ def cached_entry(paths, build, force: bool = False):
                     return p, data
                 if problem is not None and problem != _UNVERIFIED:
                     _warn_damaged(p, problem)
-        return build()
+        d = os.path.dirname(paths[0])
+        sweep_temporaries(d)
+        try:
+            return build()
+        except CacheDirError:
+            raise
+        except OSError as e:
+            import errno
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+                raise CacheDirError(f"cannot write to kernel cache directory {d}: {_reason(e)}. {_FIX}") from e
+            raise
 
 
 # ----------------------------------------------------------------------------------- CPU
@@ -448,19 +567,28 @@ def _toolchain():
 _flags = None
 
 
+_WRITE_FAILURES = (("No space left on device", "ENOSPC"), ("Disk quota exceeded", "EDQUOT"),
+                   ("Read-only file system", "EROFS"))
+
+
 def _compile_cpu(cmd, flags, source, name, kernels, path):
     d = os.path.dirname(path)
-    import tempfile  # only when compiling (as subprocess below)
-    fd, src_path = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".cpp")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    fd, out_tmp = tempfile.mkstemp(dir=d, prefix=f".{name}-", suffix=".so")
-    os.close(fd)
+    src_path = out_tmp = None
     import subprocess  # only when compiling: a cached load never pays for importing it
-    try:
+    try:   # from the first temporary on: an interrupt (Ctrl-C) anywhere leaves none behind
+        fd, src_path = _mkstemp(d, name, ".cpp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        fd, out_tmp = _mkstemp(d, name, ".so")
+        os.close(fd)
         proc = subprocess.run(cmd + flags + [src_path, "-o", out_tmp], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise _compile_error("C++ compilation", kernels, source, proc.stderr + proc.stdout, src_path)
+            log = proc.stderr + proc.stdout
+            for text, code in _WRITE_FAILURES:   # the compiler could not write its output: not the code's fault
+                if text in log:
+                    import errno
+                    raise OSError(getattr(errno, code), f"{text} (the C++ compiler writing {out_tmp})")
+            raise _compile_error("C++ compilation", kernels, source, log, src_path)
         os.chmod(out_tmp, 0o700)
         with open(out_tmp, "rb") as f:
             data = f.read()
@@ -468,7 +596,7 @@ def _compile_cpu(cmd, flags, source, name, kernels, path):
         os.replace(src_path, path[:-3] + ".cpp")   # kept beside the binary for debugging
     finally:
         for p in (out_tmp, src_path):
-            if os.path.exists(p):
+            if p is not None and os.path.exists(p):
                 os.unlink(p)
     return path, data
 
