@@ -69,7 +69,8 @@ class CompileError(RuntimeError):
 
 class CacheDirError(PermissionError):
     """The kernel cache directory is unsafe (writable by group or others, or owned by another
-    user); the message names the directory and the fix."""
+    user), is not a directory, or cannot be written (full, read-only, no permission) when a
+    build needs it; the message names the directory and the fix."""
 
 
 class CacheWarning(UserWarning):
