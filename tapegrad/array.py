@@ -274,6 +274,9 @@ class array:
             data = src
         if isinstance(data, np.ndarray) or hasattr(data, "__array_interface__"):
             arr = np.asarray(data)
+        elif isinstance(dt, types.StructType) and isinstance(data, (list, tuple)):
+            arr = _struct_records(data, dt, dev)
+            copy = True
         else:
             npdt = dt.scalar.np_dtype if dt is not None and dt.scalar is not None else (
                 dt.np_dtype if dt is not None else None)
@@ -284,7 +287,8 @@ class array:
                 cls = ValueError if "inhomogeneous" in str(e) or "sequence" in str(e) else TypeError
                 raise cls(f"array(data=...): cannot convert {type(data).__name__} to an array: {e}") from None
             copy = True
-        if arr.dtype.kind in "OUSVMmc" and arr.dtype != types.bfloat16.np_dtype:   # ml_dtypes' bfloat16 is kind V
+        if arr.dtype.kind in "OUSVMmc" and arr.dtype != types.bfloat16.np_dtype and not (
+                isinstance(dt, types.StructType) and arr.dtype == dt.np_dtype):   # ml_dtypes' bfloat16 is kind V
             raise TypeError(f"array(data=...): numpy dtype {arr.dtype} is not supported")
         if arr.ndim == 0:
             arr = arr.reshape(1)
@@ -840,6 +844,25 @@ def _link_grad(base: array, v: array, g: array) -> None:
     v._requires_grad = base._requires_grad
     if base._retain_grad:
         v._retain_grad = True
+
+
+def _struct_records(data, st, device) -> np.ndarray:
+    """A (nested) list of struct instances (or dicts) as a numpy array of the struct's record
+    dtype, each packed as the kernels lay it out (``StructType.to_ctype``).
+
+    Raises:
+        TypeError: an element is not an instance of the struct (or a dict of its fields).
+    """
+    objs = np.empty(np.shape(np.array(data, dtype=object)), dtype=object)
+    objs[...] = np.array(data, dtype=object)   # keeps nested lists of instances as a grid
+    out = np.zeros(objs.shape, dtype=st.np_dtype)
+    flat_out = out.reshape(-1)
+    for i, v in enumerate(objs.reshape(-1)):
+        if not (isinstance(v, st.cls) or isinstance(v, dict)):
+            raise TypeError(f"array(data=..., dtype={st.name}): expected {st.name} instances, got "
+                            f"{type(v).__name__}")
+        flat_out[i] = np.frombuffer(bytes(st.to_ctype(v, device)), dtype=st.np_dtype)[0]
+    return out
 
 
 def _group_components(arr: np.ndarray, dt):

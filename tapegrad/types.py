@@ -9,10 +9,13 @@ framework.
 from __future__ import annotations
 
 import ctypes
+import functools
 import typing
 from dataclasses import dataclass
 
 import numpy as np
+
+from .hostvalues import set_resolver, value_class
 
 __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "TransformType", "StructType", "ArrayType",
@@ -87,6 +90,9 @@ class ScalarType:
     def __name__(self) -> str:
         """Warp's class name of the type (``float32``, ``bool``): Warp code names tests after it."""
         return self.name
+
+    def __reduce__(self):   # by reference: the one object of that name
+        return (_scalar_named, (self.name,))
 
     # the attributes Warp code reads on its dtypes (``dtype._type_``, ``dtype._length_``)
     @property
@@ -198,19 +204,48 @@ class _Composite:
     def _wp_scalar_type_(self) -> ScalarType:
         return self.scalar
 
+    @functools.cached_property
+    def value_class(self) -> type:
+        """The class of this type's host values (``hostvalues.HostValue``: a numpy array of the
+        component shape with Warp's interface: ``v.x``, ``==`` as one bool, ``m.get_row``...)."""
+        if isinstance(self, TransformType):
+            parts = {"p": vector(3, self.scalar).value_class, "q": quaternion(self.scalar).value_class}
+            return value_class(self, "transform", self.__name__, parts)
+        kind = "quat" if isinstance(self, QuatType) else "vector" if isinstance(self, VectorType) else "matrix"
+        return value_class(self, kind, self.__name__)
+
+    def __reduce__(self):   # by reference: the cached type (and its value class) of this process
+        kind = "quat" if isinstance(self, QuatType) else "transform" if isinstance(self, TransformType) else (
+            "vector" if isinstance(self, VectorType) else "matrix")
+        return (_composite_named, (kind, self.inner_shape, self.scalar.name))
+
+    def __instancecheck__(self, obj) -> bool:
+        """``isinstance(v, tg.vec3)``: whether ``v`` is a host value of this type."""
+        return isinstance(obj, self.value_class)
+
     def __call__(self, *values):
-        """Build a value in Python scope: a numpy array of the component shape."""
+        """Build a value in Python scope: a ``value_class`` array of the component shape, from
+        components, one scalar (every component), or one sequence (list, tuple, numpy array,
+        CPU torch tensor, another value).
+
+        Raises:
+            ValueError: the number of components is not the type's.
+        """
         if not values:
-            return np.zeros(self.inner_shape, dtype=self.np_dtype)
-        if len(values) == 1 and np.ndim(values[0]) > 0:
-            flat = np.asarray(values[0], dtype=self.np_dtype).reshape(-1)
+            flat = np.zeros(self.length, dtype=self.np_dtype)
+        elif len(values) == 1 and np.ndim(values[0]) > 0:
+            flat = np.asarray(values[0]).astype(self.np_dtype, copy=True).reshape(-1)
         elif len(values) == 1:
             flat = np.full(self.length, values[0], dtype=self.np_dtype)
         else:
-            flat = np.asarray(values, dtype=self.np_dtype).reshape(-1)
+            flat = np.array([np.asarray(v) for v in values] if any(np.ndim(v) for v in values) else values,
+                            dtype=object if any(np.ndim(v) for v in values) else self.np_dtype)
+            if flat.dtype == object:
+                flat = np.concatenate([np.ravel(np.asarray(v, dtype=self.np_dtype)) for v in values])
+            flat = flat.reshape(-1)
         if flat.size != self.length:
             raise ValueError(f"{self!r} expects {self.length} components, got {flat.size}")
-        return flat.reshape(self.inner_shape)
+        return flat.reshape(self.inner_shape).view(self.value_class)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -253,11 +288,15 @@ class TransformType(VectorType):
     def cname(self) -> str:
         return f"tg::vec_t<7, {self.scalar.cname}>"
 
-    def __call__(self, *values):
+    def __call__(self, *values, p=None, q=None):
+        if p is not None or q is not None:
+            values = (np.zeros(3) if p is None else p, np.array([0, 0, 0, 1]) if q is None else q) + values
         if not values:
-            return np.array([0, 0, 0, 0, 0, 0, 1], dtype=self.np_dtype)
+            return super().__call__([0, 0, 0, 0, 0, 0, 1])
         if len(values) == 2 and np.size(values[0]) == 3 and np.size(values[1]) == 4:
-            return np.concatenate([np.ravel(values[0]), np.ravel(values[1])]).astype(self.np_dtype)
+            return super().__call__(np.concatenate([np.ravel(values[0]), np.ravel(values[1])]))
+        if len(values) == 1 and np.size(values[0]) == 3:   # Warp: a lone sequence is p, q the identity
+            return super().__call__(np.concatenate([np.ravel(values[0]), [0, 0, 0, 1]]))
         return super().__call__(*values)
 
 
@@ -569,6 +608,8 @@ def struct(cls):
     cls.__init__ = __init__
     cls.__repr__ = __repr__
     cls._tg_struct = st
+    if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
+        cls.cls = cls
     return cls
 
 
@@ -888,3 +929,27 @@ vec2ul, vec3ul, vec4ul = (vector(n, uint64) for n in (2, 3, 4))
 # Names of every vector/matrix/quat type defined above (the package face re-exports them).
 NAMED_TYPES = tuple(n for n, v in list(globals().items())
                     if isinstance(v, (VectorType, MatrixType)) and not n.startswith("_"))
+
+
+def _value_class_of(shape, np_dtype):
+    """The host value class of a result of ``shape`` (a vector or matrix) and numpy dtype."""
+    s = SCALARS_BY_NUMPY.get(np_dtype)
+    if s is None or s is bool_ or not all(shape):
+        return None
+    return (vector(shape[0], s) if len(shape) == 1 else matrix(shape, s)).value_class
+
+
+set_resolver(_value_class_of)
+
+
+def _scalar_named(name: str) -> ScalarType:
+    return SCALARS[name]
+
+
+def _composite_named(kind: str, shape: tuple, scalar: str):
+    s = SCALARS[scalar]
+    if kind == "quat":
+        return quaternion(s)
+    if kind == "transform":
+        return transformation(s)
+    return vector(shape[0], s) if kind == "vector" else matrix(shape, s)

@@ -153,6 +153,9 @@ def type_of_value(v):
             return dtype_from_numpy(v.dtype)
         except TypeError:
             return None
+    t = getattr(type(v), "tg_type", None)   # a host value (tg.quat(...)) knows its type
+    if t is not None:
+        return t
     if isinstance(v, np.ndarray) and v.ndim in (1, 2):
         try:
             s = dtype_from_numpy(v.dtype)

@@ -84,7 +84,7 @@ def constant(x):
         return x
     if isinstance(x, (np.ndarray, list, tuple)):
         try:
-            a = np.array(x)
+            a = np.array(x, subok=True)   # a host value (tg.quat(...)) keeps its type
         except ValueError as e:   # ragged nesting
             raise TypeError(f"tg.constant(x): expected a number, vector or matrix value, got {type(x).__name__} "
                             f"({e})") from None

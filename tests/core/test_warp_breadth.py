@@ -319,3 +319,153 @@ def test_func_returning_another_type_raises_warp_codegen_error():
 
     with pytest.raises(tg.WarpCodegenError, match="returns int8 but the function returns int16"):
         tg.launch(k, dim=1, inputs=[1])
+
+
+# ------------------------------------------------------------------- item 3: host-side values
+
+def test_vector_values_have_warps_interface():
+    v = tg.vec3(1.0, 2.0, 3.0)
+    assert isinstance(v, np.ndarray) and type(v).__name__ == "vec3f" and isinstance(v, tg.vec3)
+    assert not isinstance(v, tg.vec3d) and not isinstance(np.zeros(3, np.float32), tg.vec3)
+    assert (v.x, v.y, v.z) == (1.0, 2.0, 3.0)
+    v.y = 5.0
+    assert v[1] == 5.0
+    assert (v == [1, 5, 3]) is True and (v == (1, 5, 3)) is True and (v != [1, 5, 3]) is False
+    assert (v == [1, 5]) is False and (v == "abc") is False and (v == tg.vec3(0.0)) is False
+    assert repr(v) == "vec3f([1.0, 5.0, 3.0])" and str(v) == "[1.0, 5.0, 3.0]"
+    q = tg.quat(0.0, 0.0, 0.0, 1.0)
+    assert q.w == 1.0 and type(q).__name__ == "quatf"
+
+
+@pytest.mark.parametrize("src", [[1, 2, 3], (1, 2, 3), np.array([1.0, 2.0, 3.0]), "torch"])
+def test_values_from_sequences_arrays_and_tensors(src):
+    if isinstance(src, str):
+        torch = pytest.importorskip("torch")
+        src = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    v = tg.vec3d(src)
+    assert type(v).__name__ == "vec3d" and v.dtype == np.float64 and v.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_value_arithmetic_keeps_the_type():
+    v = tg.vec3(1.0, 2.0, 3.0)
+    for r in (v + v, v - 1.0, 2.0 * v, v * 2.0, v / 2.0, -v):
+        assert type(r).__name__ == "vec3f"
+    np.testing.assert_array_equal(v / 2.0, [0.5, 1.0, 1.5])
+    with pytest.raises(TypeError, match="cw_mul"):
+        _ = v * v                        # Warp has no vector product either
+    assert type(v[0]) is np.float32 and type(np.sum(v)) is np.float32
+
+
+def test_matrix_products_are_warps():
+    # Warp's host `*` of matrices is the matrix product (numpy's would be elementwise)
+    a = tg.mat22(1.0, 2.0, 3.0, 4.0)
+    b = tg.mat22(0.5, -1.0, 2.0, 0.25)
+    ref_a, ref_b = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.5, -1.0], [2.0, 0.25]])
+    np.testing.assert_array_equal(a * b, ref_a @ ref_b)
+    assert type(a * b).__name__ == "mat22f" and type(a @ b).__name__ == "mat22f"
+    u = tg.vec2(1.0, -2.0)
+    np.testing.assert_array_equal(a * u, ref_a @ [1.0, -2.0])      # M v
+    np.testing.assert_array_equal(u * a, np.array([1.0, -2.0]) @ ref_a)   # v^T M
+    assert type(a * u).__name__ == "vec2f"
+
+
+def test_matrix_rows_and_columns():
+    m = tg.mat33d(np.arange(9.0))
+    assert type(m[1]).__name__ == "vec3d" and m[1].tolist() == [3.0, 4.0, 5.0]
+    assert m.get_row(-1).tolist() == [6.0, 7.0, 8.0] and m.get_col(1).tolist() == [1.0, 4.0, 7.0]
+    m.set_row(0, tg.vec3d(9.0, 9.0, 9.0))
+    m.set_col(2, [-1.0, -2.0, -3.0])
+    assert m.tolist() == [[9.0, 9.0, -1.0], [3.0, 4.0, -2.0], [6.0, 7.0, -3.0]]
+    with pytest.raises(IndexError, match="row index 3"):
+        m.get_row(3)
+    with pytest.raises(ValueError, match="expected 3 values"):
+        m.set_row(0, [1.0, 2.0])
+    assert tg.mat22(tg.vec2(1, 2), tg.vec2(3, 4)).tolist() == [[1, 2], [3, 4]]   # rows from vectors
+
+
+def _qmul_ref(a, b):   # Hamilton product, (x, y, z, w) layout, float64
+    av, aw, bv, bw = np.array(a[:3]), a[3], np.array(b[:3]), b[3]
+    return np.concatenate([aw * bv + bw * av + np.cross(av, bv), [aw * bw - av @ bv]])
+
+
+def test_quaternion_and_transform_products():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=4), rng.normal(size=4)
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    np.testing.assert_allclose(tg.quatd(a) * tg.quatd(b), _qmul_ref(a, b), rtol=1e-14)
+    p1, p2 = rng.normal(size=3), rng.normal(size=3)
+    t = tg.transformd(p1, a) * tg.transformd(p2, b)
+    # reference: compose as 4x4 matrices from scipy-free rotation matrices
+    def rot(q):
+        x, y, z, w = q
+        return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    np.testing.assert_allclose(t.p, rot(a) @ p2 + p1, rtol=1e-13)
+    np.testing.assert_allclose(t.q, _qmul_ref(a, b), rtol=1e-13)
+    assert type(t.p).__name__ == "vec3d" and type(t.q).__name__ == "quatd"
+    t.p = (1.0, 2.0, 3.0)
+    assert t.tolist()[:3] == [1.0, 2.0, 3.0]
+    assert tg.transform(p=(1, 2, 3)).tolist() == [1, 2, 3, 0, 0, 0, 1]
+
+
+def test_values_pass_to_kernels_unchanged():
+    @tg.kernel
+    def k(v: tg.vec3, m: tg.mat22, q: tg.quat, out: tg.array(dtype=float)):
+        out[0] = v.x + v.z + m[1, 0] + q.w
+
+    out = tg.zeros(1, dtype=float)
+    tg.launch(k, dim=1, inputs=[tg.vec3(1.0, 2.0, 3.0), tg.mat22(1.0, 2.0, 3.0, 4.0), tg.quat(0.0, 0.0, 0.0, 1.0),
+                                 out])
+    assert out.numpy()[0] == 8.0
+
+
+def test_value_captured_as_kernel_constant_keeps_its_type():
+    q0 = tg.constant(tg.quat(0.0, 0.0, 0.70710677, 0.70710677))
+
+    @tg.kernel
+    def k(out: tg.array(dtype=tg.vec3)):
+        out[0] = tg.quat_rotate(q0, tg.vec3(1.0, 0.0, 0.0))    # needs q0 typed as a quat
+
+    out = tg.zeros(1, dtype=tg.vec3)
+    tg.launch(k, dim=1, inputs=[out])
+    np.testing.assert_allclose(out.numpy()[0], [0.0, 1.0, 0.0], atol=1e-6)
+
+
+def test_values_pickle_with_their_type():
+    import pickle
+    v = pickle.loads(pickle.dumps(tg.mat22d(1.0, 2.0, 3.0, 4.0)))
+    assert type(v).__name__ == "mat22d" and v.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+# ---------------------------------------------------------------- item 5: arrays of structs
+
+@tg.struct
+class WbRecord:
+    a: float
+    v: tg.vec3
+    data: tg.array(dtype=float)
+
+
+@tg.kernel
+def _read_records(s: tg.array(dtype=WbRecord), out: tg.array(dtype=float)):
+    i = tg.tid()
+    out[i] = s[i].a + s[i].v.y + s[i].data[1]
+
+
+def test_array_of_structs_built_on_the_host():
+    d0, d1 = tg.array([0.0, 10.0, 0.0], dtype=float), tg.array([0.0, 20.0, 0.0], dtype=float)
+    recs = tg.array([WbRecord(a=1.0, v=tg.vec3(1.0, 2.0, 3.0), data=d0), WbRecord(a=2.0, data=d1)], dtype=WbRecord)
+    assert recs.shape == (2,) and recs.dtype is WbRecord._tg_struct
+    np.testing.assert_array_equal(recs.numpy()["v"], [[1, 2, 3], [0, 0, 0]])
+    out = tg.zeros(2, dtype=float)
+    tg.launch(_read_records, dim=2, inputs=[recs, out])
+    np.testing.assert_array_equal(out.numpy(), [13.0, 22.0])
+    assert tg.array([[WbRecord(), WbRecord()]], dtype=WbRecord).shape == (1, 2)
+    assert WbRecord.cls is WbRecord   # Warp's struct objects name their class .cls
+    with pytest.raises(TypeError, match="expected WbRecord instances, got float"):
+        tg.array([1.0], dtype=WbRecord)
+
+
+def test_matrix_value_prints_a_row_per_line():
+    assert str(tg.mat22(1.0, 2.0, 3.0, 4.0)) == "[[1.0, 2.0],\n [3.0, 4.0]]"   # Warp's str
