@@ -97,3 +97,28 @@ def test_in_place_modification_before_backward_raises():
     with pytest.raises(RuntimeError, match="paddle tensor behind an array of shape .* modified in place"):
         tape.backward(loss=loss)
     np.testing.assert_array_equal(w.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+# ------------------------------------------------- return_ctype descriptors (issue 23 item 5, bridge half)
+
+@tg.kernel
+def sq_into(x: tg.array[tg.float64], s: tg.float64, y: tg.array[tg.float64]):
+    i = tg.tid()
+    y[i] = x[i] * x[i] * s
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_adjoint_launch_accumulates_into_the_descriptors_gradients(device):
+    x0 = np.array([0.5, -1.5, 2.0, 3.0])
+    x = paddle.to_tensor(x0, place=_place(device), stop_gradient=False)
+    y = paddle.zeros([4], dtype="float64").to(_place(device))
+    y.stop_gradient = False
+    xd, yd = tg.from_paddle(x, return_ctype=True), tg.from_paddle(y, return_ctype=True)
+    assert xd.grad == x.grad.data_ptr() and isinstance(xd.grad, int)        # as Warp's array_t.grad
+    assert tg.from_paddle(paddle.ones([2]), return_ctype=True).grad == 0
+    tg.launch(sq_into, dim=4, inputs=[xd, 3.0], outputs=[yd])
+    y.grad.fill_(1.0)
+    tg.launch(sq_into, dim=4, inputs=[xd, 3.0], outputs=[yd], adjoint=True, adj_inputs=[None, None],
+              adj_outputs=[None])
+    tg.synchronize_device(tg.device_from_paddle(x.place))
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x0, rtol=1e-15)

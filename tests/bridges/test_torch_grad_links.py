@@ -203,3 +203,39 @@ def test_a_reset_tape_forgets_versions():
         tg.launch(sq_sum, dim=2, inputs=[ta], outputs=[loss])
     tape.backward(loss=loss)
     np.testing.assert_array_equal(t.grad.numpy(), [6.0, 12.0])
+
+
+# ------------------------------------------------- return_ctype descriptors (issue 23 item 5, bridge half)
+
+@tg.kernel
+def sq_into(x: tg.array[tg.float64], s: tg.float64, y: tg.array[tg.float64]):
+    i = tg.tid()
+    y[i] = x[i] * x[i] * s
+
+
+def test_descriptor_grad_answers_as_warps():
+    """Warp's array_t.grad: the gradient's address as an int, 0 without one."""
+    t = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    d = tg.from_torch(t, return_ctype=True)
+    assert t.grad is not None and d.grad == t.grad.data_ptr() and isinstance(d.grad, int)
+    assert tg.from_torch(torch.ones(3), return_ctype=True).grad == 0
+    assert tg.from_torch(t, requires_grad=False, return_ctype=True).grad == 0
+    g = torch.zeros(3, dtype=torch.float64)
+    assert tg.from_torch(torch.ones(3, dtype=torch.float64), grad=g, return_ctype=True).grad == g.data_ptr()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_adjoint_launch_accumulates_into_the_descriptors_gradients(device):
+    """adj_inputs/adj_outputs entries of None for return_ctype descriptors: the adjoint reads
+    and writes the tensors' own .grad, as Warp's kernels do through the gradient pointer."""
+    x0 = np.array([0.5, -1.5, 2.0, 3.0])
+    x = torch.tensor(x0, device=device, requires_grad=True)
+    y = torch.zeros(4, dtype=torch.float64, device=device, requires_grad=True)
+    xd, yd = tg.from_torch(x, return_ctype=True), tg.from_torch(y, return_ctype=True)
+    tg.launch(sq_into, dim=4, inputs=[xd, 3.0], outputs=[yd])
+    np.testing.assert_allclose(y.detach().cpu().numpy(), 3 * x0 ** 2, rtol=1e-15)
+    y.grad.fill_(1.0)
+    tg.launch(sq_into, dim=4, inputs=[xd, 3.0], outputs=[yd], adjoint=True, adj_inputs=[None, None],
+              adj_outputs=[None])
+    tg.synchronize_device(tg.device_from_torch(x.device))
+    np.testing.assert_allclose(x.grad.cpu().numpy(), 6 * x0, rtol=1e-15)    # d(3x^2)/dx, accumulated
