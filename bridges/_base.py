@@ -33,8 +33,8 @@ from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: eve
 from tapegrad.launch import ArrayCtype
 from tapegrad.storage import fold_inner_dims
 
-__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "Layout", "Bridge",
-           "check_compatible",
+__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "ViewLink", "Layout",
+           "Bridge", "check_compatible",
            "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr",
            "CudaView", "release_after", "pending_releases"]
 
@@ -210,6 +210,42 @@ class TensorLink:
     def version(self, a) -> int:
         """The in-place version of the tensor ``a`` views (``a`` holds it as its owner)."""
         return self.fw.version(a._owner)
+
+    def view_of(self, base) -> "ViewLink":
+        """The link of a view of ``base`` (an array this link belongs to)."""
+        return ViewLink(base, self.framework)
+
+
+class ViewLink:
+    """The link of a view (slice, transpose, reshape...) of an array made by ``from_X``: the
+    base's tensor version, and a gradient that stays the matching view of the base's gradient
+    when the base follows a gradient the framework replaced (``GradLink``)."""
+
+    __slots__ = ("base", "framework", "bgrad")
+
+    def __init__(self, base, framework):
+        self.base, self.framework, self.bgrad = base, framework, base._grad
+
+    def version(self, v) -> int:
+        return self.base._link.version(self.base)
+
+    def view_of(self, base) -> "ViewLink":
+        return ViewLink(base, self.framework)
+
+    def sync_grad(self, v) -> None:
+        base = self.base
+        bg = base.grad                  # the base re-reads its tensor's gradient
+        old = self.bgrad
+        if bg is old:
+            return
+        self.bgrad = bg
+        g = v._grad
+        off = v._ptr - base._ptr
+        # only a gradient derived from the base's (same offset: gradients share their array's
+        # strides) is moved; one set on the view itself stays
+        if g is None or old is None or bg is None or g._ptr - old._ptr != off:
+            return
+        v.grad = array.wrap_memory(bg._ptr + off, v.dtype, v._shape, v._strides, v.device, bg)
 
 
 class GradLink(TensorLink):

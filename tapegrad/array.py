@@ -92,7 +92,8 @@ class array:
     _owner = None
     # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
     # viewed, with ``sync_grad(a)`` (keeps ``.grad`` on the tensor's own gradient through the
-    # framework's resets) and ``version(a)`` (the tensor's in-place counter, checked by Tape)
+    # framework's resets), ``version(a)`` (the tensor's in-place counter, checked by Tape) and
+    # ``view_of(a)`` (the link of a view of ``a``)
     _link = None
     version = 0          # bumped by every write tapegrad makes (launches, fill_, zero_, copy, Tape.zero)
     readonly = False
@@ -834,6 +835,8 @@ def _view(base: array, ptr, shape, strides) -> array:
     v = array.wrap_memory(ptr, base.dtype, shape, strides, base.device, base, base.readonly)
     if base.pinned:
         v.pinned = True
+    if base._link is not None:       # a view of a framework tensor: the same tensor, version and gradient
+        v._link = base._link.view_of(base)
     return v
 
 

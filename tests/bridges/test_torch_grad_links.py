@@ -239,3 +239,52 @@ def test_adjoint_launch_accumulates_into_the_descriptors_gradients(device):
               adj_outputs=[None])
     tg.synchronize_device(tg.device_from_torch(x.device))
     np.testing.assert_allclose(x.grad.cpu().numpy(), 6 * x0, rtol=1e-15)    # d(3x^2)/dx, accumulated
+
+
+# ------------------------------------------------------------------ views of converted arrays
+
+def test_a_view_follows_its_bases_replaced_gradient():
+    """A slice of a from_torch array, made once: after torch replaces w.grad, a launch through
+    the slice accumulates into the new gradient, at the slice's place."""
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    wa = tg.from_torch(w)
+    mid = wa[1:3]
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    for fill in (0.0, 10.0):
+        w.grad = torch.full((4,), fill, dtype=torch.float64)       # a new tensor each time
+        _step(mid, loss, 2)
+        np.testing.assert_array_equal(w.grad.numpy(), [fill, fill + 4.0, fill + 6.0, fill])
+    w.grad = None                                                  # zero_grad(): the buffer comes back, zeroed
+    _step(mid, loss, 2)
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 4.0, 6.0, 0.0])
+
+
+def test_a_transposed_view_through_zero_grad_loops():
+    m0 = np.arange(1.0, 7.0).reshape(2, 3)
+    m = torch.tensor(m0, requires_grad=True)
+    mt = tg.from_torch(m).transpose()
+    f = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    opt = torch.optim.SGD([m], lr=0.25)
+    for _ in range(2):
+        opt.zero_grad()
+        f.zero_()
+        tape = tg.Tape()
+        with tape:
+            tg.launch(sq_sum2d, dim=(3, 2), inputs=[mt], outputs=[f])
+        tape.backward(loss=f)
+        np.testing.assert_array_equal(m.grad.numpy(), 2 * m.detach().numpy())
+        opt.step()
+    np.testing.assert_allclose(m.detach().numpy(), m0 * 0.5 * 0.5, rtol=1e-15)
+
+
+def test_in_place_modification_seen_through_a_view():
+    t = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    part = tg.from_torch(t)[::2]
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(sq_sum, dim=2, inputs=[part], outputs=[loss])
+    with torch.no_grad():
+        t.mul_(10)
+    with pytest.raises(RuntimeError, match="torch tensor behind an array of shape"):
+        tape.backward(loss=loss)
