@@ -379,6 +379,8 @@ class Tape:
 
         With neither argument, the gradients already in the outputs' ``.grad`` are
         backpropagated (Warp's behaviour: set ``y.grad`` yourself, then ``tape.backward()``).
+        Called inside the tape's ``with`` block (as Warp allows), the backward pass is not
+        recorded and recording resumes after it.
 
         Args:
             loss: a one-element scalar array whose gradient is seeded with ones.
@@ -387,15 +389,20 @@ class Tape:
         Raises:
             ValueError: both ``loss`` and ``grads``; a ``loss`` with more than one element or a
                 vector/matrix dtype; shape mismatches.
-            RuntimeError: ``loss`` has no gradient buffer; called while recording; a framework
+            RuntimeError: ``loss`` has no gradient buffer; a framework
                 tensor an array views (``from_torch``...) was modified in place since a record
                 used it (as torch refuses).
         """
         if loss is not None and grads is not None:
             raise ValueError("Tape.backward: pass loss= or grads= (or neither, to use the outputs' .grad), not both")
         if recording.active_tape() is self:
-            raise RuntimeError("Tape.backward: called while the tape is still recording (leave the 'with "
-                               "tape:' block first)")
+            # inside its `with tape:` block, as Warp allows: the backward pass itself (seeding,
+            # adjoint launches) is not recorded; recording resumes after it
+            recording.set_active_tape(None)
+            try:
+                return self.backward(loss, grads)
+            finally:
+                recording.set_active_tape(self)
         self._sync_foreign(check=True)
         if loss is not None:
             if not isinstance(loss, array):

@@ -469,3 +469,28 @@ def test_array_of_structs_built_on_the_host():
 
 def test_matrix_value_prints_a_row_per_line():
     assert str(tg.mat22(1.0, 2.0, 3.0, 4.0)) == "[[1.0, 2.0],\n [3.0, 4.0]]"   # Warp's str
+
+
+# ----------------------------------------------------- Tape.backward inside its with-block (Warp)
+
+@tg.kernel
+def _wb_square_sum(x: tg.array(dtype=tg.float64), loss: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    tg.atomic_add(loss, 0, x[i] * x[i])
+
+
+def test_backward_inside_the_with_block_as_warp():
+    x = tg.array([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    with tg.Tape() as tape:
+        tg.launch(_wb_square_sum, dim=3, inputs=[x, loss])
+        tape.backward(loss)
+        np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])
+        n = len(tape.launches)
+        tg.launch(_wb_square_sum, dim=3, inputs=[x, loss])   # recording resumed after backward
+        assert len(tape.launches) == n + 1
+    # the backward pass recorded nothing: a second backward gives the same gradient again
+    tape.zero()
+    loss.grad.zero_()
+    tape.backward(grads={loss: tg.array([1.0], dtype=tg.float64)})
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0, 12.0])   # two recorded launches
