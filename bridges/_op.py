@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from tapegrad import types
+from tapegrad.lang.facts import check_grid_fits
 from tapegrad.launch import launch
 
 from ._base import check_compatible
@@ -331,10 +332,10 @@ class KernelSignature:
     def check_grid_fits(self, args, grid, out_shapes) -> None:
         """Raise ValueError when ``grid`` would make the kernel index an input (``args``) or an
         output (framework shapes ``out_shapes``) past its end with unguarded ``tid()`` values
-        (``check_launch_fits``)."""
+        (``lang.facts.check_grid_fits``: the kernel's IR facts, read without lowering a cached kernel)."""
         extents = {p.index: tuple(a.shape)[:p.type.ndim] for p, a in zip(self.inputs, args) if p.is_array}
         extents.update((p.index, tuple(s)[:p.type.ndim]) for p, s in zip(self.outputs, out_shapes))
-        check_launch_fits(self.kernel, grid, extents, self.who)
+        check_grid_fits(self.kernel, grid, extents, self.who)
 
     # ---------------------------------------------------------------------------- launch
     def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None) -> None:
@@ -358,104 +359,6 @@ class KernelSignature:
                       adj_outputs=[desc(g, p, device) for g, p in zip(adj_outs, self.outputs)])
         launch(self.kernel, self.grid(args), inputs=ins, outputs=out_d, device=device, stream=stream,
                record_tape=False, **kw)
-
-
-# ------------------------------------------------------------------ launch grid vs array extents
-# Added for the JAX bridge (jax_kernel's "launch larger than the arrays allow" check); framework
-# neutral, so torch_op/paddle_op may call it too.
-
-@dataclass(frozen=True)
-class TidAccess:
-    """An array access the kernel makes on every thread, indexed directly by a ``tid()`` component.
-
-    Attributes:
-        param: the kernel parameter index of the array.
-        dim: the array dimension the component indexes.
-        component, components: ``k`` and ``n`` of ``k``-th of ``tid()``'s ``n`` values.
-    """
-
-    param: int
-    dim: int
-    component: int
-    components: int
-
-
-_TID_ACCESSES: dict = {}
-
-
-def unguarded_tid_accesses(kernel) -> tuple:
-    """The ``TidAccess``es of ``kernel``: loads, stores and atomics on array parameters, at the
-    kernel body's top level before any ``if``/loop/early return (so no guard can skip them),
-    whose index is a ``tid()`` value (directly or through a local assigned once from it).
-    Conservative: what it cannot see (struct fields, helper functions, arithmetic on the
-    index) is left out, so a grid it accepts may still be wrong, never the other way round."""
-    hit = _TID_ACCESSES.get(kernel)
-    if hit is not None:
-        return hit
-    from tapegrad.lang.ir import Assign, Const, Read, Write
-    ir = kernel.ir
-    params = {id(p): i for i, p in enumerate(ir.params)}
-    tid_of: dict = {}            # id(temp or local) -> (k, n)
-    writes: dict = {}
-    for s in ir.body:
-        if isinstance(s, Write):
-            writes[id(s.var)] = writes.get(id(s.var), 0) + 1
-    found = []
-    for s in ir.body:
-        if isinstance(s, Assign) and s.op.name == "tid":
-            m = re.search(r"tid\(tg_bounds, tg_tid, (\d+), (\d+)\)", s.op.fwd([]))
-            if m:
-                tid_of[id(s.out)] = (int(m.group(1)), int(m.group(2)))
-        elif isinstance(s, Write):
-            if id(s.src) in tid_of and writes.get(id(s.var)) == 1:
-                tid_of[id(s.var)] = tid_of[id(s.src)]
-        elif isinstance(s, Read):
-            if id(s.var) in tid_of:
-                tid_of[id(s.out)] = tid_of[id(s.var)]
-        elif isinstance(s, Assign):
-            if (0 in s.op.reads or 0 in s.op.writes) and s.args and id(s.args[0]) in params:
-                ndim = s.args[0].type.ndim
-                for d, v in enumerate(s.args[1:1 + ndim]):
-                    if id(v) in tid_of:
-                        found.append(TidAccess(params[id(s.args[0])], d, *tid_of[id(v)]))
-        elif not isinstance(s, Const):
-            break                # control flow: what follows may be guarded
-    _TID_ACCESSES[kernel] = tuple(found)
-    return _TID_ACCESSES[kernel]
-
-
-def tid_extent(component: int, components: int, grid: tuple) -> int:
-    """The number of values ``tid()`` component ``component`` of ``components`` takes over ``grid``
-    (one component: the whole grid, flat; fewer components than grid dims: the first takes the
-    leading dims together)."""
-    nd = len(grid)
-    d = component + nd - components
-    if components == 1 or (component == 0 and d >= 0):
-        n = 1
-        for x in grid[:nd if components == 1 else d + 1]:
-            n *= x
-        return n
-    return grid[d] if 0 <= d < nd else 1
-
-
-def check_launch_fits(kernel, grid, shapes: dict, who: str) -> None:
-    """Raise ValueError when ``grid`` would make every thread of ``kernel`` index an array past
-    its end (``shapes``: kernel parameter index -> that array's tapegrad shape).
-
-    Raises:
-        ValueError: names the kernel, the argument, the dimension and the grid.
-    """
-    names = kernel.arg_names
-    for a in unguarded_tid_accesses(kernel):
-        shape = shapes.get(a.param)
-        if shape is None or a.dim >= len(shape):
-            continue
-        ext = tid_extent(a.component, a.components, tuple(grid))
-        if ext > shape[a.dim]:
-            raise ValueError(f"{who}: the launch grid {tuple(grid)} is larger than argument '{names[a.param]}' "
-                             f"allows: "
-                             f"the kernel indexes its dimension {a.dim} (size {shape[a.dim]}) with tid() values up "
-                             f"to {ext - 1}, unguarded (kernel '{kernel.key}')")
 
 
 # ------------------------------------------------------------------ generic kernels in ops

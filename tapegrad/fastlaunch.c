@@ -177,9 +177,15 @@ typedef struct {
 #define NPY_WRITEABLE 0x0400
 static PyObject *T_NDARRAY = NULL;
 
+#define NCHK 16      /* unguarded tid() accesses checked per kernel (more: no native plan) */
+
 typedef struct {
     int n;
     int tid_ndim;                   /* indices tid() is unpacked into: a smaller grid is launch()'s error */
+    int nchecks;                    /* lang.facts.tid_accesses: (param, dim, component, components) of
+                                       each array access every thread makes, indexed by tid() unguarded;
+                                       a grid past that array's length is launch()'s error */
+    unsigned char checks[NCHK][4];
     PyObject *packers;              /* tuple of the Python packers (K_PY parameters, layout misses) */
     entry_t ent[NENT];
     param_t p[1];
@@ -350,12 +356,16 @@ static void plan_free(PyObject *cap) {
 /* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays);
    zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native) */
 TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
-                                   PyObject *dtypes, PyObject *packers, int tid_ndim, PyObject *zsizes) {
-    if (n < 0 || n > MAXP) { api.incref(api.none); return api.none; }
+                                   PyObject *dtypes, PyObject *packers, int tid_ndim, PyObject *zsizes,
+                                   int nchecks, const unsigned char *checks) {
+    if (n < 0 || n > MAXP || nchecks < 0 || nchecks > NCHK) { api.incref(api.none); return api.none; }
     plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
     if (!p) { api.incref(api.none); return api.none; }
     p->n = n;
     p->tid_ndim = tid_ndim;
+    p->nchecks = nchecks;
+    for (int c = 0; c < nchecks; c++)
+        for (int k = 0; k < 4; k++) p->checks[c][k] = checks[4 * c + k];
     for (int i = 0; i < n; i++) {
         p->p[i].kind = kinds[i];
         p->p[i].ndim = ndims[i];
@@ -660,6 +670,37 @@ static int make_bounds(PyObject *dim, bounds_t *b) {
     b->ndim = (int32_t)n;
     b->size = size;
     return 1;
+}
+
+/* the values tid() component k of n takes over the grid (lang.facts.tid_extent) */
+static int64_t tid_extent(int k, int n, const bounds_t *b) {
+    int nd = b->ndim, d = k + nd - n;
+    if (n == 1 || (k == 0 && d >= 0)) {
+        int64_t e = 1;                      /* at most bounds.size: no overflow */
+        for (int i = 0; i < (n == 1 ? nd : d + 1); i++) e *= b->shape[i];
+        return e;
+    }
+    return d >= 0 && d < nd ? b->shape[d] : 1;
+}
+
+/* 1 when the grid makes every thread index an array past its end (launch()'s ValueError) */
+static int grid_overruns(const plan_t *p, const bounds_t *b, void *const *argv) {
+    for (int c = 0; c < p->nchecks; c++) {
+        const unsigned char *k = p->checks[c];
+        const desc_t *d = (const desc_t *)argv[k[0]];
+        if (k[1] < d->ndim && tid_extent(k[2], k[3], b) > d->shape[k[1]]) return 1;
+    }
+    return 0;
+}
+
+/* 1 when an adjoint buffer given (non-NULL data) has another shape than its array (launch()'s
+   ValueError: the adjoint would read and write past the smaller one) */
+static int adjoint_mismatch(const desc_t *primal, const desc_t *adj) {
+    if (!adj->data) return 0;
+    if (adj->ndim != primal->ndim) return 1;
+    for (int k = 0; k < primal->ndim && k < 4; k++)
+        if (adj->shape[k] != primal->shape[k]) return 1;
+    return 0;
 }
 
 static int tape_active(void) {
@@ -1340,6 +1381,8 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         }
     }
 
+    if (p->nchecks && grid_overruns(p, &bounds, argv)) return fallback(&refs, dev, adjoint);
+
     /* the adjoint arguments (launch._adjoint_values and _grad_desc) follow the forward ones */
     desc_t zdesc;               /* "no gradient": NULL data, reads accumulate nothing */
     memset(&zdesc, 0, sizeof(zdesc));
@@ -1390,6 +1433,8 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 zused += ((size_t)pp->zsize + 15) & ~(size_t)15;
             }
             if (!slot) return fallback(&refs, dev, adjoint);
+            if (pp->kind == K_ARRAY && adjoint_mismatch((const desc_t *)argv[i], (const desc_t *)slot))
+                return fallback(&refs, dev, adjoint);
             argv[n + i] = slot;
         }
         if (zused > ZMAX) zused = ZMAX;

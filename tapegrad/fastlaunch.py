@@ -147,7 +147,7 @@ def _build():
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
     lib.tg_fl_register_foreign.restype = ctypes.c_int
     lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P,
-                                   ctypes.c_int, _P]
+                                   ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p]
     lib.tg_fl_plan_new.restype = _P
     lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, _V, ctypes.c_longlong, _V,
                                     ctypes.c_longlong, ctypes.c_longlong]
@@ -240,7 +240,10 @@ def numpy_off() -> None:
             lib.tg_fl_set_ndarray(None)
 
 
-def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None):
+_NCHK = 16   # fastlaunch.c NCHK
+
+
+def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=()):
     """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
 
     Args:
@@ -252,15 +255,18 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None
         zero_sizes: per parameter, the bytes of a non-array's value: an adjoint launch passes
             that many zero bytes as its adjoint (0, or None for all: adjoint launches take the
             Python path).
+        tid_checks: ``lang.facts.TidAccess``es of array parameters: a grid that overruns one
+            takes the Python path (which raises); more than 16: no native plan.
     """
     lib = _state.get("lib")
-    if lib is None or len(kinds) > 64:
+    if lib is None or len(kinds) > 64 or len(tid_checks) > _NCHK:
         return None
     n = len(kinds)
     zs = tuple(int(z) for z in zero_sizes) if zero_sizes is not None else (0,) * n
     cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
                              bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers),
-                             int(tid_ndim), zs)
+                             int(tid_ndim), zs, len(tid_checks),
+                             bytes(v for c in tid_checks for v in (c.param, c.dim, c.component, c.components)) + b"\0")
     return cap
 
 

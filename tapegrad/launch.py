@@ -24,6 +24,7 @@ from .array import array
 from .config import config
 from .device import Device, get_device
 from .frameworks import bridge_for_type_module
+from .lang import facts
 from .lang.kernel import Kernel
 from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
 from .recording import Access, active_tape
@@ -254,11 +255,16 @@ class LaunchPlan:
         written: indices of the parameters the forward writes (read-only and version checks).
         native: the native helper's plan of the same parameters (``tapegrad.fastlaunch``), or
             None when the helper is not available.
+        tid_checks: the kernel's unguarded ``tid()`` accesses of array parameters
+            (``lang.facts.tid_accesses``): a grid past one of those arrays is refused.
+        arrays: indices of the array parameters (adjoint buffers are checked against them).
     """
 
     packers: tuple
     written: tuple
     native: Any = None
+    tid_checks: tuple = ()
+    arrays: tuple = ()
 
 
 def _plan(kernel) -> LaunchPlan:
@@ -284,10 +290,14 @@ def _plan(kernel) -> LaunchPlan:
             else:
                 p.append(_make_composite_packer(k, i, t))
         written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
+        ts = kernel.arg_types
+        arrays = tuple(i for i, t in enumerate(ts) if isinstance(t, types.ArrayType))
+        checks = tuple(a for a in facts.tid_accesses(kernel) if isinstance(ts[a.param], types.ArrayType))
         # the process's first launch does not load the native helper (a one-shot launch gains
         # nothing from it; its load, 1-2 ms, moves to the next Python-path launch)
-        native = _native_plan(kernel, tuple(p), written) if _python_launches or _fast is not None else DEFERRED
-        plan = kernel.launch_plan = LaunchPlan(tuple(p), written, native)
+        native = _native_plan(kernel, tuple(p), written, checks) if _python_launches or _fast is not None \
+            else DEFERRED
+        plan = kernel.launch_plan = LaunchPlan(tuple(p), written, native, checks, arrays)
     return plan
 
 
@@ -300,7 +310,7 @@ def _upgrade_plan(kernel, plan) -> LaunchPlan:
         cur = kernel.launch_plan
         if cur is plan:
             cur = kernel.launch_plan = dataclasses.replace(plan, native=_native_plan(kernel, plan.packers,
-                                                                                      plan.written))
+                                                                                      plan.written, plan.tid_checks))
     return cur
 
 
@@ -315,7 +325,7 @@ def _count_python_launch():
     _python_launches = 1
 
 
-def _native_plan(kernel, packers, written):
+def _native_plan(kernel, packers, written, tid_checks=()):
     """The native helper's plan for ``kernel`` (None without the helper): each parameter's kind,
     and for arrays the dtype and ndim the C code checks (``tapegrad.fastlaunch``)."""
     global _fast
@@ -347,7 +357,7 @@ def _native_plan(kernel, packers, written):
         zero_sizes.append(ctypes.sizeof(t.ctype))
     w = set(written)
     return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
-                               zero_sizes)
+                               zero_sizes, tid_checks)
 
 
 def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks):
@@ -557,6 +567,18 @@ def _zero_value(t):
     return np.zeros(t.length)
 
 
+def _check_adjoint_shapes(kernel, arrays, vals, adj_descs):
+    """Raise ValueError when an adjoint buffer given for an array parameter (non-NULL data) has
+    another shape than its array: the adjoint indexes both alike, so a smaller buffer would be
+    read and written past its end."""
+    for i in arrays:
+        g, d = adj_descs[i], vals[i]
+        if g.data and (g.ndim != d.ndim or tuple(g.shape)[:g.ndim] != tuple(d.shape)[:d.ndim]):
+            raise ValueError(f"launch(adjoint=True): the adjoint buffer of {_arg_label(kernel, i)} has shape "
+                             f"{tuple(g.shape)[:g.ndim]}, its array has shape {tuple(d.shape)[:d.ndim]}: an adjoint "
+                             "buffer must have its array's shape")
+
+
 def _grad_desc(g, pack, device):
     """Descriptor of a gradient buffer: its *data* is what the adjoint kernel accumulates into."""
     if isinstance(g, array):
@@ -652,6 +674,10 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     for i in written:
         if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
+    if plan.tid_checks:   # every thread indexes these arrays by tid(), unguarded: the grid must fit
+        hit = facts.grid_overrun(plan.tid_checks, dim, lambda i: tuple(vals[i].shape)[:vals[i].ndim])
+        if hit is not None:
+            raise ValueError(facts.overrun_message(kernel, dim, hit, "launch"))
     if adjoint:
         if not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True): kernel '{kernel.key}' was built with enable_backward=False")
@@ -665,7 +691,9 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
                                 f"entries, got {len(ai)}/{len(ao)}")
             adj_given = ai + ao
         adj_vals = _adjoint_values(kernel, args, adj_given, dev)
-        vals = vals + [_grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
+        adj_descs = [_grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
+        _check_adjoint_shapes(kernel, plan.arrays, vals, adj_descs)
+        vals = vals + adj_descs
     elif record_tape:
         tape = active_tape()
         if tape is not None:

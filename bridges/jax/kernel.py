@@ -23,7 +23,9 @@ import threading
 import jax
 import numpy as np
 
-from .._op import GenericOp, KernelSignature, check_launch_fits, config_key, dims_of
+from tapegrad.lang.facts import check_grid_fits
+
+from .._op import GenericOp, KernelSignature, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
@@ -253,7 +255,7 @@ class JaxKernel:
         shapes = self._output_shapes(args, grid, output_dims)
         extents = {p.index: tuple(v.shape)[:p.type.ndim] for p, v in zip(self.call_params, args) if p.is_array}
         extents.update((p.index, s[:p.type.ndim]) for p, s in zip(self.sig.outputs, shapes))
-        check_launch_fits(self.kernel, grid, extents, self.label)
+        check_grid_fits(self.kernel, grid, extents, self.label)
         if not self.enable_backward:
             call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
             if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):

@@ -585,8 +585,8 @@ def op_tid(k, n, wide=False) -> Op:
     """The Op computing output ``k`` of ``n`` of ``tid()``: an int32, as in Warp, or an int64 in
     the wide variant of a kernel (``wide``: launches of more than 2^31 - 1 threads)."""
     if wide:
-        return Op("tid", lambda a: f"tg::tid64(tg_bounds, tg_tid, {k}, {n})", int64)
-    return Op("tid", lambda a: f"tg::tid(tg_bounds, tg_tid, {k}, {n})", int32)
+        return Op("tid", lambda a: f"tg::tid64(tg_bounds, tg_tid, {k}, {n})", int64, tid=(k, n))
+    return Op("tid", lambda a: f"tg::tid(tg_bounds, tg_tid, {k}, {n})", int32, tid=(k, n))
 
 
 def op_shape(k, wide=False) -> Op:

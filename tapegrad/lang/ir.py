@@ -69,6 +69,7 @@ class Op:
     writes: tuple = ()
     callee: Any = None              # FunctionIR of a user function call
     array_adj: Optional[Callable[[list, list], str]] = None  # adjoint descriptor of an array-valued result
+    tid: Optional[tuple] = None     # ``tid()`` ops: (k, n), the component k of n this one computes
 
 
 class Stmt:

@@ -403,13 +403,16 @@ class Kernel:
 
     def fact(self, name: str):
         """A registered IR fact (``direct.register_fact``): from the direct cache's manifest when
-        the kernel was loaded through it, else computed from the IR (lowering it if needed).
+        the kernel was loaded through it or is not lowered yet, else computed from the IR
+        (lowering it if needed).
 
         Raises:
             KeyError: no fact ``name`` is registered.
         """
         rule = direct.FACT_RULES[name]
-        m = self._manifest
+        # not lowered yet: the manifest (a jax_kernel/paddle_op of a cached kernel reads its
+        # facts before any module load, and must not lower just for them)
+        m = self._cached_manifest() if self._ir is None else self._manifest
         if m and m.extra is not None and name in m.extra:
             return m.extra[name]
         return rule(self, self.ir)

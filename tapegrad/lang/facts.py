@@ -1,0 +1,149 @@
+"""Facts about a kernel's body that the layers above ``lang/`` read, as registered rules over the IR.
+
+Each fact is a rule ``rule(kernel, ir) -> JSON value`` registered with ``direct.register_fact``:
+computed from the IR when the kernel is lowered and stored in the direct cache's manifest, so a
+kernel whose binary is cached answers in a fresh process without lowering (``Kernel.fact``).
+Nothing here reads generated C++: the rules walk the IR statements.
+
+``tid_accesses``: the array accesses every thread of the kernel makes, indexed directly by a
+``tid()`` component (before any ``if``, loop or early return, so no guard can skip them). A
+grid with more values of that component than the array has elements in that dimension makes
+threads read or write past the array's end: ``launch``, ``torch_op``, ``paddle_op`` and
+``jax_kernel`` refuse such grids (``check_grid_fits``) before anything runs::
+
+    for a in tid_accesses(kernel):          # TidAccess(param, dim, component, components)
+        if tid_extent(a.component, a.components, grid) > shape_of_param[a.param][a.dim]: refuse
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from .direct import register_fact
+
+__all__ = ["TidAccess", "TID_ACCESSES", "tid_accesses", "tid_extent", "grid_overrun", "overrun_message",
+           "check_grid_fits"]
+
+TID_ACCESSES = "tid_accesses"
+
+
+@dataclass(frozen=True)
+class TidAccess:
+    """An array access the kernel makes on every thread, indexed directly by a ``tid()`` component.
+
+    Attributes:
+        param: the kernel parameter index of the array.
+        dim: the array dimension the component indexes.
+        component, components: ``k`` and ``n`` of the ``k``-th of ``tid()``'s ``n`` values.
+    """
+
+    param: int
+    dim: int
+    component: int
+    components: int
+
+
+def _tid_access_rule(kernel, ir) -> list:
+    """The fact ``tid_accesses``: ``[[param, dim, component, components], ...]``.
+
+    Loads, stores and atomics on array parameters at the kernel body's top level before any
+    control flow, whose index is a ``tid()`` value (directly or through a local assigned once
+    from it). Conservative: what it cannot see (struct fields, helper functions, arithmetic on
+    the index) is left out, so a grid it accepts may still be wrong, never the other way round.
+    """
+    from .ir import Assign, Const, Read, Write
+    params = {id(p): i for i, p in enumerate(ir.params)}
+    writes: dict = {}
+    for s in ir.body:
+        if isinstance(s, Write):
+            writes[id(s.var)] = writes.get(id(s.var), 0) + 1
+    tid_of: dict = {}            # id(temp or local) -> (k, n)
+    found = []
+    for s in ir.body:
+        if isinstance(s, Assign) and s.op.tid is not None:
+            tid_of[id(s.out)] = tuple(s.op.tid)
+        elif isinstance(s, Write):
+            if id(s.src) in tid_of and writes.get(id(s.var)) == 1:
+                tid_of[id(s.var)] = tid_of[id(s.src)]
+        elif isinstance(s, Read):
+            if id(s.var) in tid_of:
+                tid_of[id(s.out)] = tid_of[id(s.var)]
+        elif isinstance(s, Assign):
+            if (0 in s.op.reads or 0 in s.op.writes) and s.args and id(s.args[0]) in params:
+                ndim = s.args[0].type.ndim
+                for d, v in enumerate(s.args[1:1 + ndim]):
+                    if id(v) in tid_of:
+                        acc = [params[id(s.args[0])], d, *tid_of[id(v)]]
+                        if acc not in found:
+                            found.append(acc)
+        elif not isinstance(s, Const):
+            break                # control flow: what follows may be guarded
+    return found
+
+
+register_fact(TID_ACCESSES, _tid_access_rule)
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def tid_accesses(kernel) -> tuple:
+    """The ``TidAccess``es of ``kernel`` (a concrete ``Kernel``), read once per kernel: from the
+    direct cache's manifest when its binary is cached (no lowering), else from the IR.
+
+    Raises:
+        KernelError: the kernel does not type-check.
+    """
+    hit = _CACHE.get(kernel)
+    if hit is None:
+        hit = _CACHE[kernel] = tuple(TidAccess(*map(int, a)) for a in kernel.fact(TID_ACCESSES) or ())
+    return hit
+
+
+def tid_extent(component: int, components: int, grid: tuple) -> int:
+    """The number of values ``tid()`` component ``component`` of ``components`` takes over ``grid``
+    (one component: the whole grid, flat; fewer components than grid dims: the first takes the
+    leading dims together)."""
+    nd = len(grid)
+    d = component + nd - components
+    if components == 1 or (component == 0 and d >= 0):
+        n = 1
+        for x in grid[:nd if components == 1 else d + 1]:
+            n *= x
+        return n
+    return grid[d] if 0 <= d < nd else 1
+
+
+def grid_overrun(accesses, grid, shape_of):
+    """The first access of ``accesses`` that ``grid`` overruns, as ``(access, extent, length)``,
+    or None. ``shape_of(param) -> tuple or None`` gives each array parameter's shape (None: not
+    known, skipped)."""
+    for a in accesses:
+        shape = shape_of(a.param)
+        if shape is None or a.dim >= len(shape):
+            continue
+        ext = tid_extent(a.component, a.components, tuple(grid))
+        if ext > shape[a.dim]:
+            return a, ext, shape[a.dim]
+    return None
+
+
+def overrun_message(kernel, grid, hit, who: str) -> str:
+    """The error of ``grid_overrun``'s ``hit``: names the kernel, ``dim``, the array and its length."""
+    a, ext, length = hit
+    name = kernel.arg_names[a.param]
+    where = f"{name}.shape[{a.dim}]"
+    return (f"{who}: dim={tuple(grid)} is larger than argument '{name}' allows: kernel '{kernel.key}' indexes "
+            f"dimension {a.dim} of '{name}' (length {length}) with tid() values up to {ext - 1}, without a guard; "
+            f"launch at most {length} threads along it, or guard the access (if i < {where}:)")
+
+
+def check_grid_fits(kernel, grid, shapes: dict, who: str) -> None:
+    """Raise ValueError when ``grid`` makes ``kernel`` index an array past its end with unguarded
+    ``tid()`` values (``shapes``: kernel parameter index -> that array's tapegrad shape).
+
+    Raises:
+        ValueError: names the kernel, the grid (``dim``), the argument and its length.
+    """
+    hit = grid_overrun(tid_accesses(kernel), grid, shapes.get)
+    if hit is not None:
+        raise ValueError(overrun_message(kernel, grid, hit, who))
