@@ -18,7 +18,8 @@ from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is
 from .device import Device, get_device
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
-from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
+from .storage import (HostBuffer, HostView, alloc, check_extent, contiguous_strides, fold_inner_dims,
+                      normalize_shape)
 
 _CPU = get_device("cpu")
 _BY_NUMPY = types.SCALARS_BY_NUMPY
@@ -179,6 +180,7 @@ class array:
             if s % el:
                 raise ValueError(f"array strides: each stride must be a multiple of the element's scalar size "
                                  f"({el} bytes), got {self._strides}")
+        check_extent(self._shape, self._strides, self.dtype.size, "array strides")   # no int64 offset wraps
 
     def _init_annotation(self, dtype, ndim, device):
         dt = annotation_dtype(dtype if dtype is not None else types.float32)

@@ -11,21 +11,52 @@ from . import types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is asked for
 from .device import is_cuda_available
 
-__all__ = ["contiguous_strides", "normalize_shape", "fold_inner_dims", "HostBuffer", "HostView", "host_alloc",
-           "alloc"]
+__all__ = ["MAX_BYTES", "contiguous_strides", "check_extent", "normalize_shape", "fold_inner_dims", "HostBuffer",
+           "HostView", "host_alloc", "alloc"]
 
 _ALIGN = 64
+# Byte counts, strides and offsets are int64 in the kernel ABI (ArrayDesc) and size_t in the
+# allocators: a larger one would wrap (2^61 float64 = 2^64 bytes -> a 0-byte allocation), so
+# every size computation refuses it (Python ints never overflow: the products are exact)
+MAX_BYTES = 2 ** 63 - 1 - _ALIGN
+
+
+def _too_large(shape, itemsize, nbytes):
+    return ValueError(f"array: shape {tuple(shape)} of {itemsize}-byte elements spans {nbytes} bytes; at most {MAX_BYTES} "
+                      f"(2^63 - 1 - {_ALIGN}: byte sizes and strides are int64) are supported")
 
 
 def contiguous_strides(shape, itemsize):
-    """Row-major byte strides of ``shape`` for elements of ``itemsize`` bytes."""
+    """Row-major byte strides of ``shape`` for elements of ``itemsize`` bytes.
+
+    Raises:
+        ValueError: the layout spans more than ``MAX_BYTES`` (a stride or the byte size would
+            not fit the kernel ABI's int64, nor an allocator's size_t).
+    """
     if len(shape) == 1:
+        if shape[0] * itemsize > MAX_BYTES:
+            raise _too_large(shape, itemsize, shape[0] * itemsize)
         return (itemsize,)
     strides, s = [], itemsize
     for d in reversed(shape):
         strides.append(s)
         s *= max(d, 1)
+    if s > MAX_BYTES:
+        raise _too_large(shape, itemsize, s)
     return tuple(reversed(strides))
+
+
+def check_extent(shape, strides, itemsize, arg="strides"):
+    """Raise ValueError when a strided layout reaches past ``MAX_BYTES`` bytes from its start
+    (its last element's offset plus ``itemsize``) or a stride does not fit an int64, so that no
+    offset a kernel computes wraps."""
+    if any(st > MAX_BYTES for st in strides):
+        raise ValueError(f"{arg}: byte strides {tuple(strides)} do not fit an int64 (at most {MAX_BYTES})")
+    if all(n > 0 for n in shape):
+        end = itemsize + sum((n - 1) * st for n, st in zip(shape, strides))
+        if end > MAX_BYTES:
+            raise ValueError(f"{arg}: shape {tuple(shape)} with byte strides {tuple(strides)} spans {end} bytes; "
+                             f"at most {MAX_BYTES} (2^63 - 1 - {_ALIGN}: byte offsets are int64) are supported")
 
 
 def normalize_shape(shape, arg="shape"):
@@ -35,9 +66,10 @@ def normalize_shape(shape, arg="shape"):
         TypeError: not an int or a sequence of ints.
         ValueError: too many or too few dimensions, or a negative one.
     """
-    if type(shape) is int and shape >= 0:
+    if type(shape) is int and 0 <= shape <= MAX_BYTES:
         return (shape,)
-    if type(shape) is tuple and 0 < len(shape) <= types.MAX_DIMS and all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is tuple and 0 < len(shape) <= types.MAX_DIMS and \
+            all(type(d) is int and 0 <= d <= MAX_BYTES for d in shape):
         return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (int(shape),)
@@ -53,6 +85,8 @@ def normalize_shape(shape, arg="shape"):
         raise ValueError(f"{arg}: at least one dimension is required, got ()")
     if any(d < 0 for d in shape):
         raise ValueError(f"{arg}: dimensions must be >= 0, got {shape}")
+    if any(d > MAX_BYTES for d in shape):
+        raise ValueError(f"{arg}: dimensions must be at most {MAX_BYTES} (int64 sizes), got {shape}")
     return shape
 
 
@@ -66,6 +100,8 @@ class HostBuffer:
     __slots__ = ("ptr", "raw", "nbytes", "__weakref__")
 
     def __init__(self, nbytes):
+        if not 0 <= nbytes <= MAX_BYTES:   # size_t would wrap it to a tiny allocation
+            raise ValueError(f"array: cannot allocate {nbytes} bytes (0..{MAX_BYTES})")
         # 64-byte aligned: SIMD-friendly, and JAX imports only aligned host memory zero-copy
         raw = _calloc(1, nbytes + _ALIGN)
         if not raw:
@@ -112,7 +148,14 @@ class HostView:
 
 def alloc(dev, nbytes, pinned=False):
     """Zeroed memory of ``nbytes`` on ``dev`` (host memory is pinned when asked and CUDA exists);
-    returns (owner, ptr). CUDA memory is zeroed by the caller, on its stream."""
+    returns (owner, ptr). CUDA memory is zeroed by the caller, on its stream.
+
+    Raises:
+        ValueError: ``nbytes`` negative or over ``MAX_BYTES`` (it would wrap in size_t).
+        MemoryError: the allocator has not that much memory.
+    """
+    if not 0 <= nbytes <= MAX_BYTES:
+        raise ValueError(f"array: cannot allocate {nbytes} bytes (0..{MAX_BYTES})")
     if dev.is_cuda:
         owner = cuda_memory.alloc(dev, nbytes)
         return owner, int(owner.ptr)
