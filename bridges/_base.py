@@ -157,6 +157,10 @@ class FrameworkAdapter:
         gradient and return it (B3: no foreign allocation, no device-wide sync)."""
         raise NotImplementedError
 
+    # ``storage_check(t, ptr) -> tapegrad.storage.StorageCheck`` for a framework that can move or
+    # free a tensor's storage under a view (torch's resize_): None, no check
+    storage_check = None
+
     def wrap(self, a: array):
         """A framework tensor aliasing ``a`` (a scalar layout: vector/matrix component dims
         appended, as ``a.numpy()`` and ``a.flat_layout()`` give it), keeping ``a`` alive for
@@ -348,6 +352,7 @@ class Bridge:
         tensor_types, key_of, requires_grad_of, ptr_of = fw.tensor_types, fw.layout_key, fw.requires_grad, fw.data_ptr
         cached, layout, grad_array = self._layouts.get, self.layout, self._grad_array
         plain, linkable, bridge = self.tensor_link, fw.grad_linkable, self
+        check_of = fw.storage_check
 
         def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False, retain_grad=False):
             """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
@@ -384,6 +389,8 @@ class Bridge:
                     c.flags |= types.ARRAY_FLAG_RETAIN_GRAD
                 return c
             a = lay.new_array(ptr_of(t), t)
+            if check_of is not None:   # refuse the view once the framework moves or frees its storage
+                a._storage_check = check_of(t, a.ptr)
             if grad is None:
                 a._link = plain
                 return a

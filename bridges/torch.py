@@ -17,6 +17,7 @@ import torch
 from tapegrad import fastlaunch, types
 from tapegrad.device import Device, get_device
 from tapegrad.launch import register_device_of, register_launch_adapter
+from tapegrad.storage import StorageCheck
 
 from . import torch_memory  # noqa: F401  registers the "torch" allocator and torch.cuda.graph's pool
 from ._base import (
@@ -174,6 +175,12 @@ class TorchAdapter(FrameworkAdapter):
     # C-level accessors (no Python frame): these run once or twice per conversion
     data_ptr = operator.methodcaller("data_ptr")
     requires_grad = operator.attrgetter("requires_grad")
+
+    @staticmethod
+    def storage_check(t, ptr):
+        # resize_ / set_ / storage resizing move or free t's data under a view: its bound
+        # data_ptr (a C call, ~40 ns) is compared with the view's address at every use
+        return StorageCheck(t.data_ptr, ptr, "torch tensor")
 
     def get_grad(self, t):
         # a non-leaf's .grad is only populated with retain_grad() (reading it otherwise warns)

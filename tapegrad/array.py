@@ -13,13 +13,12 @@ import weakref
 
 import numpy as np
 
-from . import memory_ops, types
+from . import memory_ops, storage, types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
-from .storage import (HostBuffer, HostView, alloc, check_extent, contiguous_strides, fold_inner_dims,
-                      normalize_shape)
+from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
 
 _CPU = get_device("cpu")
 _BY_NUMPY = types.SCALARS_BY_NUMPY
@@ -96,6 +95,7 @@ class array:
     # framework's resets), ``version(a)`` (the tensor's in-place counter, checked by Tape) and
     # ``view_of(a)`` (the link of a view of ``a``)
     _link = None
+    _storage_check = None   # a storage.StorageCheck for views of foreign memory a framework may move
     version = 0          # bumped by every write tapegrad makes (launches, fill_, zero_, copy, Tape.zero)
     readonly = False
     pinned = False
@@ -180,7 +180,7 @@ class array:
             if s % el:
                 raise ValueError(f"array strides: each stride must be a multiple of the element's scalar size "
                                  f"({el} bytes), got {self._strides}")
-        check_extent(self._shape, self._strides, self.dtype.size, "array strides")   # no int64 offset wraps
+        storage.check_extent(self._shape, self._strides, self.dtype.size, "array strides")   # no int64 offset wraps
 
     def _init_annotation(self, dtype, ndim, device):
         dt = annotation_dtype(dtype if dtype is not None else types.float32)
@@ -502,10 +502,17 @@ class array:
 
     # ------------------------------------------------------------------------- descriptor
     def descriptor(self) -> types.ArrayDesc:
-        """The kernel-ABI descriptor (cached; rebuilt when ``grad`` changes)."""
+        """The kernel-ABI descriptor (cached; rebuilt when ``grad`` changes).
+
+        Raises:
+            RuntimeError: the array views foreign memory its framework reallocated or freed.
+        """
+        chk = self._storage_check
+        if chk is not None:
+            chk.verify(f"array {self.dtype!r} of shape {self._shape}")
         d = self._desc
         if d is None:
-            d = types.ArrayDesc()
+            d = types.ArrayDesc() if chk is None else storage.CheckedDesc.of(chk)
             d.data = self._ptr or None
             d.grad = self._grad._ptr if self._grad is not None and self._grad._ptr else None
             for i, (n, s) in enumerate(zip(self._shape, self._strides)):
@@ -587,7 +594,13 @@ class array:
 
     # ------------------------------------------------------------------------------ numpy
     def numpy(self) -> np.ndarray:
-        """A zero-copy numpy view (CPU) or a synchronizing host copy (CUDA)."""
+        """A zero-copy numpy view (CPU) or a synchronizing host copy (CUDA).
+
+        Raises:
+            RuntimeError: the array views foreign memory its framework reallocated or freed.
+        """
+        if self._storage_check is not None:
+            self._storage_check.verify(f"numpy() of array {self.dtype!r} of shape {self._shape}")
         if self.device.is_cpu:
             v = self.__dict__.get("_npv")
             if v is None:
@@ -839,6 +852,8 @@ def _view(base: array, ptr, shape, strides) -> array:
         v.pinned = True
     if base._link is not None:       # a view of a framework tensor: the same tensor, version and gradient
         v._link = base._link.view_of(base)
+    if base._storage_check is not None:   # the same foreign memory: the same check
+        v._storage_check = base._storage_check
     return v
 
 

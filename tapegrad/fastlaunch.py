@@ -137,6 +137,8 @@ def _build():
     lib.tg_fl_set_cuda.argtypes = [_P, _V, _V, _V, _V]
     lib.tg_fl_set_cuda.restype = None
     lib.tg_fl_set_cai.argtypes = [_P]
+    lib.tg_fl_set_checked.argtypes = [_P]
+    lib.tg_fl_set_checked.restype = None
     lib.tg_fl_set_cai.restype = None
     lib.tg_fl_forget_types.argtypes = []
     lib.tg_fl_forget_types.restype = None
@@ -179,7 +181,9 @@ def load(objects: dict, max_size: int):
             Python path); optionally ``cai_kind`` (``fn(obj) -> 0, 1 or 2``, ``launch._cai_kind``:
             whether objects of ``type(obj)`` take the helper's ``__cuda_array_interface__`` path,
             and whether their data pointer may decide the launch device; without it they are
-            packed by the Python packers).
+            packed by the Python packers); optionally ``checked`` (``storage.CheckedDesc``: an
+            array's descriptor of this type is used only while its ``tg_current()`` returns its
+            ``check_ptr``, else the launch takes the Python path, which raises).
         max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
     """
     with _lock:
@@ -197,6 +201,8 @@ def load(objects: dict, max_size: int):
             lib.tg_fl_set_recorder(o["record"])
         if o.get("cai_kind") is not None:
             lib.tg_fl_set_cai(o["cai_kind"])
+        if o.get("checked") is not None:
+            lib.tg_fl_set_checked(o["checked"])
         import numpy as np
         lib.tg_fl_set_scalar_types((np.float16, np.float32, np.float64),
                                    (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))

@@ -28,7 +28,7 @@ from .lang import facts
 from .lang.kernel import Kernel
 from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
 from .recording import Access, active_tape
-from .storage import fold_inner_dims
+from .storage import CheckedDesc, fold_inner_dims
 
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher"]
@@ -167,6 +167,8 @@ def _make_array_packer(kernel, i, ptype):
         if isinstance(value, array):
             if value.dtype is not dtype or value.ndim != ndim or value.device is not device:
                 _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
+            if value._storage_check is not None:   # foreign memory its framework may have moved
+                value._storage_check.verify(label)
             return value.descriptor()
         if value is None:
             raise TypeError(f"{label}: expected an array for {ptype!r}, got None (a kernel would read "
@@ -333,7 +335,7 @@ def _native_plan(kernel, packers, written, tid_checks=()):
         _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
                                      device=Device, config=config, capture=vars(cpu_capture),
                                      active_tape=active_tape, get_device=get_device, infer_device=_infer_device,
-                                     record=_record_launch, cai_kind=_cai_kind),
+                                     record=_record_launch, cai_kind=_cai_kind, checked=CheckedDesc),
                                 NARROW_LAUNCH_SIZE)
         if _fast is not None:
             _listen_for_build_changes()

@@ -12,7 +12,7 @@ from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is
 from .device import is_cuda_available
 
 __all__ = ["MAX_BYTES", "contiguous_strides", "check_extent", "normalize_shape", "fold_inner_dims", "HostBuffer",
-           "HostView", "host_alloc", "alloc"]
+           "HostView", "host_alloc", "alloc", "StorageCheck", "CheckedDesc"]
 
 _ALIGN = 64
 # Byte counts, strides and offsets are int64 in the kernel ABI (ArrayDesc) and size_t in the
@@ -22,8 +22,8 @@ MAX_BYTES = 2 ** 63 - 1 - _ALIGN
 
 
 def _too_large(shape, itemsize, nbytes):
-    return ValueError(f"array: shape {tuple(shape)} of {itemsize}-byte elements spans {nbytes} bytes; at most {MAX_BYTES} "
-                      f"(2^63 - 1 - {_ALIGN}: byte sizes and strides are int64) are supported")
+    return ValueError(f"array: shape {tuple(shape)} of {itemsize}-byte elements spans {nbytes} bytes; at most "
+                      f"{MAX_BYTES} (2^63 - 1 - {_ALIGN}: byte sizes and strides are int64) are supported")
 
 
 def contiguous_strides(shape, itemsize):
@@ -195,3 +195,63 @@ def fold_inner_dims(base, dt, shape, strides, arg):
     if len(shape) - k > types.MAX_DIMS:
         raise RuntimeError(f"{arg}: at most {types.MAX_DIMS} dimensions are supported, got shape {shape[:-k]}")
     return dt, shape[:-k], strides[:-k]
+
+
+class StorageCheck:
+    """Where the foreign memory an array views must still be.
+
+    A framework may reallocate or free a tensor's storage under a view of it (torch's
+    ``resize_``, paddle's ``_clear_data``, JAX's ``delete``): the view's pointer then names freed
+    memory, which a launch would overwrite. A bridge gives each view of such memory a check:
+    ``current()`` is the framework's own cheap accessor of the memory's address now (a torch
+    tensor's bound ``data_ptr``), ``ptr`` the address when the view was made. Every use of the
+    array (a launch on either path, ``descriptor()``, ``numpy()``) compares them first.
+
+    Args:
+        current: ``() -> int``, the address now (0, or an exception: freed).
+        ptr: the address the view was made at.
+        what: what holds the memory, for messages (``"torch tensor"``).
+    """
+
+    __slots__ = ("current", "ptr", "what")
+
+    def __init__(self, current, ptr: int, what: str):
+        self.current, self.ptr, self.what = current, int(ptr), what
+
+    def moved(self) -> bool:
+        """Whether the memory is no longer at ``ptr`` (reallocated or freed)."""
+        try:
+            return self.current() != self.ptr
+        except Exception:  # noqa: BLE001  a framework that raises for freed storage: freed
+            return True
+
+    def verify(self, label: str) -> None:
+        """Raise RuntimeError (naming ``label``) when the memory moved.
+
+        Raises:
+            RuntimeError: the storage was reallocated or freed since the view was made.
+        """
+        if self.moved():
+            try:
+                now = self.current()
+                now = f"{int(now):#x}" if now else "freed"
+            except Exception:  # noqa: BLE001
+                now = "freed"
+            raise RuntimeError(f"{label}: the {self.what} this array views was reallocated or freed since the "
+                               f"view was made (its data moved from {self.ptr:#x} to {now}); a kernel would write "
+                               f"freed memory. Convert the tensor again after resizing it")
+
+
+class CheckedDesc(types.ArrayDesc):
+    """The descriptor of an array with a ``StorageCheck``: the native launch helper recognizes
+    its type, calls ``tg_current`` and compares the result with ``check_ptr`` before each launch
+    (a moved storage takes the Python path, which raises)."""
+
+    _fields_ = [("check_ptr", ctypes.c_uint64)]
+
+    @classmethod
+    def of(cls, check: StorageCheck) -> "CheckedDesc":
+        d = cls()
+        d.check_ptr = check.ptr
+        d.tg_current = check.current
+        return d
