@@ -29,6 +29,7 @@ from .._op import GenericOp, KernelSignature, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
+from .debug import debug_call
 from .ffi import KERNEL_TARGET, ensure_registered
 
 __all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
@@ -242,7 +243,8 @@ class JaxKernel:
             ValueError: wrong input count; a traced scalar; bad launch/output dims.
             TypeError: an argument's dtype, dims or type does not fit its parameter.
         """
-        plain = output_dims is None and launch_dims is None and vmap_method is None and not self.enable_backward
+        plain = output_dims is None and launch_dims is None and vmap_method is None and not self.enable_backward \
+            and self.kernel.mode() != "debug"
         if plain:   # eager calls with a configuration met before: straight to the FFI call
             key = self._eager_key(args)
             hit = self._eager.get(key) if key is not None else None
@@ -316,6 +318,10 @@ class JaxKernel:
 
     def _ffi(self, slots, operands, results, grid, adjoint, vm, aliases):
         """``(ffi callable, plan address attribute)`` for a call with these slots and operands."""
+        if self.kernel.mode() == "debug":   # checked launches through tg.launch (debug.py), never cached
+            call = debug_call(self.kernel, tuple(slots), results, grid, adjoint)
+            if call is not None:
+                return call, None
         spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
         ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None)
         hit = self._calls.get(ckey)
