@@ -1,6 +1,7 @@
 """Debug builds (``tg.config.mode = "debug"``): the host side of the bounds checks.
 
-A debug build guards every array access with ``tg::dbg_ok`` (``runtime/debug.h``). The first
+A debug build guards every array access with ``tg::dbg_ok`` and every vector/matrix component
+access by a runtime index (``v[i]``, ``m[i, j]``) with ``tg::dbg_comp`` (``runtime/debug.h``). The first
 out-of-range access of a launch fills the module's error slot (which access: a site number,
 the index and the array's shape) and is skipped; ``CheckedModule.launch`` reads the slot after
 the launch, clears it and raises ``KernelIndexError`` naming the kernel, the array, the index
@@ -90,9 +91,9 @@ class CheckedModule:
         n = max(1, min(4, slot.ndim))
         index = tuple(slot.index[:n])
         shape = tuple(slot.shape[:n])
-        count = slot.count
-        self._clear()
-        site = self.sites[slot.site] if 0 <= slot.site < len(self.sites) else None
+        count, k = slot.count, slot.site
+        self._clear()          # (on the CPU ``slot`` is the live struct: read it first)
+        site = self.sites[k] if 0 <= k < len(self.sites) else None
         if site is None:
             raise KernelIndexError(f"kernel '{self.key}' (debug mode): index {_fmt(index)} out of range for an "
                                    f"array of shape {shape}", self.key, index=index, shape=shape, count=count)
@@ -106,8 +107,10 @@ class CheckedModule:
                 self.key, site.function, site.array, shape, shape, site.location, site.access, count)
         more = f"; {count} out-of-range accesses in all, only the first is described" if count > 1 else ""
         phase = " (backward launch)" if adjoint else ""
+        # v[i] with i past a vector's length: the array field names the vector (its type)
+        what = site.array if "component" in site.access else f"array '{site.array}'"
         raise KernelIndexError(
-            f"kernel '{self.key}'{phase} (debug mode): {site.access} of array '{site.array}' at index {_fmt(index)} "
+            f"kernel '{self.key}'{phase} (debug mode): {site.access} of {what} at index {_fmt(index)} "
             f"is out of range for its shape {shape}, at {site.location}{inside} (the access was skipped{more})",
             self.key, site.function, site.array, index, shape, site.location, site.access, count)
 

@@ -247,7 +247,11 @@ class FunctionEmitter:
     def check(self, s, reverse=False):
         """The bounds-check condition guarding statement ``s`` in a debug build (None: no check);
         for an int32 ``len(a)``/``a.shape[k]``, the check that ``a``'s extents fit an int32."""
-        if self.sites is None or not isinstance(s, Assign) or not s.args or not is_array(s.args[0].type):
+        if self.sites is None or not isinstance(s, Assign) or not s.args:
+            return None
+        if s.op.name in ("extract", "assign") and (is_vec(s.args[0].type) or is_mat(s.args[0].type)):
+            return self.component_check(s, reverse)
+        if not is_array(s.args[0].type):
             return None
         extent = s.op.name in ("len", "shape") and s.out is not None and s.out.type is int32
         nv = 0 if extent else _ACCESS_VALUES.get(s.op.name)
@@ -268,6 +272,27 @@ class FunctionEmitter:
             return f"tg::dbg_narrow({arr.name}, {site})"
         return f"tg::dbg_ok({', '.join([arr.name, str(site)] + [a.name for a in idx])})"
 
+    def component_check(self, s, reverse):
+        """A debug build's check of a runtime vector/matrix component index (``v[i]``, ``m[i, j]``,
+        reads and local updates): constant indices were checked when the kernel was lowered."""
+        t, op = s.args[0].type, s.op.name
+        idx = s.args[1:len(s.args) - (1 if op == "assign" else 0)]
+        extents = (t.length_,) if is_vec(t) else (t.rows, t.cols)
+        if all(isinstance(getattr(v, "const", None), int) for v in idx):
+            return None
+        loc = getattr(s, "loc", None) or self._last_loc or self.fn.loc
+        v = s.args[0]
+        access = "component read" if op == "extract" else "component write"
+
+        def make():
+            who = self.fn.loc.func if self.fn.kind != "kernel" and self.fn.loc is not None else self.fn.name
+            where = f"{loc.file}:{loc.line}" if loc is not None else "?"
+            name = f"'{v.label}' ({t!r})" if v.kind in ("local", "param") else f"a {t!r} value"
+            return DebugSite(who, name, where, f"adjoint of {access}" if reverse else access)
+        site = self.sites.site((id(s), reverse), make)
+        pairs = [f"{n}, {i.name}" for n, i in zip(extents, idx)]
+        return f"tg::dbg_comp({site}, {', '.join(pairs)})"
+
     # -------------------------------------------------------------- forward statements
     def fwd(self, stmts, lines, ind, replay=False):
         pad = "    " * ind
@@ -286,7 +311,9 @@ class FunctionEmitter:
                 if guard is not None and guard.startswith("tg::dbg_narrow"):
                     lines.append(f"{pad}{s.out.name} = ({guard}, {text});")
                 elif guard is not None:
-                    if s.out is not None:
+                    if s.out is not None and op.name == "assign":   # a skipped update leaves the value as it was
+                        lines.append(f"{pad}{s.out.name} = {guard} ? ({text}) : {args[0]};")
+                    elif s.out is not None:
                         lines.append(f"{pad}{s.out.name} = {guard} ? ({text}) : {s.out.type.cname}{{}};")
                     else:
                         lines.append(f"{pad}if ({guard}) {{ {text if text.rstrip().endswith(';') else text + ';'} }}")

@@ -73,6 +73,16 @@ template <typename T> TG_FUNC bool dbg_narrow(const array_t<T>& a, int32_t site)
     return true;
 }
 
+// a runtime vector/matrix component index (v[i], m[i, j]) against the type's extents
+TG_FUNC bool dbg_comp(int32_t site, int64_t n, int64_t i) {
+    int64_t shape[1] = {n}, ix[1] = {i};
+    return dbg_check(shape, 1, ix, site);
+}
+TG_FUNC bool dbg_comp(int32_t site, int64_t n, int64_t i, int64_t m, int64_t j) {
+    int64_t shape[2] = {n, m}, ix[2] = {i, j};
+    return dbg_check(shape, 2, ix, site);
+}
+
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i) {
     int64_t ix[1] = {i};
     return dbg_check(a.shape, 1, ix, site);
