@@ -111,8 +111,9 @@ class HostBuffer:
         self.nbytes = nbytes
 
     def __del__(self):
-        if _free is not None:
-            _free(self.raw)
+        raw = getattr(self, "raw", None)   # unset when __init__ refused the size
+        if _free is not None and raw:
+            _free(raw)
 
 
 try:

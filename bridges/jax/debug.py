@@ -27,9 +27,8 @@ from . import plan as ffi_plan
 __all__ = ["debug_call"]
 
 
-def _value(slot):
-    """A VALUE slot's Python value (its packed bytes read back with the parameter's type)."""
-    t = slot.dtype
+def _value(slot, t):
+    """A VALUE slot's Python value (its packed bytes read back with the parameter's type ``t``)."""
     if isinstance(t, types.ScalarType):
         return np.frombuffer(slot.value, dtype=t.np_dtype, count=1)[0].item()
     return np.frombuffer(slot.value, dtype=t.scalar.np_dtype, count=t.length)
@@ -40,7 +39,8 @@ def _run(kernel, slots, results, grid, adjoint, bufs):
     outs = [np.zeros(shape, dtype=dt) for shape, dt in results]
     written = {}
     vals = []
-    for s in slots:
+    ts = kernel.arg_types
+    for j, s in enumerate(slots):
         if s.kind in (ffi_plan.IN, ffi_plan.INOUT):
             a = tg_array(np.ascontiguousarray(bufs[s.arg]), dtype=s.dtype, device=cpu, copy=True)
             if s.kind == ffi_plan.INOUT:
@@ -49,7 +49,7 @@ def _run(kernel, slots, results, grid, adjoint, bufs):
             a = tg_array(outs[s.ret], dtype=s.dtype, device=cpu, copy=True)
             written[s.ret] = a
         elif s.kind == ffi_plan.VALUE:
-            a = _value(s)
+            a = _value(s, ts[j % len(ts)])
         else:              # NULL_ARRAY / NULL_VALUE: no adjoint (launch's None)
             a = None
         vals.append(a)
@@ -73,8 +73,10 @@ def debug_call(kernel, slots, results, grid, adjoint):
             for an adjoint call their adjoints). results: ``(shape, dtype)`` per result.
         grid: the launch grid. adjoint: whether the call launches the adjoint.
     """
-    if any(s.kind == ffi_plan.VALUE and not isinstance(s.dtype, (types.ScalarType, types.VectorType,
-                                                                   types.MatrixType)) for s in slots):
+    ts = kernel.arg_types      # the slots follow the parameters (then, adjoint, their adjoints)
+    if any(s.kind == ffi_plan.VALUE and not isinstance(ts[j % len(ts)], (types.ScalarType, types.VectorType,
+                                                                         types.MatrixType))
+           for j, s in enumerate(slots)):
         return None
     shapes = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in results]
     res = [(tuple(s), np.dtype(d)) for s, d in results]

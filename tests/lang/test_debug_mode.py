@@ -165,3 +165,120 @@ def test_int32_len_of_an_array_past_int32_is_caught(device, debug_mode):
     small = tg.array(np.array([1, 2, 3], dtype=np.int8), device=device)
     tg.launch(last_of, dim=1, inputs=[small, out])
     assert int(out.numpy()[0]) == 3
+
+
+# ------------------------------------------------------------------ every launch path (issue 24 item 6)
+
+@tg.kernel
+def comp_read(x: tg.array[tg.vec3], k: int, y: tg.array[float]):
+    i = tg.tid()
+    v = x[i]
+    y[i] = v[k]
+
+
+@tg.kernel
+def comp_write(x: tg.array[tg.vec3], k: int, y: tg.array[tg.vec3]):
+    i = tg.tid()
+    v = x[i]
+    v[k] = 5.0
+    y[i] = v
+
+
+@tg.kernel
+def mat_entry(m: tg.array[tg.mat22], r: int, c: int, y: tg.array[float]):
+    i = tg.tid()
+    y[i] = m[i][r, c]
+
+
+def test_runtime_component_indices_are_checked(device, debug_mode):
+    x = tg.array(np.arange(6, dtype=np.float32).reshape(2, 3), dtype=tg.vec3, device=device)
+    y = tg.zeros(2, device=device)
+    tg.launch(comp_read, dim=2, inputs=[x, 2, y])
+    assert np.allclose(y.numpy(), [2.0, 5.0])
+    line = _line_of(comp_read, "y[i] = v[k]")
+    with pytest.raises(tg.KernelIndexError, match=rf"component read of a .*vec3 value at index 3 is out of range "
+                                                  rf"for its shape \(3,\), at .*test_debug_mode.py:{line}"):
+        tg.launch(comp_read, dim=2, inputs=[x, 3, y])
+    out = tg.zeros(2, dtype=tg.vec3, device=device)
+    with pytest.raises(tg.KernelIndexError, match=r"component write of .* at index -1 is out of range"):
+        tg.launch(comp_write, dim=2, inputs=[x, -1, out])
+    assert np.allclose(out.numpy(), x.numpy())          # the update was skipped, the value kept
+    tg.launch(comp_write, dim=2, inputs=[x, 0, out])
+    assert np.allclose(out.numpy()[:, 0], 5.0)
+    m = tg.zeros(2, dtype=tg.mat22, device=device)
+    with pytest.raises(tg.KernelIndexError, match=r"index \(0, 2\) is out of range for its shape \(2, 2\)"):
+        tg.launch(mat_entry, dim=2, inputs=[m, 0, 2, y])
+    tg.launch(mat_entry, dim=2, inputs=[m, 1, 1, y])     # no stale error afterwards
+
+
+def test_release_builds_have_no_component_checks():
+    assert "dbg_comp(" not in comp_read.source()
+
+
+@tg.kernel
+def shift_by(x: tg.array[float], off: int, y: tg.array[float]):
+    i = tg.tid()
+    y[i] = x[i + off] * 2.0
+
+
+@pytest.mark.jax
+def test_jax_kernel_launches_are_checked_eager_jit_and_vmap(debug_mode):
+    import jax
+    import jax.numpy as jnp
+    x = jnp.arange(4, dtype=jnp.float32)
+    jk = tg.jax_kernel(shift_by)
+    line = _line_of(shift_by, "x[i + off]")
+    calls = {"eager": lambda: jk(x, 1)[0].block_until_ready(),
+             "jit": lambda: jax.jit(lambda v: jk(v, 1)[0])(x).block_until_ready(),
+             "vmap": lambda: jax.vmap(lambda v: jk(v, 1)[0])(jnp.stack([x, x])).block_until_ready()}
+    for how, call in calls.items():
+        with pytest.raises(Exception) as err:
+            call()
+        text = str(err.value)
+        assert "KernelIndexError" in text and f"test_debug_mode.py:{line}" in text, (how, text)
+    assert np.allclose(np.asarray(jk(x, 0)[0]), 2.0 * np.arange(4.0))
+    y = tg.zeros(4)
+    tg.launch(shifted_read, dim=4, inputs=[tg.array(np.arange(4, dtype=np.float32)), y, 0])   # no stale error
+    assert np.allclose(y.numpy(), 2.0 * np.arange(4.0))
+
+
+@tg.kernel
+def gather_sq(x: tg.array[float], idx: tg.array[int], y: tg.array[float]):
+    i = tg.tid()
+    v = x[idx[i]]
+    y[i] = v * v
+
+
+@pytest.mark.jax
+def test_jax_kernel_adjoint_is_checked(debug_mode):
+    import jax
+    import jax.numpy as jnp
+    jk = tg.jax_kernel(gather_sq, enable_backward=True)
+    x = jnp.arange(4, dtype=jnp.float32)
+    good = jnp.array([3, 2, 1, 0], dtype=jnp.int32)
+    g = jax.grad(lambda v: jk(v, good)[0].sum())(x)
+    assert np.allclose(np.asarray(g), 2.0 * np.arange(4.0))
+    with pytest.raises(Exception, match="KernelIndexError"):
+        jax.grad(lambda v: jk(v, jnp.array([0, 1, 2, 9], dtype=jnp.int32))[0].sum())(x).block_until_ready()
+
+
+@pytest.mark.torch
+def test_torch_op_launches_are_checked(debug_mode):
+    import torch
+    op = tg.torch_op(gather_sq)
+    x = torch.arange(4.0, requires_grad=True)
+    with pytest.raises(tg.KernelIndexError, match="read of array 'x' at index 9"):
+        op(x, torch.tensor([0, 1, 2, 9], dtype=torch.int32))
+    out = op(x, torch.tensor([3, 2, 1, 0], dtype=torch.int32))
+    out.sum().backward()
+    assert torch.allclose(x.grad, 2 * torch.arange(4.0))
+
+
+@pytest.mark.paddle
+def test_paddle_op_launches_are_checked(debug_mode):
+    import paddle
+    op = tg.paddle_op(gather_sq)
+    x = paddle.arange(4, dtype="float32")
+    with pytest.raises(tg.KernelIndexError, match="read of array 'x' at index 9"):
+        op(x, paddle.to_tensor([0, 1, 2, 9], dtype="int32"))
+    assert np.allclose(op(x, paddle.to_tensor([3, 2, 1, 0], dtype="int32")).numpy(), [9.0, 4.0, 1.0, 0.0])
