@@ -26,6 +26,7 @@ from tapegrad import types
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import to_dlpack
 from tapegrad.launch import register_launch_adapter
+from tapegrad.storage import StorageCheck
 
 from ._base import Bridge, DeviceMap, DtypeMap, FrameworkAdapter, release_after, wait_for_handle
 from .paddle_op import make_paddle_op
@@ -245,6 +246,11 @@ class PaddleAdapter(FrameworkAdapter):
         return scalar, tuple(t.shape), tuple(t.strides), device_from_paddle(t.place), str(pdt)
 
     data_ptr = operator.methodcaller("data_ptr")   # includes the view's offset
+
+    @staticmethod
+    def storage_check(t, ptr):
+        # _clear_data() frees t's memory under a view (data_ptr() is None after it): compared at every use
+        return StorageCheck(t.data_ptr, ptr, "paddle tensor")
 
     @staticmethod
     def requires_grad(t):

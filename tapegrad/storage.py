@@ -239,8 +239,8 @@ class StorageCheck:
             except Exception:  # noqa: BLE001
                 now = "freed"
             raise RuntimeError(f"{label}: the {self.what} this array views was reallocated or freed since the "
-                               f"view was made (its data moved from {self.ptr:#x} to {now}); a kernel would write "
-                               f"freed memory. Convert the tensor again after resizing it")
+                               f"view was made (its data moved from {self.ptr:#x} to {now}): using the view would "
+                               f"read or write freed memory; convert the {self.what} again")
 
 
 class CheckedDesc(types.ArrayDesc):

@@ -17,6 +17,7 @@ from tapegrad.array import array
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import from_dlpack as _tg_from_dlpack
 from tapegrad.launch import register_launch_adapter
+from tapegrad.storage import StorageCheck
 
 from .._base import Bridge, DtypeMap, FrameworkAdapter
 
@@ -128,8 +129,9 @@ def from_jax(x, dtype=None) -> array:
             trailing component dims: ``(n, 3)`` float32 -> ``(n,)`` vec3).
 
     Returns:
-        An array that keeps ``x``'s buffer alive. JAX treats arrays as immutable: write to it
-        only when nothing in JAX reads ``x`` afterwards (or ``tg.clone`` it first).
+        An array that keeps ``x`` alive. JAX treats arrays as immutable: write to it only when
+        nothing in JAX reads ``x`` afterwards (or ``tg.clone`` it first). Once ``x`` is deleted
+        (``x.delete()``, a donation), using the array raises RuntimeError.
 
     Raises:
         TypeError: not a JAX array; dtype mismatch. BufferError: a sharded array.
@@ -141,13 +143,26 @@ def from_jax(x, dtype=None) -> array:
         except (AttributeError, TypeError):   # jaxlib changed: the public path below still works
             cap = None
         if cap is not None:
-            return _tg_from_dlpack(cap, dtype=dtype)
+            return _deletable_view(_tg_from_dlpack(cap, dtype=dtype), x)
     if not isinstance(x, jax.Array):
         raise TypeError(f"from_jax: expected a jax.Array, got {type(x).__name__}")
     if isinstance(x, Tracer):
         raise TypeError("from_jax: got a traced value (inside jax.jit/grad/vmap): a tracer has no memory; use "
                         "tg.jax_kernel or tg.jax_callable to run kernels inside JAX transformations")
-    return _tg_from_dlpack(x, dtype=dtype)
+    return _deletable_view(_tg_from_dlpack(x, dtype=dtype), x)
+
+
+def _deletable_view(a, x):
+    """``a`` (imported through DLPack) as a view held by ``x`` itself, with a storage check.
+
+    A DLPack import holds an external reference on the buffer, and ``x.delete()`` under it
+    aborts the process inside jaxlib; the view keeps ``x`` instead (the buffer lives as long as
+    ``x`` does) and the DLPack reference goes with ``a``. A deleted (or donated) ``x`` is then
+    refused where the view is used (``storage.StorageCheck``)."""
+    v = array.wrap_memory(a.ptr, a.dtype, a.shape, a.strides, a.device, x, a.readonly)
+    ptr, deleted = a.ptr, x.is_deleted
+    v._storage_check = StorageCheck(lambda: 0 if deleted() else ptr, ptr, "JAX array")
+    return v
 
 
 def to_jax(a):

@@ -311,3 +311,51 @@ def test_torch_resize_in_a_fresh_process_writes_nothing(tmp_path):
 def test_storage_check_costs_nothing_for_plain_arrays():
     a = tg.zeros(4)
     assert a._storage_check is None and type(a.descriptor()) is tg.types.ArrayDesc
+
+
+@pytest.mark.paddle
+def test_paddle_cleared_storage_is_refused():
+    import paddle
+    t, u = paddle.arange(100, dtype="float32"), paddle.zeros([100], dtype="float32")
+    v, w = tg.from_paddle(t), tg.from_paddle(u)
+    _launch_n(3, twice, dim=100, inputs=[v, w])
+    assert np.allclose(u.numpy(), 2 * np.arange(100.0))
+    t._clear_data()
+    with pytest.raises(RuntimeError, match=r"\('x'\): the paddle tensor this array views was reallocated or freed"):
+        tg.launch(twice, dim=100, inputs=[v, w])
+    with pytest.raises(RuntimeError, match="reallocated or freed"):
+        v.numpy()
+
+
+@pytest.mark.jax
+def test_jax_array_deleted_under_a_view_is_refused_at_use(tmp_path):
+    """``x.delete()`` under a DLPack import aborted inside jaxlib: a subprocess."""
+    r = _run_script(tmp_path, """
+        import numpy as np
+        import jax.numpy as jnp
+        import tapegrad as tg
+
+        @tg.kernel
+        def twice(x: tg.array[float], y: tg.array[float]):
+            i = tg.tid()
+            y[i] = 2.0 * x[i]
+
+        x = jnp.arange(100, dtype=jnp.float32)
+        v, out = tg.from_jax(x), tg.zeros(100)
+        for _ in range(3):
+            tg.launch(twice, dim=100, inputs=[v, out])
+        assert np.allclose(out.numpy(), 2 * np.arange(100.0))
+        x.delete()
+        for use in (lambda: tg.launch(twice, dim=100, inputs=[v, out]), v.numpy):
+            try:
+                use()
+            except RuntimeError as e:
+                assert "JAX array this array views was reallocated or freed" in str(e), e
+            else:
+                raise SystemExit("accepted")
+        y = jnp.ones(100, dtype=jnp.float32)
+        tg.launch(twice, dim=100, inputs=[tg.from_jax(y), out])     # a live one still works
+        assert np.allclose(out.numpy(), 2.0)
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
