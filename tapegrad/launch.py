@@ -575,7 +575,7 @@ def _check_adjoint_shapes(kernel, arrays, vals, adj_descs):
     read and written past its end."""
     for i in arrays:
         g, d = adj_descs[i], vals[i]
-        if g.data and (g.ndim != d.ndim or tuple(g.shape)[:g.ndim] != tuple(d.shape)[:d.ndim]):
+        if g.data and (g.ndim != d.ndim or any(g.shape[k] != d.shape[k] for k in range(d.ndim))):
             raise ValueError(f"launch(adjoint=True): the adjoint buffer of {_arg_label(kernel, i)} has shape "
                              f"{tuple(g.shape)[:g.ndim]}, its array has shape {tuple(d.shape)[:d.ndim]}: an adjoint "
                              "buffer must have its array's shape")
@@ -677,7 +677,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
     if plan.tid_checks:   # every thread indexes these arrays by tid(), unguarded: the grid must fit
-        hit = facts.grid_overrun(plan.tid_checks, dim, lambda i: tuple(vals[i].shape)[:vals[i].ndim])
+        hit = facts.grid_overrun(plan.tid_checks, dim, lambda i, d: vals[i].shape[d] if d < vals[i].ndim else None)
         if hit is not None:
             raise ValueError(facts.overrun_message(kernel, dim, hit, "launch"))
     if adjoint:

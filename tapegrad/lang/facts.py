@@ -113,17 +113,17 @@ def tid_extent(component: int, components: int, grid: tuple) -> int:
     return grid[d] if 0 <= d < nd else 1
 
 
-def grid_overrun(accesses, grid, shape_of):
+def grid_overrun(accesses, grid, length_of):
     """The first access of ``accesses`` that ``grid`` overruns, as ``(access, extent, length)``,
-    or None. ``shape_of(param) -> tuple or None`` gives each array parameter's shape (None: not
-    known, skipped)."""
+    or None. ``length_of(param, dim) -> int or None`` gives an array parameter's length in a
+    dimension (None: not known, skipped)."""
     for a in accesses:
-        shape = shape_of(a.param)
-        if shape is None or a.dim >= len(shape):
+        n = length_of(a.param, a.dim)
+        if n is None:
             continue
-        ext = tid_extent(a.component, a.components, tuple(grid))
-        if ext > shape[a.dim]:
-            return a, ext, shape[a.dim]
+        ext = tid_extent(a.component, a.components, grid)
+        if ext > n:
+            return a, ext, n
     return None
 
 
@@ -144,6 +144,9 @@ def check_grid_fits(kernel, grid, shapes: dict, who: str) -> None:
     Raises:
         ValueError: names the kernel, the grid (``dim``), the argument and its length.
     """
-    hit = grid_overrun(tid_accesses(kernel), grid, shapes.get)
+    def length_of(param, dim):
+        shape = shapes.get(param)
+        return shape[dim] if shape is not None and dim < len(shape) else None
+    hit = grid_overrun(tid_accesses(kernel), tuple(grid), length_of)
     if hit is not None:
         raise ValueError(overrun_message(kernel, grid, hit, who))
