@@ -132,9 +132,10 @@ def overrun_message(kernel, grid, hit, who: str) -> str:
     a, ext, length = hit
     name = kernel.arg_names[a.param]
     where = f"{name}.shape[{a.dim}]"
-    return (f"{who}: the launch grid dim={tuple(grid)} is larger than argument '{name}' allows: kernel '{kernel.key}' indexes "
-            f"dimension {a.dim} of '{name}' (length {length}) with tid() values up to {ext - 1}, without a guard; "
-            f"launch at most {length} threads along it, or guard the access (if i < {where}:)")
+    return (f"{who}: the launch grid dim={tuple(grid)} is larger than argument '{name}' allows: kernel "
+            f"'{kernel.key}' indexes dimension {a.dim} of '{name}' (length {length}) with tid() values up to "
+            f"{ext - 1}, without a guard; launch at most {length} threads along it, or guard the access "
+            f"(if i < {where}:)")
 
 
 def check_grid_fits(kernel, grid, shapes: dict, who: str) -> None:

@@ -359,3 +359,34 @@ def test_jax_array_deleted_under_a_view_is_refused_at_use(tmp_path):
         print("ok")
     """)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+@pytest.mark.cuda
+@pytest.mark.torch
+def test_torch_cuda_storage_reallocated_under_a_view_is_refused():
+    import torch
+    t, u = torch.arange(1000, dtype=torch.float32, device="cuda"), torch.zeros(1000, device="cuda")
+    v, w = tg.from_torch(t), tg.from_torch(u)
+    _launch_n(4, twice, dim=1000, inputs=[v, w])
+    torch.cuda.synchronize()
+    assert torch.equal(u, 2 * torch.arange(1000.0, device="cuda"))
+    t.resize_(10 ** 6)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="reallocated or freed"):
+            tg.launch(twice, dim=1000, inputs=[w, v])
+    tg.launch(twice, dim=1000, inputs=[tg.from_torch(t)[:1000], w])
+
+
+@pytest.mark.cuda
+def test_cuda_grid_and_adjoint_checks_on_the_native_path():
+    a, b = tg.ones(3, device="cuda:0"), tg.zeros(3, device="cuda:0")
+    _launch_n(4, twice, dim=3, inputs=[a, b])
+    with pytest.raises(ValueError, match="length 3"):
+        tg.launch(twice, dim=4, inputs=[a, b])
+    x = tg.ones(8, dtype=tg.float64, device="cuda:0")
+    y = tg.zeros(8, dtype=tg.float64, device="cuda:0")
+    g = tg.ones(8, dtype=tg.float64, device="cuda:0")
+    _launch_n(4, sq, dim=8, inputs=[x, y], adjoint=True, adj_inputs=[tg.zeros_like(x), g], adj_outputs=[])
+    with pytest.raises(ValueError, match="adjoint buffer"):
+        tg.launch(sq, dim=8, inputs=[x, y], adjoint=True, adj_inputs=[tg.zeros(2, dtype=tg.float64, device="cuda:0"),
+                                                                       g], adj_outputs=[])
