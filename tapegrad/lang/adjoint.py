@@ -88,6 +88,8 @@ def _warn_without_adjoint(fn, kname):
     for s in walk(fn.body):
         if not isinstance(s, Assign) or s.op.adj is not None or s.op.name in ZERO_DERIVATIVE:
             continue
+        if getattr(s.op, "array_adj", None) is not None:
+            continue   # an array-valued result (a struct's array field): its gradient is the array's own
         if not any(isinstance(a, Var) and a in varying and float_based(a.type) and not is_array(a.type)
                    for a in s.args):
             continue

@@ -50,3 +50,20 @@ def test_builtin_without_adjoint_on_a_path_warns():
 def test_zero_derivative_builtins_and_constant_values_do_not_warn():
     assert _compile_warnings(quiet) == []
     assert _compile_warnings(forward_only) == []
+
+
+@tg.struct
+class Particles:
+    pos: tg.array(dtype=float)
+    scale: float
+
+
+@tg.kernel
+def struct_field_update(p: Particles, y: tg.array(dtype=float)):
+    i = tg.tid()
+    p.pos[i] = p.pos[i] * p.scale          # an array field's gradient is the array's own: no warning
+    y[i] = p.pos[i] + p.scale
+
+
+def test_struct_array_fields_do_not_warn():
+    assert _compile_warnings(struct_field_update) == []
