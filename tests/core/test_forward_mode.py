@@ -46,52 +46,55 @@ def _mixed_args(seed=0, n=6):
     return rng.normal(size=n), rng.normal(size=(n, 3)), 0.7
 
 
-def _mixed_run(x, v, s, n=6):
-    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
-    out, vo = tg.zeros(n, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+def _mixed_run(x, v, s, n=6, device="cpu"):
+    xa, va = tg.array(x, dtype=tg.float64, device=device), tg.array(v, dtype=tg.vec3d, device=device)
+    out, vo = tg.zeros(n, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)
     tg.launch(mixed, n, inputs=[xa, va, s], outputs=[out, vo])
     return out.numpy().copy(), vo.numpy().copy()
 
 
-def test_tangent_launch_matches_finite_differences():
+def test_tangent_launch_matches_finite_differences(device):
     x, v, s = _mixed_args()
     ux, uv, us = np.random.default_rng(1).normal(size=6), np.random.default_rng(2).normal(size=(6, 3)), 0.3
-    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
-    out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
-    tout, tvo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
-    tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True,
-              tan_inputs=[tg.array(ux, dtype=tg.float64), tg.array(uv, dtype=tg.vec3d), us], tan_outputs=[tout, tvo])
+    xa, va = tg.array(x, dtype=tg.float64, device=device), tg.array(v, dtype=tg.vec3d, device=device)
+    out, vo = tg.zeros(6, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)
+    tout, tvo = tg.zeros(6, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)
+    tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], tangent=True, tan_outputs=[tout, tvo],
+              tan_inputs=[tg.array(ux, dtype=tg.float64, device=device), tg.array(uv, dtype=tg.vec3d, device=device),
+                          us])
     h = 1e-6
-    p = _mixed_run(x + h * ux, v + h * uv, s + h * us)
-    m = _mixed_run(x - h * ux, v - h * uv, s - h * us)
+    p = _mixed_run(x + h * ux, v + h * uv, s + h * us, device=device)
+    m = _mixed_run(x - h * ux, v - h * uv, s - h * us, device=device)
     np.testing.assert_allclose(tout.numpy(), (p[0] - m[0]) / (2 * h), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(tvo.numpy(), (p[1] - m[1]) / (2 * h), rtol=1e-6, atol=1e-7)
     # and the outputs themselves
-    ref = _mixed_run(x, v, s)
+    ref = _mixed_run(x, v, s, device=device)
     np.testing.assert_allclose(out.numpy(), ref[0], rtol=1e-13)
 
 
-def test_second_order_launch_is_a_hessian_vector_product():
+def test_second_order_launch_is_a_hessian_vector_product(device):
     x, v, s = _mixed_args(3)
     ux = np.random.default_rng(4).normal(size=6)
     w = np.random.default_rng(5).normal(size=6)
 
     def grad(xn):
-        xa, va = tg.array(xn, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
-        out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
-        gx = tg.zeros(6, dtype=tg.float64)
+        xa, va = tg.array(xn, dtype=tg.float64, device=device), tg.array(v, dtype=tg.vec3d, device=device)
+        out, vo = tg.zeros(6, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)
+        gx = tg.zeros(6, dtype=tg.float64, device=device)
         tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo])
         tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], adjoint=True, adj_inputs=[gx, None, 0.0],
-                  adj_outputs=[tg.array(w, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)])
+                  adj_outputs=[tg.array(w, dtype=tg.float64, device=device),
+                               tg.zeros(1, dtype=tg.vec3d, device=device)])
         return gx.numpy().copy()
 
-    xa, va = tg.array(x, dtype=tg.float64), tg.array(v, dtype=tg.vec3d)
-    out, vo = tg.zeros(6, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)
+    xa, va = tg.array(x, dtype=tg.float64, device=device), tg.array(v, dtype=tg.vec3d, device=device)
+    out, vo = tg.zeros(6, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)
     tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo])
-    gx, hx = tg.zeros(6, dtype=tg.float64), tg.zeros(6, dtype=tg.float64)
+    gx, hx = tg.zeros(6, dtype=tg.float64, device=device), tg.zeros(6, dtype=tg.float64, device=device)
     tg.launch(mixed, 6, inputs=[xa, va, s], outputs=[out, vo], adjoint=True,
-              adj_inputs=[gx, None, 0.0], adj_outputs=[tg.array(w, dtype=tg.float64), tg.zeros(1, dtype=tg.vec3d)],
-              tangent=True, tan_inputs=[tg.array(ux, dtype=tg.float64), None, None],
+              adj_inputs=[gx, None, 0.0],
+              adj_outputs=[tg.array(w, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.vec3d, device=device)],
+              tangent=True, tan_inputs=[tg.array(ux, dtype=tg.float64, device=device), None, None],
               tan_adj_inputs=[hx, None, None])
     h = 1e-6
     np.testing.assert_allclose(gx.numpy(), grad(x), rtol=1e-12)
@@ -106,13 +109,15 @@ def poly16(x: tg.array[tg.float16], y: tg.array[tg.bfloat16], o: tg.array[tg.flo
     o[i] = tg.float32(a) + tg.float32(b)
 
 
-def test_16_bit_floats_have_tangents():
+def test_16_bit_floats_have_tangents(device):
     x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
     y = np.array([1.5, 0.25, -0.75], dtype=np.float32)
-    o, to = tg.zeros(3, dtype=tg.float32), tg.zeros(3, dtype=tg.float32)
-    tg.launch(poly16, 3, inputs=[tg.array(x, dtype=tg.float16), tg.array(y, dtype=tg.bfloat16)], outputs=[o],
+    o, to = tg.zeros(3, dtype=tg.float32, device=device), tg.zeros(3, dtype=tg.float32, device=device)
+    tg.launch(poly16, 3, outputs=[o],
+              inputs=[tg.array(x, dtype=tg.float16, device=device), tg.array(y, dtype=tg.bfloat16, device=device)],
               tangent=True, tan_outputs=[to],
-              tan_inputs=[tg.array(np.ones(3), dtype=tg.float16), tg.array(np.ones(3), dtype=tg.bfloat16)])
+              tan_inputs=[tg.array(np.ones(3), dtype=tg.float16, device=device),
+                          tg.array(np.ones(3), dtype=tg.bfloat16, device=device)])
     exp = 2 * x + np.cos(x) + 3 * y * y
     np.testing.assert_allclose(to.numpy(), exp, rtol=2e-2)
 
@@ -130,10 +135,10 @@ def energy(x: tg.array[tg.float64], e: tg.array[tg.float64]):
     tg.atomic_add(e, 0, tg.cos(x[i]) * x[i] * x[i])
 
 
-def _record(x0, n=7, steps=5):
-    x = tg.array(x0, dtype=tg.float64, requires_grad=True)
-    v = tg.zeros(n, dtype=tg.float64, requires_grad=True)
-    e = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+def _record(x0, n=7, steps=5, device="cpu"):
+    x = tg.array(x0, dtype=tg.float64, requires_grad=True, device=device)
+    v = tg.zeros(n, dtype=tg.float64, requires_grad=True, device=device)
+    e = tg.zeros(1, dtype=tg.float64, requires_grad=True, device=device)
     xs = tg.clone(x)
     tape = tg.Tape()
     with tape:
@@ -144,17 +149,17 @@ def _record(x0, n=7, steps=5):
     return tape, xs, x, v, e
 
 
-def test_tape_jvp_and_hvp_in_place():
+def test_tape_jvp_and_hvp_in_place(device):
     rng = np.random.default_rng(0)
     x0, u = rng.normal(size=7), rng.normal(size=7)
-    tape, xs, x, v, e = _record(x0)
+    tape, xs, x, v, e = _record(x0, device=device)
     before = [a.numpy().copy() for a in (xs, x, v, e)]
-    t = tape.jvp({xs: tg.array(u, dtype=tg.float64)})
+    t = tape.jvp({xs: tg.array(u, dtype=tg.float64, device=device)})
     assert set(map(id, t)) >= {id(x), id(v), id(e)}
     for a, b in zip((xs, x, v, e), before):          # values unchanged, bit for bit
         assert np.array_equal(a.numpy(), b)
     h = 1e-6
-    fp, fm = _record(x0 + h * u), _record(x0 - h * u)
+    fp, fm = _record(x0 + h * u, device=device), _record(x0 - h * u, device=device)
     for k, arr in ((2, x), (3, v), (4, e)):
         np.testing.assert_allclose(t[arr].numpy(), (fp[k].numpy() - fm[k].numpy()) / (2 * h), rtol=1e-6, atol=1e-8)
     tape.backward(loss=e)
@@ -163,7 +168,7 @@ def test_tape_jvp_and_hvp_in_place():
     assert np.array_equal(xs.grad.numpy(), g)          # gradients unchanged
 
     def grad(x):
-        tp, xs2, *_ , e2 = _record(x)
+        tp, xs2, *_ , e2 = _record(x, device=device)
         tp.backward(loss=e2)
         return xs2.grad.numpy().copy()
     np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-5, atol=1e-7)
