@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from . import build, types
 from .array import array
 from .errors import KernelError
+from .lang import emit
 from .lang import tangent as lang_tangent
 from .launch import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
 
-__all__ = ["TangentModule", "tangent_module", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
+__all__ = ["TangentModule", "tangent_module", "load_tangents", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
 
 MODE_WRITE_PRIMAL = 1   # stores and atomics write the primal values too
 MODE_GRADS = 4          # tangent-of-adjoint: the adjoint arrays stand for the arrays' .grad
@@ -109,28 +110,53 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
         if second_order and not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True, tangent=True): kernel '{kernel.key}' was built with "
                                "enable_backward=False")
-        source = lang_tangent.tangent_source(kernel.ir, kernel.symbol, kernel.key, second_order)
-        name = (kernel.symbol + ("_tan2" if second_order else "_tan"))[:90]
-        sym = kernel.symbol
-        if getattr(device, "is_cuda", False):
-            from cupy.cuda import driver
-            handle = build.load_cuda(source, name, device, [kernel])
+        m = load_tangents([kernel], device, second_order)[0]
+    return m
+
+
+def load_tangents(kernels, device, second_order=False) -> list:
+    """Build the tangent code of ``kernels`` together, in one translation unit (one compile),
+    and memoize each kernel's ``TangentModule`` for ``device`` (``tangent_module`` then finds
+    it); as ``load_kernels`` for the default builds.
+
+    Raises:
+        KernelError: a construct without a forward-mode rule. tapegrad.CompileError.
+    """
+    kernels = list(kernels)
+    seen: set = set()
+    parts = []
+    for k in kernels:
+        parts += lang_tangent.tangent_parts(k.ir, k.symbol, k.key, second_order, seen)
+    source = emit.module_source(parts)
+    first = kernels[0].symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{kernels[0].symbol}"
+    name = (first + ("_tan2" if second_order else "_tan"))[:90]
+    alias = getattr(device, "alias", None) or str(device)
+    out = []
+    if getattr(device, "is_cuda", False):
+        from cupy.cuda import driver
+        handle = build.load_cuda(source, name, device, kernels)
+        sms = device.sm_count
+        for k in kernels:
             with device.context_guard():
-                fwd = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent")
-                adj = driver.moduleGetFunction(handle, f"{sym}_cuda_tangent_adjoint") if second_order else None
-            sms = device.sm_count
-            m = TangentModule(kernel.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, handle)
-        else:
-            lib = build.load_cpu(source, name, [kernel])
-            fwd = getattr(lib, f"{sym}_cpu_tangent")
+                fwd = driver.moduleGetFunction(handle, f"{k.symbol}_cuda_tangent")
+                adj = driver.moduleGetFunction(handle, f"{k.symbol}_cuda_tangent_adjoint") if second_order else None
+            out.append(TangentModule(k.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, handle))
+    else:
+        lib = build.load_cpu(source, name, kernels)
+        for k in kernels:
+            fwd = getattr(lib, f"{k.symbol}_cpu_tangent")
             fwd.restype = None
             adj = None
             if second_order:
-                adj = getattr(lib, f"{sym}_cpu_tangent_adjoint")
+                adj = getattr(lib, f"{k.symbol}_cpu_tangent_adjoint")
                 adj.restype = None
-            m = TangentModule(kernel.key, False, fwd, adj, owner=lib)
+            out.append(TangentModule(k.key, False, fwd, adj, owner=lib))
+    for k, m in zip(kernels, out):
+        mods = _MODULES.get(k)
+        if mods is None:
+            mods = _MODULES.setdefault(k, {})
         mods[(alias, second_order)] = m
-    return m
+    return out
 
 
 def _label(kernel, i, what, k):

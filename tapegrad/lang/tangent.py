@@ -36,7 +36,7 @@ from .emit import FunctionEmitter, callee_order, structs_used
 from .ir import Assign, walk
 from .typeutil import float_based, is_array, is_struct
 
-__all__ = ["DualEmitter", "dualize", "tangent_source", "FORWARD_UNSUPPORTED"]
+__all__ = ["DualEmitter", "dualize", "tangent_parts", "tangent_source", "FORWARD_UNSUPPORTED"]
 
 # float type names in rendered C++ (not inside identifiers, nor array_t<...> / from_bits<...>)
 
@@ -274,9 +274,9 @@ def _entry(fn, sym, second_order, cuda) -> list:
     return lines
 
 
-def tangent_source(fn, sym, label, second_order) -> str:
-    """The translation unit of a kernel's tangent code (``second_order``: and its
-    tangent-of-adjoint code), see the module docstring for the entry points.
+def tangent_parts(fn, sym, label, second_order, seen) -> list:
+    """The C++ parts of one kernel's tangent code for a translation unit (structs and functions
+    that ``seen``, a set updated here, does not hold yet, then the kernel's bodies and entries).
 
     Raises:
         KernelError: a construct without a forward-mode rule, naming it and its line.
@@ -286,10 +286,14 @@ def tangent_source(fn, sym, label, second_order) -> str:
     parts = []
     structs = structs_used([fn] + fns)
     for st in structs:
-        parts.append(emit.emit_struct(st))
-        parts.append(emit_dual_struct(st))
+        if ("struct", st.name) not in seen:
+            seen.add(("struct", st.name))
+            parts.append(emit.emit_struct(st))
+            parts.append(emit_dual_struct(st))
     for f in fns:
-        parts.append(_dual_func(f, label, structs))
+        if ("func", f.name) not in seen:
+            seen.add(("func", f.name))
+            parts.append(_dual_func(f, label, structs))
     e = DualEmitter(fn, label, True, structs)
     parts.append(e.forward_function(f"{sym}_tan"))
     if second_order:
@@ -297,7 +301,17 @@ def tangent_source(fn, sym, label, second_order) -> str:
     cuda = _entry(fn, sym, False, True) + (_entry(fn, sym, True, True) if second_order else [])
     cpu = _entry(fn, sym, False, False) + (_entry(fn, sym, True, False) if second_order else [])
     parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#else\n" + "\n".join(cpu) + "\n#endif")
-    return emit.module_source(parts)
+    return parts
+
+
+def tangent_source(fn, sym, label, second_order) -> str:
+    """The translation unit of a kernel's tangent code (``second_order``: and its
+    tangent-of-adjoint code), see the module docstring for the entry points.
+
+    Raises:
+        KernelError: a construct without a forward-mode rule, naming it and its line.
+    """
+    return emit.module_source(tangent_parts(fn, sym, label, second_order, set()))
 
 
 def tangent_float_types(fn) -> bool:

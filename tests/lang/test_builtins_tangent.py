@@ -16,6 +16,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import types as T
+from tapegrad.launch_tangent import load_tangents
 
 from .test_builtins_grad import CASES, N, _kernels, _run, _sample, _type
 
@@ -25,6 +26,19 @@ NO_FORWARD_RULE = {"atomic_min", "atomic_max"}   # the tangent of a concurrent m
 @pytest.fixture(scope="module")
 def case_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("builtin_tangent_cases"))
+
+
+_LOADED: set = set()
+
+
+def _tangent_kernels(F, case_dir, device):
+    """The cases' kernels with their tangent and second-order code built in one unit."""
+    kernels = _kernels(F, case_dir, device)
+    if (F.name, device) not in _LOADED:
+        load_tangents([kernels[cid] for cid, name, _ in CASES if name not in NO_FORWARD_RULE],
+                      tg.get_device(device), second_order=True)
+        _LOADED.add((F.name, device))
+    return kernels
 
 
 def _arrays(inputs, s, F, device):
@@ -75,7 +89,7 @@ def test_builtin_tangent_and_second_derivative(cid, name, sample, F, device, cas
     if F is T.float32:
         inputs = [x.astype(np.float32).astype(np.float64) if x.dtype != bool else x for x in inputs]
     u = [rng.normal(size=np.shape(x)) if _differentiable(t) else None for x, t in zip(inputs, sample.args)]
-    kernel = _kernels(F, case_dir, device)[cid]
+    kernel = _tangent_kernels(F, case_dir, device)[cid]
     k64 = _kernels(T.float64, case_dir, device)[cid]
     if name in NO_FORWARD_RULE:
         with pytest.raises(tg.KernelError, match=f"{name}.*no forward-mode"):
