@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from . import build, types
 from .array import array
 from .errors import KernelError
-from .lang import emit
+from .lang import direct, emit
 from .lang import tangent as lang_tangent
 from .launch import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
 
@@ -110,8 +110,69 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
         if second_order and not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True, tangent=True): kernel '{kernel.key}' was built with "
                                "enable_backward=False")
-        m = load_tangents([kernel], device, second_order)[0]
+        m = _load_direct(kernel, device, second_order)
+        if m is None:
+            m = load_tangents([kernel], device, second_order)[0]
     return m
+
+
+def _entries(kernels, device, second_order, owner) -> list:
+    """The ``TangentModule`` of each kernel in the loaded library / CUDA module ``owner``."""
+    out = []
+    if getattr(device, "is_cuda", False):
+        from cupy.cuda import driver
+        sms = device.sm_count
+        for k in kernels:
+            with device.context_guard():
+                fwd = driver.moduleGetFunction(owner, f"{k.symbol}_cuda_tangent")
+                adj = driver.moduleGetFunction(owner, f"{k.symbol}_cuda_tangent_adjoint") if second_order else None
+            out.append(TangentModule(k.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, owner))
+    else:
+        for k in kernels:
+            fwd = getattr(owner, f"{k.symbol}_cpu_tangent")
+            fwd.restype = None
+            adj = None
+            if second_order:
+                adj = getattr(owner, f"{k.symbol}_cpu_tangent_adjoint")
+                adj.restype = None
+            out.append(TangentModule(k.key, False, fwd, adj, owner=owner))
+    return out
+
+
+def _unit_name(kernels, second_order) -> str:
+    first = kernels[0].symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{kernels[0].symbol}"
+    return (first + ("_tan2" if second_order else "_tan"))[:90]
+
+
+def _load_direct(kernel, device, second_order):
+    """The tangent build from the cache without lowering the kernel (the direct cache:
+    ``lang/direct.py``), or None (not lowered yet is the only case it helps)."""
+    if kernel.is_lowered or kernel.mode() == "debug":
+        return None
+    variant = "tan2" if second_order else "tan"
+    digest = direct.lookup_variant(kernel, variant)
+    if digest is None:
+        return None
+    name = _unit_name([kernel], second_order)
+    if getattr(device, "is_cuda", False):
+        image = build.find_cuda(digest, name, int(device.arch))
+        if image is None:
+            return None
+        owner = build.load_cuda_image(image, device)
+    else:
+        owner = build.find_cpu(digest, name)
+        if owner is None:
+            return None
+    m = _entries([kernel], device, second_order, owner)[0]
+    _remember(kernel, device, second_order, m)
+    return m
+
+
+def _remember(kernel, device, second_order, m):
+    mods = _MODULES.get(kernel)
+    if mods is None:
+        mods = _MODULES.setdefault(kernel, {})
+    mods[(getattr(device, "alias", None) or str(device), second_order)] = m
 
 
 def load_tangents(kernels, device, second_order=False) -> list:
@@ -128,34 +189,16 @@ def load_tangents(kernels, device, second_order=False) -> list:
     for k in kernels:
         parts += lang_tangent.tangent_parts(k.ir, k.symbol, k.key, second_order, seen)
     source = emit.module_source(parts)
-    first = kernels[0].symbol if len(kernels) == 1 else f"tgm_{len(kernels)}_{kernels[0].symbol}"
-    name = (first + ("_tan2" if second_order else "_tan"))[:90]
-    alias = getattr(device, "alias", None) or str(device)
-    out = []
+    name = _unit_name(kernels, second_order)
     if getattr(device, "is_cuda", False):
-        from cupy.cuda import driver
-        handle = build.load_cuda(source, name, device, kernels)
-        sms = device.sm_count
-        for k in kernels:
-            with device.context_guard():
-                fwd = driver.moduleGetFunction(handle, f"{k.symbol}_cuda_tangent")
-                adj = driver.moduleGetFunction(handle, f"{k.symbol}_cuda_tangent_adjoint") if second_order else None
-            out.append(TangentModule(k.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, handle))
+        owner = build.load_cuda(source, name, device, kernels)
     else:
-        lib = build.load_cpu(source, name, kernels)
-        for k in kernels:
-            fwd = getattr(lib, f"{k.symbol}_cpu_tangent")
-            fwd.restype = None
-            adj = None
-            if second_order:
-                adj = getattr(lib, f"{k.symbol}_cpu_tangent_adjoint")
-                adj.restype = None
-            out.append(TangentModule(k.key, False, fwd, adj, owner=lib))
+        owner = build.load_cpu(source, name, kernels)
+    out = _entries(kernels, device, second_order, owner)
     for k, m in zip(kernels, out):
-        mods = _MODULES.get(k)
-        if mods is None:
-            mods = _MODULES.setdefault(k, {})
-        mods[(alias, second_order)] = m
+        _remember(k, device, second_order, m)
+    if len(kernels) == 1:
+        direct.store_variant(kernels[0], "tan2" if second_order else "tan", build.source_digest(source))
     return out
 
 

@@ -34,7 +34,7 @@ from ..version import __version__
 from . import depends
 
 __all__ = ["Facts", "Manifest", "FACT_RULES", "register_fact", "key_of", "lookup", "store", "compiler_identity",
-           "replay_warnings"]
+           "replay_warnings", "store_variant", "lookup_variant"]
 
 _FORMAT = "tapegrad-direct 1"
 
@@ -189,3 +189,46 @@ def replay_warnings(manifest: Manifest) -> None:
         c = getattr(errors, cat, None)
         category = c if isinstance(c, type) and issubclass(c, Warning) else UserWarning
         warnings.warn(category(text), stacklevel=4)
+
+
+# ---------------------------------------------------------------- other builds of a kernel
+# A kernel's other translation units (its forward-mode code: ``launch_tangent``) are found the
+# same way: a small entry beside the manifest, under the same key, names the digest of that
+# unit's C++. It is used only when the kernel's manifest itself verifies (``lookup``), so every
+# condition that invalidates the default build's direct load invalidates these too.
+
+def _variant_path(kernel, key, variant):
+    return os.path.join(build.cache_dir(), f"{kernel.symbol}_{key[:24]}_{variant}.dep")
+
+
+def store_variant(kernel, variant: str, source_digest: str) -> bool:
+    """Remember that the ``variant`` build (``"tan"``, ``"tan2"``) of ``kernel`` is the C++ with
+    digest ``source_digest``. Returns whether an entry was written."""
+    key = key_of(kernel)
+    if key is None:
+        return False
+    m = {"format": _FORMAT, "key": key, "variant": variant, "source_digest": source_digest}
+    try:
+        build.write_entry(_variant_path(kernel, key, variant), json.dumps(m, separators=(",", ":")).encode())
+    except OSError:
+        return False
+    return True
+
+
+def lookup_variant(kernel, variant: str) -> str | None:
+    """The C++ digest of the ``variant`` build of ``kernel`` when its entry exists and the
+    kernel's manifest verifies (``lookup``); else None (the caller lowers and generates)."""
+    key = key_of(kernel)
+    if key is None:
+        return None
+    data, problem = build.read_entry(_variant_path(kernel, key, variant))
+    if data is None or problem is not None:
+        return None
+    try:
+        m = json.loads(data)
+        if m.get("format") != _FORMAT or m.get("key") != key or m.get("variant") != variant:
+            return None
+        digest = str(m["source_digest"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return digest if lookup(kernel) is not None else None

@@ -229,6 +229,12 @@ class Kernel:
         return self._arg_names, self._arg_types
 
     @property
+    def is_lowered(self) -> bool:
+        """Whether the body has been lowered in this process (a kernel loaded through the
+        direct cache is not, until something needs its IR)."""
+        return self._ir is not None
+
+    @property
     def arg_names(self) -> list:
         return self._concrete_params()[0]
 
