@@ -24,7 +24,8 @@ def run():
     tg.launch(k, 4, inputs=[a, b], tangent=True, tan_inputs=[tg.ones(4, dtype=tg.float64), tb])
     ha = tg.zeros(4, dtype=tg.float64)
     g = [tg.zeros(4, dtype=tg.float64), tg.ones(4, dtype=tg.float64)]
-    tg.launch(k, 4, inputs=[a, b], adjoint=True, adj_inputs=g, tangent=True, tan_inputs=[tg.ones(4, dtype=tg.float64), None], tan_adj_inputs=[ha, None])
+    t = [tg.ones(4, dtype=tg.float64), None]
+    tg.launch(k, 4, inputs=[a, b], adjoint=True, adj_inputs=g, tangent=True, tan_inputs=t, tan_adj_inputs=[ha, None])
     return [tb.numpy().tolist(), ha.numpy().tolist()]
 """
 
