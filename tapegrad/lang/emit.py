@@ -33,7 +33,8 @@ _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h
 # headers inlined only into units whose generated code names them (compile time of the rest)
 _OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
                      ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)),
-                     ("vector.h", ("tg::window_t",)), ("dual.h", ("tg::dual<", "tg::darray_t<")))
+                     ("vector.h", ("tg::window_t",)), ("dual.h", ("tg::dual<", "tg::darray_t<")),
+                     ("warpx.h", ("tg::wx_",)))
 _runtime_text = None
 _optional_text: dict = {}
 

@@ -494,3 +494,58 @@ def test_backward_inside_the_with_block_as_warp():
     loss.grad.zero_()
     tape.backward(grads={loss: tg.array([1.0], dtype=tg.float64)})
     np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0, 12.0])   # two recorded launches
+
+
+# ------------------------------------------------------------ item 7: more of Warp's builtins
+
+@tg.kernel
+def _wb_special(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64), out: tg.array2d(dtype=tg.float64)):
+    i = tg.tid()
+    out[i, 0] = tg.erf(x[i])
+    out[i, 1] = tg.erfc(x[i])
+    out[i, 2] = tg.erfinv(y[i])
+    out[i, 3] = tg.copysign(x[i], -y[i])
+    out[i, 4] = tg.frac(x[i] * 3.0)
+    out[i, 5] = tg.rint(x[i] * 3.0)
+
+
+def test_special_functions_match_references():
+    import math
+    x = np.array([-2.5, -0.7, 0.0, 0.3, 1.9, 2.5 / 3.0])
+    y = np.array([-0.999, -0.5, 0.0, 0.25, 0.9, 0.999999])
+    out = tg.zeros((6, 6), dtype=tg.float64)
+    tg.launch(_wb_special, dim=6, inputs=[tg.array(x, dtype=tg.float64), tg.array(y, dtype=tg.float64), out])
+    o = out.numpy()
+    np.testing.assert_allclose(o[:, 0], [math.erf(v) for v in x], rtol=1e-15, atol=1e-16)
+    np.testing.assert_allclose(o[:, 1], [math.erfc(v) for v in x], rtol=1e-14)
+    np.testing.assert_allclose([math.erf(v) for v in o[:, 2]], y, rtol=1e-14, atol=1e-15)   # erf(erfinv(y)) = y
+    np.testing.assert_array_equal(o[:, 3], np.copysign(x, -y))
+    np.testing.assert_allclose(o[:, 4], x * 3.0 - np.trunc(x * 3.0), rtol=1e-15, atol=1e-15)
+    np.testing.assert_array_equal(o[:, 5], np.rint(x * 3.0))     # 2.5 -> 2 (halfway to even)
+    # the same functions in Python scope
+    assert tg.erf(0.5) == math.erf(0.5) and abs(math.erf(tg.erfinv(0.3)) - 0.3) < 1e-15
+    assert tg.copysign(2.0, -0.0) == -2.0 and tg.rint(2.5) == 2.0 and tg.frac(-1.25) == -0.25
+
+
+@tg.kernel
+def _wb_vec_builtins(v: tg.array(dtype=tg.vec3d), w: tg.array(dtype=tg.vec3d), cr: tg.array(dtype=tg.vec3d),
+                     idx: tg.array2d(dtype=tg.uint32)):
+    i = tg.tid()
+    cr[i] = tg.skew(v[i]) * w[i]
+    idx[i, 0] = tg.argmin(v[i])
+    idx[i, 1] = tg.argmax(v[i])
+
+
+def test_skew_argmin_argmax():
+    rng = np.random.default_rng(0)
+    v, w = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    v[2] = [np.nan, 1.0, -1.0]   # NaNs skipped
+    cr = tg.zeros(5, dtype=tg.vec3d)
+    idx = tg.zeros((5, 2), dtype=tg.uint32)
+    tg.launch(_wb_vec_builtins, dim=5, inputs=[tg.array(v, dtype=tg.vec3d), tg.array(w, dtype=tg.vec3d), cr, idx])
+    ok = [0, 1, 3, 4]
+    np.testing.assert_allclose(cr.numpy()[ok], np.cross(v, w)[ok], rtol=1e-14)
+    np.testing.assert_array_equal(idx.numpy()[:, 0], np.nanargmin(v, axis=1))
+    np.testing.assert_array_equal(idx.numpy()[:, 1], np.nanargmax(v, axis=1))
+    assert tg.skew(tg.vec3d(1.0, 2.0, 3.0)).tolist() == [[0, -3, 2], [3, 0, -1], [-2, 1, 0]]
+    assert tg.argmax(tg.vec3(1.0, 5.0, 2.0)) == 1 and tg.argmin(tg.vec3(np.nan, 5.0, 2.0)) == 2

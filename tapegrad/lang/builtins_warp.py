@@ -1,0 +1,88 @@
+"""More of Warp's builtins (issue 28), registered into the builtin table: ``erf``, ``erfc``,
+``erfinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``. The C++ is
+``runtime/warpx.h`` (inlined into units that use one of them). Each differentiable overload has
+finite-difference samples (tests/lang/test_builtins_grad.py runs them); each is callable in
+Python scope on numbers and host values too.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..types import dtype_from_numpy, matrix, uint32
+from .builtins import NO, Builtin, Sample, same
+from .typeutil import is_bool, is_float, is_vec
+
+__all__ = []
+
+
+def _scalar_map(f):
+    """A numpy-scope implementation applying the float function ``f`` to a number or array."""
+    def run(x):
+        a = np.asarray(x, dtype=np.float64)
+        out = np.vectorize(f, otypes=[np.float64])(a) if a.ndim else np.float64(f(float(a)))
+        dt = np.asarray(x).dtype
+        return out.astype(dt if dt.kind == "f" else np.float64)[()]
+    return run
+
+
+def _erfinv(x: float) -> float:
+    """erf^-1 by Newton's method on math.erf from a logistic first guess (double precision)."""
+    if x <= -1.0 or x >= 1.0:
+        return math.copysign(math.inf, x) if abs(x) == 1.0 else math.nan
+    y = math.copysign(math.sqrt(-math.log((1.0 - x) * (1.0 + x))), x) * 0.88
+    for _ in range(60):
+        step = (math.erf(y) - x) / (2.0 / math.sqrt(math.pi) * math.exp(-y * y))
+        y -= step
+        if abs(step) < 1e-16 * max(1.0, abs(y)):
+            break
+    return y
+
+
+Builtin("erf", _scalar_map(math.erf), "erf(x): the error function").add(
+    same(1, is_float), "tg::wx_erf", "tg::adj_wx_erf", samples=[Sample(("S:any",), "S")])
+Builtin("erfc", _scalar_map(math.erfc), "erfc(x): the complementary error function 1 - erf(x)").add(
+    same(1, is_float), "tg::wx_erfc", "tg::adj_wx_erfc", samples=[Sample(("S:any",), "S")])
+Builtin("erfinv", _scalar_map(_erfinv), "erfinv(x): the inverse error function on (-1, 1)").add(
+    same(1, is_float), "tg::wx_erfinv", "tg::adj_wx_erfinv", samples=[Sample(("S:unit",), "S")])
+Builtin("copysign", lambda x, y: np.copysign(x, y)[()],
+        "copysign(x, y): the magnitude of x with the sign of y (gradient to x only)").add(
+    same(2, is_float), "tg::wx_copysign", "tg::adj_wx_copysign", samples=[Sample(("S:away", "S:away"), "S")])
+Builtin("frac", lambda x: (np.asarray(x) - np.trunc(x))[()], "frac(x): x - trunc(x), the fractional part").add(
+    same(1, is_float), "tg::wx_frac", "tg::adj_wx_frac", linear=(0,), samples=[Sample(("S:unit",), "S")])
+Builtin("rint", lambda x: np.rint(x)[()], "rint(x): the nearest integer, halfway cases to even; zero gradient").add(
+    same(1, is_float), "tg::wx_rint")
+
+
+def _skew_py(v):
+    x, y, z = np.asarray(v).reshape(3)
+    return matrix((3, 3), dtype_from_numpy(np.asarray(v).dtype))(0, -z, y, z, 0, -x, -y, x, 0)
+
+
+Builtin("skew", _skew_py, "skew(v): the skew-symmetric matrix of a 3-vector (skew(a) b = cross(a, b))").add(
+    lambda ts: matrix((3, 3), ts[0].scalar) if len(ts) == 1 and is_vec(ts[0]) and ts[0].length_ == 3
+    and is_float(ts[0].scalar) else NO,
+    "tg::wx_skew", "tg::adj_wx_skew", linear=(0,), samples=[Sample(("V3:any",), "M33")])
+
+
+def _arg_rule(ts):
+    if len(ts) == 1 and is_vec(ts[0]) and not is_bool(ts[0].scalar):
+        return uint32
+    return NO
+
+
+def _arg(which):
+    def run(a):
+        v = np.asarray(a)
+        if v.dtype.kind == "f" and np.all(np.isnan(v)):
+            return np.uint32(0)
+        return np.uint32((np.nanargmin if which == "min" else np.nanargmax)(v) if v.dtype.kind == "f"
+                         else (np.argmin if which == "min" else np.argmax)(v))
+    return run
+
+
+Builtin("argmin", _arg("min"), "argmin(v): index (uint32) of the smallest element, NaNs skipped (all NaN: 0)").add(
+    _arg_rule, "tg::wx_argmin")
+Builtin("argmax", _arg("max"), "argmax(v): index (uint32) of the largest element, NaNs skipped (all NaN: 0)").add(
+    _arg_rule, "tg::wx_argmax")
