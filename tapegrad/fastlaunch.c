@@ -198,7 +198,7 @@ static PyObject *RECORDER = NULL;   /* launch._record_launch: hands the recordin
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
                 *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
                 *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR, *S_SHAPE, *S_STRIDES, *S_DATA,
-                *S_STREAM_KEY, *S_MASK, *S_OFFSET, *S_TG_CURRENT;
+                *S_STREAM_KEY, *S_MASK, *S_OFFSET;
 static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign memory its framework may move */
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
@@ -223,11 +223,11 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     const char *names[] = {"launch_plan", "native", "_desc", "dtype", "device", "version", "tg_dtype",
                            "tg_device", "descriptor", "_mode", "open_count", "__dict__", "tape", "_stream",
                            "cuda_stream", "is_blocking", "_grad", "__cuda_array_interface__", "typestr", "shape",
-                           "strides", "data", "stream", "mask", "offset", "tg_current"};
+                           "strides", "data", "stream", "mask", "offset"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DESC, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE,
                           &S_TG_DEVICE, &S_DESCRIPTOR, &S_MODE, &S_OPEN_COUNT, &S_DICT, &S_TAPE, &S_STREAM_,
                           &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI, &S_TYPESTR, &S_SHAPE, &S_STRIDES,
-                          &S_DATA, &S_STREAM_KEY, &S_MASK, &S_OFFSET, &S_TG_CURRENT};
+                          &S_DATA, &S_STREAM_KEY, &S_MASK, &S_OFFSET};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *slots[i] = api.intern(names[i]);
         if (!*slots[i]) return -2;
@@ -251,7 +251,7 @@ TG_EXPORT void tg_fl_set_objects(PyObject *kernel_t, PyObject *array_t, PyObject
 TG_EXPORT void tg_fl_set_max_size(long long max_size) { MAX_SIZE = max_size; }
 
 /* storage.CheckedDesc (None: no such descriptors): array descriptors of this type carry
-   ``check_ptr`` after the ABI fields and a ``tg_current`` callable returning the address now */
+   ``check_ptr`` after the ABI fields, then ``check_fn``, a callable returning the address now */
 TG_EXPORT void tg_fl_set_checked(PyObject *checked_t) {
     xdecref(T_CHECKED);
     T_CHECKED = checked_t == api.none ? NULL : checked_t;
@@ -989,18 +989,19 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
 }
 
 /* 1 when a CheckedDesc's memory is still where the view was made (storage.StorageCheck):
-   tg_current() returns the address check_ptr holds */
+   check_fn() returns the address check_ptr holds (both follow the ABI fields in its buffer;
+   the descriptor, kept alive by the caller, holds check_fn) */
 static int storage_ok(PyObject *d) {
-    PyObject *fn = attr(d, S_TG_CURRENT);
+    const char *buf = (const char *)CBUF(d);
+    PyObject *fn = *(PyObject *const *)(buf + DESC_SIZE + 8);
     if (!fn) return 0;
     PyObject *r = api.vectorcall(fn, NULL, 0, NULL);
-    api.decref(fn);
     if (!r) { api.err_clear(); return 0; }
     int ok = 0;
     if (TYPE(r) == api.t_int) {
         unsigned long long now = api.long_as_ull(r);
         if (api.err_occurred()) api.err_clear();
-        else ok = now == *(const uint64_t *)((const char *)CBUF(d) + DESC_SIZE);
+        else ok = now == *(const uint64_t *)(buf + DESC_SIZE);
     }
     api.decref(r);
     return ok;

@@ -182,7 +182,7 @@ def load(objects: dict, max_size: int):
             whether objects of ``type(obj)`` take the helper's ``__cuda_array_interface__`` path,
             and whether their data pointer may decide the launch device; without it they are
             packed by the Python packers); optionally ``checked`` (``storage.CheckedDesc``: an
-            array's descriptor of this type is used only while its ``tg_current()`` returns its
+            array's descriptor of this type is used only while its ``check_fn()`` returns its
             ``check_ptr``, else the launch takes the Python path, which raises).
         max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
     """

@@ -245,14 +245,15 @@ class StorageCheck:
 
 class CheckedDesc(types.ArrayDesc):
     """The descriptor of an array with a ``StorageCheck``: the native launch helper recognizes
-    its type, calls ``tg_current`` and compares the result with ``check_ptr`` before each launch
-    (a moved storage takes the Python path, which raises)."""
+    its type, calls ``check_fn`` (read from the buffer, after the ABI fields) and compares the
+    result with ``check_ptr`` before each launch (a moved storage takes the Python path, which
+    raises)."""
 
-    _fields_ = [("check_ptr", ctypes.c_uint64)]
+    _fields_ = [("check_ptr", ctypes.c_uint64), ("check_fn", ctypes.py_object)]
 
     @classmethod
     def of(cls, check: StorageCheck) -> "CheckedDesc":
         d = cls()
         d.check_ptr = check.ptr
-        d.tg_current = check.current
+        d.check_fn = check.current
         return d
