@@ -134,6 +134,20 @@ def test_cached_kernel_facts_need_no_lowering(tmp_path):
             else:
                 raise SystemExit("accepted")
             assert k._ir is None, "lowered"
+            try:
+                import jax.numpy as jnp
+            except ImportError:
+                pass
+            else:                 # jax_kernel's grid check reads the same facts: still no lowering
+                out = tg.jax_kernel(k)(jnp.zeros(2, dtype=jnp.float32))[0]
+                assert float(out.sum()) == 2.0, out
+                try:
+                    tg.jax_kernel(k, launch_dims=3)(jnp.zeros(2, dtype=jnp.float32))
+                except ValueError as e:
+                    assert "length 2" in str(e), e
+                else:
+                    raise SystemExit("jax_kernel accepted")
+                assert k._ir is None, "jax_kernel lowered"
         print("ok")
     """))
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
