@@ -28,7 +28,7 @@ from .lang import facts
 from .lang.kernel import Kernel
 from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
 from .recording import Access, active_tape
-from .storage import CheckedDesc, fold_inner_dims
+from .storage import CheckedDesc, check_extent, fold_inner_dims
 
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher"]
@@ -123,6 +123,7 @@ def _foreign_desc(kernel, i, ptype, obj, device):
     if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, types.StructType):
         raise TypeError(f"{label}: expected an array of {ptype.dtype!r}, got elements of {dt!r}")
     edt, shape, strides = fold_inner_dims(dt, ptype.dtype, shape, strides, label)
+    check_extent(shape, strides, edt.size, label)   # the descriptor's int64 fields would wrap
     d = ArrayCtype()
     d.data = ptr or None
     for k, (n, s) in enumerate(zip(shape, strides)):

@@ -50,8 +50,9 @@ def check_extent(shape, strides, itemsize, arg="strides"):
     """Raise ValueError when a strided layout reaches past ``MAX_BYTES`` bytes from its start
     (its last element's offset plus ``itemsize``) or a stride does not fit an int64, so that no
     offset a kernel computes wraps."""
-    if any(st > MAX_BYTES for st in strides):
-        raise ValueError(f"{arg}: byte strides {tuple(strides)} do not fit an int64 (at most {MAX_BYTES})")
+    if any(st > MAX_BYTES for st in strides) or any(n > MAX_BYTES for n in shape):
+        raise ValueError(f"{arg}: shape {tuple(shape)} and byte strides {tuple(strides)} must fit an int64 (at most "
+                         f"{MAX_BYTES})")
     if all(n > 0 for n in shape):
         end = itemsize + sum((n - 1) * st for n, st in zip(shape, strides))
         if end > MAX_BYTES:

@@ -404,3 +404,17 @@ def test_cuda_grid_and_adjoint_checks_on_the_native_path():
     with pytest.raises(ValueError, match="adjoint buffer"):
         tg.launch(sq, dim=8, inputs=[x, y], adjoint=True, adj_inputs=[tg.zeros(2, dtype=tg.float64, device="cuda:0"),
                                                                        g], adj_outputs=[])
+
+
+class _Iface:
+    """A CPU object whose ``__array_interface__`` claims a layout past int64."""
+
+    def __init__(self, shape, strides):
+        self.__array_interface__ = {"version": 3, "shape": shape, "typestr": "<f4", "data": (4096, False),
+                                    "strides": strides}
+
+
+@pytest.mark.parametrize("shape,strides", [((2 ** 63,), None), ((2 ** 62,), (8,)), ((3,), (2 ** 64,))])
+def test_foreign_layouts_past_int64_are_refused_at_launch(shape, strides):
+    with pytest.raises(ValueError, match=r"argument 0 \('x'\): shape"):
+        tg.launch(twice_guarded, dim=3, inputs=[_Iface(shape, strides), np.zeros(3, np.float32)])
