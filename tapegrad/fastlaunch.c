@@ -177,7 +177,7 @@ typedef struct {
 #define NPY_WRITEABLE 0x0400
 static PyObject *T_NDARRAY = NULL;
 
-#define NCHK 16      /* unguarded tid() accesses checked per kernel (more: no native plan) */
+#define NCHK 128     /* unguarded tid() accesses checked per kernel (more: no native plan) */
 
 typedef struct {
     int n;

@@ -246,7 +246,7 @@ def numpy_off() -> None:
             lib.tg_fl_set_ndarray(None)
 
 
-_NCHK = 16   # fastlaunch.c NCHK
+_NCHK = 128  # fastlaunch.c NCHK
 
 
 def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=()):
@@ -262,7 +262,7 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None
             that many zero bytes as its adjoint (0, or None for all: adjoint launches take the
             Python path).
         tid_checks: ``lang.facts.TidAccess``es of array parameters: a grid that overruns one
-            takes the Python path (which raises); more than 16: no native plan.
+            takes the Python path (which raises); more than 128: no native plan.
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64 or len(tid_checks) > _NCHK:
