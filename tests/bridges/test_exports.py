@@ -151,7 +151,9 @@ def test_torch_op_default_name_is_shared_by_an_equal_kernel_rebuilt(tmp_path):
 # ------------------------------------------------------------------------------- jax.export
 
 _JAX_HEAD = """
-    import jax, jax.numpy as jnp
+    import os, jax, jax.numpy as jnp
+    if os.environ.get("TG_TEST_PLATFORM") == "cpu":
+        jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_enable_x64", True)
     from jax import export
     CHECKS = [export.DisabledSafetyCheck.custom_call("tapegrad_kernel"),
@@ -167,13 +169,20 @@ _JAX_EXPORT = textwrap.dedent(_JAX_HEAD) + textwrap.dedent("""
     grad = export.export(jax.jit(jax.grad(lambda x: ka(x)[0].sum())), disabled_checks=CHECKS)(spec)
     open(sys.argv[1] + "/fwd.jax", "wb").write(fwd.serialize())
     open(sys.argv[1] + "/grad.jax", "wb").write(grad.serialize())
+    print("platforms", *fwd.platforms)
 """)
+
+# the CUDA twin runs the same programs with JAX's default (GPU) backend: the CUDA handler
+# resolves the foreign call and loads the kernel on the device
+_JAX_PLATFORMS = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
 
 
 @pytest.mark.jax
-def test_jax_export_runs_in_a_fresh_process_that_defines_the_kernels(kdir):
+@pytest.mark.parametrize("platform", _JAX_PLATFORMS)
+def test_jax_export_runs_in_a_fresh_process_that_defines_the_kernels(kdir, monkeypatch, platform):
     pytest.importorskip("flatbuffers")   # jax.export's serializer needs it
-    _run(kdir, _JAX_EXPORT)
+    monkeypatch.setenv("TG_TEST_PLATFORM", platform)
+    assert f"platforms {platform}" in _run(kdir, _JAX_EXPORT)
     out = _run(kdir, _JAX_HEAD, """
         import kmod_a, kmod_b
         tg.jax_kernel(kmod_a.f, enable_backward=True); tg.jax_kernel(kmod_b.f)    # the other order
@@ -191,9 +200,11 @@ def test_jax_export_runs_in_a_fresh_process_that_defines_the_kernels(kdir):
 
 
 @pytest.mark.jax
-def test_jax_export_of_an_undefined_kernel_is_a_clear_error_not_a_crash(kdir):
+@pytest.mark.parametrize("platform", _JAX_PLATFORMS)
+def test_jax_export_of_an_undefined_kernel_is_a_clear_error_not_a_crash(kdir, monkeypatch, platform):
     pytest.importorskip("flatbuffers")
-    _run(kdir, _JAX_EXPORT)
+    monkeypatch.setenv("TG_TEST_PLATFORM", platform)
+    assert f"platforms {platform}" in _run(kdir, _JAX_EXPORT)
     out = _run(kdir, _JAX_HEAD, """
         import kmod_b
         tg.jax_kernel(kmod_b.f)                    # kmod_a.f is not defined here
@@ -213,8 +224,10 @@ def test_jax_export_of_an_undefined_kernel_is_a_clear_error_not_a_crash(kdir):
 
 
 @pytest.mark.jax
-def test_jax_export_of_a_jax_callable_is_refused_in_another_process(kdir):
+@pytest.mark.parametrize("platform", _JAX_PLATFORMS)
+def test_jax_export_of_a_jax_callable_is_refused_in_another_process(kdir, monkeypatch, platform):
     pytest.importorskip("flatbuffers")
+    monkeypatch.setenv("TG_TEST_PLATFORM", platform)
     body = """
         import kmod_a
         k = kmod_a.f
