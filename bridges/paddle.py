@@ -113,12 +113,21 @@ def dtype_to_paddle(dtype):
     """The paddle dtype of a tapegrad dtype (vector/matrix types: their component type).
 
     Paddle has no unsigned 16/32/64-bit types (``paddle.uint16`` is a legacy alias that casts
-    to bfloat16), so ``uint16/32/64`` have none; ``bfloat16`` maps to ``paddle.bfloat16``.
+    to bfloat16), so ``uint16/32/64`` map to the signed ``paddle.int16/32/64`` of the same width,
+    as in Warp (and as ``dtype_to_torch``); ``bfloat16`` maps to ``paddle.bfloat16``.
 
     Raises:
         TypeError: struct dtypes, or a dtype paddle does not have.
     """
-    return DTYPES.to_framework(dtype)
+    try:
+        t = types.resolve_dtype(dtype, arg="dtype_to_paddle(dtype)")
+    except TypeError:
+        t = None
+    twin = _SIGNED_TWIN.get(getattr(t, "scalar", None))
+    return DTYPES.to_framework(twin if twin is not None else dtype)
+
+
+_SIGNED_TWIN = {types.uint16: types.int16, types.uint32: types.int32, types.uint64: types.int64}
 
 
 def dtype_from_paddle(paddle_dtype) -> types.ScalarType:

@@ -44,7 +44,8 @@ BRIDGES = (
         "dtype_to_paddle", "stream_from_paddle", "stream_to_paddle", "paddle_op")),
     Bridge("jax", "tapegrad.bridges.jax", ("jax", "jaxlib"), (
         "from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
-        "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache")),
+        "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache",
+        "JaxModulePreloadMode")),
     Bridge("optax", "tapegrad.bridges.optax", (), ("optax_optimizer", "OptaxOptimizer")),
 )
 

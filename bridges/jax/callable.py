@@ -168,6 +168,16 @@ class JaxCallable:
         self._graphs.clear()
 
     # -------------------------------------------------------------------------- calls
+    @property
+    def stage_in_argnames(self):
+        """The staged-in argument names as a set (Warp's attribute), or None when not given."""
+        return None if self.stage_in is None else set(self.stage_in)
+
+    @property
+    def stage_out_argnames(self):
+        """The staged-out argument names as a set (Warp's attribute), or None when not given."""
+        return None if self.stage_out is None else set(self.stage_out)
+
     def __call__(self, *args, output_dims=None, vmap_method=None):
         """Call the function from JAX; returns the list of outputs (in-out ones first).
 

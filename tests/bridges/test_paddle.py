@@ -75,9 +75,10 @@ def test_dtype_maps_vectors_structs_and_errors():
     assert tg.dtype_to_paddle(tg.mat22d) == paddle.float64
     assert tg.dtype_to_paddle(float) == paddle.float32
     assert tg.dtype_from_paddle(paddle.bfloat16) is tg.bfloat16
-    for dt in (tg.uint16, tg.uint32, tg.uint64):      # paddle.uint16 is a legacy bfloat16 alias
-        with pytest.raises(TypeError, match=f"dtype_to_paddle: tapegrad.{dt.name} has no paddle dtype"):
-            tg.dtype_to_paddle(dt)
+    # paddle has no wide unsigned types (paddle.uint16 is a legacy bfloat16 alias): the signed twin, as Warp
+    for dt, twin in ((tg.uint16, paddle.int16), (tg.uint32, paddle.int32), (tg.uint64, paddle.int64)):
+        assert tg.dtype_to_paddle(dt) == twin
+    assert tg.dtype_to_paddle(tg.vec3ui) == paddle.int32
     with pytest.raises(TypeError, match="complex64"):
         tg.dtype_from_paddle(paddle.complex64)
     with pytest.raises(TypeError, match="no tapegrad equivalent"):

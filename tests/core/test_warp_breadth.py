@@ -549,3 +549,19 @@ def test_skew_argmin_argmax():
     np.testing.assert_array_equal(idx.numpy()[:, 1], np.nanargmax(v, axis=1))
     assert tg.skew(tg.vec3d(1.0, 2.0, 3.0)).tolist() == [[0, -3, 2], [3, 0, -1], [-2, 1, 0]]
     assert tg.argmax(tg.vec3(1.0, 5.0, 2.0)) == 1 and tg.argmin(tg.vec3(np.nan, 5.0, 2.0)) == 2
+
+
+# ------------------------------------------------------------ interop details Warp's tests pin
+
+def _wb_staged(a: tg.array(dtype=float), b: tg.array(dtype=float)):
+    pass
+
+
+def test_jax_names_warp_tests_use():
+    pytest.importorskip("jax")
+    assert [m.name for m in tg.JaxModulePreloadMode] == ["NONE", "CURRENT_DEVICE", "ALL_DEVICES"]
+    assert "JaxModulePreloadMode" not in tg.__all__ and "JaxModulePreloadMode" in dir(tg)
+    c = tg.jax_callable(_wb_staged, stage_in_argnames=["a"], stage_out_argnames=["b"])
+    assert c.stage_in_argnames == {"a"} and c.stage_out_argnames == {"b"}
+    plain = tg.jax_callable(_wb_staged, module_preload_mode=tg.JaxModulePreloadMode.NONE)
+    assert plain.stage_in_argnames is None and plain.stage_out_argnames is None
