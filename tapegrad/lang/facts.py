@@ -69,6 +69,8 @@ def _tid_access_rule(kernel, ir) -> list:
             if id(s.var) in tid_of:
                 tid_of[id(s.out)] = tid_of[id(s.var)]
         elif isinstance(s, Assign):
+            if s.op.bounds_checked:
+                continue         # checked against the shape: no grid can make it run past the array
             if (0 in s.op.reads or 0 in s.op.writes) and s.args and id(s.args[0]) in params:
                 ndim = s.args[0].type.ndim
                 for d, v in enumerate(s.args[1:1 + ndim]):

@@ -152,7 +152,7 @@ def _checked_load(t) -> Op:
         idx = ", ".join(a[1:])
         return (f"if ({aa[0]}.data && tg::nonzero({g}) && tg::cell_in_bounds({a[0]}, {idx})) "
                 f"tg::atomic_add_(tg::addr({aa[0]}.data, {aa[0]}, {idx}), {g});")
-    return Op("load_cell", fwd, t.dtype, adj, reads=(0,))
+    return Op("load_cell", fwd, t.dtype, adj, reads=(0,), bounds_checked=True)
 
 
 def _find(lst, stmt) -> int:

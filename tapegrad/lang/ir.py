@@ -70,6 +70,7 @@ class Op:
     callee: Any = None              # FunctionIR of a user function call
     array_adj: Optional[Callable[[list, list], str]] = None  # adjoint descriptor of an array-valued result
     tid: Optional[tuple] = None     # ``tid()`` ops: (k, n), the component k of n this one computes
+    bounds_checked: bool = False    # an access the compiler added, checked against the shape (never out of range)
 
 
 class Stmt:
