@@ -42,7 +42,36 @@ class HostValue(np.ndarray):
             return arr[()] if return_scalar else arr.view(np.ndarray)
         return _typed(arr, type(self))
 
+    def _check_key(self, key):
+        """Keys Warp's values refuse with a KeyError (strings, floats; more indices than a matrix
+        has); ints, slices, pairs, ``...``, ``None`` (a new axis: numpy's own functions use it)
+        and numpy's index arrays (masks) pass."""
+        mat = self.ndim == 2
+        items = key if isinstance(key, tuple) else (key,)
+        if mat and len(items) > 2 and not any(k is None or k is Ellipsis for k in items):
+            raise KeyError(f"Invalid key, expected one or two indices, got {len(items)}")
+        if any(isinstance(k, (str, bytes, float)) for k in items):
+            raise KeyError(f"Invalid key {key}, expected int or pair of ints" if mat else
+                           f"Invalid key {key}, expected int or slice")
+
+    def __setitem__(self, key, value):
+        self._check_key(key)
+        dst = self.view(np.ndarray)[key]
+        name = self.tg_type.scalar.name
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"Expected to assign a `{name}` value but got `{type(value).__name__}` instead")
+        if isinstance(dst, np.ndarray) and dst.ndim and isinstance(value, (list, tuple)):
+            for x in value:
+                if np.ndim(x) > dst.ndim - 1 or isinstance(x, (str, bytes)):
+                    raise TypeError(f"Expected to assign a slice from a sequence of `{name}` values but got "
+                                    f"`{type(x).__name__}` instead")
+            if len(value) != dst.shape[0]:
+                raise ValueError(f"Can only assign sequence of same size (expected {dst.shape[0]}, got "
+                                 f"{len(value)})")
+        super().__setitem__(key, value)
+
     def __getitem__(self, key):
+        self._check_key(key)
         r = super().__getitem__(key)
         if isinstance(r, np.ndarray):
             if r.ndim == 0:
@@ -209,7 +238,7 @@ class _MatrixMethods:
     def _index(self, i, axis, what):
         n = self.shape[axis]
         if not -n <= i < n:
-            raise IndexError(f"{type(self).__name__}: invalid {what} index {i} (the matrix has {n})")
+            raise IndexError(f"Invalid {what} index")   # Warp's words
         return i % n
 
     def _line(self, v, axis):

@@ -231,6 +231,12 @@ class _Composite:
         Raises:
             ValueError: the number of components is not the type's.
         """
+        what = "matrix" if isinstance(self, MatrixType) else "vector"
+        if what == "matrix" and len(values) == self.rows and all(np.ndim(v) == 1 for v in values):
+            for v in values:   # one row per argument
+                if np.size(v) != self.cols:
+                    raise TypeError(f"Invalid argument in matrix constructor, expected row of length {self.cols}, "
+                                    f"got {tuple(np.asarray(v).tolist())}")
         if not values:
             flat = np.zeros(self.length, dtype=self.np_dtype)
         elif len(values) == 1 and np.ndim(values[0]) > 0:
@@ -244,7 +250,8 @@ class _Composite:
                 flat = np.concatenate([np.ravel(np.asarray(v, dtype=self.np_dtype)) for v in values])
             flat = flat.reshape(-1)
         if flat.size != self.length:
-            raise ValueError(f"{self!r} expects {self.length} components, got {flat.size}")
+            raise ValueError(f"Invalid number of arguments in {what} constructor, expected {self.length} elements, "
+                             f"got {flat.size}")
         return flat.reshape(self.inner_shape).view(self.value_class)
 
 

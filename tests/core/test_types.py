@@ -78,7 +78,7 @@ def test_vector_constructor_in_python_scope():
     assert tg.vec3(1, 2, 3).tolist() == [1.0, 2.0, 3.0]
     assert tg.vec3(2.0).tolist() == [2.0, 2.0, 2.0]
     assert tg.mat22(1, 2, 3, 4).tolist() == [[1, 2], [3, 4]]
-    with pytest.raises(ValueError, match="3 components"):
+    with pytest.raises(ValueError, match="expected 3 elements, got 2"):
         tg.vec3(1, 2)
 
 

@@ -376,7 +376,7 @@ def test_matrix_rows_and_columns():
     m.set_row(0, tg.vec3d(9.0, 9.0, 9.0))
     m.set_col(2, [-1.0, -2.0, -3.0])
     assert m.tolist() == [[9.0, 9.0, -1.0], [3.0, 4.0, -2.0], [6.0, 7.0, -3.0]]
-    with pytest.raises(IndexError, match="row index 3"):
+    with pytest.raises(IndexError, match="Invalid row index"):
         m.get_row(3)
     with pytest.raises(ValueError, match="expected 3 values"):
         m.set_row(0, [1.0, 2.0])
@@ -565,3 +565,29 @@ def test_jax_names_warp_tests_use():
     assert c.stage_in_argnames == {"a"} and c.stage_out_argnames == {"b"}
     plain = tg.jax_callable(_wb_staged, module_preload_mode=tg.JaxModulePreloadMode.NONE)
     assert plain.stage_in_argnames is None and plain.stage_out_argnames is None
+
+
+def test_value_errors_are_warps():
+    v = tg.vec3i(1, 2, 3)
+    with pytest.raises(KeyError, match="Invalid key 1.5, expected int or slice"):
+        v[1.5]
+    assert v[None].shape == (1, 3)      # numpy's new axis (numpy's own functions use it), not Warp's KeyError
+    with pytest.raises(TypeError, match="Expected to assign a `int32` value but got `str` instead"):
+        v[0] = "123.0"
+    with pytest.raises(TypeError, match="a sequence of `int32` values but got `vec3i` instead"):
+        v[:1] = (v,)
+    with pytest.raises(ValueError, match="Can only assign sequence of same size"):
+        v[:1] = (1, 2)
+    with pytest.raises(ValueError, match="vector constructor, expected 3 elements, got 2"):
+        tg.vec3(1, 2)
+    with pytest.raises(TypeError, match=r"expected row of length 2, got \(1, 2, 3\)"):
+        tg.mat22((1, 2, 3), (3, 4, 5))
+    m = tg.mat22(1, 2, 3, 4)
+    with pytest.raises(KeyError, match="expected one or two indices, got 3"):
+        m[0, 1, 2]
+    with pytest.raises(IndexError, match="Invalid row index"):
+        m.set_row(2, (0, 0))
+    # numpy's own helpers still index values with masks
+    w = tg.vec3(1.0, np.nan, 3.0)
+    np.testing.assert_array_equal(w, [1.0, np.nan, 3.0])
+    assert np.allclose(w, [1.0, np.nan, 3.0], equal_nan=True)
