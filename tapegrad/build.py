@@ -38,7 +38,7 @@ __all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_
            "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
            "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
            "cuda_image_base", "source_digest", "cpu_library_path", "find_cpu", "find_cuda",
-           "sweep_temporaries", "CXXFLAGS"]
+           "sweep_temporaries", "host_tag", "CXXFLAGS"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
@@ -220,17 +220,25 @@ def _key(*parts) -> str:
 
 
 # Temporary files of a build live in the cache directory (renamed into place when finished)
-# and are named ``.tgtmp-<pid>-<tag>-<random><ext>``: a process killed mid-build (SIGKILL, a
-# power cut) leaves them behind, and the next build in that directory removes those whose
-# process is gone (``sweep_temporaries``).
+# and are named ``.tgtmp-<pid>.<host>-<tag>-<random><ext>``: a process killed mid-build
+# (SIGKILL, a power cut) leaves them behind, and the next build in that directory removes
+# those whose process is gone (``sweep_temporaries``). ``<host>`` (a hash of the host name)
+# keeps a cache shared by several machines or containers (other pid spaces) from judging
+# another host's live build dead; such files are removed only once a day old.
 _TMP = ".tgtmp-"
 _LEGACY_TMP_AGE = 3600      # older tapegrads named temporaries without a pid: removed after an hour
+_FOREIGN_TMP_AGE = 86400
 _swept: set = set()
+
+
+def host_tag() -> str:
+    """The host part of this machine's build temporaries' names (a hash of its host name)."""
+    return hashlib.sha256(os.uname().nodename.encode() if hasattr(os, "uname") else b"").hexdigest()[:8]
 
 
 def _mkstemp(d: str, tag: str, suffix: str):
     import tempfile  # only when writing a new binary: a cached load never pays for importing it
-    return tempfile.mkstemp(dir=d, prefix=f"{_TMP}{os.getpid()}-{tag}-", suffix=suffix)
+    return tempfile.mkstemp(dir=d, prefix=f"{_TMP}{os.getpid()}.{host_tag()}-{tag}-", suffix=suffix)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -250,7 +258,7 @@ def sweep_temporaries(d: str, force: bool = False) -> int:
         return 0
     _swept.add(d)
     import time
-    removed, now = 0, time.time()
+    removed, now, host = 0, time.time(), host_tag()
     try:
         names = os.listdir(d)
     except OSError:
@@ -258,10 +266,16 @@ def sweep_temporaries(d: str, force: bool = False) -> int:
     for name in names:
         path = os.path.join(d, name)
         if name.startswith(_TMP):
-            try:
-                stale = not _pid_alive(int(name[len(_TMP):].split("-", 1)[0]))
-            except ValueError:
+            pid, _, rest = name[len(_TMP):].partition(".")
+            if not pid.isdigit():
                 continue
+            if rest.startswith(host + "-"):
+                stale = not _pid_alive(int(pid))
+            else:       # another host's (or container's) build: its pids are not ours to test
+                try:
+                    stale = now - os.lstat(path).st_mtime > _FOREIGN_TMP_AGE
+                except OSError:
+                    continue
         elif name.startswith(".tmp-") or (name.startswith(".") and name.endswith((".cpp", ".so"))
                                           and name.count("-") >= 1 and not name.startswith(".tapegrad")):
             try:

@@ -94,7 +94,7 @@ def test_a_killed_build_leaves_temporaries_the_next_build_removes(tmp_path):
     os.killpg(p.pid, signal.SIGKILL)       # the whole group: the child and its compiler
     p.communicate(timeout=60)
     left = _temporaries(cache)
-    assert left and all(n.startswith(f".tgtmp-{p.pid}-") for n in left), left   # named by the dead pid
+    assert left and all(n.startswith(f".tgtmp-{p.pid}.") for n in left), left   # named by the dead pid
     r = subprocess.run([sys.executable, str(_script(tmp_path, 3.0))], env=_env(cache), capture_output=True,
                        text=True, timeout=600)
     assert "CHILD OK" in r.stdout, r.stdout + r.stderr[-3000:]
@@ -122,13 +122,18 @@ def _group_alive(pgid):
 def test_sweep_removes_only_temporaries_of_dead_processes(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    names = {f".tgtmp-{dead.pid}-tg_x-abc.so": False, f".tgtmp-{os.getpid()}-w-def.cpp": True,
+    host = build.host_tag()
+    names = {f".tgtmp-{dead.pid}.{host}-tg_x-abc.so": False, f".tgtmp-{os.getpid()}.{host}-w-def.cpp": True,
+             f".tgtmp-{dead.pid}.0badc0de-w-ghi.so": True,     # another host's: its pids are not ours
+             f".tgtmp-{dead.pid}.0badc0de-w-jkl.so": False,    # ... unless a day old
              ".tmp-old.so": False, ".tmp-new.so": True, "tgk_f_0123.so": True, ".tapegrad.lock": True}
     for n in names:
         (tmp_path / n).write_bytes(b"x")
     old = time.time() - 2 * 3600
     os.utime(tmp_path / ".tmp-old.so", (old, old))       # an older tapegrad's temporary, long abandoned
-    assert build.sweep_temporaries(str(tmp_path), force=True) == 2
+    older = time.time() - 2 * 86400
+    os.utime(tmp_path / f".tgtmp-{dead.pid}.0badc0de-w-jkl.so", (older, older))
+    assert build.sweep_temporaries(str(tmp_path), force=True) == 3
     assert {n: (tmp_path / n).exists() for n in names} == names
 
 
