@@ -1,6 +1,50 @@
-"""Packaging glue pyproject.toml cannot express: the repository's ``bridges/`` folder ships as
-``tapegrad.bridges`` (a generic top-level name such as ``bridges`` must not be claimed)."""
-from setuptools import find_packages, setup
+"""Packaging glue pyproject.toml cannot express.
+
+- The repository's ``bridges/`` folder ships as ``tapegrad.bridges`` (a generic top-level name
+  such as ``bridges`` must not be claimed).
+- The native helpers (``tapegrad/native.py``: the launch helper, the DLPack capsule helper, the
+  batched host memset) are compiled here, at install, into ``tapegrad/native_libs/`` of the
+  wheel and of an editable install, so that no launch waits for a compiler. Each library's
+  file name carries the sha256 of the source it was built from: an edited source (an editable
+  checkout) no longer matches, and tapegrad compiles that helper into its kernel cache instead
+  (the fallback, also taken when no compiler was found at install: the extensions are
+  optional).
+- setuptools' build directory is ``.build/``, not ``build/``: a ``build/`` folder in the
+  checkout shadows the ``build`` package (``python -m build``: "No module named
+  build.__main__").
+"""
+import hashlib
+import os
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# (library name, source) -- tapegrad/native.py's HELPERS, which setup.py cannot import
+HELPERS = [("tg_fastlaunch", "tapegrad/fastlaunch.c"), ("tg_dlpack", "tapegrad/dlpack/capsule_helper.c"),
+           ("tg_hostops", "tapegrad/hostops.c")]
+
+
+def helper_extension(name, source):
+    with open(os.path.join(HERE, source)) as f:   # text, as tapegrad.native hashes it
+        digest = hashlib.sha256(f.read().encode()).hexdigest()
+    flags = [] if sys.platform == "win32" else ["-O2", "-fvisibility=hidden", "-fno-math-errno"]
+    return Extension(f"tapegrad.native_libs.{name}_{digest[:16]}", [source], extra_compile_args=flags,
+                     optional=True)
+
+
+class BuildHelpers(build_ext):
+    """The helpers are plain C libraries loaded with ctypes, not Python modules: no
+    ``PyInit_`` symbol to export."""
+
+    def get_export_symbols(self, ext):
+        return []
+
+    def copy_extensions_to_source(self):   # editable install: into the checkout's tapegrad/native_libs/
+        os.makedirs(os.path.join(HERE, "tapegrad", "native_libs"), exist_ok=True)
+        super().copy_extensions_to_source()
+
 
 bridge_packages = ["tapegrad.bridges"] + [f"tapegrad.bridges.{p}" for p in find_packages("bridges")]
 
@@ -8,4 +52,7 @@ setup(
     packages=find_packages(include=["tapegrad", "tapegrad.*", "optim_examples", "optim_examples.*"])
     + bridge_packages,
     package_dir={"tapegrad.bridges": "bridges"},
+    ext_modules=[helper_extension(n, s) for n, s in HELPERS],
+    cmdclass={"build_ext": BuildHelpers},
+    options={"build": {"build_base": ".build"}},
 )

@@ -31,6 +31,7 @@ import stat
 import sys
 import threading
 
+from . import buildlog
 from .errors import CacheDirError, CacheWarning, CompileError
 from .version import __version__
 
@@ -504,7 +505,7 @@ def cached_entry(paths, build, force: bool = False):
         d = os.path.dirname(paths[0])
         sweep_temporaries(d)
         try:
-            return build()
+            return buildlog.compiled(build, paths[0])   # one 'tapegrad' log line per compile
         except CacheDirError:
             raise
         except OSError as e:

@@ -30,17 +30,23 @@ class Config:
         strict_tape: ``True`` turns a ``TapeWarning`` into a ``RuntimeError``.
         tape_save_overwritten: the default of ``Tape(save_overwritten=)`` (True): a tape keeps
             copies of the arrays recorded in-place updates overwrite, for exact gradients.
-        verbose: print what the runtime does (kept for Warp compatibility).
+        verbose: what the ``"tapegrad"`` logger says (`tapegrad.buildlog`). ``None`` (default): one
+            line per kernel module built or loaded (``module ... on device 'cpu' took 812 ms
+            (compiled)``, or ``(cached)``), printed on stderr unless the program configures
+            ``logging`` itself; ``True``: also details (the generated source's path in the kernel
+            cache, the native helpers loaded); ``False``: nothing.
+        quiet: ``True`` says nothing, whatever ``verbose`` is (Warp's name).
 
     Other attributes may be set freely, as on Warp's ``wp.config`` module (code written for
-    Warp that sets e.g. ``quiet`` keeps working); tapegrad reads only the ones above.
+    Warp that sets other switches keeps working); tapegrad reads only the ones above.
     """
 
     def __init__(self):
         self._mode = "release"
         self.strict_tape = False
         self.tape_save_overwritten = True
-        self.verbose = False
+        self.verbose = None
+        self.quiet = False
 
     @property
     def mode(self) -> str:
@@ -55,7 +61,8 @@ class Config:
                 fn()
 
     def __repr__(self):
-        return f"Config(mode={self._mode!r}, strict_tape={self.strict_tape!r}, verbose={self.verbose!r})"
+        return (f"Config(mode={self._mode!r}, strict_tape={self.strict_tape!r}, verbose={self.verbose!r}, "
+                f"quiet={self.quiet!r})")
 
 
 def check_mode(value, who: str) -> str:

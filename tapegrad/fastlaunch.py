@@ -45,8 +45,8 @@ device accessor was registered); ``cai_decision`` gives the C rule's answer for 
 
 The helper needs no ``Python.h`` and no CUDA header: the C-API functions arrive as a table of
 addresses from ``ctypes.pythonapi``, the driver's entry points as addresses from ctypes. It is
-compiled once per source version into the kernel cache by ``tapegrad.build`` (same compiler,
-checks and atomic rename as kernels) and loaded with ``ctypes.PyDLL``. When it cannot be built
+compiled at install (``setup.py``) and loaded with ``ctypes.PyDLL`` through ``tapegrad.native``,
+which compiles it into the kernel cache instead when that library is missing or stale. When it cannot be built
 (no compiler, a free-threaded Python, an unexpected object layout) ``launch`` runs its Python
 path alone. ``TAPEGRAD_FAST_LAUNCH=0`` turns it off.
 """
@@ -57,7 +57,7 @@ import os
 import sys
 import threading
 
-from . import build, modules
+from . import modules, native
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
            "numpy_off", "forget_types", "cai_decision", "stats", "error"]
@@ -112,9 +112,7 @@ def _build():
         raise OSError("disabled by TAPEGRAD_FAST_LAUNCH=0")
     if sys.implementation.name != "cpython" or not _layout_ok(types):
         raise OSError("this Python's object layout is not the one the helper reads")
-    with open(C_SOURCE_PATH) as f:
-        source = f.read()
-    lib = build.load_cpu(source, "tg_fastlaunch", python_api=True)   # verified; rebuilt when damaged
+    lib = native.load("tg_fastlaunch", python_api=True)   # built at install; else compiled, verified
     pyapi = ctypes.pythonapi
     table = (_V * len(_API_NAMES))()
     for i, name in enumerate(_API_NAMES):

@@ -24,7 +24,7 @@ import ctypes
 
 import numpy as np
 
-from . import build, cpu_capture
+from . import cpu_capture, native
 from .cuda import memory as cuda_memory  # imports CuPy only when a CUDA operation runs
 
 __all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "BufferZeroPlan",
@@ -140,13 +140,6 @@ def accumulate(dest, src) -> None:
 
 # ------------------------------------------------------------------ batched host zeroing
 
-_ZERO_MANY_SOURCE = r"""
-#include <cstddef>
-#include <cstring>
-extern "C" __attribute__((visibility("default"))) void tg_zero_many(void* const* ptrs, const size_t* sizes, size_t n) {
-    for (size_t i = 0; i < n; ++i) std::memset(ptrs[i], 0, sizes[i]);
-}
-"""
 _zero_many = None
 
 
@@ -155,7 +148,7 @@ def load_zero_many():
     global _zero_many
     if _zero_many is None:
         try:
-            lib = build.load_cpu(_ZERO_MANY_SOURCE, "tg_hostops")
+            lib = native.load("tg_hostops")   # hostops.c: built at install, else compiled
             f = lib.tg_zero_many
             f.restype = None
             f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]

@@ -11,10 +11,10 @@ own malloc'd block and leaves the owner alone; otherwise it takes the GIL with
 
 The helper (``capsule_helper.c``, shipped as package data) needs no ``Python.h``: the few
 C-API functions it calls arrive as a table of addresses taken from ``ctypes.pythonapi``, so
-it builds against libc only. ``tapegrad.build`` compiles it once per source version into the
-kernel cache (``$TAPEGRAD_CACHE`` or ``~/.cache/tapegrad``, same checks, same atomic rename)
-with the C++ compiler kernels use, and it is loaded with ``ctypes.PyDLL`` (GIL held, Python
-errors propagate).
+it builds against libc only. It is compiled at install (``setup.py``) and loaded through
+``tapegrad.native`` with ``ctypes.PyDLL`` (GIL held, Python errors propagate); when that library
+is missing or stale, ``tapegrad.build`` compiles it into the kernel cache (``$TAPEGRAD_CACHE``
+or ``~/.cache/tapegrad``, same checks and atomic rename as kernels).
 
 Both backends expose the same two functions:
 
@@ -40,7 +40,7 @@ import os
 import sys
 import threading
 
-from .. import build
+from .. import build, native
 from ..errors import ConsumedCapsuleError, DLPackDtypeError
 
 __all__ = ["backend", "use_backend", "build_helper", "entry_points", "ENTRY_POINTS", "C_SOURCE_PATH"]
@@ -97,7 +97,7 @@ class _NativeBackend:
     name = "native"
 
     def __init__(self):
-        lib = build.load_cpu(_helper_source(), "tg_dlpack", python_api=True)   # verified; rebuilt when damaged
+        lib = native.load("tg_dlpack", python_api=True)   # built at install; else compiled, verified
         lib.tg_dlpack_init.argtypes = [ctypes.c_void_p, ctypes.c_int]
         lib.tg_dlpack_init.restype = ctypes.c_int
         table = _api_table(ConsumedCapsuleError)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 import typing
 import weakref
 
-from .. import build, modules
+from .. import build, buildlog, modules
 from ..config import add_mode_listener, config
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
@@ -385,6 +386,7 @@ class Kernel:
         if m is None:
             return None
         name = _module_name([self])
+        t0 = time.perf_counter()
         if getattr(device, "is_cuda", False):
             image = build.find_cuda(m.source_digest, name, int(device.arch))
             if image is None:
@@ -395,6 +397,7 @@ class Kernel:
             if lib is None:
                 return None
             mod = modules.CpuModule(lib, self)
+        buildlog.loaded(name, device, time.perf_counter() - t0, False, [self])
         self.memoize_module(device, mod)
         return mod
 
@@ -574,12 +577,14 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
     source = emit.module_source(parts)
     name = _module_name(kernels) + variant.suffix
     if not getattr(device, "is_cuda", False):
-        lib = build.load_cpu(source, name, kernels)   # verified; a damaged cache entry is rebuilt
+        with buildlog.module_load(name, device, kernels):   # one 'tapegrad' log line: compiled or cached
+            lib = build.load_cpu(source, name, kernels)   # verified; a damaged cache entry is rebuilt
         mods = [modules.CpuModule(lib, k) for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:
-        handle = build.load_cuda(source, name, device, kernels)
+        with buildlog.module_load(name, device, kernels):
+            handle = build.load_cuda(source, name, device, kernels)
         # only the default build has the elementwise (vector) forward entry
         mods = [modules.CudaModule(handle, k, device, k.vector_lanes if variant == emit.DEFAULT else 1)
                 for k in kernels]

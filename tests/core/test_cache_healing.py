@@ -84,7 +84,8 @@ _KINDS = {"kernel": "tgk_heal_*.so", "dlpack": "tg_dlpack_*.so", "hostops": "tg_
 
 
 def _run(script, kind, cache, check=True):
-    env = dict(os.environ, TAPEGRAD_CACHE=str(cache), PYTHONWARNINGS="default")
+    # the helpers' libraries built at install are ignored: their kernel-cache entries are under test
+    env = dict(os.environ, TAPEGRAD_CACHE=str(cache), PYTHONWARNINGS="default", TAPEGRAD_PREBUILT_HELPERS="0")
     p = subprocess.run([sys.executable, str(script), kind], env=env, capture_output=True, text=True, timeout=300)
     if check:
         assert p.returncode == 0 and "CHILD OK" in p.stdout, f"rc {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
@@ -205,7 +206,8 @@ def test_processes_sharing_an_empty_cache(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
     cache = tmp_path / "cache"
-    env = dict(os.environ, TAPEGRAD_CACHE=str(cache), PYTHONWARNINGS="default")
+    # the helpers' libraries built at install are ignored: their kernel-cache entries are under test
+    env = dict(os.environ, TAPEGRAD_CACHE=str(cache), PYTHONWARNINGS="default", TAPEGRAD_PREBUILT_HELPERS="0")
     procs = [subprocess.Popen([sys.executable, str(script), "kernel"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
     for p in procs:

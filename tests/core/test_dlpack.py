@@ -605,6 +605,7 @@ def test_native_helper_cached(tmp_path, monkeypatch):
 
 def test_no_compiler_falls_back_to_ctypes(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("TAPEGRAD_PREBUILT_HELPERS", "0")   # as installed without a compiler
     def no_compiler(*args, **kwargs):
         raise tg.CompileError("no C++ compiler found (test)")
     monkeypatch.setattr(build, "build_cpu", no_compiler)

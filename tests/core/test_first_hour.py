@@ -1,0 +1,139 @@
+"""A new user's first hour (issue 29): native helpers built at install, a word when kernels compile.
+
+- The three native helpers (launch, DLPack capsules, host memset) are compiled by ``setup.py``
+  into ``tapegrad/native_libs/``; a fresh process with an empty kernel cache launches three
+  times and compiles nothing but the kernel (before: the second launch compiled the launch
+  helper, 0.6 s here). An edited source does not match its installed library: the helper is
+  then compiled into the kernel cache (the fallback).
+- Every module build or load says one line on the ``"tapegrad"`` logger (compiled or cached),
+  printed on stderr by default, silenced by ``tg.config.verbose = False`` or ``quiet = True``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad import native
+
+_CHILD = textwrap.dedent('''
+    import sys, time
+    import numpy as np
+    import tapegrad as tg
+    from tapegrad import fastlaunch
+    if sys.argv[1] == "quiet":
+        tg.config.quiet = True
+    elif sys.argv[1] == "silent":
+        tg.config.verbose = False
+    elif sys.argv[1] == "logging":
+        import logging
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="ROOT %(name)s %(message)s")
+
+    @tg.kernel(key="first_hour.scale")
+    def scale(x: tg.array(dtype=tg.float32), y: tg.array(dtype=tg.float32), a: float):
+        i = tg.tid()
+        y[i] = x[i] * a
+
+    x = tg.array(np.arange(16, dtype=np.float32))
+    y = tg.zeros(16, dtype=tg.float32)
+    for _ in range(3):
+        tg.launch(scale, dim=16, inputs=[x, y, 2.0])
+    assert np.array_equal(y.numpy(), 2 * np.arange(16)), y.numpy()
+    assert fastlaunch.error() is None and sum(fastlaunch.stats()) > 0, (fastlaunch.error(), fastlaunch.stats())
+    a = tg.array(np.arange(5.0))
+    assert np.from_dlpack(a).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    print("CHILD OK")
+''')
+
+
+def _child(tmp_path, mode, cache, **env):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    p = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TAPEGRAD_CACHE=str(cache), **env))
+    assert p.returncode == 0 and "CHILD OK" in p.stdout, f"rc {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(native.HELPERS))
+def test_each_helper_was_built_at_install_from_the_source_as_it_is(name):
+    path = native.prebuilt_path(name, native.helper_source(name))
+    assert path is not None, (f"no library of {name} in {native.LIB_DIR}: install with `pip install -e .` "
+                              "(setup.py builds the helpers) and a C compiler")
+    assert os.path.dirname(path) == native.LIB_DIR
+    # an edited source is not run with a stale library
+    assert native.prebuilt_path(name, native.helper_source(name) + "\n/* edited */\n") is None
+
+
+def test_a_fresh_process_compiles_no_helper_when_launching(tmp_path):
+    cache = tmp_path / "cache"
+    p = _child(tmp_path, "default", cache)
+    built = sorted(f for f in os.listdir(cache) if f.endswith(".so"))
+    assert [f for f in built if f.startswith("tg_")] == [], built       # no helper compiled on the fly
+    assert any(f.startswith("tgk_") for f in built), built              # the kernel was
+    assert "(compiled)" in p.stderr and "first_hour.scale" in p.stderr, p.stderr
+
+
+def test_the_fallback_compiles_a_helper_when_no_installed_library_matches(tmp_path):
+    cache = tmp_path / "cache"
+    p = _child(tmp_path, "default", cache, TAPEGRAD_PREBUILT_HELPERS="0")
+    built = os.listdir(cache)
+    for name in ("tg_fastlaunch", "tg_dlpack"):
+        assert any(f.startswith(name + "_") and f.endswith(".so") for f in built), (name, built)
+    assert "tg_fastlaunch_" in p.stderr and "(compiled)" in p.stderr, p.stderr    # said, not silent
+
+
+def test_one_line_per_module_build_then_cached_and_silenced_by_config(tmp_path):
+    cache = tmp_path / "cache"
+    first = _child(tmp_path, "default", cache).stderr.splitlines()
+    compiled = [s for s in first if "first_hour.scale" in s]
+    assert len(compiled) == 1 and compiled[0].startswith("tapegrad: module ") and \
+        "on device 'cpu' took" in compiled[0] and compiled[0].endswith("(compiled)"), first
+    again = [s for s in _child(tmp_path, "default", cache).stderr.splitlines() if "first_hour.scale" in s]
+    assert len(again) == 1 and again[0].endswith("(cached)"), again
+    for mode in ("quiet", "silent"):
+        assert "tapegrad:" not in _child(tmp_path, mode, tmp_path / f"cache_{mode}").stderr, mode
+
+
+def test_a_program_that_configures_logging_gets_each_line_once_through_its_handlers(tmp_path):
+    p = _child(tmp_path, "logging", tmp_path / "cache")
+    assert p.stdout.count("ROOT tapegrad module ") == 1, p.stdout
+    assert "tapegrad: module" not in p.stderr, p.stderr      # not printed a second time
+
+
+def test_the_logger_records_hit_and_miss_in_process(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path / "cache"))
+
+    @tg.kernel(key="first_hour.inproc")
+    def add1(x: tg.array(dtype=tg.float64)):
+        i = tg.tid()
+        x[i] = x[i] + 1.0
+
+    x = tg.array(np.zeros(4))
+    with caplog.at_level(logging.INFO, logger="tapegrad"):
+        tg.launch(add1, 4, inputs=[x])
+    msgs = [r.getMessage() for r in caplog.records if r.name == "tapegrad" and "first_hour.inproc" in r.getMessage()]
+    assert len(msgs) == 1 and msgs[0].endswith("(compiled)"), msgs
+    np.testing.assert_array_equal(x.numpy(), np.ones(4))
+
+
+def test_verbose_true_names_the_generated_source(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tg.config, "verbose", True)
+
+    @tg.kernel(key="first_hour.verbose")
+    def neg(x: tg.array(dtype=tg.float64)):
+        i = tg.tid()
+        x[i] = -x[i]
+
+    with caplog.at_level(logging.DEBUG, logger="tapegrad"):
+        tg.launch(neg, 2, inputs=[tg.array(np.ones(2))])
+    paths = [r.getMessage().rsplit(" ", 1)[-1] for r in caplog.records if "generated source" in r.getMessage()]
+    assert paths and all(os.path.isfile(p) and p.endswith(".cpp") for p in paths), caplog.text
+    assert any("tg::" in open(p).read() or "extern" in open(p).read() for p in paths)
