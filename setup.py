@@ -50,7 +50,7 @@ bridge_packages = ["tapegrad.bridges"] + [f"tapegrad.bridges.{p}" for p in find_
 
 setup(
     packages=find_packages(include=["tapegrad", "tapegrad.*", "optim_examples", "optim_examples.*"])
-    + bridge_packages,
+    + ["tapegrad.lang.runtime"] + bridge_packages,   # runtime: the kernels' C++ headers (package data)
     package_dir={"tapegrad.bridges": "bridges"},
     ext_modules=[helper_extension(n, s) for n, s in HELPERS],
     cmdclass={"build_ext": BuildHelpers},
