@@ -231,8 +231,24 @@ class JaxCallable:
                                 has_side_effect=self.has_side_effect)
         # the process id: a call id means nothing in another process (a jax.export program);
         # the handler refuses such calls, naming the function
-        return call(*arrays, tapegrad_call=np.int64(cid), tapegrad_process=np.int64(process_id()),
-                    tapegrad_name=self.func.__qualname__)
+        attrs = dict(tapegrad_call=np.int64(cid), tapegrad_process=np.int64(process_id()),
+                     tapegrad_name=self.func.__qualname__)
+        if any(isinstance(a, Tracer) for a in arrays):   # jax.grad would name only the FFI target
+            return self._no_derivative(call, attrs)(*arrays)
+        return call(*arrays, **attrs)
+
+    def _no_derivative(self, call, attrs):
+        """The FFI call under a ``jax.custom_jvp`` whose rule (run only when a tangent reaches the
+        call) says what gives a gradient."""
+        fn = jax.custom_jvp(lambda *ops: call(*ops, **attrs))
+
+        def jvp(primals, tangents):
+            raise ValueError(f"{self.label}: a jax_callable has no derivative. For jax.grad, launch the kernels "
+                             "through tg.jax_kernel(kernel, enable_backward=True), or wrap this call in a "
+                             "jax.custom_vjp whose backward launches the adjoints; or apply jax.lax.stop_gradient "
+                             "to its inputs")
+        fn.defjvp(jvp)
+        return fn
 
     def _output_shapes(self, args, output_dims):
         spec = self.output_dims if output_dims is None else output_dims

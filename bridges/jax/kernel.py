@@ -262,6 +262,8 @@ class JaxKernel:
             call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
             if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):
                 self._eager[key] = (call, addr)
+            if any(isinstance(o, jax.core.Tracer) for o in operands):   # jax.grad would name only the FFI target
+                return _no_adjoint(self, call, addr)(*operands)
             return call(*operands, tapegrad_plan=addr)
         key = (tuple(sorted(statics.items())), grid, tuple(shapes), vm,
                tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
@@ -402,6 +404,24 @@ class JaxKernel:
             if p.is_array:
                 grads.append(next(it) if p.is_differentiable else None)
         return tuple(grads)
+
+
+def _no_adjoint(wrapper, call, addr):
+    """The forward FFI call under a ``jax.custom_jvp`` whose rule raises what fixes a gradient
+    through a wrapper made without ``enable_backward`` (JAX's own error names only the FFI target;
+    the rule runs only when a tangent reaches the kernel)."""
+    fn = jax.custom_jvp(lambda *ops: call(*ops, tapegrad_plan=addr))
+
+    def jvp(primals, tangents):
+        fix = "tg.jax_kernel(kernel, enable_backward=True)"
+        if not getattr(wrapper.kernel, "enable_backward", True):
+            fix += " with a kernel that has an adjoint (drop @tg.kernel(enable_backward=False))"
+        raise ValueError(f"{wrapper.label}: cannot differentiate through the kernel: this jax_kernel was made "
+                         f"with enable_backward=False (the default). Make it with {fix} for jax.grad, jax.vjp and "
+                         "jax.value_and_grad (reverse mode; forward mode, jax.jvp/jacfwd, is not supported), or "
+                         "apply jax.lax.stop_gradient to its inputs")
+    fn.defjvp(jvp)
+    return fn
 
 
 def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
