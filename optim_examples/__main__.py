@@ -40,6 +40,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", help="tapegrad device, e.g. cpu or cuda:0 (default: cpu)")
     ap.add_argument("--plot", default="optim_matrix.png", help="where the matrix writes its convergence plot")
     args = ap.parse_args(argv)
+    from optim_examples.common import quiet_third_party
+    quiet_third_party()
     lack = missing(args.name)
     if lack:
         print(f"[skip] {args.name}: needs {', '.join(lack)}")

@@ -3,9 +3,26 @@
 Every example minimises the mean Rosenbrock function ``(1 - x)^2 + 100 (y - x^2)^2`` over 64
 points (minimum at (1, 1)), so their numbers compare directly.
 """
+import logging
+import os
+import warnings
+
 import numpy as np
 
 import tapegrad as tg
+
+
+def quiet_third_party() -> None:
+    """Keep the frameworks' own chatter out of the examples' output: paddle's "No ccache found"
+    warning (it imports its C++-extension builder), JAX's INFO line about backends it cannot
+    load (TPU), matplotlib's first-run font cache line, and the C++ logs of XLA and paddle
+    below warnings. tapegrad's one line per kernel build stays (``tg.config.verbose = False``
+    silences it)."""
+    warnings.filterwarnings("ignore", message="No ccache found")
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)       # "generated new fontManager"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")   # XLA's C++ logging (read when jaxlib loads)
+    os.environ.setdefault("GLOG_minloglevel", "1")       # paddle's C++ logging (read when paddle loads)
 
 
 @tg.kernel

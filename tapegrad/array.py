@@ -76,7 +76,7 @@ class array:
     Raises:
         TypeError: bad dtype, or data of an unsupported type.
         ValueError: bad shape/strides, data that does not fit the dtype, or a CAI ``mask``.
-        RuntimeError: >4 dims, dead owner, device mismatch.
+        RuntimeError: more than 4 dims, a dead owner, a device mismatch.
     """
 
     __array_priority__ = 10

@@ -11,10 +11,11 @@ gets one line too. ``tg.config`` decides what is said: ``verbose=None`` (the def
 lines; ``verbose=True`` also DEBUG details (the generated source's path in the kernel cache,
 the native helpers loaded); ``verbose=False`` or ``quiet=True`` nothing.
 
-Where the lines go: when the program has configured no logging (no handler on the root logger
-or on ``"tapegrad"``), tapegrad prints them on ``sys.stderr`` itself from the first build of the
-process on, as Warp does; a program that configures ``logging`` gets them through its own
-handlers instead (once, never twice).
+Where the lines go, decided at the first build of the process: a program that has configured
+``logging`` by then (a handler on the root logger or on ``"tapegrad"``) gets them through its own
+handlers; otherwise tapegrad prints them on ``sys.stderr`` itself (``tapegrad: ...``), as Warp
+does, and keeps them off the root logger (``propagate = False``), so that a handler a library
+installs later (paddle adds one to the root logger) neither repeats nor reformats them.
 """
 from __future__ import annotations
 
@@ -37,12 +38,9 @@ _install_lock = threading.Lock()
 
 
 class _StderrHandler(logging.Handler):
-    """Prints on the ``sys.stderr`` of the moment (pytest's capture, a redirected stream), and only
-    while the program has no logging of its own: then its root handlers print the record."""
+    """Prints on the ``sys.stderr`` of the moment (pytest's capture, a redirected stream)."""
 
     def emit(self, record):
-        if logging.getLogger().handlers:
-            return
         try:
             sys.stderr.write(self.format(record) + "\n")
         except Exception:  # noqa: BLE001  a closed stream must not fail a launch
@@ -63,10 +61,11 @@ def _say(level: int, msg: str, *args) -> None:
     if not _installed:
         with _install_lock:
             if not _installed:
-                if not logger.handlers:
+                if not logger.handlers and not logging.getLogger().handlers:
                     h = _StderrHandler()
                     h.setFormatter(logging.Formatter("tapegrad: %(message)s"))
                     logger.addHandler(h)
+                    logger.propagate = False
                 if logger.level == logging.NOTSET:
                     logger.setLevel(logging.DEBUG)   # what is said is chosen by _enabled (tg.config)
                 _installed = True

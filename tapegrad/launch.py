@@ -608,7 +608,8 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         adjoint: run the generated adjoint instead of the forward.
         adj_inputs, adj_outputs: adjoint buffers per argument (None entries: the array's .grad).
         record_tape: record on the active Tape (forward launches only).
-        block_dim: CUDA threads per block. max_blocks: cap on CUDA blocks (0: none).
+        block_dim: CUDA threads per block.
+        max_blocks: cap on CUDA blocks (0: none).
         tangent: forward mode (docs/tape.md, "Forward mode and second order"): run the kernel's
             tangent code, which writes the outputs and, into ``tan_inputs``/``tan_outputs``
             (one entry per argument: an array of the argument's dtype and shape, a value for a

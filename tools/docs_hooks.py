@@ -3,6 +3,10 @@
 - ``api/builtins.md`` is generated from the kernel language's builtin table, so the reference
   of every builtin is the table itself (name, what it does, whether it has an adjoint).
 - Bridge functions are documented from the live objects (``force_inspection``; see ``on_config``).
+- ``DocstringSections`` (a griffe extension, mkdocs.yml's ``extensions``) gives a Google section
+  title written right under text (``Returns:`` after an ``Args:`` block, the code base's style)
+  the blank line above it that griffe needs to see a section: without it the Returns and Raises
+  of most functions rendered as run-on paragraphs.
 - The build fails when a public name of ``tapegrad`` (``__all__``, lazy names too) is on no
   API reference page: a name is documented by a ``::: tapegrad...`` block whose last part is the
   name, by a block's ``members: [...]`` list, by a mention as ``tg.<name>`` on an API page, or
@@ -13,10 +17,51 @@ from __future__ import annotations
 import re
 import sys
 
+from griffe import Extension
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 _API_PREFIX = "api/"
+_SECTION_TITLE = re.compile(r"(Args|Arguments|Parameters|Params|Returns|Return|Raises|Raise|Yields|Warns|Attributes|"
+                            r"Examples?|Notes?|Other Parameters):\s*$")
+
+
+_NEXT_EXCEPTION = re.compile(r"(?<=[.;]) (?=[A-Z]\w*(?:Error|Warning|Exception|Interrupt): )")
+
+
+def blank_line_before_sections(text: str) -> str:
+    """``text`` (a dedented docstring) with an empty line above each Google section title that
+    sits right under a non-empty line and has indented content below it; in a ``Raises:``
+    section, several exceptions on one line (``TypeError: ... BufferError: ...``) become one
+    item each."""
+    lines = text.split("\n")
+    out = []
+    section = None
+    for i, line in enumerate(lines):
+        below = lines[i + 1] if i + 1 < len(lines) else ""
+        title = _SECTION_TITLE.match(line)
+        if title and below.startswith(" "):
+            section = title.group(1)
+            if out and out[-1].strip():
+                out.append("")
+        elif line and not line.startswith(" "):
+            section = None
+        if section in ("Raises", "Raise") and line.startswith(" ") and not title:
+            indent = line[:len(line) - len(line.lstrip())]
+            out.extend(indent + part for part in _NEXT_EXCEPTION.split(line.strip()))
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+class DocstringSections(Extension):
+    """Griffe extension: ``blank_line_before_sections`` on every docstring it loads (source or
+    inspected objects)."""
+
+    def on_instance(self, *, obj, **kwargs) -> None:
+        doc = getattr(obj, "docstring", None)
+        if doc is not None and doc.value:
+            doc.value = blank_line_before_sections(doc.value)
 
 
 def on_config(config):

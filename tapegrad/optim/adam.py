@@ -39,7 +39,7 @@ def _kernel(scalar, state):
 class Adam(Optimizer):
     """Adam (Kingma & Ba), fused: one launch updates every parameter of a dtype and device.
 
-    The update is ``torch.optim.Adam``'s (and Warp's) without weight decay::
+    The update is ``torch.optim.Adam``'s (and Warp's) without weight decay:
 
         m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
         p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)

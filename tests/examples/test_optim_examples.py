@@ -1,6 +1,8 @@
 """The showcase and every example run and converge (the README's first command runs them)."""
+import dataclasses
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -82,3 +84,47 @@ def test_showcase_table_and_plot_message(tmp_path):
     assert np.isfinite(results[0].steps_per_second)
     written = matrix.plot(results, str(tmp_path / "p.png"))
     assert written is None or (tmp_path / "p.png").exists()
+
+
+def test_showcase_figure_one_panel_per_optimizer_and_a_speed_panel():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    results = [matrix.run_pair("tapegrad", opt, steps=30) for opt in ("tapegrad",)]
+    results += [dataclasses.replace(results[0], declared_in=d, steps_per_second=100.0 * k)
+                for k, d in enumerate(("torch", "paddle", "jax"), 1)]
+    fig = matrix.figure(results)
+    try:
+        curves, speed = fig.axes[:len(matrix.OPTIMIZERS)], fig.axes[len(matrix.OPTIMIZERS)]
+        assert len(fig.axes) == len(matrix.OPTIMIZERS) + 1
+        assert [a.get_title() for a in curves] == [f"stepped by {matrix.OPTIMIZER_NAMES[o]}"
+                                                   for o in matrix.OPTIMIZERS]
+        lines = curves[matrix.OPTIMIZERS.index("tapegrad")].lines
+        assert len(lines) == 4 and len({(ln.get_linestyle(), ln.get_color()) for ln in lines}) == 4
+        np.testing.assert_array_equal(lines[0].get_ydata(), results[0].history)
+        heights = sorted(p.get_height() for p in speed.patches)
+        assert heights == sorted(r.steps_per_second for r in results)
+        texts = " ".join(t.get_text() for a in curves for t in a.texts)
+        assert "the 4 curves are identical" in texts
+    finally:
+        plt.close(fig)
+
+
+def test_steps_per_second_leave_out_the_warm_up(monkeypatch):
+    """The first steps (kernel compiles, optax's jit) are not timed: steps/s counts the others."""
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(matrix, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    r = matrix.run_pair("tapegrad", "tapegrad", steps=matrix.WARMUP + 10)
+    # one clock read before the loop, one at the warm-up boundary, one after: 10 steps in 1 tick
+    assert r.steps_per_second == 10.0, r.steps_per_second
+
+
+def test_showcase_output_is_free_of_third_party_chatter():
+    code = ("from optim_examples.common import quiet_third_party; quiet_third_party()\n"
+            "import importlib.util\n"
+            "if importlib.util.find_spec('paddle'): import paddle\n"
+            "if importlib.util.find_spec('jax'): import jax; jax.devices()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "ccache" not in r.stderr and "xla_bridge" not in r.stderr and "libtpu" not in r.stderr, r.stderr
