@@ -6,7 +6,9 @@ Markers (set them per test, or per module with ``pytestmark = pytest.mark.torch`
     torch    needs PyTorch            } with ``cuda`` as well: the framework's CUDA build
     paddle   needs PaddlePaddle       } (``torch.cuda.is_available()``, a paddle compiled with
     jax      needs JAX                }  CUDA, a JAX GPU backend)
-    slow     long-running; runs by default, deselect with ``-m "not slow"``
+    slow     long-running (fresh processes, 2^31-thread launches, training runs): left out of the
+             default run; ``--full`` (or any explicit ``-m``, e.g. ``-m ""``) runs them too.
+             Whole modules are listed in ``SLOW_MODULES`` below.
 
 A test carrying a marker whose requirement is missing is skipped with the reason, so test files
 hold no ``importorskip``/``skipif`` lines of their own for these. Two exceptions: a module that
@@ -88,7 +90,46 @@ def _check(marker: str) -> str | None:
     return None
 
 
+# test modules (relative to tests/) whose every test is slow: each spawns fresh Python processes,
+# launches 2^31 threads or trains over several processes
+SLOW_MODULES = frozenset({
+    "bridges/test_jax_multidevice.py",    # child processes with 4 host devices (pmap, shard_map)
+    "core/test_cache_healing.py",         # a child process per damaged cache entry
+    "core/test_dlpack_lifetime.py",       # child processes that exit with live views
+    "core/test_large_launch.py",          # 2^31-thread launches, arrays past 2^31 elements
+    "lang/test_direct_cache.py",          # fresh processes loading kernels from the cache
+    "examples/test_distributed.py",       # DistributedDataParallel and jax.distributed, 2 processes each
+})
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="run the whole suite, the tests marked slow included (the default run leaves them out)")
+
+
+def _runs_slow(config) -> bool:
+    """--full, or an explicit -m (``-m ""`` selects everything, ``-m slow`` the slow tests)."""
+    if config.getoption("--full") or config.option.markexpr:
+        return True
+    return any(a == "-m" or a.startswith("-m") for a in config.invocation_params.args)
+
+
+def _mark_slow_modules(items) -> None:
+    for item in items:
+        rel = os.path.relpath(str(item.path), _TESTS_DIR).replace(os.sep, "/")
+        if rel in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
+    _mark_slow_modules(items)
+    if not _runs_slow(config):
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+            config.stash[_SLOW_LEFT_OUT] = len(slow)
     for item in items:
         names = {m.name for m in item.iter_markers()}
         needs = [m for m in ("cuda", "torch", "paddle", "jax") if m in names]
@@ -99,6 +140,16 @@ def pytest_collection_modifyitems(config, items):
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
                 break
+
+
+_SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = config.stash.get(_SLOW_LEFT_OUT, 0)
+    if n:
+        terminalreporter.write_line(f"{n} slow tests left out (the default run); the full suite: "
+                                    "python -m pytest --full")
 
 
 def _devices():

@@ -51,3 +51,28 @@ def test_markers_skip_by_availability_and_device_runs_per_device(pytester):
     assert outcomes.get("skipped", 0) == 4 + int(cuda) - expected_passed, result.stdout.str()
     if not cuda:
         result.stdout.fnmatch_lines(["*needs a CUDA GPU and cupy*"])
+
+
+SLOW_SAMPLE = '''
+import pytest
+
+
+def test_quick():
+    pass
+
+
+@pytest.mark.slow
+def test_long():
+    pass
+'''
+
+
+def test_slow_tests_are_left_out_by_default_and_run_with_full_or_an_explicit_m(pytester):
+    pytester.makeconftest((pathlib.Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(test_sample=SLOW_SAMPLE)
+    default = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    default.assert_outcomes(passed=1, deselected=1)
+    default.stdout.fnmatch_lines(["*1 slow tests left out*--full*"])
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--full").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "slow").assert_outcomes(passed=1, deselected=1)

@@ -30,6 +30,7 @@ def test_every_example_has_a_test():
     assert set(EXAMPLES) == set(ROSENBROCK) | {"matrix", "fit_curve"}
 
 
+@pytest.mark.slow   # training runs (the showcase's table: test_showcase_table_and_plot_message)
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[getattr(pytest.mark, m) for m in ms])
                                   for n, ms in ROSENBROCK.items()])
 def test_example_descends(name):
@@ -43,6 +44,7 @@ PAIRS = [pytest.param(d, o, marks=[getattr(pytest.mark, m) for m in sorted(set(m
          for d in matrix.DECLARERS for o in matrix.OPTIMIZERS]
 
 
+@pytest.mark.slow   # training runs (the showcase's table: test_showcase_table_and_plot_message)
 @pytest.mark.parametrize("declared_in, optimizer", PAIRS)
 def test_matrix_pair_converges(declared_in, optimizer):
     r = matrix.run_pair(declared_in, optimizer, steps=300)
@@ -68,6 +70,7 @@ def test_unknown_names_are_refused():
         matrix.make_step("lbfgs", None)
 
 
+@pytest.mark.slow   # child processes (python -m optim_examples)
 def test_module_entry_point_lists_and_runs():
     r = subprocess.run([sys.executable, "-m", "optim_examples", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "native_adam" in r.stdout and "matrix" in r.stdout
