@@ -42,7 +42,11 @@ class BuildHelpers(build_ext):
         return []
 
     def copy_extensions_to_source(self):   # editable install: into the checkout's tapegrad/native_libs/
-        os.makedirs(os.path.join(HERE, "tapegrad", "native_libs"), exist_ok=True)
+        lib_dir = os.path.join(HERE, "tapegrad", "native_libs")
+        os.makedirs(lib_dir, exist_ok=True)
+        current = {os.path.basename(self.get_ext_filename(ext.name)) for ext in self.extensions}
+        for stale in set(os.listdir(lib_dir)) - current:   # libraries of sources edited since
+            os.unlink(os.path.join(lib_dir, stale))
         super().copy_extensions_to_source()
 
 
