@@ -40,10 +40,14 @@ def source_path(name: str) -> str:
     return os.path.join(_HERE, *HELPERS[name].split("/"))
 
 
-def prebuilt_path(name: str, source: str):
+def prebuilt_path(name: str, source: str, lib_dir: str | None = None):
     """The library ``setup.py`` built from exactly ``source`` for helper ``name``, or None when
-    there is none (not installed with a compiler, or built from another version of the source)."""
-    stem = os.path.join(LIB_DIR, f"{name}_{hashlib.sha256(source.encode()).hexdigest()[:16]}")
+    there is none (not installed with a compiler, or built from another version of the source).
+
+    Args:
+        lib_dir: where to look (default ``LIB_DIR``, the installed package's ``native_libs``).
+    """
+    stem = os.path.join(lib_dir or LIB_DIR, f"{name}_{hashlib.sha256(source.encode()).hexdigest()[:16]}")
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         if os.path.isfile(stem + suffix):
             return stem + suffix

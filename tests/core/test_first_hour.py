@@ -23,10 +23,12 @@ import tapegrad as tg
 from tapegrad import native
 
 _CHILD = textwrap.dedent('''
-    import sys, time
+    import os, sys, time
     import numpy as np
     import tapegrad as tg
-    from tapegrad import fastlaunch
+    from tapegrad import fastlaunch, native
+    if os.environ.get("TG_TEST_LIB_DIR"):   # the libraries setup.py built for this test
+        native.LIB_DIR = os.environ["TG_TEST_LIB_DIR"]
     if sys.argv[1] == "quiet":
         tg.config.quiet = True
     elif sys.argv[1] == "silent":
@@ -52,6 +54,20 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def lib_dir(tmp_path_factory):
+    """The helper libraries ``setup.py build_ext`` makes of the checkout's sources, as an install
+    does (into a temporary folder: the test does not depend on when the checkout was installed)."""
+    out = tmp_path_factory.mktemp("build_ext")
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "-b", str(out / "lib"), "-t", str(out / "tmp")],
+                       cwd=_ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return str(out / "lib" / "tapegrad" / "native_libs")
+
+
 def _child(tmp_path, mode, cache, **env):
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
@@ -62,18 +78,17 @@ def _child(tmp_path, mode, cache, **env):
 
 
 @pytest.mark.parametrize("name", sorted(native.HELPERS))
-def test_each_helper_was_built_at_install_from_the_source_as_it_is(name):
-    path = native.prebuilt_path(name, native.helper_source(name))
-    assert path is not None, (f"no library of {name} in {native.LIB_DIR}: install with `pip install -e .` "
-                              "(setup.py builds the helpers) and a C compiler")
-    assert os.path.dirname(path) == native.LIB_DIR
+def test_setup_builds_each_helper_from_the_source_as_it_is(lib_dir, name):
+    path = native.prebuilt_path(name, native.helper_source(name), lib_dir)
+    assert path is not None, (name, os.listdir(lib_dir))
+    assert os.path.dirname(path) == lib_dir
     # an edited source is not run with a stale library
-    assert native.prebuilt_path(name, native.helper_source(name) + "\n/* edited */\n") is None
+    assert native.prebuilt_path(name, native.helper_source(name) + "\n/* edited */\n", lib_dir) is None
 
 
-def test_a_fresh_process_compiles_no_helper_when_launching(tmp_path):
+def test_a_fresh_process_compiles_no_helper_when_launching(tmp_path, lib_dir):
     cache = tmp_path / "cache"
-    p = _child(tmp_path, "default", cache)
+    p = _child(tmp_path, "default", cache, TG_TEST_LIB_DIR=lib_dir)
     built = sorted(f for f in os.listdir(cache) if f.endswith(".so"))
     assert [f for f in built if f.startswith("tg_")] == [], built       # no helper compiled on the fly
     assert any(f.startswith("tgk_") for f in built), built              # the kernel was
