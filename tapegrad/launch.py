@@ -570,6 +570,22 @@ def _zero_value(t):
     return np.zeros(t.length)
 
 
+def _check_grid(kernel, checks, dim, size, args, vals):
+    """Raise ValueError when the grid ``dim`` (``size`` threads) overruns an array the kernel
+    indexes by ``tid()`` unguarded (``checks``: its ``lang.facts.TidAccess``es). A tapegrad
+    array's shape is read from the array (a descriptor's ctypes fields cost ~0.3 us a read)."""
+    for a in checks:
+        p, d = a.param, a.dim
+        v = args[p]
+        # a packed tapegrad array has its parameter's ndim, so dimension d exists
+        n = v._shape[d] if v.__class__ is array else (vals[p].shape[d] if d < vals[p].ndim else None)
+        if n is not None:
+            # a lone i = tid() takes every value of the grid
+            ext = size if a.components == 1 else facts.tid_extent(a.component, a.components, dim)
+            if ext > n:
+                raise ValueError(facts.overrun_message(kernel, dim, (a, ext, n), "launch"))
+
+
 def _check_adjoint_shapes(kernel, arrays, vals, adj_descs):
     """Raise ValueError when an adjoint buffer given for an array parameter (non-NULL data) has
     another shape than its array: the adjoint indexes both alike, so a smaller buffer would be
@@ -679,9 +695,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{_arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
     if plan.tid_checks:   # every thread indexes these arrays by tid(), unguarded: the grid must fit
-        hit = facts.grid_overrun(plan.tid_checks, dim, lambda i, d: vals[i].shape[d] if d < vals[i].ndim else None)
-        if hit is not None:
-            raise ValueError(facts.overrun_message(kernel, dim, hit, "launch"))
+        _check_grid(kernel, plan.tid_checks, dim, bounds.size, args, vals)
     if adjoint:
         if not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True): kernel '{kernel.key}' was built with enable_backward=False")
