@@ -10,7 +10,8 @@ Launch forms (``launch``'s keyword arguments; one entry per kernel argument, inp
 * ``tangent=True, tan_inputs=[...], tan_outputs=[...]``: runs the forward and writes the outputs
   and their tangents. A tangent is an array of the argument's dtype, shape and device (None:
   zero in, and for a written array, tangent not written) or, for a float scalar / vector /
-  matrix argument, a value (None: 0). Int and struct arguments take None.
+  matrix argument, a value (None: 0); for a struct argument, a struct of the same type whose
+  fields are the tangents (array fields: the tangent arrays; None: zero). Ints take None.
 * ``adjoint=True, tangent=True`` with ``adj_inputs/adj_outputs`` (None entries: the array's
   ``.grad``, as ``launch(adjoint=True)``), ``tan_inputs/tan_outputs`` (the tangents of the
   arguments) and ``tan_adj_inputs/tan_adj_outputs`` (the tangents of the adjoints: read where
@@ -231,7 +232,14 @@ def _tangent_values(prep, args, tans, what, n_in, null_for_ints=True):
             if got != shape:
                 raise ValueError(f"{_label(kernel, i, w, k)}: shape {got} does not match the argument's {shape}")
             out.append(d)
-        elif isinstance(t, types.StructType) or not _float_dtype(t):
+        elif isinstance(t, types.StructType):
+            # a struct of the same type: its float fields' tangents, its arrays' tangent arrays
+            # (None fields: zero, not written)
+            try:
+                out.append(pack(t.cls() if v is None else v, dev))
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise type(e)(f"{_label(kernel, i, w, k)}: {e}") from None
+        elif not _float_dtype(t):
             if v is not None:
                 raise TypeError(f"{_label(kernel, i, w, k)}: a {t!r} argument has no tangent; pass None")
             out.append(prep.values[i])

@@ -72,6 +72,23 @@ class TangentState:
             e = self.buffers[id(a)] = (a, buf)
         return e[1]
 
+    def tangent_arg(self, v):
+        """A launch argument's tangent: an array's tangent buffer; for a struct holding arrays,
+        a struct of its type whose array fields are their tangent buffers (other fields zero:
+        struct values are constants of the tape); None otherwise."""
+        if isinstance(v, array):
+            return self.of(v)
+        if tape_saves.is_struct_instance(v):
+            t = type(v)()
+            for name, ft in type(v)._tg_struct.fields:
+                f = getattr(v, name)
+                if isinstance(ft, ArrayType):
+                    setattr(t, name, self.of(f) if isinstance(f, array) else None)
+                elif tape_saves.is_struct_instance(f):
+                    setattr(t, name, self.tangent_arg(f))
+            return t
+        return None
+
 
 def _check_tangents(who, tangents, arg="tangents"):
     if not isinstance(tangents, dict):
@@ -155,7 +172,8 @@ def _tangent_of(rec, state, index, tangent_saves, tape):
                                  else None) for s in tape._saves[index]]
     if isinstance(rec, LaunchRecord):
         launch_tangent(rec.kernel, rec.dim, rec.inputs, rec.outputs, rec.device, rec.stream,
-                       tan_inputs=[state.of(a) for a in rec.inputs], tan_outputs=[state.of(a) for a in rec.outputs],
+                       tan_inputs=[state.tangent_arg(a) for a in rec.inputs],
+                       tan_outputs=[state.tangent_arg(a) for a in rec.outputs],
                        block_dim=rec.block_dim, max_blocks=rec.max_blocks, mode=0)
     elif isinstance(rec, CopyRecord):
         td, ts = state.of(rec.dest), state.of(rec.src)

@@ -16,7 +16,8 @@ Entry points (``S`` the kernel's symbol, ``n`` its parameter count):
 
 * ``S_cpu_tangent(const launch_t*, void** args)``: ``args[0:n]`` the arguments, ``args[n:2n]``
   their tangents (array descriptors for arrays; values of the same type for scalars,
-  vectors, matrices; ignored for ints and structs), ``args[2n]`` an ``int32`` mode (bit 0:
+  vectors, matrices and structs, whose array fields are the fields' tangent arrays; ignored
+  for ints), ``args[2n]`` an ``int32`` mode (bit 0:
   write the primal outputs too).
 * ``S_cpu_tangent_adjoint(const launch_t*, void** args)``: ``args[0:n]``, ``args[n:2n]`` as
   above, ``args[2n:3n]`` the adjoint arrays (gradients, accumulated), ``args[3n:4n]`` their
@@ -193,9 +194,21 @@ def emit_dual_struct(st) -> str:
             conv.append(f"r.{n} = tg::dual_of<{t.cname}>::make(s.{n}, {t.cname}());")
         else:
             conv.append(f"r.{n} = s.{n};")
+    make = []
+    for n, t in st.fields:
+        if is_array(t):
+            make.append(f"r.{n} = tg::make_darray(s.{n}, t.{n}, mode);")
+        elif is_struct(t):
+            make.append(f"r.{n} = {dual_struct_name(t)}_make(s.{n}, t.{n}, mode);")
+        elif float_based(t):
+            make.append(f"r.{n} = tg::dual_of<{t.cname}>::make(s.{n}, t.{n});")
+        else:
+            make.append(f"r.{n} = s.{n};")
     body = " ".join(conv)
     lines = [f"struct {name} {{"] + fields + ["};",
              f"static TG_FUNC {name} {name}_const(const {st.cname}& s, int32_t mode) {{ {name} r; {body} return r; }}",
+             f"static TG_FUNC {name} {name}_make(const {st.cname}& s, const {st.cname}& t, int32_t mode) {{ {name} r; "
+             f"{' '.join(make)} return r; }}",
              "namespace tg {",
              f"TG_FUNC void accum({name}& a, const {name}& b) {{ {' '.join(acc)} }}",
              f"TG_FUNC void zero({name}& a) {{ a = {name}(); }}",
@@ -234,7 +247,7 @@ def _arg_decls(fn, second_order, cuda):
                 out.append(f"    const tg::darray_t<{t.dtype.cname}> g{i} = tg::make_darray(g{i}_, {gt}, "
                            f"{consume} ? 2 : 0);")
         elif is_struct(t):
-            out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_const({pv}, tg_mode & 1);")
+            out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_make({pv}, {tv}, tg_mode & 1);")
         elif float_based(t):
             out.append(f"    const {dual_ctype(t)} d{i} = tg::dual_of<{t.cname}>::make({pv}, {tv});")
         else:

@@ -267,3 +267,56 @@ def test_tape_fill_has_zero_tangent():
     xv = x.numpy()
     hv = tape.hvp(loss, {x: np.ones(3)})[x].numpy()
     np.testing.assert_allclose(hv, d2 * (3 * xv ** 2) ** 2 + d1 * 6 * xv, rtol=1e-10)
+
+
+@tg.struct
+class Body:
+    x: tg.array(dtype=tg.float64)
+    k: tg.float64
+
+
+@tg.kernel
+def spring(b: Body, e: tg.array[tg.float64]):
+    i = tg.tid()
+    xi = b.x[i]
+    b.x[i] = xi - 0.1 * b.k * tg.sin(xi)
+    tg.atomic_add(e, 0, xi * xi * b.k)
+
+
+def test_struct_arguments_have_tangents(device):
+    x0 = np.array([0.3, -0.7, 1.1])
+    u = np.array([1.0, 2.0, -1.0])
+
+    def run(x, k):
+        b = Body()
+        b.x = tg.array(x, dtype=tg.float64, device=device)
+        b.k = k
+        e = tg.zeros(1, dtype=tg.float64, device=device)
+        tg.launch(spring, 3, inputs=[b], outputs=[e], device=device)
+        return e.numpy()[0], b.x.numpy()
+
+    b = Body()
+    b.x = tg.array(x0, dtype=tg.float64, device=device)
+    b.k = 2.0
+    tb = Body()
+    tb.x = tg.array(u, dtype=tg.float64, device=device)
+    tb.k = 0.5
+    e, te = tg.zeros(1, dtype=tg.float64, device=device), tg.zeros(1, dtype=tg.float64, device=device)
+    tg.launch(spring, 3, inputs=[b], outputs=[e], device=device, tangent=True, tan_inputs=[tb], tan_outputs=[te])
+    h = 1e-6
+    (ep, xp), (em, xm) = run(x0 + h * u, 2.0 + 0.5 * h), run(x0 - h * u, 2.0 - 0.5 * h)
+    np.testing.assert_allclose(te.numpy()[0], (ep - em) / (2 * h), rtol=1e-7)
+    np.testing.assert_allclose(tb.x.numpy(), (xp - xm) / (2 * h), rtol=1e-7)
+    # on a tape: the struct's array gets its tangent buffer (its float field is a constant)
+    b2 = Body()
+    b2.x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
+    b2.k = 2.0
+    x_in = tg.clone(b2.x)
+    e2 = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.copy(b2.x, x_in)
+        tg.launch(spring, 3, inputs=[b2], outputs=[e2], device=device)
+    t = tape.jvp({x_in: u})
+    (ep, _), (em, _) = run(x0 + h * u, 2.0), run(x0 - h * u, 2.0)
+    np.testing.assert_allclose(t[e2].numpy()[0], (ep - em) / (2 * h), rtol=1e-7)
