@@ -67,10 +67,28 @@ class TangentState:
             return None
         e = self.buffers.get(id(a))
         if e is None:
+            view = self._view_of_root(a)
+            if view is not None:
+                e = self.buffers[id(a)] = (a, view)
+                return view
             buf = array(shape=a.shape, dtype=a.dtype, device=a.device)
             buf.zero_()
             e = self.buffers[id(a)] = (a, buf)
         return e[1]
+
+    def _view_of_root(self, a):
+        """For a view of another array (same scalar type and element size), the matching view
+        of that array's tangent: views of one memory share their tangents, as their values."""
+        root = a
+        while type(root.owner) is type(a):    # a view's owner is the array it views
+            root = root.owner
+        if root is a or not _float_array(root) or a.dtype.size != root.dtype.size or \
+                getattr(a.dtype, "scalar", None) is not getattr(root.dtype, "scalar", None):
+            return None
+        tr = self.of(root)
+        if tr.strides != root.strides:           # the tangent is contiguous: the root must be too
+            return None
+        return type(a).wrap_memory(tr.ptr + (a.ptr - root.ptr), a.dtype, a.shape, a.strides, a.device, tr)
 
     def tangent_arg(self, v):
         """A launch argument's tangent: an array's tangent buffer; for a struct holding arrays,

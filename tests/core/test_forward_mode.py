@@ -320,3 +320,25 @@ def test_struct_arguments_have_tangents(device):
     t = tape.jvp({x_in: u})
     (ep, _), (em, _) = run(x0 + h * u, 2.0), run(x0 - h * u, 2.0)
     np.testing.assert_allclose(t[e2].numpy()[0], (ep - em) / (2 * h), rtol=1e-7)
+
+
+@tg.kernel
+def cube(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+    i = tg.tid()
+    y[i] = x[i] * x[i] * x[i]
+
+
+def test_tape_jvp_through_views():
+    x = tg.array(np.array([1.0, 2.0, 3.0, 4.0]), dtype=tg.float64, requires_grad=True)
+    y = tg.zeros(4, dtype=tg.float64, requires_grad=True)
+    x_in = tg.clone(x)
+    y_lo, y_hi = y[:2], y[2:]
+    tape = tg.Tape()
+    with tape:
+        tg.copy(x, x_in)                                       # the tangent is given for x_in
+        tg.launch(cube, 2, inputs=[x[2:]], outputs=[y_lo])     # views of x and y
+        tg.launch(cube, 2, inputs=[x[:2]], outputs=[y_hi])
+    t = tape.jvp({x_in: np.array([1.0, 2.0, 3.0, 4.0])})
+    xv = x.numpy()
+    np.testing.assert_allclose(t[y_lo].numpy(), 3 * xv[2:] ** 2 * np.array([3.0, 4.0]))
+    np.testing.assert_allclose(t[y_hi].numpy(), 3 * xv[:2] ** 2 * np.array([1.0, 2.0]))
