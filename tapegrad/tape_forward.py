@@ -31,7 +31,7 @@ from . import memory_ops, tape_saves
 from .array import array
 from .launch import LaunchRecord
 from .launch_tangent import MODE_GRADS, launch_tangent, tangent_module
-from .recording import CopyRecord, FillRecord
+from .recording import CopyRecord, FillRecord, grad_region
 from .types import ArrayType
 
 __all__ = ["jvp", "hvp", "TangentState"]
@@ -287,18 +287,14 @@ def hvp(tape, loss, vectors: dict) -> dict:
     state = _seed_state(who, vectors)
     tsaves: dict = {}
     _forward_walk(tape, state, who, tsaves)
-    grads, tgrads = {}, TangentState({})
+    grads, tgrads = TangentState({}), TangentState({})
 
     def grad_of(a):
-        """Our gradient buffer of ``a`` (arrays without .grad get none, as in ``backward``)."""
-        if not _float_array(a) or (a.grad is None and a is not loss):
+        """Our gradient buffer of ``a`` (arrays without a gradient get none, as in ``backward``;
+        views share their base's, as their gradients do)."""
+        if not _float_array(a) or (grad_region(a) is None and a is not loss):
             return None
-        e = grads.get(id(a))
-        if e is None:
-            buf = array(shape=a.shape, dtype=a.dtype, device=a.device)
-            buf.zero_()
-            e = grads[id(a)] = (a, buf)
-        return e[1]
+        return grads.of(a)
 
     grad_of(loss).fill_(1)
     finals = {}

@@ -342,3 +342,29 @@ def test_tape_jvp_through_views():
     xv = x.numpy()
     np.testing.assert_allclose(t[y_lo].numpy(), 3 * xv[2:] ** 2 * np.array([3.0, 4.0]))
     np.testing.assert_allclose(t[y_hi].numpy(), 3 * xv[:2] ** 2 * np.array([1.0, 2.0]))
+
+
+def test_tape_hvp_through_views():
+    x0 = np.array([0.5, 1.0, 1.5, 2.0])
+    u = np.array([1.0, -1.0, 0.5, 2.0])
+
+    def record(xn):
+        x = tg.array(xn, dtype=tg.float64, requires_grad=True)
+        y = tg.zeros(4, dtype=tg.float64, requires_grad=True)
+        e = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+        tape = tg.Tape()
+        with tape:
+            tg.launch(cube, 2, inputs=[x[2:]], outputs=[y[:2]])
+            tg.launch(cube, 2, inputs=[x[:2]], outputs=[y[2:]])
+            tg.launch(energy, 4, inputs=[y], outputs=[e])
+        return tape, x, e
+
+    def grad(xn):
+        tape, x, e = record(xn)
+        tape.backward(loss=e)
+        return x.grad.numpy().copy()
+
+    tape, x, e = record(x0)
+    hv = tape.hvp(e, {x: u})[x].numpy()
+    h = 1e-6
+    np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-5, atol=1e-6)
