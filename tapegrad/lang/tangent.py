@@ -113,6 +113,10 @@ class DualEmitter(FunctionEmitter):
     def op_text(self, s, args, replay) -> str:
         op = s.op
         name = op.name
+        if name == "load_cell" and s.args and is_array(s.args[0].type):   # a load the compiler added
+            idx = ", ".join(args[1:])
+            return (f"(tg::cell_in_bounds({args[0]}.p, {idx}) ? tg::dload({args[0]}, {idx}) : "
+                    f"typename tg::dual_of<{s.args[0].type.dtype.cname}>::type())")
         if name in _ARRAY_OPS and s.args and is_array(s.args[0].type):
             a, rest = args[0], args[1:]
             if name == "load":
@@ -146,6 +150,10 @@ class DualEmitter(FunctionEmitter):
     def adj_text(self, s, args, adjs, g) -> str:
         op = s.op
         name = op.name
+        if name == "load_cell" and s.args and is_array(s.args[0].type):
+            idx = args[1:]
+            return (f"if (tg::nonzero({g}) && tg::cell_in_bounds({args[0]}.p, {', '.join(idx)})) "
+                    f"tg::dgrad_add_({', '.join([adjs[0], g] + idx)});")
         if name in _ARRAY_OPS and s.args and is_array(s.args[0].type):
             aa, idx = adjs[0], args[1:]
             if name == "load":

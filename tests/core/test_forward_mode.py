@@ -368,3 +368,38 @@ def test_tape_hvp_through_views():
     hv = tape.hvp(e, {x: u})[x].numpy()
     h = 1e-6
     np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-5, atol=1e-6)
+
+
+@tg.kernel
+def guarded_square(x: tg.array[tg.float64], y: tg.array[tg.float64], n: int):
+    i = tg.tid()
+    for _k in range(n):
+        if i < len(x):
+            x[i] = x[i] * x[i]
+    if i < len(x):
+        y[i] = tg.sin(x[i])
+
+
+def test_in_place_element_kept_in_a_local(device):
+    # the in-place pass keeps x[i] in a local, loaded (bounds-checked) before the loop
+    from tapegrad.lang.ir import walk
+    assert "load_cell" in [s.op.name for s in walk(guarded_square.ir.body) if hasattr(s, "op")]
+    x0, u = np.array([0.5, -1.0, 0.8]), np.array([1.0, 2.0, 3.0])
+    x, y = tg.array(x0, dtype=tg.float64, device=device), tg.zeros(3, dtype=tg.float64, device=device)
+    tx, ty = tg.array(u, dtype=tg.float64, device=device), tg.zeros(3, dtype=tg.float64, device=device)
+    tg.launch(guarded_square, 5, inputs=[x, y, 2], tangent=True, tan_inputs=[tx, ty, None])
+    s4 = x0 ** 4
+    np.testing.assert_allclose(x.numpy(), s4)
+    np.testing.assert_allclose(tx.numpy(), 4 * x0 ** 3 * u)
+    np.testing.assert_allclose(ty.numpy(), np.cos(s4) * 4 * x0 ** 3 * u)
+    # second order: d/du of the gradient of sum(w * y) with respect to the original x
+    w = np.array([1.0, -2.0, 0.5])
+    x, y = tg.array(x0, dtype=tg.float64, device=device), tg.zeros(3, dtype=tg.float64, device=device)
+    gx, hx = tg.zeros(3, dtype=tg.float64, device=device), tg.zeros(3, dtype=tg.float64, device=device)
+    tg.launch(guarded_square, 5, inputs=[x, y, 2], adjoint=True,
+              adj_inputs=[gx, tg.array(w, dtype=tg.float64, device=device), 0], tangent=True,
+              tan_inputs=[tg.array(u, dtype=tg.float64, device=device), None, None], tan_adj_inputs=[hx, None, None])
+    d1 = 4 * x0 ** 3
+    d2 = (-np.sin(s4) * d1 ** 2 + np.cos(s4) * 12 * x0 ** 2) * w
+    np.testing.assert_allclose(gx.numpy(), np.cos(s4) * d1 * w, rtol=1e-12)
+    np.testing.assert_allclose(hx.numpy(), d2 * u, rtol=1e-12)
