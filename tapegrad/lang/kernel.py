@@ -636,7 +636,8 @@ def preload_for_capture(device, scopes) -> None:
 
 
 def kernel(f=None, *, enable_backward=None, key=None, module=None, module_options=None, name=None,
-           launch_bounds=None):
+           launch_bounds=None, cuda_max_registers=None, enable_cuda_smem_spilling=None, cluster_dim=None,
+           entry_point_abi=None, grid_stride=None):
     """Decorator turning a Python function into a ``Kernel``.
 
     Args:
@@ -648,19 +649,48 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
         module: None (the function's Python module), ``"unique"`` (a module of its own whose
             options start from the defaults), a module name or a ``Module``.
         module_options: options of the ``"unique"`` module (a dict of module option names).
-        launch_bounds: Warp's CUDA launch-bounds hint (an int or ``(max_threads, min_blocks)``),
-            checked and kept in ``kernel.options``; tapegrad's builds do not use it.
+        launch_bounds, cuda_max_registers, enable_cuda_smem_spilling, cluster_dim, grid_stride:
+            Warp's CUDA build and launch hints, checked and kept in ``kernel.options``; tapegrad's
+            builds do not use them (the results do not depend on them).
+        entry_point_abi: ``"warp"`` (the default); Warp's ``"external_constant_params"`` entry
+            points (for external CUDA launchers) are not supported and raise.
     Returns:
         A ``Kernel`` (or a decorator when called with keyword arguments only).
     Raises:
-        TypeError, ValueError: a bad ``name``, ``module``, ``module_options`` or ``launch_bounds``.
+        TypeError, ValueError: a bad ``name``, ``module``, ``module_options``, hint or
+            ``entry_point_abi``. NotImplementedError: ``entry_point_abi="external_constant_params"``.
     """
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-        raise ValueError(f"kernel(name=...): expected a C++ identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"kernel(name=...): name must be a str, got {type(name).__name__}")
+        if not name.isidentifier() or not name.isascii():
+            raise ValueError(f"kernel(name=...): name must be a non-empty valid C++ identifier matching "
+                             f"[A-Za-z_][A-Za-z0-9_]*, got {name!r}")
     check_launch_bounds(launch_bounds, "kernel(launch_bounds=...)")
+    if entry_point_abi not in (None, "warp", "external_constant_params"):
+        raise ValueError(f"kernel(entry_point_abi=...): entry_point_abi must be 'warp' or 'external_constant_params', "
+                         f"got {entry_point_abi!r}")
+    if entry_point_abi == "external_constant_params":
+        if enable_backward is not False:
+            raise ValueError("kernel(entry_point_abi='external_constant_params') requires enable_backward=False")
+        raise NotImplementedError("kernel(entry_point_abi='external_constant_params'): external entry points "
+                                  "(kernels launched by an outside CUDA launcher) are not supported by tapegrad")
+    if cuda_max_registers is not None and launch_bounds is not None:
+        raise ValueError("kernel: cuda_max_registers and launch_bounds cannot be specified together")
     options = {} if enable_backward is None else {"enable_backward": bool(enable_backward)}
-    if launch_bounds is not None:
-        options["launch_bounds"] = launch_bounds
+    for key_, v, ok in (("launch_bounds", launch_bounds, True),
+                        ("cuda_max_registers", cuda_max_registers,
+                         isinstance(cuda_max_registers, int) and not isinstance(cuda_max_registers, bool)
+                         and cuda_max_registers > 0),
+                        ("enable_cuda_smem_spilling", enable_cuda_smem_spilling,
+                         isinstance(enable_cuda_smem_spilling, bool)),
+                        ("cluster_dim", cluster_dim, _positive_ints(cluster_dim)),
+                        ("grid_stride", grid_stride, isinstance(grid_stride, bool))):
+        if v is None:
+            continue
+        if not ok:
+            raise ValueError(f"kernel({key_}=...): got {v!r}")
+        options[key_] = v
     if module_options is not None and not isinstance(module_options, dict):
         raise TypeError(f"kernel(module_options=...): expected a dict, got {type(module_options).__name__}")
 
@@ -671,6 +701,11 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
             weakref.finalize(k, forget_module, mname)
         return k
     return wrap(f) if f is not None else wrap
+
+
+def _positive_ints(v) -> bool:
+    items = v if isinstance(v, tuple) else (v,)
+    return 1 <= len(items) <= 3 and all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in items)
 
 
 register_capture_preloader(preload_for_capture)

@@ -141,7 +141,7 @@ def test_kernel_name_and_launch_bounds():
         a[tg.tid()] = 5.0
 
     assert k.key == "wb_named_kernel" and k.options == {"launch_bounds": (256, 1)}
-    with pytest.raises(ValueError, match="C\\+\\+ identifier"):
+    with pytest.raises(ValueError, match="valid C\\+\\+ identifier"):
         tg.kernel(name="not an identifier")
 
 
@@ -591,3 +591,26 @@ def test_value_errors_are_warps():
     w = tg.vec3(1.0, np.nan, 3.0)
     np.testing.assert_array_equal(w, [1.0, np.nan, 3.0])
     assert np.allclose(w, [1.0, np.nan, 3.0], equal_nan=True)
+
+
+def test_kernel_hints_and_entry_point_abi():
+    @tg.kernel(module="unique", grid_stride=True, cuda_max_registers=64, enable_cuda_smem_spilling=True,
+               cluster_dim=(2, 1, 1))
+    def hinted(a: tg.array(dtype=float)):
+        a[tg.tid()] = 1.0
+
+    assert hinted.options == {"grid_stride": True, "cuda_max_registers": 64, "enable_cuda_smem_spilling": True,
+                              "cluster_dim": (2, 1, 1)}
+    a = tg.zeros(3, dtype=float)
+    tg.launch(hinted, dim=3, inputs=[a])
+    assert a.numpy().tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="cannot be specified together"):
+        tg.kernel(cuda_max_registers=32, launch_bounds=128)
+    with pytest.raises(ValueError, match="must be 'warp' or 'external_constant_params'"):
+        tg.kernel(enable_backward=False, entry_point_abi="external")
+    with pytest.raises(ValueError, match="requires enable_backward=False"):
+        tg.kernel(entry_point_abi="external_constant_params")
+    with pytest.raises(NotImplementedError, match="external entry points"):
+        tg.kernel(enable_backward=False, entry_point_abi="external_constant_params")
+    with pytest.raises(TypeError, match="name must be a str"):
+        tg.kernel(name=3)
