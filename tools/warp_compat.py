@@ -37,6 +37,12 @@ SAME = {
     **{n: "tests/core/test_cpu_capture.py, test_graphs.py (CPU capture as Warp 1.19)" for n in (
         "capture_begin", "capture_end", "capture_launch")},
     "dtype_to_torch": "tests/bridges/test_torch.py (uint16/32/64 -> signed twins, as Warp)",
+    "dtype_to_paddle": "tests/bridges/test_paddle.py (uint16/32/64 -> signed twins, as Warp)",
+    "JaxModulePreloadMode": "tests/core/test_warp_breadth.py (members as Warp's)",
+    **{n: "tests/core/test_warp_breadth.py (finite differences; erf/erfc/erfinv/copysign/frac/rint against "
+          "Python's math and NumPy)" for n in ("erf", "erfc", "erfinv", "copysign", "frac", "rint")},
+    **{n: "tests/core/test_warp_breadth.py (skew against np.cross; argmin/argmax against NumPy, NaNs skipped)"
+       for n in ("skew", "argmin", "argmax")},
     "dtype_from_torch": "tests/bridges/test_torch.py",
     "clone": "tests/core/test_tape_features.py (final write wins: Warp's 8, not 27)",
     "copy": "tests/core/test_tape_features.py (offsets on strided views, consumption, retain_grad)",
@@ -61,9 +67,23 @@ DIFFERENT = {
     "load_module": "every kernel is its own module: loads the kernels found in the Python module's globals",
     "force_load": "loads every kernel defined so far (each its own module)",
     "clear_kernel_cache": "clears tapegrad's cache (`$TAPEGRAD_CACHE`, default `~/.cache/tapegrad`)",
-    "Kernel": "`kernel.module` is a per-kernel module object (`.load(device, block_dim=None)`, callable "
-              "with a device)",
-    "kernel": "`module=` accepted and ignored (every kernel is its own module)",
+    "Kernel": "`Kernel(func, key=, options=, module=)` as Warp; `kernel.module` is a per-kernel module object "
+              "(`.name`, `.options`, `.load(device, block_dim=None)`, callable with a device) whose name is the "
+              "options-table entry the kernel reads",
+    "kernel": "`module=` / `module_options=` choose the options-table entry (`\"unique\"`: one of its own); the "
+              "CUDA hints (`launch_bounds`, `cuda_max_registers`, `cluster_dim`, `grid_stride`...) are checked "
+              "and kept in `kernel.options` but not applied; `entry_point_abi=\"external_constant_params\"` raises",
+    "Module": "a module by name: `.name` and `.options` (item assignment sets an option); every kernel still "
+              "compiles on its own",
+    "get_module": "returns a `Module` (name and options); see `Module`",
+    "ModuleBuildOptions": "Warp's checks; an empty instance is accepted, one with include folders, preambles "
+                          "or dependencies makes `set_module_options` raise (tapegrad compiles only its own source)",
+    "DeterministicMode": "the enum as Warp's; only `NOT_GUARANTEED` (and None) are accepted as the "
+                         "`deterministic` option",
+    **{n: "tapegrad/errors.py: a `KernelError` that is also Warp's built-in base class; raised where tapegrad "
+          "detects the same problem (kernel returns, unknown attributes/names, @func return types)" for n in (
+        "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError",
+        "WarpCodegenIndexError", "WarpCodegenKeyError")},
     "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3",
     "empty": "the memory is zero-filled (allocation is cheap; garbage is a footgun)",
     "empty_like": "zero-filled, as `empty`",
@@ -96,8 +116,7 @@ RULES = [
     (r"^(fabricarray|fabricarrayarray|indexedfabricarrayarray)$", NOT_GRAPHICS),
     (r"^(indexedarray|fixedarray)", "missing: indexed / fixed-size array kinds (arrays issue)"),
     (r"^(tile|Tile|launch_tiled|block_dim$)", "missing: tiles (kernel-language issue)"),
-    (r"^WarpCodegen", "missing: tapegrad's equivalent is `tg.KernelError` (one class, with the Python source line)"),
-    (r"^WarpDeterminismError$|^DeterministicMode$", "missing: deterministic-mode launches"),
+    (r"^WarpDeterminismError$", "missing: deterministic-mode launches"),
     (r"^(Logger|get_logger|set_logger|ScopedLogger|ScopedLogLevel|LOG_)",
      "missing: Warp's logger (tapegrad reports with `warnings` and exceptions)"),
     (r"^(TIMING_|timing_|TimingResult|ScopedCudaProfiler|cuda_profiler_)",
@@ -107,9 +126,8 @@ RULES = [
      "not planned: Warp's APIC graph serialisation format"),
     (r"^capture_debug_dot_print$", "missing: tapegrad's equivalent is `Graph.debug_dot_print(path)` (a method)"),
     (r"^(compile_aot_module|load_aot_module|get_cpu_kernel_cache_key|clear_lto_cache|build_experimental|"
-     r"ModuleBuildOptions|get_cuda_kernel_properties|get_suggested_block_size|get_cuda_max_cluster_dim)$",
+     r"get_cuda_kernel_properties|get_suggested_block_size|get_cuda_max_cluster_dim)$",
      "missing: ahead-of-time modules and build introspection"),
-    (r"^(Module|get_module)$", "missing: tapegrad's equivalent is `kernel.module` (every kernel is its own module)"),
     (r"^(Allocator|CudaManagedAllocator|get_device_allocator|set_device_allocator|set_cuda_allocator)$",
      "missing: tapegrad's equivalent is `tg.set_allocator(name_or_allocator, device)` / `tg.ScopedAllocator`"),
     (r"^(ScopedMempool|ScopedMempoolAccess|is_mempool_access|set_mempool_access|ScopedPeerAccess|"
@@ -119,7 +137,6 @@ RULES = [
      r"print_diagnostics|print_memory_report|ScopedMemoryTracker|MemoryKind|get_event_elapsed_time)$",
      "missing: runtime introspection and memory reports"),
     (r"^(Float|Int|Scalar|DeviceLike)$", "missing: typing aliases (annotations only)"),
-    (r"^JaxModulePreloadMode$", "missing: jax_kernel loads on first call on the current device"),
     (r"^(Function|Launch|func_native|func_replay|grad|static|ref|handle|address|address_of|from_ptr|map|utils|"
      r"overload)$", "missing: kernel-language issue (native functions, recorded launches, static expressions)"),
 ]
