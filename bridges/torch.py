@@ -179,7 +179,7 @@ class TorchAdapter(FrameworkAdapter):
     @staticmethod
     def storage_check(t, ptr):
         # resize_ / set_ / storage resizing move or free t's data under a view: its bound
-        # data_ptr (a C call, ~40 ns) is compared with the view's address at every use
+        # data_ptr (one C call per use) is compared with the view's address at every use
         return StorageCheck(t.data_ptr, ptr, "torch tensor")
 
     def get_grad(self, t):
