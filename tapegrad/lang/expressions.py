@@ -137,7 +137,7 @@ class ExprMixin:
             obj = getattr(python_builtins, name)
             depends.note_value(self.pyfunc, (name,), obj)
             return PyObj(obj, (name,))
-        self.error(f"name '{name}' is not defined", node, WarpCodegenKeyError)
+        self.error(f"name '{name}' is not defined (Referencing undefined symbol: {name})", node, WarpCodegenKeyError)
 
     def unbound_error(self, name, node):
         v = self.scope[name]

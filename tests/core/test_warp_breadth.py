@@ -304,7 +304,7 @@ def test_unknown_attribute_and_name_raise_warp_classes():
     def bad_name(x: float):
         _ = undefined_name_wb + x  # noqa: F821
 
-    with pytest.raises(KeyError, match="name 'undefined_name_wb' is not defined"):
+    with pytest.raises(KeyError, match="Referencing undefined symbol: undefined_name_wb"):
         tg.launch(bad_name, dim=1, inputs=[1.0])
 
 
