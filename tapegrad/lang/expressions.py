@@ -17,7 +17,9 @@ from ..types import (
     float64,
     int32,
     matrix,
+    quaternion,
     resolve_dtype,
+    transformation,
     type_of,
     uint32,
     vector,
@@ -37,6 +39,7 @@ from .typeutil import (
     is_scalar,
     is_struct,
     is_vec,
+    scalar_of,
     type_name,
     type_of_value,
 )
@@ -365,6 +368,8 @@ class ExprMixin:
             return self.call_builtin(obj, node, kwargs)
         if obj is vector or obj is matrix:
             return self.composite_value(obj, node)
+        if obj is quaternion or obj is transformation:
+            return self.float_composite_value(obj, node)
         resolve = _resolver(obj)
         if resolve is not None:
             if kwargs:
@@ -573,6 +578,29 @@ class ExprMixin:
                 self.error("tg.matrix() in a kernel needs shape=(rows, cols)", node)
             t = matrix(size, dtype)
         return self.construct(t, args, node, {})
+
+    def float_composite_value(self, obj, node):
+        """``tg.types.quaternion(*values, dtype=T)`` / ``transformation(...)`` inside a kernel (Warp's
+        spelling): components, or one value converted to ``T`` (the first typed argument's float type
+        when no dtype is given)."""
+        what = obj.__name__
+        unknown = [k.arg for k in node.keywords if k.arg != "dtype"]
+        if unknown:
+            self.error(f"{what}() in a kernel takes the values and a dtype= keyword, got {unknown[0]}=", node)
+        args = [self.expr(a) for a in node.args]
+        dtype = None
+        for k in node.keywords:
+            d = self.expr(k.value)
+            try:
+                dtype = resolve_dtype(d.obj if isinstance(d, PyObj) else None)
+            except TypeError:
+                dtype = None
+            if not is_scalar(dtype) or not is_float(dtype):
+                self.error(f"{what}(dtype=...) must be a float type such as float or tg.float64", node)
+        if dtype is None:
+            typed = [a.type for a in args if isinstance(a, Var) or (isinstance(a, Lit) and a.type is not None)]
+            dtype = next((scalar_of(t) for t in typed if is_float(scalar_of(t))), float32)
+        return self.construct(obj(dtype), args, node, {})
 
     def new_struct(self, st, args, kwargs, node):
         """``S(...)``: positional values fill the fields in order, keywords name them; the rest are zero."""

@@ -614,3 +614,20 @@ def test_kernel_hints_and_entry_point_abi():
         tg.kernel(enable_backward=False, entry_point_abi="external_constant_params")
     with pytest.raises(TypeError, match="name must be a str"):
         tg.kernel(name=3)
+
+
+@tg.kernel
+def _wb_typed_quats(inp: tg.array(dtype=tg.float64), qh: tg.array(dtype=tg.quath), qd: tg.array(dtype=tg.quatd),
+                    td: tg.array(dtype=tg.transformd)):
+    q = tg.types.quaternion(inp[0], inp[1], inp[2], inp[3])       # dtype from the components
+    qd[0] = q
+    qh[0] = tg.types.quaternion(q, dtype=tg.float16)             # a conversion
+    td[0] = tg.types.transformation(tg.vec3d(1.0, 2.0, 3.0), q, dtype=tg.float64)
+
+
+def test_quaternion_and_transformation_inside_kernels():
+    vals = [0.125, 0.25, 0.5, 0.75]
+    qh, qd, td = tg.zeros(1, dtype=tg.quath), tg.zeros(1, dtype=tg.quatd), tg.zeros(1, dtype=tg.transformd)
+    tg.launch(_wb_typed_quats, dim=1, inputs=[tg.array(vals, dtype=tg.float64), qh, qd, td])
+    assert qd.numpy()[0].tolist() == vals and qh.numpy()[0].tolist() == vals
+    assert td.numpy()[0].tolist() == [1.0, 2.0, 3.0] + vals
