@@ -338,8 +338,10 @@ class KernelSignature:
         check_grid_fits(self.kernel, grid, extents, self.who)
 
     # ---------------------------------------------------------------------------- launch
-    def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None) -> None:
-        """Launch the kernel (or, with ``adj_outs``, its adjoint) over the op's tensors.
+    def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None, tan_ins=None,
+               tan_outs=None, tan_adj_ins=None, tan_adj_outs=None) -> None:
+        """Launch the kernel (or, with ``adj_outs``, its adjoint; with ``tan_ins``, its tangent;
+        with both, the tangent of its adjoint) over the op's tensors.
 
         Args:
             args: the op's inputs (tensors for array parameters, values otherwise).
@@ -348,15 +350,28 @@ class KernelSignature:
             device, stream: where to run (``stream``: a tapegrad Stream or None).
             adj_ins: adjoint mode: one gradient tensor (or None) per input.
             adj_outs: adjoint mode: one incoming gradient tensor per output.
+            tan_ins: forward mode: one tangent tensor (or None: zero) per input.
+            tan_outs: forward mode: one tensor (or None) per output that receives its tangent
+                (zero-initialised: atomics accumulate); with ``adj_outs``: the outputs' tangents.
+            tan_adj_ins: tangent of the adjoint: one tensor (or None) per input accumulating the
+                tangent of its gradient.
+            tan_adj_outs: tangent of the adjoint: the tangents of the incoming gradients (None: zero).
         """
         ins = [desc(a, p, device) if p.is_array else (list(a) if isinstance(a, (list, tuple)) else a)
                for a, p in zip(args, self.inputs)]
         out_d = [desc(o, p, device) for o, p in zip(outs, self.outputs)]
+
+        def descs(ts, params):
+            return None if ts is None else [desc(t, p, device) if t is not None else None
+                                            for t, p in zip(ts, params)]
         kw = {}
         if adj_outs is not None:
-            kw = dict(adjoint=True,
-                      adj_inputs=[desc(g, p, device) if g is not None else None for g, p in zip(adj_ins, self.inputs)],
-                      adj_outputs=[desc(g, p, device) for g, p in zip(adj_outs, self.outputs)])
+            kw = dict(adjoint=True, adj_inputs=descs(adj_ins, self.inputs), adj_outputs=descs(adj_outs, self.outputs))
+        if tan_ins is not None:
+            kw.update(tangent=True, tan_inputs=descs(tan_ins, self.inputs), tan_outputs=descs(tan_outs, self.outputs))
+            if adj_outs is not None:
+                kw.update(tan_adj_inputs=descs(tan_adj_ins, self.inputs),
+                          tan_adj_outputs=descs(tan_adj_outs, self.outputs))
         launch(self.kernel, self.grid(args), inputs=ins, outputs=out_d, device=device, stream=stream,
                record_tape=False, **kw)
 

@@ -18,6 +18,7 @@ from tapegrad import types
 from ._base import Bridge, wrap_stream_handle
 from ._op import KernelSignature, op_builder
 from .export_names import advice, stable_name
+from .torch_op_ad import DifferentiableOpDef, make_functions, no_derivatives
 
 __all__ = ["make_torch_op", "TapegradOpNotDefined"]
 
@@ -98,6 +99,7 @@ class _KernelOp:
         self.arrays = list(sig.array_inputs)
         sig.first_array()   # raises for kernels with no array input
         self.diff = list(sig.differentiable)
+        self.fout = [k for k, p in enumerate(sig.outputs) if p.is_differentiable]   # float outputs
         qual = name or f"tapegrad::{stable_name(kernel, num_outputs, launch_dims, output_dims)}"
         self.qualname = qual if "::" in qual else f"tapegrad::{qual}"
         self.default_name = name is None
@@ -112,11 +114,11 @@ class _KernelOp:
             t = t.contiguous()  # component dims must be contiguous: the op is functional, copy
         return self.bridge.layout(t, p.dtype, fname=self.qualname).new_ctype(t.data_ptr(), 0, (t,))
 
-    def run(self, args, outs, adj_ins=None, adj_outs=None):
+    def run(self, args, outs, adj_ins=None, adj_outs=None, **tangents):
         b = self.bridge
         dev = b.devices.from_framework(args[self.arrays[0]].device)
         stream = wrap_stream_handle(dev, b.stream_handle(dev.ordinal)) if dev.is_cuda else None
-        self.sig.launch(args, outs, self.desc, dev, stream, adj_ins, adj_outs)
+        self.sig.launch(args, outs, self.desc, dev, stream, adj_ins, adj_outs, **tangents)
 
     def out_shapes(self, args):
         return self.sig.output_shapes(args)
@@ -155,6 +157,53 @@ class _KernelOp:
         ins = args[:self.n_in]
         return _one([torch.empty_like(ins[i], memory_format=torch.contiguous_format) for i in self.diff])
 
+    # ------------------------------------------------------------- forward mode, second order
+    def new_outputs(self, args):
+        t0 = args[self.arrays[0]]
+        return [torch.zeros(s, dtype=self.bridge.dtypes.to_framework(t.dtype), device=t0.device)
+                for s, t in zip(self.out_shapes(args), self.out_types)]
+
+    def full_tangents(self, tans):
+        """One entry per input from one (optional) tangent per differentiable input."""
+        full = [None] * self.n_in
+        for i, t in zip(self.diff, tans):
+            full[i] = None if t is None else t.contiguous()
+        return full
+
+    def jvp_impl(self, *args):
+        """The outputs' tangents (float outputs) along the tangents of the differentiable inputs."""
+        ins, tans = args[:self.n_in], args[self.n_in:]
+        outs = self.new_outputs(ins)
+        touts = [torch.zeros_like(o) if k in self.fout else None for k, o in enumerate(outs)]
+        self.run(ins, outs, tan_ins=self.full_tangents(tans), tan_outs=touts)
+        return _one([touts[k] for k in self.fout])
+
+    def jvp_fake(self, *args):
+        ins = args[:self.n_in]
+        t0 = ins[self.arrays[0]]
+        shapes = self.out_shapes(ins)
+        return _one([t0.new_empty(shapes[k], dtype=self.bridge.dtypes.to_framework(self.out_types[k].dtype))
+                     for k in self.fout])
+
+    def backward_jvp_impl(self, *args):
+        """The tangent of the backward: ``H[g] t + J^T tg`` per differentiable input (the
+        kernel's tangent-of-adjoint launch)."""
+        n_out = len(self.out_types)
+        ins, outs, grads = self.split_backward_args(args[:self.n_in + 2 * n_out])
+        rest = args[self.n_in + 2 * n_out:]
+        tans, tgrads = rest[:len(self.diff)], rest[len(self.diff):]
+        adj = [torch.zeros_like(ins[i], memory_format=torch.contiguous_format) if i in self.diff else None
+               for i in range(self.n_in)]
+        tadj = [torch.zeros_like(a) if a is not None else None for a in adj]
+        # the outputs' state before the forward launch: zero values (as backward_impl, which
+        # passes the written values: the same for kernels that do not read their outputs) and
+        # zero tangents
+        self.run(ins, list(outs), adj, [g.clone(memory_format=torch.contiguous_format) for g in grads],
+                 tan_ins=self.full_tangents(tans), tan_outs=None, tan_adj_ins=tadj,
+                 tan_adj_outs=[t.clone(memory_format=torch.contiguous_format) if t is not None else None
+                               for t in tgrads])
+        return _one([tadj[i] for i in self.diff])
+
     # ---------------------------------------------------------------------------- building
     def build(self):
         if self.default_name:
@@ -176,11 +225,16 @@ class _KernelOp:
                                      schema=f"({', '.join(sig_in)}) -> {ret}")
         op.register_fake(self.forward_fake)
         op.kernel = self.kernel
-        op.backward_op = None
-        if not self.diff or not getattr(self.kernel, "enable_backward", True):
-            if self.diff:   # torch's own error would suggest register_autograd: say what fixes it here
-                op.register_autograd(_no_adjoint(self.qualname, self.kernel),
-                                     setup_context=lambda ctx, inputs, output: None)
+        op.backward_op = op.jvp_op = op.backward_jvp_op = None
+        op.register_vmap(_loop_vmap(op, n_out))
+        op.__class__ = DifferentiableOpDef
+        if not self.diff:
+            return op
+        if not getattr(self.kernel, "enable_backward", True):
+            # torch's own error would suggest register_autograd: say what fixes it here
+            op.register_autograd(_no_adjoint(self.qualname, self.kernel),
+                                 setup_context=lambda ctx, inputs, output: None)
+            op._tg_function = no_derivatives(self, op).forward
             return op
         sig_out = [f"Tensor {n}" for n in self.out_names] + [f"Tensor adj_{n}" for n in self.out_names]
         bret = "(" + ", ".join(["Tensor"] * len(self.diff)) + ")" if len(self.diff) != 1 else "Tensor"
@@ -188,6 +242,18 @@ class _KernelOp:
                                       schema=f"({', '.join(sig_in + sig_out)}) -> {bret}")
         bop.register_fake(self.backward_fake)
         op.backward_op = bop
+        sig_tan = [f"Tensor? tan_{self.in_names[i]}" for i in self.diff]
+        tret = ("(" + ", ".join(["Tensor"] * len(self.fout)) + ")") if len(self.fout) != 1 else "Tensor"
+        top = torch.library.custom_op(self.qualname + "_jvp", self.jvp_impl, mutates_args=(),
+                                      schema=f"({', '.join(sig_in + sig_tan)}) -> {tret}")
+        top.register_fake(self.jvp_fake)
+        sig_tg = [f"Tensor? tan_adj_{n}" for n in self.out_names]
+        btop = torch.library.custom_op(self.qualname + "_backward_jvp", self.backward_jvp_impl, mutates_args=(),
+                                       schema=f"({', '.join(sig_in + sig_out + sig_tan + sig_tg)}) -> {bret}")
+        btop.register_fake(self.backward_fake)
+        op.jvp_op, op.backward_jvp_op = top, btop
+        for o, n in ((op, n_out), (bop, len(self.diff)), (top, len(self.fout)), (btop, len(self.diff))):
+            o.register_vmap(_loop_vmap(o, n))
         arrays = self.arrays
 
         def setup_context(ctx, inputs, output):
@@ -210,7 +276,11 @@ class _KernelOp:
                     full[i] = r
             return tuple(full)
 
+        # the graph-level primitive keeps torch.library's first-order autograd (opcheck,
+        # torch.compile, torch.export and programs loaded from them call it directly); calls
+        # through the op object take the autograd.Function, which adds every other transform
         op.register_autograd(backward, setup_context=setup_context)
+        op._tg_function = make_functions(self, op, bop, top, btop).forward
         return op
 
 
@@ -220,6 +290,20 @@ def _no_adjoint(qualname, kernel):
                            "@tg.kernel(enable_backward=False) (no adjoint). Drop enable_backward=False (adjoints are "
                            "generated by default), or call the op under torch.no_grad() / on detached inputs")
     return backward
+
+
+def _loop_vmap(op, n_results):
+    """A vmap rule for a custom op: one launch per batch entry, stacked (a kernel's launch grid
+    has no batch dimension to run the entries in one launch)."""
+    def rule(info, in_dims, *args):
+        res = []
+        for b in range(info.batch_size):
+            res.append(op._opoverload(*[a.select(d, b) if d is not None and a is not None else a
+                                        for a, d in zip(args, in_dims)]))
+        if n_results == 1:
+            return torch.stack(res), 0
+        return tuple(torch.stack(r) for r in zip(*res)), (0,) * n_results
+    return rule
 
 
 def _one(x):
