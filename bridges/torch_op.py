@@ -59,8 +59,12 @@ _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a
 
     Returns:
         The ``torch.library.CustomOpDef``: call it like a function; pass it to
-        ``torch.library.opcheck``. ``op.backward_op`` is the adjoint op. Building the same
-        configuration twice returns the same op.
+        ``torch.library.opcheck``. ``op.backward_op`` is the adjoint op, ``op.jvp_op`` the
+        tangent op and ``op.backward_jvp_op`` the tangent of the adjoint (Hessian-vector
+        products); calling ``op`` goes through an ``autograd.Function`` over them, so double
+        backward, forward-mode AD and the ``torch.func`` transforms (and ``vmap`` of each) work
+        (docs/torch.md, "Every autodiff transform"). Building the same configuration twice
+        returns the same op.
 
     The backward computes gradients for the float array arguments by launching the adjoint
     with zero-initialised input gradients and the incoming output gradients; scalar and
