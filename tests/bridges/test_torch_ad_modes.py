@@ -207,9 +207,9 @@ def test_enable_backward_false_raises_under_every_derivative_transform():
     x, _, v, _, _ = data()
     close(op(x), x * x)
     xg = x.clone().requires_grad_()
-    with pytest.raises(RuntimeError, match=r"kernel '.*wave_nobwd.*enable_backward=False.*reverse mode"):
+    with pytest.raises(RuntimeError, match=r"wave_nobwd.*reverse mode.*enable_backward=False"):
         op(xg).sum().backward()
-    with pytest.raises(RuntimeError, match=r"wave_nobwd.*enable_backward=False.*forward mode"):
+    with pytest.raises(RuntimeError, match=r"wave_nobwd.*forward mode.*enable_backward=False"):
         jvp(op, (x,), (v,))
     with fwAD.dual_level(), pytest.raises(RuntimeError, match=r"wave_nobwd.*forward mode"):
         op(fwAD.make_dual(x, v))
