@@ -1,5 +1,6 @@
 """More of Warp's builtins (issue 28), registered into the builtin table: ``erf``, ``erfc``,
-``erfinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``. The C++ is
+``erfinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``, and the
+quaternion constructor from a vector part and a scalar part (``tg.quat(v, w)``). The C++ is
 ``runtime/warpx.h`` (inlined into units that use one of them). Each differentiable overload has
 finite-difference samples (tests/lang/test_builtins_grad.py runs them); each is callable in
 Python scope on numbers and host values too.
@@ -10,8 +11,8 @@ import math
 
 import numpy as np
 
-from ..types import dtype_from_numpy, matrix, uint32
-from .builtins import NO, Builtin, Sample, same
+from ..types import QuatType, dtype_from_numpy, matrix, uint32
+from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
 from .typeutil import is_bool, is_float, is_vec
 
 __all__ = []
@@ -86,3 +87,29 @@ Builtin("argmin", _arg("min"), "argmin(v): index (uint32) of the smallest elemen
     _arg_rule, "tg::wx_argmin")
 Builtin("argmax", _arg("max"), "argmax(v): index (uint32) of the largest element, NaNs skipped (all NaN: 0)").add(
     _arg_rule, "tg::wx_argmax")
+
+
+# Warp's quaternion from its vector part and scalar part: tg.quat(tg.vec3(x, y, z), w)
+def _quat_parts_rule(ts):
+    if len(ts) != 3 or not isinstance(ts[0], TypeRef) or not isinstance(ts[0].t, QuatType):
+        return NO
+    t, v, w = ts[0].t, ts[1], ts[2]
+    if is_vec(v) and not isinstance(v, QuatType) and v.length_ == 3 and v.scalar is t.scalar and w is t.scalar:
+        return t
+    return NO
+
+
+def _quat_parts_fwd(ts, r):
+    s = ts[0].t.scalar.cname
+    return lambda a: f"tg::make_vec<4, {s}>({a[1]}[0], {a[1]}[1], {a[1]}[2], {a[2]})"
+
+
+def _quat_parts_adj(ts, r):
+    if not is_float(ts[0].t.scalar):
+        return None
+    return lambda a, aa, g: " ".join([f"tg::accum(tg::flat({aa[1]})[{k}], tg::flat({g})[{k}]);" for k in range(3)]
+                                     + [f"tg::accum({aa[2]}, tg::flat({g})[3]);"])
+
+
+REGISTRY["construct"].add(_quat_parts_rule, _quat_parts_fwd, _quat_parts_adj, linear=(1, 2),
+                          samples=[Sample(("V3:any", "S:any"), "Q", "out[i] = tg.quat{d}({0}, {1})")])

@@ -631,3 +631,17 @@ def test_quaternion_and_transformation_inside_kernels():
     tg.launch(_wb_typed_quats, dim=1, inputs=[tg.array(vals, dtype=tg.float64), qh, qd, td])
     assert qd.numpy()[0].tolist() == vals and qh.numpy()[0].tolist() == vals
     assert td.numpy()[0].tolist() == [1.0, 2.0, 3.0] + vals
+
+
+@tg.kernel
+def _wb_quat_parts(v: tg.array(dtype=tg.vec3d), w: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.quatd)):
+    i = tg.tid()
+    out[i] = tg.quatd(v[i], w[i])        # Warp's quaternion from its vector and scalar parts
+
+
+def test_quaternion_from_vector_and_scalar_parts():
+    out = tg.zeros(1, dtype=tg.quatd)
+    tg.launch(_wb_quat_parts, dim=1, inputs=[tg.array([[1.0, 2.0, 3.0]], dtype=tg.vec3d),
+                                              tg.array([4.0], dtype=tg.float64), out])
+    assert out.numpy()[0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert tg.quat(tg.vec3(1.0, 2.0, 3.0), 4.0).tolist() == [1.0, 2.0, 3.0, 4.0]   # Python scope too
