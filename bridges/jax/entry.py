@@ -28,7 +28,7 @@ from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
 from .ffi import process_id, set_key_resolver
 
-__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "define_kernel", "plan_key",
+__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "tangent_entry", "define_kernel", "plan_key",
            "resolve_key", "with_identity"]
 
 _KEY_FORMAT = "tapegrad-plan 1"
@@ -71,6 +71,17 @@ def cpu_entry(kernel, adjoint: bool) -> int:
     return addr
 
 
+def tangent_entry(kernel, device, tangent: int):
+    """``(entry, threads cap)`` of the kernel's tangent (``tangent`` 1) or tangent-of-adjoint
+    (2) build on ``device``: a CPU function address or a CUfunction (``launch_tangent``)."""
+    from tapegrad.launch_tangent import tangent_module
+    m = tangent_module(kernel, device, tangent == 2)
+    fn = m.tangent_adjoint if tangent == 2 else m.tangent
+    if not m.cuda:
+        return ctypes.cast(fn, ctypes.c_void_p).value, 0
+    return fn, m.threads_cap
+
+
 def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
     """``(CUfunction, block cap)`` of the kernel on CUDA device ``ordinal``.
 
@@ -105,11 +116,18 @@ def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
 def _fill(plan, platform: int, ordinal: int) -> None:
     spec, c = plan.spec, plan.c
     if platform == 0:
-        c.cpu_entry = cpu_entry(spec.kernel, spec.adjoint)
+        if spec.tangent:
+            c.cpu_entry = tangent_entry(spec.kernel, get_device("cpu"), spec.tangent)[0]
+        else:
+            c.cpu_entry = cpu_entry(spec.kernel, spec.adjoint)
     else:
         if not 0 <= ordinal < ffi_plan.MAX_DEVICES:
             raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({ffi_plan.MAX_DEVICES})")
-        fn, cap = cuda_entry(spec.kernel, ordinal, spec.adjoint, spec.block_dim)
+        if spec.tangent:
+            fn, threads = tangent_entry(spec.kernel, get_device(f"cuda:{ordinal}"), spec.tangent)
+            cap = max(1, threads // spec.block_dim) if threads else 0
+        else:
+            fn, cap = cuda_entry(spec.kernel, ordinal, spec.adjoint, spec.block_dim)
         c.cuda_blocks_cap[ordinal] = min(cap, 2 ** 31 - 1)
         c.cuda_fn[ordinal] = fn
 
@@ -174,6 +192,8 @@ def plan_key(spec: ffi_plan.PlanSpec) -> str:
               None if s.dtype is None else repr(s.dtype)] for s in spec.slots]
     body = {"slots": slots, "nargs": spec.nargs, "nrets": spec.nrets, "launch": list(spec.launch),
             "adjoint": bool(spec.adjoint), "block_dim": spec.block_dim}
+    if spec.tangent:     # absent for the forward and adjoint entries: their keys are unchanged
+        body["tangent"] = int(spec.tangent)
     return f"{_KEY_FORMAT};{kernel_name(spec.kernel)};{json.dumps(body, separators=(',', ':'))}"
 
 
@@ -197,16 +217,23 @@ def _spec_of_key(key: str) -> ffi_plan.PlanSpec:
     b = json.loads(body)
     names, ptypes = kernel.arg_names, kernel.arg_types
     slots = []
+    tangent = int(b.get("tangent", 0))
     for i, (kind, sname, arg, ret, dims, value, xla, dtype) in enumerate(b["slots"]):
+        if tangent and sname == "tg_mode" and i == len(b["slots"]) - 1:   # the tangent entries' mode value
+            slots.append(ffi_plan.Slot(int(kind), sname, int(arg), int(ret), None, (), bytes.fromhex(value), int(xla)))
+            continue
         t = ptypes[i % len(ptypes)]
         dt = None if dtype is None else (t.dtype if isinstance(t, types.ArrayType) else t)
-        if (None if dt is None else repr(dt)) != dtype or sname.removeprefix("adj_") != names[i % len(names)]:
+        base = sname
+        for prefix in ("tanadj_", "adj_", "tan_"):
+            base = base.removeprefix(prefix)
+        if (None if dt is None else repr(dt)) != dtype or base != names[i % len(names)]:
             raise ValueError(f"tapegrad: the call's slot {i} ({sname}: {dtype}) does not fit kernel "
                              f"'{kernel.key}' as defined in this process")
         slots.append(ffi_plan.Slot(int(kind), sname, int(arg), int(ret), dt, tuple(dims), bytes.fromhex(value),
                                    int(xla)))
     return ffi_plan.PlanSpec(kernel, tuple(slots), int(b["nargs"]), int(b["nrets"]), tuple(b["launch"]),
-                             bool(b["adjoint"]), int(b["block_dim"]))
+                             bool(b["adjoint"]), int(b["block_dim"]), tangent)
 
 
 def resolve_key(key_ptr, length, msg, msglen):

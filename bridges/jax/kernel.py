@@ -31,6 +31,7 @@ from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
 from .debug import debug_call
 from .ffi import KERNEL_TARGET, ensure_registered
+from .kernel_ad import KernelCall, bind_forward
 
 __all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
 
@@ -152,7 +153,6 @@ class JaxKernel:
         self.call_params = self.sig.inputs + self.sig.in_out     # what the caller passes, in order
         self.label = f"{_WHO} '{kernel.key}'"
         self._calls: dict = {}     # call configuration -> (ffi callable, plan)
-        self._vjps: dict = {}      # static configuration -> custom_vjp function
         self._eager: dict = {}     # eager argument key -> (ffi callable, plan address)
         self._operand_positions = tuple(k for k, p in enumerate(self.call_params) if p.is_array)
         ensure_registered()
@@ -265,12 +265,9 @@ class JaxKernel:
             if any(isinstance(o, jax.core.Tracer) for o in operands):   # jax.grad would name only the FFI target
                 return _no_adjoint(self, call, addr)(*operands)
             return call(*operands, tapegrad_plan=addr)
-        key = (tuple(sorted(statics.items())), grid, tuple(shapes), vm,
-               tuple((tuple(a.shape), str(a.dtype)) for a in arrays))
-        fn = self._vjps.get(key)
-        if fn is None:
-            fn = self._vjps[key] = self._make_vjp(statics, grid, shapes, vm)
-        return fn(*common_varying(arrays))
+        kc = KernelCall(self, tuple(sorted(statics.items())), grid, tuple(tuple(a.shape) for a in arrays),
+                        tuple(a.dtype for a in arrays), tuple(tuple(s) for s in shapes), vm)
+        return bind_forward(kc, common_varying(arrays))
 
     def _eager_key(self, args):
         """A key of concrete (eager) arguments, or None: traced or unhashable arguments take
@@ -319,13 +316,27 @@ class JaxKernel:
         return call, addr, arrays
 
     def _ffi(self, slots, operands, results, grid, adjoint, vm, aliases):
-        """``(ffi callable, plan address attribute)`` for a call with these slots and operands."""
-        if self.kernel.mode() == "debug":   # checked launches through tg.launch (debug.py), never cached
+        return self.ffi_call(slots, operands, results, grid, adjoint, vm, aliases)
+
+    def ffi_call(self, slots, operands, results, grid, adjoint, vm, aliases, tangent=0):
+        """``(ffi callable, plan address attribute)`` for a call with these slots and operands.
+
+        Args:
+            slots: ``plan.Slot`` per entry-point parameter. operands: the call's operands.
+            results: ``(shape, dtype)`` per result. grid: the launch grid. adjoint: the adjoint
+            entry. vm: vmap method. aliases: operand -> result aliases (or None).
+            tangent: 1 / 2: the tangent / tangent-of-adjoint entry (``kernel_ad``).
+        Returns:
+            ``(callable, plan address)``: call it with the operands and ``tapegrad_plan=address``.
+        """
+        if self.kernel.mode() == "debug" and not tangent:   # checked launches through tg.launch (debug.py)
             call = debug_call(self.kernel, tuple(slots), results, grid, adjoint)
             if call is not None:
                 return call, None
-        spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint, self.block_dim)
-        ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None)
+        spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint,
+                                 self.block_dim, tangent)
+        ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None,
+                tuple((tuple(s), str(d)) for s, d in results))   # batched calls differ in result shapes only
         hit = self._calls.get(ckey)
         meta = output_metadata(operands)
         if hit is None or meta:
@@ -342,70 +353,6 @@ class JaxKernel:
                 self._calls[ckey] = hit
         return hit
 
-    # ------------------------------------------------------------------------ autodiff
-    def _make_vjp(self, statics, grid, shapes, vm):
-        def forward(*arrays):
-            call, addr, operands = self._forward(list(arrays), statics, grid, shapes, vm)
-            return call(*operands, tapegrad_plan=addr)
-
-        @jax.custom_vjp
-        def fn(*arrays):
-            return forward(*arrays)
-
-        def fwd(*arrays):
-            outs = forward(*arrays)
-            return outs, (arrays, outs)
-
-        def bwd(res, cts):
-            arrays, outs = res
-            return self._backward(list(arrays), list(outs), list(cts), statics, grid, vm)
-
-        fn.defvjp(fwd, bwd)
-        return fn
-
-    def _backward(self, arrays, outs, cts, statics, grid, vm):
-        """The adjoint launch: gradients for the float array inputs (None for the others)."""
-        sig = self.sig
-        n_arr, n_out = len(arrays), len(outs)
-        diff = [p for p in sig.inputs if p.is_differentiable]
-        primal, adjoint, results = [], [], []
-        k = 0
-        for p in sig.inputs:
-            if p.is_array:
-                a = arrays[k]
-                dims = tuple(a.shape)[:p.type.ndim]
-                primal.append(ffi_plan.Slot(ffi_plan.IN, p.name, arg=k, dtype=p.dtype, dims=dims,
-                                     xla=ffi_plan.xla_dtype(jax_scalar(a.dtype))))
-                if p.is_differentiable:
-                    adjoint.append(ffi_plan.Slot(ffi_plan.OUT, f"adj_{p.name}", ret=len(results), dtype=p.dtype,
-                                                 dims=dims))
-                    results.append((tuple(a.shape), a.dtype))
-                else:
-                    adjoint.append(ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"adj_{p.name}", dtype=p.dtype, dims=dims))
-                k += 1
-            else:
-                primal.append(ffi_plan.Slot(ffi_plan.VALUE, p.name, value=statics[p.index]))
-                adjoint.append(ffi_plan.Slot(ffi_plan.NULL_VALUE, f"adj_{p.name}", value=bytes(len(statics[p.index]))))
-        aliases = {}
-        for j, p in enumerate(sig.outputs):
-            dims = tuple(outs[j].shape)[:p.type.ndim]
-            primal.append(ffi_plan.Slot(ffi_plan.IN, p.name, arg=n_arr + j, dtype=p.dtype, dims=dims))
-            # the adjoint may write the output gradients it reads: a result of its own, seeded from the cotangent
-            adjoint.append(ffi_plan.Slot(ffi_plan.INOUT, f"adj_{p.name}", arg=n_arr + n_out + j, ret=len(diff) + j,
-                                         dtype=p.dtype, dims=dims))
-            aliases[n_arr + n_out + j] = len(diff) + j
-            results.append((tuple(outs[j].shape), outs[j].dtype))
-        cts = [c.astype(o.dtype) if c.dtype != o.dtype else c for c, o in zip(cts, outs)]
-        call, addr = self._ffi(primal + adjoint, arrays + outs + cts, results, grid, True, vm,
-                               aliases if vm in _ALIASING else None)
-        got = call(*arrays, *outs, *cts, tapegrad_plan=addr)
-        grads, it = [], iter(got[:len(diff)])
-        for p in sig.inputs:
-            if p.is_array:
-                grads.append(next(it) if p.is_differentiable else None)
-        return tuple(grads)
-
-
 def _no_adjoint(wrapper, call, addr):
     """The forward FFI call under a ``jax.custom_jvp`` whose rule raises what fixes a gradient
     through a wrapper made without ``enable_backward`` (JAX's own error names only the FFI target;
@@ -417,9 +364,9 @@ def _no_adjoint(wrapper, call, addr):
         if not getattr(wrapper.kernel, "enable_backward", True):
             fix += " with a kernel that has an adjoint (drop @tg.kernel(enable_backward=False))"
         raise ValueError(f"{wrapper.label}: cannot differentiate through the kernel: this jax_kernel was made "
-                         f"with enable_backward=False (the default). Make it with {fix} for jax.grad, jax.vjp and "
-                         "jax.value_and_grad (reverse mode; forward mode, jax.jvp/jacfwd, is not supported), or "
-                         "apply jax.lax.stop_gradient to its inputs")
+                         f"with enable_backward=False (the default). Make it with {fix} for jax.grad, vjp, jvp, "
+                         "jacfwd, jacrev and hessian (every JAX derivative transform, to second order), or apply "
+                         "jax.lax.stop_gradient to its inputs")
     fn.defjvp(jvp)
     return fn
 

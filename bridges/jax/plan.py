@@ -92,7 +92,9 @@ class Slot:
 
 @dataclass(frozen=True)
 class PlanSpec:
-    """Everything a plan is built from (hashable: equal specs share one plan)."""
+    """Everything a plan is built from (hashable: equal specs share one plan). The entry point:
+    the forward (``adjoint`` False, ``tangent`` 0), the adjoint (``adjoint``), the tangent
+    (``tangent`` 1) or the tangent of the adjoint (``tangent`` 2; ``launch_tangent``)."""
 
     kernel: object
     slots: tuple
@@ -101,6 +103,7 @@ class PlanSpec:
     launch: tuple
     adjoint: bool
     block_dim: int
+    tangent: int = 0     # 1: the tangent entry, 2: the tangent-of-adjoint entry (forward mode)
 
 
 class Plan:
