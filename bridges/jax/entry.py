@@ -28,8 +28,8 @@ from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
 from .ffi import process_id, set_key_resolver
 
-__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "tangent_entry", "define_kernel", "plan_key",
-           "resolve_key", "with_identity"]
+__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "tangent_entry", "define_kernel",
+           "plan_key", "resolve_key", "with_identity"]
 
 _KEY_FORMAT = "tapegrad-plan 1"
 
