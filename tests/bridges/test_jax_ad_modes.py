@@ -304,3 +304,20 @@ def test_export_round_trip_of_hvp(dev):
     checks = [export.DisabledSafetyCheck.custom_call("tapegrad_kernel")]
     exp = export.deserialize(export.export(f, disabled_checks=checks)(x, v).serialize())
     close(exp.call(x, v), hvp(lambda x: energy_ref(x, k), x, v))
+
+
+@tg.kernel
+def max_square(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+    i = tg.tid()
+    tg.atomic_max(y, 0, x[i] * x[i])
+
+
+def test_no_forward_rule_keeps_reverse_mode(dev):
+    """atomic_max on floats has no tangent rule: jax.grad still works (the tangent primitive is
+    only staged and transposed), forward mode raises the tangent build's error naming it."""
+    k = tg.jax_kernel(max_square, output_dims=1, enable_backward=True)
+    x = jnp.array([1.0, -3.0, 2.0])
+    f = lambda x: k(x)[0][0]   # noqa: E731
+    close(jax.jit(jax.grad(f))(x), jax.grad(lambda x: jnp.max(x * x))(x))
+    with pytest.raises(tg.KernelError, match=r"max_square.*atomic_max\(\) on a float array has no forward-mode"):
+        jax.jvp(f, (x,), (x,))
