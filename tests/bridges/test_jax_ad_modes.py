@@ -270,7 +270,7 @@ def test_no_backward_names_the_kernel(dev):
         "vmap(grad)": lambda: jax.vmap(jax.grad(f))(jnp.stack([x, x])),
     }
     for name, run in transforms.items():
-        with pytest.raises(TypeError, match=r"plain_square.*not differentiable.*enable_backward"):
+        with pytest.raises(ValueError, match=r"plain_square.*cannot differentiate.*enable_backward=True.*hessian"):
             run()
             pytest.fail(f"{name} did not raise")
 
@@ -321,3 +321,19 @@ def test_no_forward_rule_keeps_reverse_mode(dev):
     close(jax.jit(jax.grad(f))(x), jax.grad(lambda x: jnp.max(x * x))(x))
     with pytest.raises(tg.KernelError, match=r"max_square.*atomic_max\(\) on a float array has no forward-mode"):
         jax.jvp(f, (x,), (x,))
+
+
+def _squares(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+    tg.launch(plain_square, dim=x.shape, inputs=[x], outputs=[y])
+
+
+def test_jax_callable_every_transform_raises(dev):
+    """jax_callable has no derivative: every transform raises naming it (never a zero)."""
+    fn = tg.jax_callable(_squares)
+    x = jnp.arange(1.0, 4.0)
+    f = lambda x: jnp.sum(fn(x)[0])   # noqa: E731
+    close(jax.jit(f)(x), jnp.sum(x * x))
+    for run in (lambda: jax.grad(f)(x), lambda: jax.jvp(f, (x,), (x,)), lambda: jax.jacfwd(f)(x),
+                lambda: jax.jacrev(f)(x), lambda: jax.hessian(f)(x)):
+        with pytest.raises(ValueError, match=r"jax_callable.*has no derivative"):
+            run()
