@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..types import QuatType, dtype_from_numpy, matrix, uint32
+from ..types import QuatType, dtype_from_numpy, float32, matrix, quaternion, uint32, vector
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
 from .typeutil import is_bool, is_float, is_vec
 
@@ -113,3 +113,34 @@ def _quat_parts_adj(ts, r):
 
 REGISTRY["construct"].add(_quat_parts_rule, _quat_parts_fwd, _quat_parts_adj, linear=(1, 2),
                           samples=[Sample(("V3:any", "S:any"), "Q", "out[i] = tg.quat{d}({0}, {1})")])
+
+
+# --------------------------------------------------- Python-scope forms of quaternion builtins
+# (Warp's run in Python scope too: wp.quat_identity() on the host gives a quaternion value)
+
+def _quat_of(q):
+    a = np.asarray(q)
+    return quaternion(dtype_from_numpy(a.dtype) if a.dtype.kind == "f" else float32), a.reshape(4)
+
+
+def _quat_identity_py(dtype=float32):
+    return quaternion(dtype)(0.0, 0.0, 0.0, 1.0)
+
+
+def _quat_inverse_py(q):
+    t, a = _quat_of(q)
+    return t(-a[0], -a[1], -a[2], a[3])
+
+
+def _quat_rotate_py(q, v):
+    t, a = _quat_of(q)
+    x = np.asarray(v, dtype=a.dtype).reshape(3)
+    u, w = a[:3], a[3]
+    r = x * (2.0 * w * w - 1.0) + np.cross(u, x) * w * 2.0 + u * np.dot(u, x) * 2.0
+    return vector(3, t.scalar)(r)
+
+
+for _name, _py in (("quat_identity", _quat_identity_py), ("quat_inverse", _quat_inverse_py),
+                   ("quat_rotate", _quat_rotate_py)):
+    if REGISTRY[_name].py is None:
+        REGISTRY[_name].py = _py

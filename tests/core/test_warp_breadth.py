@@ -645,3 +645,13 @@ def test_quaternion_from_vector_and_scalar_parts():
                                               tg.array([4.0], dtype=tg.float64), out])
     assert out.numpy()[0].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert tg.quat(tg.vec3(1.0, 2.0, 3.0), 4.0).tolist() == [1.0, 2.0, 3.0, 4.0]   # Python scope too
+
+
+def test_quaternion_builtins_in_python_scope():
+    assert repr(tg.quat_identity()) == "quatf([0.0, 0.0, 0.0, 1.0])"
+    assert type(tg.quat_identity(dtype=tg.float64)).__name__ == "quatd"
+    assert tg.quat_inverse(tg.quatd(1.0, 2.0, 3.0, 4.0)).tolist() == [-1.0, -2.0, -3.0, 4.0]
+    h = np.sqrt(0.5)
+    r = tg.quat_rotate(tg.quatd(0.0, 0.0, h, h), tg.vec3d(1.0, 0.0, 0.0))     # 90 degrees about z
+    assert type(r).__name__ == "vec3d"
+    np.testing.assert_allclose(r, [0.0, 1.0, 0.0], atol=1e-15)
