@@ -95,6 +95,7 @@ def test_a_fresh_process_compiles_no_helper_when_launching(tmp_path, lib_dir):
     assert "(compiled)" in p.stderr and "first_hour.scale" in p.stderr, p.stderr
 
 
+@pytest.mark.slow   # a child process compiling the helpers / a second child run
 def test_the_fallback_compiles_a_helper_when_no_installed_library_matches(tmp_path):
     cache = tmp_path / "cache"
     p = _child(tmp_path, "default", cache, TAPEGRAD_PREBUILT_HELPERS="0")
@@ -116,6 +117,7 @@ def test_one_line_per_module_build_then_cached_and_silenced_by_config(tmp_path):
         assert "tapegrad:" not in _child(tmp_path, mode, tmp_path / f"cache_{mode}").stderr, mode
 
 
+@pytest.mark.slow   # a child process compiling the helpers / a second child run
 def test_a_program_that_configures_logging_gets_each_line_once_through_its_handlers(tmp_path):
     p = _child(tmp_path, "logging", tmp_path / "cache")
     assert p.stdout.count("ROOT tapegrad module ") == 1, p.stdout
