@@ -96,16 +96,22 @@ class TangentState:
         struct values are constants of the tape); None otherwise."""
         if isinstance(v, array):
             return self.of(v)
-        if tape_saves.is_struct_instance(v):
-            t = type(v)()
-            for name, ft in type(v)._tg_struct.fields:
-                f = getattr(v, name)
-                if isinstance(ft, ArrayType):
-                    setattr(t, name, self.of(f) if isinstance(f, array) else None)
-                elif tape_saves.is_struct_instance(f):
-                    setattr(t, name, self.tangent_arg(f))
-            return t
+        return struct_of(v, self.of)
+
+
+def struct_of(v, buffer_of):
+    """For a struct holding arrays, a struct of its type whose array fields are
+    ``buffer_of(field)`` (nested structs likewise; other fields zero); None otherwise."""
+    if not tape_saves.is_struct_instance(v):
         return None
+    t = type(v)()
+    for name, ft in type(v)._tg_struct.fields:
+        f = getattr(v, name)
+        if isinstance(ft, ArrayType):
+            setattr(t, name, buffer_of(f) if isinstance(f, array) else None)
+        elif tape_saves.is_struct_instance(f):
+            setattr(t, name, struct_of(f, buffer_of))
+    return t
 
 
 def _check_tangents(who, tangents, arg="tangents"):
@@ -333,6 +339,36 @@ def _put_back(s, tcopy, state):
         tape_saves.restore(state.of(s.array), tcopy, s.stream)
 
 
+def _with_grads(s, grad_of):
+    """A twin of struct ``s`` whose array fields view the same memory and carry ``grad_of(field)``
+    as their gradients (a kernel uses a struct array's own .grad): ours, not the user's."""
+    t = type(s)()
+    for name, ft in type(s)._tg_struct.fields:
+        f = getattr(s, name)
+        if isinstance(ft, ArrayType) and isinstance(f, array):
+            w = array.wrap_memory(f.ptr, f.dtype, f.shape, f.strides, f.device, f)
+            g = grad_of(f)
+            if g is not None:
+                w.grad = g
+            f = w
+        elif tape_saves.is_struct_instance(f):
+            f = _with_grads(f, grad_of)
+        setattr(t, name, f)
+    return t
+
+
+def _set_tangent_grads(s, t, grad_of, tgrad_of):
+    """On the tangent struct ``t`` of ``s``: each tangent array's .grad is the tangent of our
+    gradient of the field (what the tangent-of-adjoint code accumulates into)."""
+    for name, ft in type(s)._tg_struct.fields:
+        f, tf = getattr(s, name), getattr(t, name)
+        if isinstance(ft, ArrayType) and isinstance(f, array) and isinstance(tf, array):
+            if grad_of(f) is not None:
+                tf.grad = tgrad_of(f)
+        elif tape_saves.is_struct_instance(f):
+            _set_tangent_grads(f, tf, grad_of, tgrad_of)
+
+
 def _tangent_adjoint(rec, state, grad_of, tgrads):
     if isinstance(rec, LaunchRecord):
         args = rec.inputs + rec.outputs
@@ -346,9 +382,17 @@ def _tangent_adjoint(rec, state, grad_of, tgrads):
             else:
                 adj.append(None)
                 tadj.append(None)
-        launch_tangent(rec.kernel, rec.dim, rec.inputs, rec.outputs, rec.device, rec.stream, adjoint=True,
-                       adj_inputs=adj[:n_in], adj_outputs=adj[n_in:],
-                       tan_inputs=[state.of(a) for a in rec.inputs], tan_outputs=[state.of(a) for a in rec.outputs],
+        # arrays held in structs use their own .grad: a twin struct whose arrays (the same
+        # memory) carry our gradient buffers, and tangents whose .grad are their tangents
+        prim = [_with_grads(a, grad_of) if tape_saves.is_struct_instance(a) else a for a in args]
+        tans = []
+        for a in args:
+            t = state.tangent_arg(a)
+            if tape_saves.is_struct_instance(a):
+                _set_tangent_grads(a, t, grad_of, tgrads.of)
+            tans.append(t)
+        launch_tangent(rec.kernel, rec.dim, prim[:n_in], prim[n_in:], rec.device, rec.stream, adjoint=True,
+                       adj_inputs=adj[:n_in], adj_outputs=adj[n_in:], tan_inputs=tans[:n_in], tan_outputs=tans[n_in:],
                        tan_adj_inputs=tadj[:n_in], tan_adj_outputs=tadj[n_in:],
                        block_dim=rec.block_dim, max_blocks=rec.max_blocks, mode=MODE_GRADS)
     elif isinstance(rec, CopyRecord):

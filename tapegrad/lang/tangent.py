@@ -137,8 +137,6 @@ class DualEmitter(FunctionEmitter):
                 return f"tg::datomic_add_({', '.join([a, v] + idx)})"
             if name == "atomic_sub":
                 return f"tg::datomic_add_({', '.join([a, f'tg::neg({v})'] + idx)})"
-        if op.array_adj is not None and replay:
-            self._unsupported(s, "the adjoint of an array held in a struct")
         text = super().op_text(s, args, replay)
         if op.callee is not None:
             n = op.callee.name
@@ -256,6 +254,10 @@ def _arg_decls(fn, second_order, cuda):
                            f"{consume} ? 2 : 0);")
         elif is_struct(t):
             out.append(f"    const {dual_struct_name(t)} d{i} = {dual_struct_name(t)}_make({pv}, {tv}, tg_mode & 1);")
+            if second_order:
+                gv, gt = src(2 * n + i), src(3 * n + i)
+                out.append(f"    const {dual_struct_name(t)} g{i}_0 = {dual_struct_name(t)}_make({gv}, {gt}, "
+                           f"(tg_mode & 4) ? 2 : 0);")
         elif float_based(t):
             out.append(f"    const {dual_ctype(t)} d{i} = tg::dual_of<{t.cname}>::make({pv}, {tv});")
         else:
@@ -272,6 +274,9 @@ def _entry(fn, sym, second_order, cuda) -> list:
     locals_, gargs = [], []
     for i, p in enumerate(fn.params):
         if is_array(p.type):
+            gargs.append(f"g{i}")
+        elif is_struct(p.type):     # its arrays' gradients (and their tangents): built once, copied per thread
+            locals_.append(f"{dual_ctype(p.type)} g{i} = g{i}_0;")
             gargs.append(f"g{i}")
         else:
             locals_.append(f"{dual_ctype(p.type)} g{i}{{}};")

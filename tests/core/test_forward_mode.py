@@ -436,3 +436,33 @@ def test_custom_adjoint_in_forward_and_second_order(device):
               tan_inputs=[tg.array(u, dtype=tg.float64, device=device), None], tan_adj_inputs=[hx, None])
     # d2o/dx2 = (2 cos(x) - sin(x) x) y, through the custom adjoint's own derivative
     np.testing.assert_allclose(hx.numpy(), (2 * np.cos(x0) - np.sin(x0) * x0) * y0 * u, rtol=1e-12)
+
+
+def test_tape_hvp_with_arrays_in_structs(device):
+    x0 = np.array([0.3, -0.7, 1.1])
+    u = np.array([1.0, 2.0, -1.0])
+
+    def record(xn):
+        b = Body()
+        b.x = tg.array(xn, dtype=tg.float64, device=device, requires_grad=True)
+        b.k = 2.0
+        x_in = tg.clone(b.x)
+        e = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+        tape = tg.Tape()
+        with tape:
+            tg.copy(b.x, x_in)
+            tg.launch(spring, 3, inputs=[b], outputs=[e], device=device)
+        return tape, x_in, e
+
+    def grad(xn):
+        tape, x_in, e = record(xn)
+        tape.backward(loss=e)
+        return x_in.grad.numpy().copy()
+
+    tape, x_in, e = record(x0)
+    tape.backward(loss=e)
+    g = x_in.grad.numpy().copy()
+    hv = tape.hvp(e, {x_in: u})[x_in].numpy()
+    assert np.array_equal(x_in.grad.numpy(), g)
+    h = 1e-6
+    np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-6, atol=1e-8)

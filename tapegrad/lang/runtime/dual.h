@@ -207,3 +207,17 @@ template <typename T, typename... I> TG_FUNC void dgrad_consume_(const darray_t<
 #undef TG_DC
 
 }  // namespace tg
+
+namespace tg {
+// the gradient an array held in a struct uses in the tangent of the adjoint: the adjoint
+// struct's (a gradient and its tangent), else the array's own .grad, whose tangent is the
+// tangent array's .grad (Tape.hvp passes its own buffers there)
+template <typename T> TG_FUNC darray_t<T> grad_array(const darray_t<T>& a, const darray_t<T>& adj) {
+    if (adj.p.data) return adj;
+    darray_t<T> r;
+    r.p = a.p; r.p.data = a.p.grad; r.p.grad = 0;
+    r.t = a.t; r.t.data = a.t.data ? a.t.grad : 0; r.t.grad = 0;
+    r.mode = (a.p.flags & 2u) ? 0 : 2;
+    return r;
+}
+}  // namespace tg
