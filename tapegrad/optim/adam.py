@@ -15,12 +15,13 @@ def _kernel(scalar, state):
     Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
 
     def adam_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
-                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
+                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
+                 span: types.int64, reach: types.int64,
                   lr: state, beta1: state, beta2: state, eps: state):
         c, lane = tid()
         s = slots[chunk_slot[c]]            # one table row read per lane, not per element
-        j = chunk_start[c] + types.int64(lane)
-        end = min(chunk_start[c] + types.int64(CHUNK), s.n)
+        j = chunk_start[c] + types.int64(lane) * span
+        end = min(min(chunk_start[c] + types.int64(CHUNK), j + reach), s.n)
         t = S(step[0])
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
@@ -31,7 +32,7 @@ def _kernel(scalar, state):
             s.m[j] = m
             s.v[j] = v
             s.p[j] = P(S(s.p[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
-            j += lanes
+            j += stride
 
     return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")
 

@@ -4,10 +4,14 @@ An optimizer step over N parameter arrays would cost N launches (Warp's ``warp.o
 that). Here the arrays of one *group* — same element type, same device — are described by a
 device-resident table of structs (one row per parameter: its flat value, gradient and state
 arrays and its length) plus a chunk table, so that one launch of a 2-D grid
-``(chunks, lanes)`` updates every element of every parameter: thread ``(c, k)`` updates elements
-``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... (CHUNK of them at most) of parameter
-``chunk_slot[c]``. The tables hold descriptors (pointers), not data: nothing is copied per
-step, and a step records cleanly into a CUDA graph.
+``(chunks, lanes)`` updates every element of every parameter. On CUDA thread ``(c, k)`` updates
+elements ``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... of chunk ``c`` (coalesced); on the
+CPU it updates the contiguous run ``chunk_start[c] + k * CPU_SPAN`` ... ``+ CPU_SPAN - 1``, so that
+the grid counts about one thread per ``CPU_SPAN`` elements and the generated OpenMP loop
+spreads a large step over every core (one thread per 4096-element chunk kept every step below
+the parallel threshold, on one core). Both stay within chunk ``c`` of parameter ``chunk_slot[c]``.
+The tables hold descriptors (pointers), not data: nothing is copied per step, and a step
+records cleanly into a CUDA graph.
 
 The step count lives on the device too (``ParamGroup.step``, advanced by a one-thread launch), so
 bias corrections stay right when a captured step is replayed.
@@ -24,10 +28,14 @@ from ..lang import kernel
 from ..launch import launch
 from ..types import struct
 
-__all__ = ["CHUNK", "ParamGroup", "build_groups", "flat_view", "slot_struct", "state_dtype"]
+__all__ = ["CHUNK", "CPU_SPAN", "ParamGroup", "build_groups", "flat_view", "slot_struct", "state_dtype"]
 
 CHUNK = 4096   # elements per chunk: large enough that the tables stay tiny, small enough to balance
-CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each); one on the CPU (a loop)
+CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each)
+# contiguous elements per grid thread on the CPU: 10^6 parameters make ~31k grid threads, past the
+# OpenMP threshold (lang.emit.OMP_MIN), in ~31 dynamic chunks of the generated loop to spread over
+# the cores; a shorter span pays the per-thread setup (table row, bounds) more often
+CPU_SPAN = 32
 
 
 @kernel(enable_backward=False, key="tapegrad.optim.tick")
@@ -73,6 +81,9 @@ class ParamGroup:
         states: per state name (``"m"``, ``"v"``, ``"b"``...), one flat state array per parameter.
         chunk_slot, chunk_start: the chunk table (device arrays).
         dim: the launch grid ``(chunks, lanes)`` (no chunks: every parameter is empty).
+        walk: the kernel's ``(stride, span, reach)`` arguments: thread ``(c, k)`` starts at
+            ``chunk_start[c] + k * span``, steps by ``stride`` and stops ``reach`` elements on
+            (or at the chunk's or parameter's end).
         step: one-element int32 device array, the number of steps taken.
         slot_type: the struct type of a table row.
     """
@@ -83,6 +94,7 @@ class ParamGroup:
     chunk_slot: array
     chunk_start: array
     dim: tuple
+    walk: tuple
     step: array
     slot_type: object
     device: object
@@ -139,6 +151,8 @@ def build_groups(params, state_names, slot_type_for) -> list:
             indices=tuple(idx), values=values, states=states,
             chunk_slot=array(np.asarray(cslot, np.int32), dtype=types.int32, device=device),
             chunk_start=array(np.asarray(cstart, np.int64), dtype=types.int64, device=device),
-            dim=(len(cslot), 1 if device.is_cpu else CUDA_LANES), step=zeros(1, dtype=types.int32, device=device),
+            dim=(len(cslot), CHUNK // CPU_SPAN if device.is_cpu else CUDA_LANES),
+            walk=(1, CPU_SPAN, CPU_SPAN) if device.is_cpu else (CUDA_LANES, 1, CHUNK),
+            step=zeros(1, dtype=types.int32, device=device),
             slot_type=slot_type_for(scalar, sdt), device=device))
     return groups

@@ -111,7 +111,7 @@ class Optimizer:
             grads = self._grads(grad)
             self._launches = [(group, self._kernel_of(group),
                                [self._table(gi, group, grads), group.chunk_slot, group.chunk_start, group.step,
-                                group.dim[1]])
+                                *group.walk])
                               for gi, group in enumerate(self.groups) if group.dim[0]]
             self._launches_key, self._launches_grads = key, list(current)   # keeps the ids valid
         hyper = self.hyperparameters()

@@ -15,12 +15,13 @@ def _kernel(scalar, state):
     Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
 
     def sgd_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
-                 chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), lanes: types.int64,
+                 chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
+                 span: types.int64, reach: types.int64,
                  lr: state, momentum: state, dampening: state, weight_decay: state, nesterov: types.int32):
         c, lane = tid()
         s = slots[chunk_slot[c]]            # one table row read per lane, not per element
-        j = chunk_start[c] + types.int64(lane)
-        end = min(chunk_start[c] + types.int64(CHUNK), s.n)
+        j = chunk_start[c] + types.int64(lane) * span
+        end = min(min(chunk_start[c] + types.int64(CHUNK), j + reach), s.n)
         first = step[0] == 1
         while j < end:
             p = S(s.p[j])
@@ -35,7 +36,7 @@ def _kernel(scalar, state):
                 else:
                     g = b
             s.p[j] = P(p - lr * g)
-            j += lanes
+            j += stride
 
     return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
 

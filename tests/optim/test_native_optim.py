@@ -78,6 +78,27 @@ def test_one_launch_per_group(monkeypatch):
     assert len(calls) == 2
 
 
+def test_cpu_step_grid_reaches_the_thread_team():
+    """A large CPU step's grid passes the OpenMP threshold of the generated loop (one grid thread
+    per 4096-element chunk kept 10^6 parameters under it: one core), and every element of sizes
+    that straddle spans and chunks is updated exactly once (float64 reference)."""
+    from tapegrad.lang.emit import OMP_MIN
+    from tapegrad.optim.multi_tensor import CPU_SPAN
+    big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])
+    chunks, lanes = big.groups[0].dim
+    assert chunks * lanes >= OMP_MIN and lanes * CPU_SPAN == CHUNK
+    rng = np.random.default_rng(5)
+    shapes = [(CPU_SPAN - 1,), (CPU_SPAN + 1,), (CHUNK + CPU_SPAN + 3,), (3 * CHUNK - 1,)]
+    ps = _params(rng, np.float64, shapes=shapes)
+    init = [p.numpy().copy() for p in ps]
+    grads = [rng.normal(size=s) for s in shapes]
+    for p, g in zip(ps, grads):
+        p.grad.assign(g)
+    SGD(ps, lr=0.5).step()
+    for i, (p, p0, g) in enumerate(zip(ps, init, grads)):
+        np.testing.assert_allclose(p.numpy(), p0 - 0.5 * g, rtol=0, atol=1e-15, err_msg=f"params[{i}]")
+
+
 def test_vector_params_and_explicit_grads():
     """Vector dtypes update component-wise; step(grad) takes Warp's explicit gradient list."""
     x = tg.array(np.ones((4, 3), np.float32), dtype=tg.vec3)
