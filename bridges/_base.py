@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
+import weakref
 
 from tapegrad import types
 from tapegrad.array import array
@@ -33,8 +34,8 @@ from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: eve
 from tapegrad.launch import ArrayCtype
 from tapegrad.storage import fold_inner_dims
 
-__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "ViewLink", "Layout",
-           "Bridge", "check_compatible",
+__all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "ViewLink", "AliasLink",
+           "Layout", "Bridge", "check_compatible",
            "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr",
            "CudaView", "release_after", "pending_releases"]
 
@@ -252,6 +253,50 @@ class ViewLink:
         v.grad = array.wrap_memory(bg._ptr + off, v.dtype, v._shape, v._strides, v.device, bg)
 
 
+class AliasLink:
+    """The link of a tapegrad array to the tensor ``to_X`` made of it, whose ``.grad`` is a view
+    of the array's gradient: when the framework drops that gradient (``zero_grad()``), a fresh
+    view of the array's gradient is zeroed and installed again; when it replaces it (its own
+    backward after ``zero_grad()``), the array's gradient becomes the new one (zero-copy), so the
+    tape and the framework's optimizer keep using one buffer. The tensor is held weakly (it
+    holds the array), and no tensor made over tapegrad memory is held at all: the framework
+    may release the array from inside its own deleters (paddle's deleter lock is not
+    re-entrant). The array is tapegrad's, so its values carry no version check (as for any
+    tapegrad array)."""
+
+    __slots__ = ("fw", "framework", "ref", "garr", "bridge")
+
+    def __init__(self, bridge: "Bridge", t, garr):
+        self.fw, self.framework, self.bridge = bridge.fw, bridge.fw.name, bridge
+        self.ref, self.garr = weakref.ref(t), garr
+
+    def version(self, a) -> int:
+        return 0
+
+    def view_of(self, base) -> "ViewLink":
+        return ViewLink(base, self.framework)
+
+    def sync_grad(self, a) -> None:
+        t = self.ref()
+        garr = self.garr
+        if t is None or a._grad is not garr:     # the tensor is gone, or a.grad was set on tapegrad's side
+            a.__dict__["_link"] = None
+            return
+        cur = t.grad
+        fw = self.fw
+        if cur is None:
+            fw.reinstall_grad(t, fw.wrap(garr))
+            return
+        if fw.data_ptr(cur) == garr._ptr:
+            return
+        g = self.bridge.from_tensor(fw.keep_grad(cur), dtype=a.dtype, requires_grad=False)
+        if (g.dtype, g.shape, g.strides, g.device) != (a.dtype, a.shape, a.strides, a.device):
+            raise GradLayoutError(f"the {self.framework} tensor's .grad was replaced by a tensor the array cannot "
+                                  f"share: {(g.dtype, g.shape, g.strides, g.device)} instead of the array's "
+                                  f"{(a.dtype, a.shape, a.strides, a.device)}")
+        a.grad = self.garr = g
+
+
 class GradLink(TensorLink):
     """The link of an array whose gradient is its tensor's ``.grad``: ``array.grad`` (and the
     tape, before ``backward`` and ``zero``) asks ``sync_grad``, which keeps the array on the
@@ -433,7 +478,7 @@ class Bridge:
 
     # ------------------------------------------------------------------------- to_X
     def _make_to(self):
-        fw, fname, wrap, check = self.fw, self.to_name, self.fw.wrap, self._check_wrappable
+        fw, fname, wrap, check, bridge = self.fw, self.to_name, self.fw.wrap, self._check_wrappable, self
 
         def to_tensor(a, requires_grad=None):
             """A framework tensor aliasing tapegrad array ``a`` (and ``a.grad`` as its gradient).
@@ -451,7 +496,11 @@ class Bridge:
                 if not a.dtype.scalar.is_float:
                     raise TypeError(f"{fname}(requires_grad=True): arrays of {a.dtype!r} cannot carry gradients")
                 g = a.grad
-                fw.set_grad(t, wrap(g) if g is not None else None)
+                gt = wrap(g) if g is not None else None
+                fw.set_grad(t, gt)
+                link = a._link
+                if gt is not None and (link is None or (link.__class__ is AliasLink and link.ref() is None)):
+                    a._link = AliasLink(bridge, t, g)   # the first live tensor made of a: its .grad is a.grad
             return t
 
         return to_tensor

@@ -122,3 +122,22 @@ def test_adjoint_launch_accumulates_into_the_descriptors_gradients(device):
               adj_outputs=[None])
     tg.synchronize_device(tg.device_from_paddle(x.place))
     np.testing.assert_allclose(x.grad.numpy(), 6 * x0, rtol=1e-15)
+
+
+# ------------------------------------------ tapegrad parameters stepped by paddle (to_paddle)
+
+def test_to_paddle_parameters_train_through_clear_grad_to_none():
+    """p is tapegrad's; paddle's SGD steps to_paddle(p), whose .grad views p.grad.
+    clear_grad(set_to_zero=False) drops it (SGD then skipped the parameter); the view is zeroed
+    and installed again when the tape uses the gradient."""
+    p = tg.array(np.ones(4), dtype=tg.float64, requires_grad=True)
+    tp = tg.to_paddle(p)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=[tp])
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    for _ in range(3):
+        opt.clear_grad(set_to_zero=False)
+        assert tp.grad is None
+        _step(p, loss, 4)
+        assert tp.grad is not None and tp.grad.data_ptr() == p.grad.ptr
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), np.full(4, 0.8 ** 3), rtol=1e-15)

@@ -288,3 +288,53 @@ def test_in_place_modification_seen_through_a_view():
         t.mul_(10)
     with pytest.raises(RuntimeError, match="torch tensor behind an array of shape"):
         tape.backward(loss=loss)
+
+
+# ------------------------------------------- tapegrad parameters stepped by torch (to_torch)
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_to_torch_parameters_train_through_default_zero_grad(device):
+    """The other direction: p is tapegrad's, torch's SGD steps to_torch(p), whose .grad views
+    p.grad. zero_grad() drops that .grad (SGD then skipped the parameter: no training); the
+    view is zeroed and installed again when the tape uses the gradient."""
+    p = tg.array(np.ones(4), dtype=tg.float64, device=device, requires_grad=True)
+    tp = tg.to_torch(p)
+    opt = torch.optim.SGD([tp], lr=0.1)
+    loss = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+    for _ in range(3):
+        opt.zero_grad()
+        assert tp.grad is None
+        _step(p, loss, 4)
+        assert tp.grad is not None and tp.grad.data_ptr() == p.grad.ptr
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), np.full(4, 0.8 ** 3), rtol=1e-15)
+
+
+def test_to_torch_parameter_follows_torchs_own_new_gradient():
+    """After zero_grad(), torch's own backward allocates a new tp.grad; the tape then adds to it."""
+    p = tg.array(np.array([1.0, 2.0, 3.0]), dtype=tg.float64, requires_grad=True)
+    tp = tg.to_torch(p)
+    tp.grad = None
+    (tp * tp * tp).sum().backward()
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    _step(p, loss, 3)
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(tp.grad.numpy(), 3 * x ** 2 + 2 * x, rtol=1e-15)
+    assert p.grad.ptr == tp.grad.data_ptr()
+
+
+def test_to_torch_link_is_weak_and_first_come():
+    import gc
+    import weakref
+    p = tg.array(np.ones(2), dtype=tg.float64, requires_grad=True)
+    first = tg.to_torch(p)
+    second = tg.to_torch(p)                  # a later view for reading: the first stays linked
+    second.grad = None
+    np.testing.assert_array_equal(p.grad.numpy(), [0.0, 0.0])
+    assert second.grad is None and first.grad is not None
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None                     # the link does not keep the tensor alive
+    p.grad.fill_(1.0)
+    np.testing.assert_array_equal(p.grad.numpy(), [1.0, 1.0])
