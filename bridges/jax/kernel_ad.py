@@ -8,7 +8,8 @@ choosing its compiled entry point through its plan (``PlanSpec.adjoint``/``tange
 * ``tapegrad_kernel_tangent``: ``J(x) u`` (the kernel's tangent build, ``<symbol>_tan``),
   linear in ``u``. Transpose: the adjoint primitive. JVP in ``x`` (forward over forward):
   ``d²f[u, v]``, one tangent-of-adjoint launch per output element (a batched launch over an
-  identity basis: exact, but its cost grows with the output size).
+  identity basis: exact, but its cost grows with the output size; past
+  ``FORWARD_OVER_FORWARD_MAX`` output elements it raises, naming forward over reverse).
 * ``tapegrad_kernel_adjoint``: ``J(x)ᵀ w`` (the kernel's adjoint), linear in ``w``.
   Transpose: the tangent primitive. JVP: the tangent-of-adjoint primitive.
 * ``tapegrad_kernel_tangent_adjoint``: ``J(x)ᵀ ẇ + (Σ_k w_k ∇²f_k(x)) u`` (the kernel's
@@ -38,8 +39,9 @@ from tapegrad.lang.typeutil import float_based
 from . import plan as ffi_plan
 from .convert import dtype_to_jax, jax_scalar
 
-__all__ = ["KernelCall", "bind_forward", "forward_p", "tangent_p", "adjoint_p", "tangent_adjoint_p"]
+__all__ = ["FORWARD_OVER_FORWARD_MAX", "KernelCall", "bind_forward", "forward_p", "tangent_p", "adjoint_p", "tangent_adjoint_p"]
 
+FORWARD_OVER_FORWARD_MAX = 4096   # output elements: one launch each (and an m x m basis)
 _MODE_WRITE_PRIMAL = 1   # the tangent entry writes the primal outputs too (launch_tangent.MODE_WRITE_PRIMAL)
 
 
@@ -385,6 +387,12 @@ def _second_directional(call, batch, xs, us, vs):
     dout = call.diff_outputs()
     sizes = [math.prod(call.shapes[j]) for j in dout]
     m = sum(sizes)
+    if m > FORWARD_OVER_FORWARD_MAX:
+        raise NotImplementedError(
+            f"{call.label()}: a derivative of its forward-mode derivative in the inputs (forward over forward: jvp of "
+            f"jvp, jacfwd of jacfwd, check_grads(modes=('fwd',), order=2)) takes one tangent-of-adjoint launch per "
+            f"output element, and this call has {m} (> {FORWARD_OVER_FORWARD_MAX}); use forward over reverse "
+            "instead: jax.jvp(jax.grad(f), ...) or jax.hessian (jacfwd of jacrev)")
     zeros_w = [jnp.zeros(call.shapes[j], call.out_dtype(j)) for j in dout]
 
     def one(e):

@@ -337,3 +337,17 @@ def test_jax_callable_every_transform_raises(dev):
                 lambda: jax.jacrev(f)(x), lambda: jax.hessian(f)(x)):
         with pytest.raises(ValueError, match=r"jax_callable.*has no derivative"):
             run()
+
+
+def test_forward_over_forward_size_limit(dev):
+    """Forward over forward costs a launch per output element: past the limit it raises naming
+    the kernel and forward over reverse; forward over reverse works at that size."""
+    from tapegrad.bridges.jax.kernel_ad import FORWARD_OVER_FORWARD_MAX
+    n = FORWARD_OVER_FORWARD_MAX + 1
+    x = jnp.linspace(-1.0, 1.0, n)
+    v = jnp.cos(x)
+    with pytest.raises(NotImplementedError, match=r"wave.*one tangent-of-adjoint launch per output element.*"
+                                                  r"jax.jvp\(jax.grad"):
+        jax.jvp(lambda x: jax.jvp(wave_fn, (x,), (v,))[1], (x,), (v,))
+    f = lambda x: jnp.sum(wave_fn(x))   # noqa: E731
+    close(hvp(f, x, v), hvp(lambda x: jnp.sum(wave_ref(x)), x, v))
