@@ -155,9 +155,25 @@ def _mode(m):
 
 def _run(call, slots, operands, results, batch, adjoint, tangent):
     """Run one FFI call: ``results`` are unbatched ``(shape, dtype)``, given ``batch`` dims."""
+    if batch and call.op.kernel.mode() == "debug" and not tangent:
+        return _run_debug_batched(call, slots, operands, results, batch, adjoint)
     res = [(tuple(batch) + tuple(s), d) for s, d in results]
     fn, addr = call.op.ffi_call(slots, list(operands), res, call.grid, adjoint, call.vm, None, tangent)
     return fn(*operands, tapegrad_plan=addr)
+
+
+def _run_debug_batched(call, slots, operands, results, batch, adjoint):
+    """Debug mode's host callback takes unbatched buffers: the batch, broadcast and flattened,
+    goes through ``vmap`` (the callback runs one checked launch per element)."""
+    base = {}
+    for s in slots:
+        if s.kind in (ffi_plan.IN, ffi_plan.INOUT):
+            base[s.arg] = tuple(s.dims) + tuple(s.dtype.inner_shape)
+    nb = math.prod(batch)
+    flat = [jnp.broadcast_to(o, tuple(batch) + base[k]).reshape((nb,) + base[k]) for k, o in enumerate(operands)]
+    fn, addr = call.op.ffi_call(slots, flat, list(results), call.grid, adjoint, call.vm, None, 0)
+    outs = jax.vmap(lambda *ops: fn(*ops, tapegrad_plan=addr))(*flat)
+    return [o.reshape(tuple(batch) + tuple(s)) for o, (s, _) in zip(outs, results)]
 
 
 def _xla(operands):

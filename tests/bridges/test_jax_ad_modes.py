@@ -351,3 +351,28 @@ def test_forward_over_forward_size_limit(dev):
         jax.jvp(lambda x: jax.jvp(wave_fn, (x,), (v,))[1], (x,), (v,))
     f = lambda x: jnp.sum(wave_fn(x))   # noqa: E731
     close(hvp(f, x, v), hvp(lambda x: jnp.sum(wave_ref(x)), x, v))
+
+
+@tg.kernel
+def gather_cube(x: tg.array[tg.float64], idx: tg.array[tg.int32], y: tg.array[tg.float64]):
+    i = tg.tid()
+    v = x[idx[i]]
+    y[i] = v * v * v
+
+
+def test_debug_mode_batched_and_second_order():
+    """Debug mode (checked launches through a host callback) under vmap(grad) and hessian."""
+    prev = tg.config.mode
+    tg.config.mode = "debug"
+    try:
+        k = tg.jax_kernel(gather_cube, enable_backward=True)
+        idx = jnp.array([3, 2, 1, 0], dtype=jnp.int32)
+        X = jnp.stack([jnp.arange(4.0), jnp.arange(4.0) + 1.0])
+        f = lambda x: jnp.sum(k(x, idx)[0])   # noqa: E731
+        close(jax.vmap(jax.grad(f))(X), 3.0 * X ** 2)
+        close(jax.hessian(f)(X[1]), jnp.diag(6.0 * X[1]))
+        with pytest.raises(Exception, match="KernelIndexError"):
+            bad = jnp.array([0, 1, 2, 9], dtype=jnp.int32)
+            jax.block_until_ready(jax.vmap(jax.grad(lambda x: jnp.sum(k(x, bad)[0])))(X))
+    finally:
+        tg.config.mode = prev
