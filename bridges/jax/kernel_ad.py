@@ -39,7 +39,8 @@ from tapegrad.lang.typeutil import float_based
 from . import plan as ffi_plan
 from .convert import dtype_to_jax, jax_scalar
 
-__all__ = ["FORWARD_OVER_FORWARD_MAX", "KernelCall", "bind_forward", "forward_p", "tangent_p", "adjoint_p", "tangent_adjoint_p"]
+__all__ = ["FORWARD_OVER_FORWARD_MAX", "KernelCall", "bind_forward", "forward_p", "tangent_p", "adjoint_p",
+           "tangent_adjoint_p"]
 
 FORWARD_OVER_FORWARD_MAX = 4096   # output elements: one launch each (and an m x m basis)
 _MODE_WRITE_PRIMAL = 1   # the tangent entry writes the primal outputs too (launch_tangent.MODE_WRITE_PRIMAL)
