@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from tapegrad import types
 
@@ -108,6 +109,18 @@ class _KernelOp:
         self.qualname = qual if "::" in qual else f"tapegrad::{qual}"
         self.default_name = name is None
 
+    def check_no_tangents(self, args):
+        """The custom op called directly (``torch.ops.tapegrad.<name>``, a compiled or exported
+        graph) under forward-mode AD: torch would drop the tangents (a silent zero); raise."""
+        if not fwAD_active():
+            return
+        for i in self.arrays:
+            if fwAD.unpack_dual(args[i]).tangent is not None:
+                raise RuntimeError(f"tg.torch_op {self.qualname}: forward-mode AD through the custom op itself "
+                                   f"(torch.ops.{self.qualname.replace('::', '.')}, as compiled and exported graphs "
+                                   "call it) is not supported: torch would drop the tangents. Call the op object "
+                                   "returned by tg.torch_op (its forward mode launches the kernel's tangent)")
+
     def check_inputs(self, args):
         """Argument count, dtypes and dims (also at trace time, on fake tensors)."""
         self.sig.check_tensors(args, self.qualname, torch.Tensor, "torch", self.bridge.dtypes)
@@ -129,6 +142,7 @@ class _KernelOp:
 
     def forward(self, *args):
         self.check_inputs(args)
+        self.check_no_tangents(args)
         t0 = args[self.arrays[0]]
         outs = [torch.zeros(s, dtype=self.bridge.dtypes.to_framework(t.dtype), device=t0.device)
                 for s, t in zip(self.out_shapes(args), self.out_types)]
@@ -312,6 +326,11 @@ def _loop_vmap(op, n_results):
 
 def _one(x):
     return x[0] if len(x) == 1 else tuple(x)
+
+
+def fwAD_active() -> bool:
+    """Whether a forward-AD dual level is open (torch keeps it in a module global)."""
+    return getattr(fwAD, "_current_level", -1) >= 0
 
 
 # ------------------------------------------------------------------ exported programs

@@ -202,6 +202,18 @@ def test_unsupported_transforms_raise_naming_op_and_transform():
         torch.autograd.grad(h.sum(), xg)
 
 
+def test_forward_mode_on_the_raw_custom_op_raises():
+    """torch.ops.tapegrad.<name> (what compiled and exported graphs call) has no forward rule of its
+    own: dual tensors there raise instead of losing their tangents."""
+    energy, wave, mix = ops()
+    x, _, v, _, _ = data()
+    with fwAD.dual_level():
+        with pytest.raises(RuntimeError, match=r"wave_ad.*forward-mode AD through the custom op itself"):
+            wave._opoverload(fwAD.make_dual(x, v))
+        t = fwAD.unpack_dual(wave(fwAD.make_dual(x, v))).tangent
+    close(t, jvp(wave_ref, (x,), (v,))[1])
+
+
 def test_enable_backward_false_raises_under_every_derivative_transform():
     op = tg.torch_op(wave_nobwd)
     x, _, v, _, _ = data()
