@@ -1,6 +1,7 @@
 """Tape cost side by side with NVIDIA Warp (when `warp-lang` is installed): recording 100 small
 launches on a new tape and the backward over them (both per launch) and `tape.zero()`, on the CPU
-(or --device cuda:0). On CUDA
+(or --device cuda:0). The same launches without a tape give the plain launch cost, and the last
+row is tapegrad's record / plain launch ratio, measured interleaved (goal <= 1.2x). On CUDA
 also the backward captured once into a CUDA graph and replayed (per launch): the fastest way to
 replay many small adjoints (docs/graphs.md, "Capturing a backward pass").
 
@@ -21,8 +22,8 @@ N = 64
 
 
 def bench_tapegrad(device):
-    """tapegrad's (backward, zero, captured backward or None, record) operations over a tape of
-    N_LAUNCHES launches."""
+    """tapegrad's (backward, zero, captured backward or None, record, plain launches) operations
+    over a tape of N_LAUNCHES launches."""
     import tapegrad as tg
 
     @tg.kernel
@@ -44,6 +45,11 @@ def bench_tapegrad(device):
                 tg.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]])
         tg.synchronize_device(device)
 
+    def plain():
+        for k in range(N_LAUNCHES):
+            tg.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]])
+        tg.synchronize_device(device)
+
     def backward():
         tape.backward(grads=seed)
         tg.synchronize_device(device)
@@ -62,7 +68,7 @@ def bench_tapegrad(device):
             tg.capture_launch(cap.graph)
             tg.synchronize_device(device)
 
-    return backward, zero, captured, record
+    return backward, zero, captured, record, plain
 
 
 def bench_warp(device):
@@ -90,6 +96,11 @@ def bench_warp(device):
                 wp.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]], device=device)
         wp.synchronize_device(device)
 
+    def plain():
+        for k in range(N_LAUNCHES):
+            wp.launch(step, dim=N, inputs=[xs[k]], outputs=[xs[k + 1]], device=device)
+        wp.synchronize_device(device)
+
     def backward():
         # Warp's recommended pattern: the output owns its grad; backward copies into it
         tape.backward(grads={xs[-1]: g})
@@ -109,7 +120,7 @@ def bench_warp(device):
             wp.capture_launch(cap.graph)
             wp.synchronize_device(device)
 
-    return backward, zero, captured, record
+    return backward, zero, captured, record, plain
 
 
 def main():
@@ -121,7 +132,8 @@ def main():
     peer = bench_warp(args.device)
     peer_name = "warp" if peer else None
     # best of single calls, tapegrad and Warp alternating (the backward is per launch)
-    rows = [("record, per launch", 3, N_LAUNCHES), ("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
+    rows = [("plain launch (no tape)", 4, N_LAUNCHES), ("record, per launch", 3, N_LAUNCHES),
+            ("backward, per launch", 0, N_LAUNCHES), ("tape.zero()", 1, 1)]
     if ours[2] is not None:
         rows.append(("captured backward/launch", 2, N_LAUNCHES))
     out = {"device": args.device, "peer": peer_name, "results": []}
@@ -132,6 +144,12 @@ def main():
         c = compare({n: [t / per for t in v] for n, v in samples.items()}, "tapegrad", peer_name, stat="best")
         print(f"{name:24s} {fmt_time(c.ours, width=10)} {fmt_time(c.peer, width=10)} {fmt_ratio(c.ratio):>8s}")
         out["results"].append({"measure": name, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
+    samples = interleave({"record": per_call(ours[3], 1), "plain": per_call(ours[4], 1)}, args.reps)
+    c = compare(samples, "record", "plain", stat="best")
+    print(f"{'record / plain launch':24s} {fmt_time(c.ours / N_LAUNCHES, width=10)} "
+          f"{fmt_time(c.peer / N_LAUNCHES, width=10)} {fmt_ratio(c.ratio):>8s}   (tapegrad, goal <= 1.2x)")
+    out["results"].append({"measure": "record / plain launch", "tapegrad_s": c.ours / N_LAUNCHES,
+                           "peer_s": c.peer / N_LAUNCHES, "ratio": c.ratio})
     write_results("tape", out)
 
 
