@@ -35,6 +35,8 @@ _OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
                      ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)),
                      ("vector.h", ("tg::window_t",)), ("dual.h", ("tg::dual<", "tg::darray_t<")),
                      ("warpx.h", ("tg::wx_",)))
+# headers inlined only into units that name all their markers (after the ones above)
+_OPTIONAL_RUNTIME_ALL = (("dualx.h", ("tg::dual<", "tg::wx_")),)
 _runtime_text = None
 _optional_text: dict = {}
 
@@ -750,4 +752,6 @@ def module_source(parts) -> str:
     body = "\n\n".join(parts)
     extra = "".join(_optional_runtime(f) + "\n" for f, markers in _OPTIONAL_RUNTIME
                     if any(m in body for m in markers))
+    extra += "".join(_optional_runtime(f) + "\n" for f, markers in _OPTIONAL_RUNTIME_ALL
+                     if all(m in body for m in markers))
     return PRELUDE + runtime_source() + "\n" + extra + "// ---- generated\n" + body + "\n"
