@@ -40,7 +40,9 @@ SAME = {
     "dtype_to_paddle": "tests/bridges/test_paddle.py (uint16/32/64 -> signed twins, as Warp)",
     "JaxModulePreloadMode": "tests/core/test_warp_breadth.py (members as Warp's)",
     **{n: "tests/core/test_warp_breadth.py (finite differences; erf/erfc/erfinv/copysign/frac/rint against "
-          "Python's math and NumPy)" for n in ("erf", "erfc", "erfinv", "copysign", "frac", "rint")},
+          "Python's math and NumPy)" for n in ("erf", "erfc", "erfinv", "erfcinv", "copysign", "frac", "rint")},
+    **{n: "tests/core/test_warp_breadth.py (Warp's definitions in float64; finite differences)" for n in (
+        "norm_l1", "norm_l2", "norm_huber", "norm_pseudo_huber", "smooth_normalize")},
     **{n: "tests/core/test_warp_breadth.py (skew against np.cross; argmin/argmax against NumPy, NaNs skipped)"
        for n in ("skew", "argmin", "argmax")},
     "dtype_from_torch": "tests/bridges/test_torch.py",

@@ -1,6 +1,8 @@
 """More of Warp's builtins (issue 28), registered into the builtin table: ``erf``, ``erfc``,
-``erfinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``, and the
-quaternion constructor from a vector part and a scalar part (``tg.quat(v, w)``). The C++ is
+``erfinv``, ``erfcinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``, and the
+quaternion constructor from a vector part and a scalar part (``tg.quat(v, w)``), Warp's vector
+norms (``norm_l1``, ``norm_l2``, ``norm_huber``, ``norm_pseudo_huber``, ``smooth_normalize``),
+``transform_point`` / ``transform_vector`` of a 4x4 matrix. The C++ is
 ``runtime/warpx.h`` (inlined into units that use one of them). Each differentiable overload has
 finite-difference samples (tests/lang/test_builtins_grad.py runs them); each is callable in
 Python scope on numbers and host values too.
@@ -12,8 +14,9 @@ import math
 import numpy as np
 
 from ..types import QuatType, dtype_from_numpy, float32, matrix, quaternion, uint32, vector
+from . import spatial  # noqa: F401  registers transform_point/transform_vector, which get overloads below
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
-from .typeutil import is_bool, is_float, is_vec
+from .typeutil import is_bool, is_float, is_mat, is_vec
 
 __all__ = []
 
@@ -47,6 +50,8 @@ Builtin("erfc", _scalar_map(math.erfc), "erfc(x): the complementary error functi
     same(1, is_float), "tg::wx_erfc", "tg::adj_wx_erfc", samples=[Sample(("S:any",), "S")])
 Builtin("erfinv", _scalar_map(_erfinv), "erfinv(x): the inverse error function on (-1, 1)").add(
     same(1, is_float), "tg::wx_erfinv", "tg::adj_wx_erfinv", samples=[Sample(("S:unit",), "S")])
+Builtin("erfcinv", _scalar_map(lambda x: _erfinv(1.0 - x)), "erfcinv(x): the inverse of erfc on (0, 2)").add(
+    same(1, is_float), "tg::wx_erfcinv", "tg::adj_wx_erfcinv", samples=[Sample(("S:hi",), "S")])
 Builtin("copysign", lambda x, y: np.copysign(x, y)[()],
         "copysign(x, y): the magnitude of x with the sign of y (gradient to x only)").add(
     same(2, is_float), "tg::wx_copysign", "tg::adj_wx_copysign", samples=[Sample(("S:away", "S:away"), "S")])
@@ -144,3 +149,60 @@ for _name, _py in (("quat_identity", _quat_identity_py), ("quat_inverse", _quat_
                    ("quat_rotate", _quat_rotate_py)):
     if REGISTRY[_name].py is None:
         REGISTRY[_name].py = _py
+
+
+# ------------------------------------------------------------------ Warp's vector norms
+
+def _norm_rule(result):
+    def rule(ts):
+        if not ts or not is_vec(ts[0]) or isinstance(ts[0], QuatType) or not is_float(ts[0].scalar):
+            return NO
+        if len(ts) == 1 or (len(ts) == 2 and ts[1] is ts[0].scalar and result != "l"):
+            return ts[0] if result == "v" else ts[0].scalar
+        return NO
+    return rule
+
+
+def _np_norm(kind):
+    def run(v, delta=1.0):
+        x = np.asarray(v)
+        a = float(np.dot(x.astype(np.float64), x.astype(np.float64)))
+        if kind == "l1":
+            r = float(np.abs(x).sum())
+        elif kind == "l2":
+            r = math.sqrt(a)
+        elif kind == "huber":
+            r = 0.5 * a if a <= delta * delta else delta * (math.sqrt(a) - 0.5 * delta)
+        elif kind == "pseudo_huber":
+            r = delta * math.sqrt(1.0 + a / (delta * delta))
+        else:
+            return vector(x.shape[0], dtype_from_numpy(x.dtype))(x / (delta * math.sqrt(1.0 + a / (delta * delta))))
+        return x.dtype.type(r)
+    return run
+
+
+for _kind, _doc in (("l1", "norm_l1(v): the sum of |v_i|"), ("l2", "norm_l2(v): the Euclidean length"),
+                    ("huber", "norm_huber(v, delta=1): 0.5 |v|^2 within delta, else delta (|v| - delta / 2)"),
+                    ("pseudo_huber", "norm_pseudo_huber(v, delta=1): delta sqrt(1 + |v|^2 / delta^2)")):
+    _samples = [Sample(("V3:away",), "S")] + ([Sample(("V3:any", "S:pos"), "S")] if _kind in ("huber", "pseudo_huber")
+                                              else [])
+    Builtin(f"norm_{_kind}", _np_norm(_kind), _doc).add(
+        _norm_rule("l" if _kind in ("l1", "l2") else "s"), f"tg::wx_norm_{_kind}", f"tg::adj_wx_norm_{_kind}",
+        samples=_samples)
+Builtin("smooth_normalize", _np_norm("smooth"), "smooth_normalize(v, delta=1): v / norm_pseudo_huber(v, delta)").add(
+    _norm_rule("v"), "tg::wx_smooth_normalize", "tg::adj_wx_smooth_normalize",
+    samples=[Sample(("V3:any",), "V3"), Sample(("V3:any", "S:pos"), "V3")])
+
+
+# ------------------------------------- transform_point / transform_vector of a 4x4 matrix (Warp's)
+
+def _mat44_vec3_rule(ts):
+    if len(ts) == 2 and is_mat(ts[0]) and (ts[0].rows, ts[0].cols) == (4, 4) and is_float(ts[0].scalar) \
+            and is_vec(ts[1]) and ts[1].length_ == 3 and ts[1].scalar is ts[0].scalar:
+        return vector(3, ts[0].scalar)
+    return NO
+
+
+for _name, _fn in (("transform_point", "tg::wx_transform_point_m"), ("transform_vector", "tg::wx_transform_vector_m")):
+    REGISTRY[_name].add(_mat44_vec3_rule, _fn, _fn.replace("tg::", "tg::adj_"),
+                        samples=[Sample(("M44:any", "V3:any"), "V3")])

@@ -655,3 +655,79 @@ def test_quaternion_builtins_in_python_scope():
     r = tg.quat_rotate(tg.quatd(0.0, 0.0, h, h), tg.vec3d(1.0, 0.0, 0.0))     # 90 degrees about z
     assert type(r).__name__ == "vec3d"
     np.testing.assert_allclose(r, [0.0, 1.0, 0.0], atol=1e-15)
+
+
+@tg.kernel
+def _wb_erf_all(x: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    if i == 0:
+        out[i] = tg.erf(x[i])
+    elif i == 1:
+        out[i] = tg.erfc(x[i])
+    elif i == 2:
+        out[i] = tg.erfinv(x[i])
+    else:
+        out[i] = tg.erfcinv(x[i])
+
+
+def test_error_functions_and_their_gradients_at_one_point():
+    # Warp's test point (0.123): values and derivatives from the closed forms, float64
+    import math
+    x = tg.full(4, 0.123, dtype=tg.float64, requires_grad=True)
+    out = tg.zeros(4, dtype=tg.float64, requires_grad=True)
+    with tg.Tape() as tape:
+        tg.launch(_wb_erf_all, dim=4, inputs=[x, out])
+    out.grad = tg.ones_like(out)
+    tape.backward()
+    yi, yc = tg.erfinv(0.123), tg.erfcinv(0.123)
+    assert abs(math.erfc(yc) - 0.123) < 1e-15
+    np.testing.assert_allclose(out.numpy(), [math.erf(0.123), math.erfc(0.123), yi, yc], rtol=1e-13)
+    d = 2.0 / math.sqrt(math.pi) * math.exp(-0.123 ** 2)
+    np.testing.assert_allclose(x.grad.numpy(), [d, -d, 1.0 / (2.0 / math.sqrt(math.pi) * math.exp(-yi * yi)),
+                                                -1.0 / (2.0 / math.sqrt(math.pi) * math.exp(-yc * yc))], rtol=1e-12)
+
+
+@tg.kernel
+def _wb_norms(vs: tg.array(dtype=tg.vec3d), out: tg.array2d(dtype=tg.float64), sn: tg.array(dtype=tg.vec3d)):
+    i = tg.tid()
+    out[i, 0] = tg.norm_l1(vs[i])
+    out[i, 1] = tg.norm_l2(vs[i])
+    out[i, 2] = tg.norm_huber(vs[i])
+    out[i, 3] = tg.norm_pseudo_huber(vs[i])
+    out[i, 4] = tg.norm_huber(vs[i], 2.0)
+    sn[i] = tg.smooth_normalize(vs[i], 0.5)
+
+
+def test_vector_norms_match_their_definitions():
+    v = np.array([[-2.0, -1.0, -3.0], [0.3, 0.2, -0.1], [0.0, 0.0, 0.0]])
+    out = tg.zeros((3, 5), dtype=tg.float64)
+    sn = tg.zeros(3, dtype=tg.vec3d)
+    tg.launch(_wb_norms, dim=3, inputs=[tg.array(v, dtype=tg.vec3d), out, sn])
+    n = np.linalg.norm(v, axis=1)
+
+    def huber(x, d):
+        return np.where(x <= d, 0.5 * x * x, d * (x - 0.5 * d))
+
+    ref = np.stack([np.abs(v).sum(1), n, huber(n, 1.0), np.sqrt(1.0 + n * n), huber(n, 2.0)], axis=1)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-14)
+    np.testing.assert_allclose(sn.numpy(), v / (0.5 * np.sqrt(1.0 + n * n / 0.25))[:, None], rtol=1e-14)
+    assert tg.norm_l1(tg.vec3(1.0, -2.0, 3.0)) == 6.0
+    assert type(tg.smooth_normalize(tg.vec3(1.0, 0, 0))).__name__ == "vec3f"
+
+
+@tg.kernel
+def _wb_mat_points(m: tg.array(dtype=tg.mat44d), p: tg.array(dtype=tg.vec3d), a: tg.array(dtype=tg.vec3d),
+                   b: tg.array(dtype=tg.vec3d)):
+    i = tg.tid()
+    a[i] = tg.transform_point(m[i], p[i])
+    b[i] = tg.transform_vector(m[i], p[i])
+
+
+def test_transform_point_and_vector_of_a_4x4_matrix():
+    rng = np.random.default_rng(5)
+    m, p = rng.normal(size=(4, 4, 4)), rng.normal(size=(4, 3))
+    a, b = tg.zeros(4, dtype=tg.vec3d), tg.zeros(4, dtype=tg.vec3d)
+    tg.launch(_wb_mat_points, dim=4, inputs=[tg.array(m, dtype=tg.mat44d), tg.array(p, dtype=tg.vec3d), a, b])
+    hom = np.concatenate([p, np.ones((4, 1))], axis=1)
+    np.testing.assert_allclose(a.numpy(), np.einsum("nij,nj->ni", m, hom)[:, :3], rtol=1e-13)   # no divide
+    np.testing.assert_allclose(b.numpy(), np.einsum("nij,nj->ni", m[:, :, :3], p)[:, :3], rtol=1e-13)

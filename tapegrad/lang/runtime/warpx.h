@@ -55,6 +55,11 @@ template <typename T> TG_FUNC void adj_wx_erfinv(T x_, T& adj_x, T adj_ret) {
 }
 
 TG_FUNC bool wx_negative(double v) { return ::copysign(1.0, v) < 0.0; }   // the sign bit (-0.0 too)
+template <typename T> TG_FUNC T wx_erfcinv(T x) { TG_WX_C; return T(wx_erfinv_c(C(1) - C(x))); }
+template <typename T> TG_FUNC void adj_wx_erfcinv(T x_, T& adj_x, T adj_ret) {
+    TG_WX_C; C y = C(wx_erfinv_c(C(1) - C(x_)));
+    accum(adj_x, T(C(-0.88622692545275801) * C(::exp(double(y * y))) * C(adj_ret)));
+}
 template <typename T> TG_FUNC T wx_copysign(T x, T y) {
     TG_WX_C; return T(C(::copysign(double(C(x)), double(C(y)))));
 }
@@ -95,6 +100,105 @@ template <int N, typename T> TG_FUNC uint32_t wx_argmax(const vec_t<N, T>& a) {
         if (!have || a[best] < a[i]) { best = uint32_t(i); have = true; }
     }
     return best;
+}
+
+// Warp's vector norms (wp.norm_l1 ... wp.smooth_normalize); delta defaults to 1
+template <int N, typename T> TG_FUNC T wx_norm_l1(const vec_t<N, T>& v) {
+    TG_WX_C; C n = C(0);
+    for (int i = 0; i < N; ++i) n += C(v[i]) < C(0) ? -C(v[i]) : C(v[i]);
+    return T(n);
+}
+template <int N, typename T> TG_FUNC void adj_wx_norm_l1(const vec_t<N, T>& v, vec_t<N, T>& adj_v, T g) {
+    for (int i = 0; i < N; ++i) adj_v[i] += v[i] < T(0) ? T(-g) : g;
+}
+template <int N, typename T> TG_FUNC T wx_sq(const vec_t<N, T>& v) {
+    TG_WX_C; C a = C(0);
+    for (int i = 0; i < N; ++i) a += C(v[i]) * C(v[i]);
+    return T(a);
+}
+template <int N, typename T> TG_FUNC T wx_norm_l2(const vec_t<N, T>& v) {
+    TG_WX_C; return T(C(::sqrt(double(C(wx_sq(v))))));
+}
+template <int N, typename T> TG_FUNC void adj_wx_norm_l2(const vec_t<N, T>& v, vec_t<N, T>& adj_v, T g) {
+    TG_WX_C; C l = C(::sqrt(double(C(wx_sq(v)))));
+    if (l > C(0)) for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) / l * C(g));
+}
+template <int N, typename T> TG_FUNC T wx_norm_huber(const vec_t<N, T>& v, T d_) {
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_);
+    return T(a <= d * d ? C(0.5) * a : d * (C(::sqrt(double(a))) - C(0.5) * d));
+}
+template <int N, typename T> TG_FUNC T wx_norm_huber(const vec_t<N, T>& v) { return wx_norm_huber(v, T(1)); }
+template <int N, typename T> TG_FUNC void adj_wx_norm_huber(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, T g_) {
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), g = C(g_);
+    if (a <= d * d) {
+        for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) * g);
+    } else {
+        C l = C(::sqrt(double(a)));
+        for (int i = 0; i < N; ++i) adj_v[i] += T(d * C(v[i]) / l * g);
+        accum(adj_d, T((l - d) * g));
+    }
+}
+template <int N, typename T> TG_FUNC void adj_wx_norm_huber(const vec_t<N, T>& v, vec_t<N, T>& adj_v, T g) {
+    T unused = T(0); adj_wx_norm_huber(v, T(1), adj_v, unused, g);
+}
+template <int N, typename T> TG_FUNC T wx_norm_pseudo_huber(const vec_t<N, T>& v, T d_) {
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_);
+    return T(d * C(::sqrt(double(C(1) + a / (d * d)))));
+}
+template <int N, typename T> TG_FUNC T wx_norm_pseudo_huber(const vec_t<N, T>& v) { return wx_norm_pseudo_huber(v, T(1)); }
+template <int N, typename T> TG_FUNC void adj_wx_norm_pseudo_huber(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, T g_) {
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), g = C(g_), s = C(::sqrt(double(C(1) + a / (d * d))));
+    for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) / (d * s) * g);
+    accum(adj_d, T((s - a / (d * d * s)) * g));
+}
+template <int N, typename T> TG_FUNC void adj_wx_norm_pseudo_huber(const vec_t<N, T>& v, vec_t<N, T>& adj_v, T g) {
+    T unused = T(0); adj_wx_norm_pseudo_huber(v, T(1), adj_v, unused, g);
+}
+template <int N, typename T> TG_FUNC vec_t<N, T> wx_smooth_normalize(const vec_t<N, T>& v, T d) {
+    TG_WX_C; C h = C(wx_norm_pseudo_huber(v, d));
+    vec_t<N, T> r;
+    for (int i = 0; i < N; ++i) r[i] = T(C(v[i]) / h);
+    return r;
+}
+template <int N, typename T> TG_FUNC vec_t<N, T> wx_smooth_normalize(const vec_t<N, T>& v) { return wx_smooth_normalize(v, T(1)); }
+template <int N, typename T> TG_FUNC void adj_wx_smooth_normalize(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, const vec_t<N, T>& g) {
+    // r = v / H:  dr/dv = I/H - v (dH/dv)^T / H^2,  dr/dd = -v (dH/dd) / H^2
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), s = C(::sqrt(double(C(1) + a / (d * d)))), h = d * s;
+    C gv = C(0);
+    for (int i = 0; i < N; ++i) gv += C(g[i]) * C(v[i]);
+    for (int i = 0; i < N; ++i) adj_v[i] += T(C(g[i]) / h - gv * C(v[i]) / (d * s) / (h * h));
+    accum(adj_d, T(-gv * (s - a / (d * d * s)) / (h * h)));
+}
+template <int N, typename T> TG_FUNC void adj_wx_smooth_normalize(const vec_t<N, T>& v, vec_t<N, T>& adj_v, const vec_t<N, T>& g) {
+    T unused = T(0); adj_wx_smooth_normalize(v, T(1), adj_v, unused, g);
+}
+
+// Warp's transform_point / transform_vector of a 4x4 matrix: m (p, 1) and m (v, 0), first three rows
+template <typename T> TG_FUNC vec_t<3, T> wx_mat_point(const mat_t<4, 4, T>& m, const vec_t<3, T>& p, T w) {
+    vec_t<3, T> r;
+    for (int i = 0; i < 3; ++i) r[i] = T(m.data[i][0] * p[0] + m.data[i][1] * p[1] + m.data[i][2] * p[2] + m.data[i][3] * w);
+    return r;
+}
+template <typename T> TG_FUNC void adj_wx_mat_point(const mat_t<4, 4, T>& m, const vec_t<3, T>& p, T w, mat_t<4, 4, T>& adj_m,
+                                                   vec_t<3, T>& adj_p, const vec_t<3, T>& g) {
+    for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) { adj_m.data[i][j] += T(g[i] * p[j]); adj_p[j] += T(m.data[i][j] * g[i]); }
+        adj_m.data[i][3] += T(g[i] * w);
+    }
+}
+template <typename T> TG_FUNC vec_t<3, T> wx_transform_point_m(const mat_t<4, 4, T>& m, const vec_t<3, T>& p) {
+    return wx_mat_point(m, p, T(1));
+}
+template <typename T> TG_FUNC void adj_wx_transform_point_m(const mat_t<4, 4, T>& m, const vec_t<3, T>& p, mat_t<4, 4, T>& adj_m,
+                                                           vec_t<3, T>& adj_p, const vec_t<3, T>& g) {
+    adj_wx_mat_point(m, p, T(1), adj_m, adj_p, g);
+}
+template <typename T> TG_FUNC vec_t<3, T> wx_transform_vector_m(const mat_t<4, 4, T>& m, const vec_t<3, T>& v) {
+    return wx_mat_point(m, v, T(0));
+}
+template <typename T> TG_FUNC void adj_wx_transform_vector_m(const mat_t<4, 4, T>& m, const vec_t<3, T>& v, mat_t<4, 4, T>& adj_m,
+                                                            vec_t<3, T>& adj_v, const vec_t<3, T>& g) {
+    adj_wx_mat_point(m, v, T(0), adj_m, adj_v, g);
 }
 
 #undef TG_WX_C
