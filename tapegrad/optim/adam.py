@@ -25,13 +25,14 @@ def _kernel(scalar, state):
         t = S(step[0])
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
+        pa, ga, ma, va = s.p, s.g, s.m, s.v      # the row's arrays, not the row, per element
         while j < end:
-            g = S(s.g[j])
-            m = beta1 * s.m[j] + (1.0 - beta1) * g
-            v = beta2 * s.v[j] + (1.0 - beta2) * g * g
-            s.m[j] = m
-            s.v[j] = v
-            s.p[j] = P(S(s.p[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+            g = S(ga[j])
+            m = beta1 * ma[j] + (1.0 - beta1) * g
+            v = beta2 * va[j] + (1.0 - beta2) * g * g
+            ma[j] = m
+            va[j] = v
+            pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
             j += stride
 
     return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")

@@ -23,19 +23,20 @@ def _kernel(scalar, state):
         j = chunk_start[c] + types.int64(lane) * span
         end = min(min(chunk_start[c] + types.int64(CHUNK), j + reach), s.n)
         first = step[0] == 1
+        pa, ga, ba = s.p, s.g, s.b          # the row's arrays, not the row, per element
         while j < end:
-            p = S(s.p[j])
-            g = S(s.g[j]) + weight_decay * p
+            p = S(pa[j])
+            g = S(ga[j]) + weight_decay * p
             if momentum != 0.0:
                 b = g
                 if not first:
-                    b = momentum * s.b[j] + (1.0 - dampening) * g
-                s.b[j] = b
+                    b = momentum * ba[j] + (1.0 - dampening) * g
+                ba[j] = b
                 if nesterov != 0:
                     g = g + momentum * b
                 else:
                     g = b
-            s.p[j] = P(p - lr * g)
+            pa[j] = P(p - lr * g)
             j += stride
 
     return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
