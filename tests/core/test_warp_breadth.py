@@ -509,12 +509,13 @@ def _wb_special(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64), ou
     out[i, 5] = tg.rint(x[i] * 3.0)
 
 
-def test_special_functions_match_references():
+def test_special_functions_match_references(device):
     import math
     x = np.array([-2.5, -0.7, 0.0, 0.3, 1.9, 2.5 / 3.0])
     y = np.array([-0.999, -0.5, 0.0, 0.25, 0.9, 0.999999])
-    out = tg.zeros((6, 6), dtype=tg.float64)
-    tg.launch(_wb_special, dim=6, inputs=[tg.array(x, dtype=tg.float64), tg.array(y, dtype=tg.float64), out])
+    out = tg.zeros((6, 6), dtype=tg.float64, device=device)
+    tg.launch(_wb_special, dim=6, inputs=[tg.array(x, dtype=tg.float64, device=device),
+                                          tg.array(y, dtype=tg.float64, device=device), out], device=device)
     o = out.numpy()
     np.testing.assert_allclose(o[:, 0], [math.erf(v) for v in x], rtol=1e-15, atol=1e-16)
     np.testing.assert_allclose(o[:, 1], [math.erfc(v) for v in x], rtol=1e-14)
@@ -536,13 +537,14 @@ def _wb_vec_builtins(v: tg.array(dtype=tg.vec3d), w: tg.array(dtype=tg.vec3d), c
     idx[i, 1] = tg.argmax(v[i])
 
 
-def test_skew_argmin_argmax():
+def test_skew_argmin_argmax(device):
     rng = np.random.default_rng(0)
     v, w = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
     v[2] = [np.nan, 1.0, -1.0]   # NaNs skipped
-    cr = tg.zeros(5, dtype=tg.vec3d)
-    idx = tg.zeros((5, 2), dtype=tg.uint32)
-    tg.launch(_wb_vec_builtins, dim=5, inputs=[tg.array(v, dtype=tg.vec3d), tg.array(w, dtype=tg.vec3d), cr, idx])
+    cr = tg.zeros(5, dtype=tg.vec3d, device=device)
+    idx = tg.zeros((5, 2), dtype=tg.uint32, device=device)
+    tg.launch(_wb_vec_builtins, dim=5, inputs=[tg.array(v, dtype=tg.vec3d, device=device),
+                                               tg.array(w, dtype=tg.vec3d, device=device), cr, idx], device=device)
     ok = [0, 1, 3, 4]
     np.testing.assert_allclose(cr.numpy()[ok], np.cross(v, w)[ok], rtol=1e-14)
     np.testing.assert_array_equal(idx.numpy()[:, 0], np.nanargmin(v, axis=1))
@@ -670,13 +672,13 @@ def _wb_erf_all(x: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
         out[i] = tg.erfcinv(x[i])
 
 
-def test_error_functions_and_their_gradients_at_one_point():
+def test_error_functions_and_their_gradients_at_one_point(device):
     # Warp's test point (0.123): values and derivatives from the closed forms, float64
     import math
-    x = tg.full(4, 0.123, dtype=tg.float64, requires_grad=True)
-    out = tg.zeros(4, dtype=tg.float64, requires_grad=True)
+    x = tg.full(4, 0.123, dtype=tg.float64, requires_grad=True, device=device)
+    out = tg.zeros(4, dtype=tg.float64, requires_grad=True, device=device)
     with tg.Tape() as tape:
-        tg.launch(_wb_erf_all, dim=4, inputs=[x, out])
+        tg.launch(_wb_erf_all, dim=4, inputs=[x, out], device=device)
     out.grad = tg.ones_like(out)
     tape.backward()
     yi, yc = tg.erfinv(0.123), tg.erfcinv(0.123)
@@ -698,11 +700,11 @@ def _wb_norms(vs: tg.array(dtype=tg.vec3d), out: tg.array2d(dtype=tg.float64), s
     sn[i] = tg.smooth_normalize(vs[i], 0.5)
 
 
-def test_vector_norms_match_their_definitions():
+def test_vector_norms_match_their_definitions(device):
     v = np.array([[-2.0, -1.0, -3.0], [0.3, 0.2, -0.1], [0.0, 0.0, 0.0]])
-    out = tg.zeros((3, 5), dtype=tg.float64)
-    sn = tg.zeros(3, dtype=tg.vec3d)
-    tg.launch(_wb_norms, dim=3, inputs=[tg.array(v, dtype=tg.vec3d), out, sn])
+    out = tg.zeros((3, 5), dtype=tg.float64, device=device)
+    sn = tg.zeros(3, dtype=tg.vec3d, device=device)
+    tg.launch(_wb_norms, dim=3, inputs=[tg.array(v, dtype=tg.vec3d, device=device), out, sn], device=device)
     n = np.linalg.norm(v, axis=1)
 
     def huber(x, d):
@@ -723,11 +725,12 @@ def _wb_mat_points(m: tg.array(dtype=tg.mat44d), p: tg.array(dtype=tg.vec3d), a:
     b[i] = tg.transform_vector(m[i], p[i])
 
 
-def test_transform_point_and_vector_of_a_4x4_matrix():
+def test_transform_point_and_vector_of_a_4x4_matrix(device):
     rng = np.random.default_rng(5)
     m, p = rng.normal(size=(4, 4, 4)), rng.normal(size=(4, 3))
-    a, b = tg.zeros(4, dtype=tg.vec3d), tg.zeros(4, dtype=tg.vec3d)
-    tg.launch(_wb_mat_points, dim=4, inputs=[tg.array(m, dtype=tg.mat44d), tg.array(p, dtype=tg.vec3d), a, b])
+    a, b = tg.zeros(4, dtype=tg.vec3d, device=device), tg.zeros(4, dtype=tg.vec3d, device=device)
+    tg.launch(_wb_mat_points, dim=4, inputs=[tg.array(m, dtype=tg.mat44d, device=device),
+                                             tg.array(p, dtype=tg.vec3d, device=device), a, b], device=device)
     hom = np.concatenate([p, np.ones((4, 1))], axis=1)
     np.testing.assert_allclose(a.numpy(), np.einsum("nij,nj->ni", m, hom)[:, :3], rtol=1e-13)   # no divide
     np.testing.assert_allclose(b.numpy(), np.einsum("nij,nj->ni", m[:, :, :3], p)[:, :3], rtol=1e-13)
