@@ -68,8 +68,9 @@ def _needed(ctx, index):
     if not ctx.needs_input_grad[index]:
         return False
     try:
-        node = ctx.next_functions[index][0]
-    except (AttributeError, IndexError):
+        # next_functions has one edge per tensor input (numbers and None have none)
+        node = ctx.next_functions[ctx.saved.where.index(index)][0]
+    except (AttributeError, IndexError, ValueError):
         return True
     if node is None:
         return False

@@ -37,6 +37,13 @@ def mix_ad(x: tg.array[tg.float64], w: tg.array[tg.float64], s: tg.float64, idx:
     z[i] = tg.tanh(x[i] + w[i])
 
 
+@tg.kernel
+def scaled_ad(s: tg.float64, x: tg.array[tg.float64], w: tg.array[tg.float64], y: tg.array[tg.float64]):
+    # a scalar before the tensors: autograd edges are numbered over tensor inputs only
+    i = tg.tid()
+    y[i] = s * tg.sin(x[i]) * w[i] * w[i]
+
+
 @tg.kernel(enable_backward=False)
 def wave_nobwd(x: tg.array[tg.float64], y: tg.array[tg.float64]):
     i = tg.tid()
@@ -126,6 +133,24 @@ def test_double_backward_hvp_and_functional_hessian():
     hxr, hkr = torch.autograd.grad((gr * v).sum(), (xr, kr))
     close(hx, hxr)
     close(hk, hkr)
+
+
+def test_second_order_with_a_leading_scalar_argument():
+    op = tg.torch_op(scaled_ad)
+    x, _, v, w, _ = data()
+
+    def ref(s, x, w):
+        return s * torch.sin(x) * w * w
+    assert torch.autograd.gradgradcheck(op, (0.7, x.clone().requires_grad_(), w.clone().requires_grad_()))
+    for f in (op, ref):
+        close(torch.autograd.functional.hvp(lambda x, w: f(0.7, x, w).sum(), (x, w), (v, v))[1],
+              torch.autograd.functional.hvp(lambda x, w: ref(0.7, x, w).sum(), (x, w), (v, v))[1])
+    res = []
+    for f in (op, ref):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(f(0.7, xg, wg).sum(), xg, create_graph=True)
+        res.append(torch.autograd.grad((gx * gx).sum(), (xg, wg)))
+    close(res[0], res[1])
 
 
 # -------------------------------------------------------------------- forward mode
