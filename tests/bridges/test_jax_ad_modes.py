@@ -227,6 +227,11 @@ def test_vmap_of_every_transform(dev):
           jax.vmap(jax.vmap(lambda x, v: hvp(er, x, v)), in_axes=(0, None))(XX, V), "vmap(vmap(hvp))")
     # a batched primal inside a gradient (grad of vmap)
     close(jax.grad(lambda X: jnp.sum(jax.vmap(e)(X) ** 2))(X), jax.grad(lambda X: jnp.sum(jax.vmap(er)(X) ** 2))(X))
+    # an unbatched argument next to batched ones receives the sum over the batch (transpose of a broadcast)
+    gk = jax.grad(lambda k: jnp.sum(jax.vmap(lambda x: energy(x, k))(X) ** 2))(k)
+    close(gk, jax.grad(lambda k: jnp.sum(jax.vmap(lambda x: energy_ref(x, k))(X) ** 2))(k))
+    Hk = jax.hessian(lambda k: jnp.sum(jax.vmap(lambda x: energy(x, k))(X) ** 2))(k)
+    close(Hk, jax.hessian(lambda k: jnp.sum(jax.vmap(lambda x: energy_ref(x, k))(X) ** 2))(k))
 
 
 def test_scan_and_remat(dev):
