@@ -410,6 +410,8 @@ class ExprMixin:
             return self.printf(node)
         if name == "curlnoise":
             return self.noise_call(name, node, kwargs)
+        if name in ("quat_identity", "transform_identity") and set(kwargs) == {"dtype"} and not node.args:
+            return self.typed_identity(name, kwargs["dtype"], node)
         if kwargs:
             self.error(f"{name}() takes no keyword arguments", node)
         if name in DRAWS:
@@ -578,6 +580,20 @@ class ExprMixin:
                 self.error("tg.matrix() in a kernel needs shape=(rows, cols)", node)
             t = matrix(size, dtype)
         return self.construct(t, args, node, {})
+
+    def typed_identity(self, name, dtype_node, node):
+        """Warp's ``quat_identity(dtype=T)`` / ``transform_identity(dtype=T)``: the identity of that
+        float type, a constant."""
+        d = self.expr(dtype_node)
+        try:
+            dtype = resolve_dtype(d.obj if isinstance(d, PyObj) else None)
+        except TypeError:
+            dtype = None
+        if not is_scalar(dtype) or not is_float(dtype):
+            self.error(f"{name}(dtype=...) must be a float type such as float or tg.float64", node)
+        t = quaternion(dtype) if name == "quat_identity" else transformation(dtype)
+        comps = [0.0, 0.0, 0.0, 1.0] if name == "quat_identity" else [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+        return self.construct(t, [Lit(c, dtype) for c in comps], node, {})
 
     def float_composite_value(self, obj, node):
         """``tg.types.quaternion(*values, dtype=T)`` / ``transformation(...)`` inside a kernel (Warp's

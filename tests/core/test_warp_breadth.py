@@ -734,3 +734,15 @@ def test_transform_point_and_vector_of_a_4x4_matrix(device):
     hom = np.concatenate([p, np.ones((4, 1))], axis=1)
     np.testing.assert_allclose(a.numpy(), np.einsum("nij,nj->ni", m, hom)[:, :3], rtol=1e-13)   # no divide
     np.testing.assert_allclose(b.numpy(), np.einsum("nij,nj->ni", m[:, :, :3], p)[:, :3], rtol=1e-13)
+
+
+@tg.kernel
+def _wb_typed_identity(q: tg.array(dtype=tg.quath), t: tg.array(dtype=tg.transformd)):
+    q[0] = tg.quat_identity(dtype=tg.float16)
+    t[0] = tg.transform_identity(dtype=tg.float64)
+
+
+def test_typed_identities_inside_kernels(device):
+    q, t = tg.zeros(1, dtype=tg.quath, device=device), tg.zeros(1, dtype=tg.transformd, device=device)
+    tg.launch(_wb_typed_identity, dim=1, inputs=[q, t], device=device)
+    assert q.numpy()[0].tolist() == [0, 0, 0, 1] and t.numpy()[0].tolist() == [0, 0, 0, 0, 0, 0, 1]
