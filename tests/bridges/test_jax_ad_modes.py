@@ -381,3 +381,52 @@ def test_debug_mode_batched_and_second_order():
             jax.block_until_ready(jax.vmap(jax.grad(lambda x: jnp.sum(k(x, bad)[0])))(X))
     finally:
         tg.config.mode = prev
+
+
+_EXPORT_KMOD = '''
+import tapegrad as tg
+
+@tg.kernel
+def wave2(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+    i = tg.tid()
+    y[i] = tg.sin(x[i]) * x[i] * x[i]
+'''
+_EXPORT_HEAD = '''
+import sys, jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+import tapegrad as tg
+from jax import export
+sys.path.insert(0, sys.argv[1])
+from kmod_ad import wave2
+k = tg.jax_kernel(wave2, enable_backward=True)
+x = jnp.linspace(0, 1, 5); v = jnp.ones(5)
+'''
+
+
+def test_exported_hvp_runs_in_another_process(tmp_path):
+    """A serialized program holding the tangent-of-adjoint call runs in a fresh process (its
+    plan found by the stable key, which names the entry)."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "kmod_ad.py").write_text(_EXPORT_KMOD)
+
+    def run(body):
+        p = subprocess.run([sys.executable, "-c", _EXPORT_HEAD + body, str(tmp_path)], capture_output=True,
+                           text=True, timeout=600, env=dict(os.environ))
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p.stdout
+
+    run('''
+f = lambda x: jnp.sum(k(x)[0])
+hv = jax.jit(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])
+checks = [export.DisabledSafetyCheck.custom_call("tapegrad_kernel")]
+open(sys.argv[1] + "/hvp.jax", "wb").write(export.export(hv, disabled_checks=checks)(x, v).serialize())
+''')
+    out = run('''
+exp = export.deserialize(bytearray(open(sys.argv[1] + "/hvp.jax", "rb").read()))
+want = (2 - x * x) * jnp.sin(x) + 4 * x * jnp.cos(x)
+np.testing.assert_allclose(np.asarray(exp.call(x, v)), np.asarray(want), rtol=1e-12, atol=1e-12)
+print("ok")
+''')
+    assert "ok" in out
