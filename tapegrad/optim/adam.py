@@ -11,8 +11,9 @@ __all__ = ["Adam"]
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(scalar, state):
+def _kernel(scalar, state, unit):
     Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
+    UNIT = bool(unit)   # CPU grid threads walk contiguous runs (multi_tensor.CPU_SPAN)
 
     def adam_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                   chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
@@ -33,9 +34,12 @@ def _kernel(scalar, state):
             ma[j] = m
             va[j] = v
             pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
-            j += stride
+            if UNIT:
+                j += types.int64(1)         # a constant step: the C++ compiler vectorizes the loop
+            else:
+                j += stride
 
-    return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")
+    return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}{'_unit' if unit else ''}")
 
 
 class Adam(Optimizer):
@@ -72,8 +76,8 @@ class Adam(Optimizer):
         self.lr, self.beta1, self.beta2, self.eps = float(lr), float(b1), float(b2), float(eps)
         super().__init__(params)
 
-    def step_kernel(self, scalar, state):
-        return _kernel(scalar.scalar, state.scalar)
+    def step_kernel(self, scalar, state, cpu=False):
+        return _kernel(scalar.scalar, state.scalar, cpu)
 
     def hyperparameters(self):
         return [self.lr, self.beta1, self.beta2, self.eps]

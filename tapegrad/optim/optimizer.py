@@ -14,7 +14,8 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
 
-    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar)`` (its table
+    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu)`` (``cpu``:
+    the build whose grid threads step through contiguous elements one by one; its table
     rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``) and
     ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """
@@ -120,14 +121,15 @@ class Optimizer:
             launch(k, dim=group.dim, inputs=tables + hyper, device=group.device, record_tape=False)
 
     def _kernel_of(self, group):
-        return self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
+        return self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype,
+                                group.device.is_cpu)
 
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):
         """The struct class of a table row for parameters of ``scalar`` with ``state`` state."""
         return slot_struct(self.slot_prefix, scalar, state, self.state_names)
 
-    def step_kernel(self, scalar, state):
+    def step_kernel(self, scalar, state, cpu=False):
         raise NotImplementedError
 
     def hyperparameters(self) -> list:

@@ -11,8 +11,9 @@ __all__ = ["SGD"]
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(scalar, state):
+def _kernel(scalar, state, unit):
     Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
+    UNIT = bool(unit)   # CPU grid threads walk contiguous runs (multi_tensor.CPU_SPAN)
 
     def sgd_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
@@ -37,9 +38,12 @@ def _kernel(scalar, state):
                 else:
                     g = b
             pa[j] = P(p - lr * g)
-            j += stride
+            if UNIT:
+                j += types.int64(1)         # a constant step: the C++ compiler vectorizes the loop
+            else:
+                j += stride
 
-    return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
+    return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}{'_unit' if unit else ''}")
 
 
 class SGD(Optimizer):
@@ -73,8 +77,8 @@ class SGD(Optimizer):
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
         super().__init__(params)
 
-    def step_kernel(self, scalar, state):
-        return _kernel(scalar.scalar, state.scalar)
+    def step_kernel(self, scalar, state, cpu=False):
+        return _kernel(scalar.scalar, state.scalar, cpu)
 
     def hyperparameters(self):
         return [self.lr, self.momentum, self.dampening, self.weight_decay, int(self.nesterov)]
