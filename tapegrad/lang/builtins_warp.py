@@ -206,3 +206,55 @@ def _mat44_vec3_rule(ts):
 for _name, _fn in (("transform_point", "tg::wx_transform_point_m"), ("transform_vector", "tg::wx_transform_vector_m")):
     REGISTRY[_name].add(_mat44_vec3_rule, _fn, _fn.replace("tg::", "tg::adj_"),
                         samples=[Sample(("M44:any", "V3:any"), "V3")])
+
+
+# ----------------------------------------------- matrix_from_rows / matrix_from_cols (Warp's)
+
+def _from_vectors_rule(cols):
+    def rule(ts):
+        if not 1 <= len(ts) <= 4 or not all(t is ts[0] for t in ts) or not is_vec(ts[0]) \
+                or isinstance(ts[0], QuatType) or is_bool(ts[0].scalar):
+            return NO
+        n, m = len(ts), ts[0].length_
+        return matrix((m, n) if cols else (n, m), ts[0].scalar)
+    return rule
+
+
+def _from_vectors_fwd(cols):
+    def spec(ts, r):
+        def render(a):
+            comps = [f"{a[j]}[{i}]" if cols else f"{a[i]}[{j}]" for i in range(r.rows) for j in range(r.cols)]
+            return f"tg::make_mat<{r.rows}, {r.cols}, {r.scalar.cname}>({', '.join(comps)})"
+        return render
+    return spec
+
+
+def _from_vectors_adj(cols):
+    def spec(ts, r):
+        if not is_float(r.scalar):
+            return None
+
+        def render(a, aa, g):
+            parts = []
+            for i in range(r.rows):
+                for j in range(r.cols):
+                    k, c = (j, i) if cols else (i, j)
+                    parts.append(f"tg::accum(tg::flat({aa[k]})[{c}], {g}.data[{i}][{j}]);")
+            return " ".join(parts)
+        return render
+    return spec
+
+
+def _stack_py(cols):
+    def run(*vs):
+        a = np.stack([np.asarray(v) for v in vs], axis=1 if cols else 0)
+        return matrix(a.shape, dtype_from_numpy(a.dtype))(a)
+    return run
+
+
+Builtin("matrix_from_rows", _stack_py(False), "matrix_from_rows(*vectors): a matrix whose rows are the vectors").add(
+    _from_vectors_rule(False), _from_vectors_fwd(False), _from_vectors_adj(False),
+    samples=[Sample(("V3:any", "V3:any"), "M23"), Sample(("V2:any", "V2:any"), "M22")])
+Builtin("matrix_from_cols", _stack_py(True), "matrix_from_cols(*vectors): a matrix whose columns are the vectors").add(
+    _from_vectors_rule(True), _from_vectors_fwd(True), _from_vectors_adj(True),
+    samples=[Sample(("V3:any", "V3:any"), "M32"), Sample(("V2:any", "V2:any"), "M22")])

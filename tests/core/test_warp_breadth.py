@@ -746,3 +746,26 @@ def test_typed_identities_inside_kernels(device):
     q, t = tg.zeros(1, dtype=tg.quath, device=device), tg.zeros(1, dtype=tg.transformd, device=device)
     tg.launch(_wb_typed_identity, dim=1, inputs=[q, t], device=device)
     assert q.numpy()[0].tolist() == [0, 0, 0, 1] and t.numpy()[0].tolist() == [0, 0, 0, 0, 0, 0, 1]
+
+
+_M23D, _M32D = tg.matrix((2, 3), tg.float64), tg.matrix((3, 2), tg.float64)
+
+
+@tg.kernel
+def _wb_from_vectors(a: tg.array(dtype=tg.vec3d), b: tg.array(dtype=tg.vec3d), r: tg.array(dtype=_M23D),
+                     c: tg.array(dtype=_M32D)):
+    i = tg.tid()
+    r[i] = tg.matrix_from_rows(a[i], b[i])
+    c[i] = tg.matrix_from_cols(a[i], b[i])
+
+
+def test_matrix_from_rows_and_cols(device):
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    r = tg.zeros(3, dtype=tg.matrix((2, 3), tg.float64), device=device)
+    c = tg.zeros(3, dtype=tg.matrix((3, 2), tg.float64), device=device)
+    tg.launch(_wb_from_vectors, dim=3, inputs=[tg.array(a, dtype=tg.vec3d, device=device),
+                                               tg.array(b, dtype=tg.vec3d, device=device), r, c], device=device)
+    np.testing.assert_array_equal(r.numpy(), np.stack([a, b], axis=1))
+    np.testing.assert_array_equal(c.numpy(), np.stack([a, b], axis=2))
+    assert tg.matrix_from_cols(tg.vec2(1.0, 2.0), tg.vec2(3.0, 4.0)).tolist() == [[1.0, 3.0], [2.0, 4.0]]
