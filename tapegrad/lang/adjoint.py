@@ -51,7 +51,7 @@ def plan(fn, new_var, kernel_name):
 
 # builtins without an adjoint whose derivative is zero wherever it exists (piecewise constant):
 # their missing adjoint is exact, not a dropped gradient
-ZERO_DERIVATIVE = frozenset({"floor", "ceil", "round", "trunc", "rint", "sign", "step", "floordiv"})
+ZERO_DERIVATIVE = frozenset({"floor", "ceil", "round", "trunc", "rint", "nonzero", "sign", "step", "floordiv"})
 
 
 def _varying(fn) -> set:

@@ -1,5 +1,5 @@
 """More of Warp's builtins (issue 28), registered into the builtin table: ``erf``, ``erfc``,
-``erfinv``, ``erfcinv``, ``copysign``, ``frac``, ``rint``, ``skew``, ``argmin``, ``argmax``, and the
+``erfinv``, ``erfcinv``, ``copysign``, ``frac``, ``rint``, ``nonzero``, ``skew``, ``argmin``, ``argmax``, and the
 quaternion constructor from a vector part and a scalar part (``tg.quat(v, w)``), Warp's vector
 norms (``norm_l1``, ``norm_l2``, ``norm_huber``, ``norm_pseudo_huber``, ``smooth_normalize``),
 ``transform_point`` / ``transform_vector`` of a 4x4 matrix. The C++ is
@@ -16,7 +16,7 @@ import numpy as np
 from ..types import QuatType, dtype_from_numpy, float32, matrix, quaternion, uint32, vector
 from . import spatial  # noqa: F401  registers transform_point/transform_vector, which get overloads below
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
-from .typeutil import is_bool, is_float, is_mat, is_vec
+from .typeutil import is_bool, is_float, is_mat, is_scalar, is_vec
 
 __all__ = []
 
@@ -57,6 +57,9 @@ Builtin("copysign", lambda x, y: np.copysign(x, y)[()],
     same(2, is_float), "tg::wx_copysign", "tg::adj_wx_copysign", samples=[Sample(("S:away", "S:away"), "S")])
 Builtin("frac", lambda x: (np.asarray(x) - np.trunc(x))[()], "frac(x): x - trunc(x), the fractional part").add(
     same(1, is_float), "tg::wx_frac", "tg::adj_wx_frac", linear=(0,), samples=[Sample(("S:unit",), "S")])
+Builtin("nonzero", lambda x: (np.asarray(x) != 0).astype(np.asarray(x).dtype)[()],
+        "nonzero(x): 1 where x != 0 else 0, of x's type; zero gradient").add(
+    lambda ts: ts[0] if len(ts) == 1 and is_scalar(ts[0]) and not is_bool(ts[0]) else NO, "tg::wx_nonzero")
 Builtin("rint", lambda x: np.rint(x)[()], "rint(x): the nearest integer, halfway cases to even; zero gradient").add(
     same(1, is_float), "tg::wx_rint")
 

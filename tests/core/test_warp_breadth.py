@@ -769,3 +769,20 @@ def test_matrix_from_rows_and_cols(device):
     np.testing.assert_array_equal(r.numpy(), np.stack([a, b], axis=1))
     np.testing.assert_array_equal(c.numpy(), np.stack([a, b], axis=2))
     assert tg.matrix_from_cols(tg.vec2(1.0, 2.0), tg.vec2(3.0, 4.0)).tolist() == [[1.0, 3.0], [2.0, 4.0]]
+
+
+@tg.kernel
+def _wb_nonzero(x: tg.array(dtype=tg.float16), y: tg.array(dtype=tg.int32), fx: tg.array(dtype=tg.float16),
+                fy: tg.array(dtype=tg.int32)):
+    i = tg.tid()
+    fx[i] = tg.nonzero(x[i])
+    fy[i] = tg.nonzero(y[i])
+
+
+def test_nonzero(device):
+    x, y = np.array([-2.0, 0.0, -0.0, 0.5], np.float16), np.array([-2, 0, 0, 7], np.int32)
+    fx, fy = tg.zeros(4, dtype=tg.float16, device=device), tg.zeros(4, dtype=tg.int32, device=device)
+    tg.launch(_wb_nonzero, dim=4, inputs=[tg.array(x, device=device), tg.array(y, device=device), fx, fy],
+              device=device)
+    assert fx.numpy().tolist() == [1.0, 0.0, 0.0, 1.0] and fy.numpy().tolist() == [1, 0, 0, 1]
+    assert tg.nonzero(-3) == 1 and tg.nonzero(0.0) == 0.0

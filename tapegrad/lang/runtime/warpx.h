@@ -69,6 +69,7 @@ template <typename T> TG_FUNC void adj_wx_copysign(T x, T y, T& adj_x, T& adj_y,
 }
 template <typename T> TG_FUNC T wx_frac(T x) { TG_WX_C; C v = C(x); return T(v - C(::trunc(double(v)))); }
 template <typename T> TG_FUNC void adj_wx_frac(T x, T& adj_x, T adj_ret) { accum(adj_x, adj_ret); }
+template <typename T> TG_FUNC T wx_nonzero(T x) { return (x < T(0) || T(0) < x) ? T(1) : T(0); }
 template <typename T> TG_FUNC T wx_rint(T x) { TG_WX_C; return T(C(::rint(double(C(x))))); }
 
 template <typename T> TG_FUNC mat_t<3, 3, T> wx_skew(const vec_t<3, T>& v) {
