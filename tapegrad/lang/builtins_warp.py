@@ -16,6 +16,7 @@ import numpy as np
 from ..types import QuatType, dtype_from_numpy, float32, matrix, quaternion, uint32, vector
 from . import spatial  # noqa: F401  registers transform_point/transform_vector, which get overloads below
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
+from .builtins_atomic import Where
 from .typeutil import is_bool, is_float, is_mat, is_scalar, is_vec
 
 __all__ = []
@@ -261,3 +262,25 @@ Builtin("matrix_from_rows", _stack_py(False), "matrix_from_rows(*vectors): a mat
 Builtin("matrix_from_cols", _stack_py(True), "matrix_from_cols(*vectors): a matrix whose columns are the vectors").add(
     _from_vectors_rule(True), _from_vectors_fwd(True), _from_vectors_adj(True),
     samples=[Sample(("V3:any", "V3:any"), "M32"), Sample(("V2:any", "V2:any"), "M22")])
+
+
+# ------------------------------------------------------------------------- expect_near (Warp's)
+
+def _expect_near_rule(ts):
+    if len(ts) != 4 or not isinstance(ts[3], TypeRef) or not isinstance(ts[3].t, Where) or ts[0] is not ts[1]:
+        return NO
+    t = ts[0]
+    s = t.scalar if is_vec(t) or is_mat(t) else t
+    if not is_float(s) or ts[2] is not s:
+        return NO
+    return None
+
+
+def _expect_near_fwd(ts, r):
+    text = ts[3].t.text.replace("\\", "/").replace('"', "'")
+    return lambda a: f'tg::wx_expect_near({a[0]}, {a[1]}, {a[2]}, "{text}");'
+
+
+Builtin("expect_near", None, "expect_near(a, b, tolerance=1e-6): print both values (and the line) when a "
+                             "component differs by more than tolerance").add(
+    _expect_near_rule, _expect_near_fwd, side_effect=True, replay="skip")

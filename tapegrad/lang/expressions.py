@@ -410,6 +410,8 @@ class ExprMixin:
             return self.printf(node)
         if name == "curlnoise":
             return self.noise_call(name, node, kwargs)
+        if name == "expect_near":
+            return self.expect_near(node, kwargs)
         if name in ("quat_identity", "transform_identity") and set(kwargs) == {"dtype"} and not node.args:
             return self.typed_identity(name, kwargs["dtype"], node)
         if kwargs:
@@ -580,6 +582,22 @@ class ExprMixin:
                 self.error("tg.matrix() in a kernel needs shape=(rows, cols)", node)
             t = matrix(size, dtype)
         return self.construct(t, args, node, {})
+
+    def expect_near(self, node, kwargs):
+        """Warp's ``expect_near(a, b, tolerance=1e-6)``: prints both values (and the line) when a
+        component differs by more than the tolerance; never aborts."""
+        if set(kwargs) - {"tolerance"}:
+            self.error("expect_near() takes a, b and tolerance=", node)
+        args = [self.expr(a) for a in node.args] + ([self.expr(kwargs["tolerance"])] if kwargs else [])
+        if len(args) == 2:
+            args.append(Lit(1e-6, None))
+        if len(args) != 3:
+            self.error("expect_near() takes two values and a tolerance", node)
+        a, b = self.adapt(args[:2])
+        s = a.type.scalar if is_composite(a.type) else a.type
+        tol = self.materialize(args[2], s) if isinstance(args[2], Lit) else self.materialize(args[2])
+        self.side_effects = True
+        return self.builtin_args("expect_near", [a, b, tol, TypeArg(Where(str(self.loc(node))))], node)
 
     def typed_identity(self, name, dtype_node, node):
         """Warp's ``quat_identity(dtype=T)`` / ``transform_identity(dtype=T)``: the identity of that

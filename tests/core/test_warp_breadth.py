@@ -786,3 +786,18 @@ def test_nonzero(device):
               device=device)
     assert fx.numpy().tolist() == [1.0, 0.0, 0.0, 1.0] and fy.numpy().tolist() == [1, 0, 0, 1]
     assert tg.nonzero(-3) == 1 and tg.nonzero(0.0) == 0.0
+
+
+@tg.kernel
+def _wb_expect_near(x: tg.array(dtype=tg.float32), v: tg.array(dtype=tg.vec3)):
+    tg.expect_near(x[0], 1.0005, tolerance=0.01)          # within: silent
+    tg.expect_near(x[0], 1.5)                             # default tolerance 1e-6: prints
+    tg.expect_near(v[0], tg.vec3(1.0, 2.0, 3.5), 0.25)    # a component off by 0.5: prints
+
+
+def test_expect_near_prints_only_when_far(capfd):
+    tg.launch(_wb_expect_near, dim=1, inputs=[tg.array([1.0], dtype=tg.float32),
+                                              tg.array([[1.0, 2.0, 3.0]], dtype=tg.vec3)])
+    tg.synchronize()
+    out = capfd.readouterr().out
+    assert out.count("expect_near() failed") == 2 and "Tolerance: 0.25" in out

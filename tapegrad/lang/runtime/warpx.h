@@ -202,5 +202,24 @@ template <typename T> TG_FUNC void adj_wx_transform_vector_m(const mat_t<4, 4, T
     adj_wx_mat_point(m, v, T(0), adj_m, adj_v, g);
 }
 
+// expect_near(a, b, tolerance): prints both values when a component differs by more than tolerance
+template <typename T> TG_FUNC bool wx_far(T a, T b, T tol) {
+    TG_WX_C; C d = C(a) - C(b); return (d < C(0) ? -d : d) > C(tol);
+}
+template <int N, typename T> TG_FUNC bool wx_far(const vec_t<N, T>& a, const vec_t<N, T>& b, T tol) {
+    for (int i = 0; i < N; ++i) if (wx_far(a.c[i], b.c[i], tol)) return true;
+    return false;
+}
+template <int R, int C_, typename T> TG_FUNC bool wx_far(const mat_t<R, C_, T>& a, const mat_t<R, C_, T>& b, T tol) {
+    for (int i = 0; i < R; ++i) for (int j = 0; j < C_; ++j) if (wx_far(a.data[i][j], b.data[i][j], tol)) return true;
+    return false;
+}
+template <typename V, typename T> TG_FUNC void wx_expect_near(const V& actual, const V& expected, T tol, const char* where) {
+    if (wx_far(actual, expected, tol)) {
+        printf("Error, expect_near() failed at %s:\n\t Expected:", where); print_flat(expected);
+        printf("\n\t Actual:"); print_flat(actual); printf("\n\t Tolerance: %g\n", as_double(tol));
+    }
+}
+
 #undef TG_WX_C
 }  // namespace tg
