@@ -70,12 +70,9 @@ def _varying(fn) -> set:
     return out
 
 
-def _warn_without_adjoint(fn, kname):
-    """A ``TapeCompileWarning`` for each call of a builtin (or ``@func``) without an adjoint that
-    a gradient would flow through: a float value that depends on the inputs goes in, and a float
-    result is used or the call writes it into an array. The gradient through it is 0 in the
-    backward pass (the warning says so, naming the builtin and the line)."""
-    varying = _varying(fn)
+def _used_values(fn) -> set:
+    """The values some statement of ``fn`` reads: call arguments, stored values, branch
+    conditions and loop bounds."""
     used = set()
     for s in walk(fn.body):
         if isinstance(s, Assign):
@@ -84,6 +81,18 @@ def _warn_without_adjoint(fn, kname):
             used.add(s.src)
         elif isinstance(s, If):
             used.add(s.cond)
+        elif isinstance(s, Loop):
+            used.update(v for v in (s.count, s.start, s.step, s.cond) if v is not None)
+    return used
+
+
+def _warn_without_adjoint(fn, kname):
+    """A ``TapeCompileWarning`` for each call of a builtin (or ``@func``) without an adjoint that
+    a gradient would flow through: a float value that depends on the inputs goes in, and a float
+    result is used or the call writes it into an array. The gradient through it is 0 in the
+    backward pass (the warning says so, naming the builtin and the line)."""
+    varying = _varying(fn)
+    used = _used_values(fn)
     seen = set()
     for s in walk(fn.body):
         if not isinstance(s, Assign) or s.op.adj is not None or s.op.name in ZERO_DERIVATIVE:
@@ -122,16 +131,7 @@ def _warn_atomic_returns(fn, kname):
     replays it as the element's content (under a tape, restored to what it was before the
     launch): exact when no other thread of the launch updates the same element. When several
     do, each gets a value that depends on the order the atomics ran, which is not recorded."""
-    used = set()
-    for s in walk(fn.body):
-        if isinstance(s, Assign):
-            used.update(a for a in s.args if isinstance(a, Var))
-        elif isinstance(s, Write):
-            used.add(s.src)
-        elif isinstance(s, If):
-            used.add(s.cond)
-        elif isinstance(s, Loop):
-            used.update(v for v in (s.count, s.start, s.step, s.cond) if v is not None)
+    used = _used_values(fn)
     for s in walk(fn.body):
         if isinstance(s, Assign) and s.op.name in _RETURNING and s.out is not None and s.out in used \
                 and float_based(s.out.type):
