@@ -801,3 +801,15 @@ def test_expect_near_prints_only_when_far(capfd):
     tg.synchronize()
     out = capfd.readouterr().out
     assert out.count("expect_near() failed") == 2 and "Tolerance: 0.25" in out
+
+
+@tg.kernel
+def _wb_anon_transform(inp: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.transformd)):
+    out[0] = tg.transformation(tg.vector(inp[0], inp[1], inp[2]), tg.quaternion(inp[3], inp[4], inp[5], inp[6]))
+
+
+def test_anonymous_transform_inside_kernels():
+    vals = [1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 1.0]
+    out = tg.zeros(1, dtype=tg.transformd)
+    tg.launch(_wb_anon_transform, dim=1, inputs=[tg.array(vals, dtype=tg.float64), out])
+    assert out.numpy()[0].tolist() == vals
