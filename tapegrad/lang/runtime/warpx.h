@@ -58,7 +58,7 @@ TG_FUNC bool wx_negative(double v) { return ::copysign(1.0, v) < 0.0; }   // the
 template <typename T> TG_FUNC T wx_erfcinv(T x) { TG_WX_C; return T(wx_erfinv_c(C(1) - C(x))); }
 template <typename T> TG_FUNC void adj_wx_erfcinv(T x_, T& adj_x, T adj_ret) {
     TG_WX_C; C y = C(wx_erfinv_c(C(1) - C(x_)));
-    accum(adj_x, T(C(-0.88622692545275801) * C(::exp(double(y * y))) * C(adj_ret)));
+    accum(adj_x, T(C(-0.88622692545275801) * exp(y * y) * C(adj_ret)));   // tg::exp: duals keep tangents
 }
 template <typename T> TG_FUNC T wx_copysign(T x, T y) {
     TG_WX_C; return T(C(::copysign(double(C(x)), double(C(y)))));
@@ -103,7 +103,8 @@ template <int N, typename T> TG_FUNC uint32_t wx_argmax(const vec_t<N, T>& a) {
     return best;
 }
 
-// Warp's vector norms (wp.norm_l1 ... wp.smooth_normalize); delta defaults to 1
+// Warp's vector norms (wp.norm_l1 ... wp.smooth_normalize); delta defaults to 1. tg::sqrt in
+// compute<T>, no cast through double: dual numbers (forward mode) keep their tangents
 template <int N, typename T> TG_FUNC T wx_norm_l1(const vec_t<N, T>& v) {
     TG_WX_C; C n = C(0);
     for (int i = 0; i < N; ++i) n += C(v[i]) < C(0) ? -C(v[i]) : C(v[i]);
@@ -118,15 +119,15 @@ template <int N, typename T> TG_FUNC T wx_sq(const vec_t<N, T>& v) {
     return T(a);
 }
 template <int N, typename T> TG_FUNC T wx_norm_l2(const vec_t<N, T>& v) {
-    TG_WX_C; return T(C(::sqrt(double(C(wx_sq(v))))));
+    TG_WX_C; return T(sqrt(C(wx_sq(v))));
 }
 template <int N, typename T> TG_FUNC void adj_wx_norm_l2(const vec_t<N, T>& v, vec_t<N, T>& adj_v, T g) {
-    TG_WX_C; C l = C(::sqrt(double(C(wx_sq(v)))));
+    TG_WX_C; C l = sqrt(C(wx_sq(v)));
     if (l > C(0)) for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) / l * C(g));
 }
 template <int N, typename T> TG_FUNC T wx_norm_huber(const vec_t<N, T>& v, T d_) {
     TG_WX_C; C a = C(wx_sq(v)), d = C(d_);
-    return T(a <= d * d ? C(0.5) * a : d * (C(::sqrt(double(a))) - C(0.5) * d));
+    return T(a <= d * d ? C(0.5) * a : d * (sqrt(a) - C(0.5) * d));
 }
 template <int N, typename T> TG_FUNC T wx_norm_huber(const vec_t<N, T>& v) { return wx_norm_huber(v, T(1)); }
 template <int N, typename T> TG_FUNC void adj_wx_norm_huber(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, T g_) {
@@ -134,7 +135,7 @@ template <int N, typename T> TG_FUNC void adj_wx_norm_huber(const vec_t<N, T>& v
     if (a <= d * d) {
         for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) * g);
     } else {
-        C l = C(::sqrt(double(a)));
+        C l = sqrt(a);
         for (int i = 0; i < N; ++i) adj_v[i] += T(d * C(v[i]) / l * g);
         accum(adj_d, T((l - d) * g));
     }
@@ -144,11 +145,11 @@ template <int N, typename T> TG_FUNC void adj_wx_norm_huber(const vec_t<N, T>& v
 }
 template <int N, typename T> TG_FUNC T wx_norm_pseudo_huber(const vec_t<N, T>& v, T d_) {
     TG_WX_C; C a = C(wx_sq(v)), d = C(d_);
-    return T(d * C(::sqrt(double(C(1) + a / (d * d)))));
+    return T(d * sqrt(C(1) + a / (d * d)));
 }
 template <int N, typename T> TG_FUNC T wx_norm_pseudo_huber(const vec_t<N, T>& v) { return wx_norm_pseudo_huber(v, T(1)); }
 template <int N, typename T> TG_FUNC void adj_wx_norm_pseudo_huber(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, T g_) {
-    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), g = C(g_), s = C(::sqrt(double(C(1) + a / (d * d))));
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), g = C(g_), s = sqrt(C(1) + a / (d * d));
     for (int i = 0; i < N; ++i) adj_v[i] += T(C(v[i]) / (d * s) * g);
     accum(adj_d, T((s - a / (d * d * s)) * g));
 }
@@ -164,7 +165,7 @@ template <int N, typename T> TG_FUNC vec_t<N, T> wx_smooth_normalize(const vec_t
 template <int N, typename T> TG_FUNC vec_t<N, T> wx_smooth_normalize(const vec_t<N, T>& v) { return wx_smooth_normalize(v, T(1)); }
 template <int N, typename T> TG_FUNC void adj_wx_smooth_normalize(const vec_t<N, T>& v, T d_, vec_t<N, T>& adj_v, T& adj_d, const vec_t<N, T>& g) {
     // r = v / H:  dr/dv = I/H - v (dH/dv)^T / H^2,  dr/dd = -v (dH/dd) / H^2
-    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), s = C(::sqrt(double(C(1) + a / (d * d)))), h = d * s;
+    TG_WX_C; C a = C(wx_sq(v)), d = C(d_), s = sqrt(C(1) + a / (d * d)), h = d * s;
     C gv = C(0);
     for (int i = 0; i < N; ++i) gv += C(g[i]) * C(v[i]);
     for (int i = 0; i < N; ++i) adj_v[i] += T(C(g[i]) / h - gv * C(v[i]) / (d * s) / (h * h));
