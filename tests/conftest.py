@@ -163,3 +163,21 @@ def _devices():
 def device(request) -> str:
     """The device a test runs on: "cpu", and "cuda:0" where a GPU is present."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _cpu_tests_stay_on_the_cpu(request, monkeypatch):
+    """A test not marked ``cuda`` runs with the CPU as its default device, on a GPU machine too.
+
+    Such tests are written for (and run by CI on) a CPU-only machine, where an array made
+    without ``device=`` lands on the CPU; on a GPU machine Warp's rule makes ``cuda:0`` the
+    default and the test would mix devices. Processes the test starts see no GPU either
+    (``CUDA_VISIBLE_DEVICES`` is read once per process, when the driver starts: this process
+    started it while collecting, so only the children are affected). Tests marked ``cuda`` (the
+    ``device`` fixture's CUDA case among them) keep the machine's default."""
+    if request.node.get_closest_marker("cuda") is not None or not _cuda():
+        yield
+        return
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with tg.ScopedDevice("cpu"):
+        yield
