@@ -26,9 +26,11 @@ between passes (`tapegrad.lang.check`), which production compiles skip.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -174,10 +176,15 @@ def _cpu_tests_stay_on_the_cpu(request, monkeypatch):
     default and the test would mix devices. Processes the test starts see no GPU either
     (``CUDA_VISIBLE_DEVICES`` is read once per process, when the driver starts: this process
     started it while collecting, so only the children are affected). Tests marked ``cuda`` (the
-    ``device`` fixture's CUDA case among them) keep the machine's default."""
+    ``device`` fixture's CUDA case among them) keep the machine's default. Threads a test starts
+    keep the machine's default (a scoped device is per thread)."""
     if request.node.get_closest_marker("cuda") is not None or not _cuda():
         yield
         return
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with tg.ScopedDevice("cpu"):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tg.ScopedDevice("cpu"))
+        if "jax" in sys.modules:     # JAX arrays made without a device land on the CPU too
+            jax = sys.modules["jax"]
+            stack.enter_context(jax.default_device(jax.devices("cpu")[0]))
         yield
