@@ -3,6 +3,7 @@ allocation inside a capture, a captured tape.backward(), joining torch.cuda.grap
 errors on the CPU and without a GPU."""
 import functools
 import gc
+import importlib
 import subprocess
 import sys
 
@@ -443,6 +444,10 @@ def test_captured_backward_from_a_loss():
 @pytest.mark.torch
 def test_external_capture_inside_torch_cuda_graph():
     import torch
+
+    # the torch bridge registers torch's allocator (its private graph pool inside torch's captures);
+    # this test must not depend on another test having loaded the bridge first
+    importlib.import_module("tapegrad.bridges.torch")
     k = kernels()
     dev = tg.get_device(DEV)
     a = tg.zeros(N, device=DEV)
