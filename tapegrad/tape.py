@@ -549,7 +549,8 @@ class Tape:
             buf.version += 1
 
     def reset(self) -> None:
-        """Zero the gradients and forget the records."""
+        """Zero the gradients and forget the records and scopes. ``gradients`` keeps its
+        entries, zeroed (as Warp's does: ``tape.gradients[x]`` still works after a reset)."""
         self.zero()
         self.records.clear()
         self._live.clear()
@@ -557,9 +558,6 @@ class Tape:
         self._saves.clear()
         self._shadows = tape_saves.Shadows()
         self._remapped = None
-        self.gradients.clear()
-        self._grad_roots.clear()
-        self._structs.clear()
         self._foreign.clear()
         self.scopes.clear()
 
@@ -609,8 +607,8 @@ class Tape:
 
         Args:
             filename: where to write the text (None: only return it).
-            simplify_graph: leave out arrays no record reads or writes through a kernel
-                argument (Warp's option; tapegrad's graph has no other simplification).
+            simplify_graph: draw a run of identical consecutive records (the same kernel on
+                the same arrays, inside the same scopes) as one box labelled "repeated Nx".
             hide_readonly_arrays: leave out arrays no record writes.
             array_labels: ``{array: label}`` overriding the argument names.
             choose_longest_node_name: an array passed under several names is labelled by the
@@ -629,7 +627,8 @@ class Tape:
                               array_labels=array_labels, choose_longest=choose_longest_node_name,
                               ignore_scopes=ignore_graph_scopes, track_inputs=track_inputs,
                               track_outputs=track_outputs, track_input_names=track_input_names,
-                              track_output_names=track_output_names, direction=graph_direction)
+                              track_output_names=track_output_names, direction=graph_direction,
+                              simplify=simplify_graph)
         if filename is not None:
             with open(filename, "w") as f:
                 f.write(text)
@@ -644,7 +643,9 @@ class Tape:
 
     @property
     def launches(self) -> list:
-        return [r for r in self.records if isinstance(r, LaunchRecord)]
+        """``records`` itself, under Warp's name: every record in order (launches, copies, fills,
+        callbacks). Scope markers index it, so appending to it moves them as Warp's do."""
+        return self.records
 
 
 def _stand_in(plan, a, remapped):

@@ -35,10 +35,36 @@ def _record_label(rec, index: int) -> str:
     return f"{kind}\\n#{index}"
 
 
+def _signature(rec):
+    # what makes two records the same node when repeated back to back: the same kind, the same
+    # kernel and the same arrays passed under the same names for the same accesses
+    return (type(rec), getattr(rec, "kernel", None),
+            tuple((id(a.array), a.name, a.reads, a.writes) for a in rec.accesses()))
+
+
+def _repeats(records, breaks) -> list:
+    """The first record of the run of identical records each record belongs to (itself when it
+    repeats nothing); a run never crosses an index in ``breaks`` (scope boundaries)."""
+    first = list(range(len(records)))
+    prev = None
+    for i, rec in enumerate(records):
+        try:
+            sig = _signature(rec)
+        except (AttributeError, TypeError):   # not a record (something appended by hand)
+            sig = None
+        if sig is not None and prev is not None and sig == prev[1] and i not in breaks:
+            first[i] = prev[0]
+        else:
+            prev = (i, sig) if sig is not None else None
+    return first
+
+
 def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choose_longest=True,
         ignore_scopes=False, track_inputs=None, track_outputs=None, track_input_names=None,
-        track_output_names=None, direction="LR") -> str:
-    """The dot text of ``records`` grouped by ``scopes`` (``Tape.scopes`` entries).
+        track_output_names=None, direction="LR", simplify=False) -> str:
+    """The dot text of ``records`` grouped by ``scopes`` (``Tape.scopes`` entries); with
+    ``simplify``, a run of identical consecutive records (the same kernel on the same arrays)
+    is one node labelled "repeated Nx".
 
     Raises:
         ValueError: bad ``direction``; tracked arrays and names of different lengths.
@@ -52,10 +78,14 @@ def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choos
     inputs = _tracked(track_inputs, track_input_names, "input")
     outputs = _tracked(track_outputs, track_output_names, "output")
 
+    first = _repeats(records, {s[0] for s in scopes}) if simplify else list(range(len(records)))
+    count: dict = {}
+    for f in first:
+        count[f] = count.get(f, 0) + 1
     names: dict = {}       # id(array) -> names it was passed under
     arrays: dict = {}      # id(array) -> array (keeps the order of first use)
     written: set = set()
-    edges: list = []
+    edges: dict = {}       # (src, dst) -> None: ordered, a repeated record's edges once
     for i, rec in enumerate(records):
         for acc in rec.accesses():
             key = id(acc.array)
@@ -65,9 +95,15 @@ def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choos
                 names[key].append(acc.name)
             if acc.writes:
                 written.add(key)
-                edges.append((f"r{i}", f"a{key}"))
+                edges[(f"r{first[i]}", f"a{key}")] = None
             if acc.reads:
-                edges.append((f"a{key}", f"r{i}"))
+                edges[(f"a{key}", f"r{first[i]}")] = None
+
+    def record_node(j):
+        label = _record_label(records[j], j)
+        if count[j] > 1:
+            label += f" (repeated {count[j]}x)"
+        return f"r{j} [label={_quote(label)}, shape=box];"
 
     shown = {k for k in arrays if not (hide_readonly_arrays and k not in written)} | set(inputs) | set(outputs)
     lines = ["digraph Tape {", f"    rankdir={direction};", '    node [fontname="Helvetica"];']
@@ -92,7 +128,8 @@ def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choos
         elif key in outputs:
             style = ', style=filled, fillcolor="lightcoral"'
         text = _quote(f"{name}\\n{dtype!r} {shape}")
-        lines.append(f"    a{key} [label={text}, shape=ellipse{style}];")
+        tip = _quote(f"array: dtype={getattr(dtype, '__name__', dtype)}, shape={shape}")
+        lines.append(f"    a{key} [label={text}, tooltip={tip}, shape=ellipse{style}];")
 
     # records, inside the clusters of the scopes open around them
     open_scopes: list = []
@@ -113,7 +150,8 @@ def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choos
         i = lo
         for b in sorted(top):
             for j in range(i, b[0]):
-                lines.append(f"{indent}r{j} [label={_quote(_record_label(records[j], j))}, shape=box];")
+                if first[j] == j:
+                    lines.append(indent + record_node(j))
             lines.append(f"{indent}subgraph cluster_{b[0]}_{b[1]}_{b[3]} {{")
             lines.append(f"{indent}    label={_quote(b[2])}; style=rounded;")
             inside = [c for c in nested if c is not b and b[0] <= c[0] and c[1] <= b[1] and c[3] > b[3]]
@@ -121,7 +159,8 @@ def dot(records, scopes, *, hide_readonly_arrays=False, array_labels=None, choos
             lines.append(f"{indent}}}")
             i = b[1]
         for j in range(i, hi):
-            lines.append(f"{indent}r{j} [label={_quote(_record_label(records[j], j))}, shape=box];")
+            if first[j] == j:
+                lines.append(indent + record_node(j))
 
     emit(0, len(records), [b for b in bounds if b[1] > b[0]], "    ")
     for src, dst in edges:
