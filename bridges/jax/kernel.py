@@ -208,6 +208,13 @@ class JaxKernel:
                              f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
         return grid
 
+    def _first_input_dims(self, args, ndim):
+        """The first array input's (tapegrad) shape when it has ``ndim`` dims, else None."""
+        for k, p in enumerate(self.call_params):
+            if p.is_array:
+                return tuple(int(x) for x in args[k].shape[:p.type.ndim]) if p.type.ndim == ndim else None
+        return None
+
     def _output_shapes(self, args, grid, output_dims):
         spec = self.output_dims if output_dims is None else output_dims
         shapes = []
@@ -223,6 +230,10 @@ class JaxKernel:
                 d = spec
             dims = grid if d is None else dims_of(d, args, f"output_dims of '{p.name}'", self.label)
             dims = tuple(int(x) for x in dims)
+            if d is None and len(dims) != p.type.ndim:
+                # launch dims of another rank than the output (a kernel looping over an outer
+                # axis itself): the output takes the first array input's shape, as Warp's
+                dims = self._first_input_dims(args, p.type.ndim) or dims
             inner = p.inner_shape
             if inner and len(dims) == p.framework_ndim and dims[len(dims) - len(inner):] == inner:
                 dims = dims[:p.type.ndim]
