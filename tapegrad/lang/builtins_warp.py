@@ -124,6 +124,42 @@ REGISTRY["construct"].add(_quat_parts_rule, _quat_parts_fwd, _quat_parts_adj, li
                           samples=[Sample(("V3:any", "S:any"), "Q", "out[i] = tg.quat{d}({0}, {1})")])
 
 
+# ------------------------------------------ quat_to_axis_angle(q, axis, angle): out-parameters
+# Warp's builtin writes its results into two local variables. Kernels lower the call (lang/
+# expressions.py, OUT_PARAMS) into one builtin per result, assigned to those variables; each has
+# an adjoint, so gradients flow through both. The axis sign follows w (the shortest arc), as Warp's.
+
+def _axis_angle_py(q):
+    a = np.asarray(q, dtype=np.float64).reshape(4)
+    n = float(np.linalg.norm(a[:3]))
+    axis = a[:3] / n if n > 0 else np.zeros(3)
+    return (-axis if a[3] < 0 else axis), 2.0 * math.atan2(n, abs(a[3]))
+
+
+def _quat_scalar_rule(result):
+    def rule(ts):
+        if len(ts) == 1 and isinstance(ts[0], QuatType) and is_float(ts[0].scalar):
+            return vector(3, ts[0].scalar) if result == "axis" else ts[0].scalar
+        return NO
+    return rule
+
+
+_AXIS_STMT = "ax = tg.vec3{d}(); an = tg.{F}(0.0); tg.quat_to_axis_angle({0}, ax, an); out[i] = ax"
+_ANGLE_STMT = "ax = tg.vec3{d}(); an = tg.{F}(0.0); tg.quat_to_axis_angle({0}, ax, an); out[i] = an"
+Builtin("quat_to_axis_angle_axis", lambda q: vector(3, _quat_of(q)[0].scalar)(_axis_angle_py(q)[0]),
+        "the axis result of quat_to_axis_angle (kernels lower quat_to_axis_angle to it)", export=False).add(
+    _quat_scalar_rule("axis"), "tg::sp_quat_axis", "tg::adj_sp_quat_axis",
+    samples=[Sample(("Q:any",), "V3", _AXIS_STMT)])
+Builtin("quat_to_axis_angle_angle", lambda q: _axis_angle_py(q)[1],
+        "the angle result of quat_to_axis_angle (kernels lower quat_to_axis_angle to it)", export=False).add(
+    _quat_scalar_rule("angle"), "tg::sp_quat_angle", "tg::adj_sp_quat_angle",
+    samples=[Sample(("Q:any",), "S", _ANGLE_STMT)])
+# the name kernels call; lowered by the compiler, so it has no overload of its own
+Builtin("quat_to_axis_angle", None,
+        "quat_to_axis_angle(q, axis, angle): writes the rotation axis (unit, sign following w) and "
+        "angle (in [0, pi]) of q into the local variables axis and angle (kernels and @func only)")
+
+
 # --------------------------------------------------- Python-scope forms of quaternion builtins
 # (Warp's run in Python scope too: wp.quat_identity() on the host gives a quaternion value)
 

@@ -59,6 +59,9 @@ from .values import (
     is_constant,
 )
 
+# builtins writing their results into local variables: name -> (inputs, the builtin of each result)
+OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle"))}
+
 # Objects a kernel can call besides builtins and types, by class: ``@tg.func`` (``funcs.Func``)
 # registers here, since it sits above the frontend (specializing a function builds its IR).
 # ``resolve(obj, builder, values, node) -> (FunctionIR, has_adjoint, argument types)``.
@@ -418,6 +421,8 @@ class ExprMixin:
             self.error(f"{name}() takes no keyword arguments", node)
         if name in DRAWS:
             return self.random_draw(name, node)
+        if name in OUT_PARAMS:
+            return self.out_param_call(name, node)
         if name in ("noise", "pnoise"):
             return self.noise_call(name, node, {})
         args = [self.expr(a) for a in node.args]
@@ -454,6 +459,26 @@ class ExprMixin:
         if name == "round" and len(args) == 1 and isinstance(args[0], Var) and is_float(args[0].type):
             return self.builtin("round", args, node)
         return self.builtin(name, args, node)
+
+    def out_param_call(self, name, node):
+        """Warp's builtins that write results into local variables (``quat_to_axis_angle(q,
+        axis, angle)``): one builtin per result (``OUT_PARAMS``), each written to its variable."""
+        n_in, parts = OUT_PARAMS[name]
+        if len(node.args) != n_in + len(parts):
+            self.error(f"{name}() takes {n_in} input(s) and {len(parts)} output variable(s), got "
+                       f"{len(node.args)} argument(s)", node)
+        ins = [self.materialize(self.expr(a)) for a in node.args[:n_in]]
+        for part, target in zip(parts, node.args[n_in:]):
+            value = self.builtin_args(part, ins, node)
+            local = self.scope.get(target.id) if isinstance(target, ast.Name) else None
+            if not (isinstance(local, Var) and local.kind == "local"):
+                self.error(f"{name}(): output argument {ast.unparse(target)!r} must be a local variable declared "
+                           f"before the call (e.g. axis = tg.vec3(); angle = float(0.0))", node)
+            if local.type is not value.type:
+                self.error(f"{name}(): output variable '{target.id}' is {type_name(local.type)}, expected "
+                           f"{type_name(value.type)}", node)
+            self.emit(Write(local, value, self.loc(node)))
+        return None
 
     def random_state(self, name, node):
         """The state argument of a random builtin (an uint32; a literal becomes one)."""

@@ -277,6 +277,19 @@ template <typename T> TG_FUNC void adj_sp_axis_angle(const vec_t<4, T>& q, vec_t
     if (lv > C(0)) av += scale(v, T(alv / lv));
     aq.c[0] += av.c[0]; aq.c[1] += av.c[1]; aq.c[2] += av.c[2]; aq.c[3] += T(aw * sw);
 }
+// the two results of Warp's quat_to_axis_angle(q, axis, angle) (its out-parameters), one builtin each
+template <typename T> TG_FUNC vec_t<3, T> sp_quat_axis(const vec_t<4, T>& q) {
+    vec_t<3, T> axis; T angle; sp_axis_angle(q, axis, angle); return axis;
+}
+template <typename T> TG_FUNC void adj_sp_quat_axis(const vec_t<4, T>& q, vec_t<4, T>& aq, const vec_t<3, T>& g) {
+    adj_sp_axis_angle(q, aq, g, T(0));
+}
+template <typename T> TG_FUNC T sp_quat_angle(const vec_t<4, T>& q) {
+    vec_t<3, T> axis; T angle; sp_axis_angle(q, axis, angle); return angle;
+}
+template <typename T> TG_FUNC void adj_sp_quat_angle(const vec_t<4, T>& q, vec_t<4, T>& aq, T g) {
+    adj_sp_axis_angle(q, aq, vec_t<3, T>(), g);
+}
 template <typename T> TG_FUNC vec_t<4, T> sp_quat_slerp(const vec_t<4, T>& a, const vec_t<4, T>& b, T t) {
     vec_t<3, T> axis; T angle;
     sp_axis_angle(quat_mul(quat_conj(a), b), axis, angle);
