@@ -426,12 +426,15 @@ class Tape:
         for st in self._structs.values():     # a field's grad may have been set since the launch
             self.gradients[st] = struct_gradients(st)
 
-    def _sync_foreign(self, check: bool) -> None:
+    def _sync_foreign(self, check: bool, refresh: bool = False) -> None:
         """Arrays viewing framework tensors: (``check``) raise when a tensor was modified in
-        place since a record used it; re-read each one's gradient (the framework may have
-        dropped or replaced it since)."""
-        for a, version, index in self._foreign.values():
-            if check and a._link.version(a) != version:
+        place since a record used it (or since the last ``zero()``, which ``refresh`` marks);
+        re-read each one's gradient (the framework may have dropped or replaced it since)."""
+        foreign = self._foreign
+        for key, (a, version, index) in list(foreign.items()):
+            if refresh:
+                foreign[key] = (a, a._link.version(a), index)
+            elif check and a._link.version(a) != version:
                 raise RuntimeError(
                     f"Tape.backward: the {a._link.framework} tensor behind an array of shape {a.shape} was modified "
                     f"in place after {self._label(index)} used it (its version went from {version} to "
@@ -526,8 +529,14 @@ class Tape:
     # ----------------------------------------------------------------------------- resets
     def zero(self) -> None:
         """Zero every gradient the tape touched, those of arrays held in struct arguments
-        included (views of them stay valid)."""
-        self._sync_foreign(check=False)
+        included (views of them stay valid).
+
+        ``zero()`` also starts a new evaluation of the recorded launches (Warp's replay idiom:
+        ``tape.zero(); tape.backward(...)`` after an optimizer step and a fresh forward): framework
+        tensors modified in place before it count as the values the next ``backward`` evaluates
+        the adjoints at, as tapegrad's own arrays do. A modification after ``zero()`` (or after
+        the record, without a ``zero()``) still makes ``backward`` raise."""
+        self._sync_foreign(check=False, refresh=True)
         g = self.gradients
         # what decides the buffers, cheaply: no gradient set anywhere, no entry of the table
         # changed, no seed buffer added (struct fields can change unseen: then recomputed)

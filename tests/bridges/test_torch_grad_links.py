@@ -338,3 +338,29 @@ def test_to_torch_link_is_weak_and_first_come():
     assert ref() is None                     # the link does not keep the tensor alive
     p.grad.fill_(1.0)
     np.testing.assert_array_equal(p.grad.numpy(), [1.0, 1.0])
+
+
+def test_the_replay_idiom_zero_then_backward_after_an_optimizer_step():
+    """Warp's interop loop (scenario s11): record once, then per step tape.zero(), backward,
+    the optimizer's in-place step and a fresh forward outside the tape. zero() starts a new
+    evaluation at the tensors' current values; a modification after it still raises."""
+    w = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    wa = tg.from_torch(w)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(sq_sum, dim=3, inputs=[wa], outputs=[loss])
+    for _ in range(3):
+        tape.zero()
+        tape.backward(loss=loss)
+        np.testing.assert_allclose(w.grad.numpy(), 2 * w.detach().numpy())
+        opt.step()                                   # torch's in-place update: version bumped
+        loss.zero_()
+        tg.launch(sq_sum, dim=3, inputs=[wa], outputs=[loss])
+    np.testing.assert_allclose(w.detach().numpy(), np.array([1.0, -2.0, 3.0]) * 0.8 ** 3)
+    tape.zero()
+    with torch.no_grad():
+        w.mul_(10)                                   # after zero(): the adjoints would read these
+    with pytest.raises(RuntimeError, match="modified in place"):
+        tape.backward(loss=loss)
