@@ -12,11 +12,13 @@ from ..types import (
     VectorType,
     bool_,
     dtype_from_numpy,
+    float16,
     float32,
     float64,
     matrix,
     quat,
     quatd,
+    quath,
     vector,
 )
 
@@ -92,7 +94,9 @@ def with_scalar(t, s):
     if isinstance(t, ScalarType):
         return s
     if isinstance(t, QuatType):
-        return quatd if s is float64 else quat if s is float32 else QuatType(4, s, f"quat_{s.name}")
+        # the named quaternion types are singletons: a half-precision result must be tg.quath itself
+        named = {float64: quatd, float32: quat, float16: quath}
+        return named[s] if s in named else QuatType(4, s, f"quat_{s.name}")
     if isinstance(t, VectorType):
         return vector(t.length_, s)
     if isinstance(t, MatrixType):

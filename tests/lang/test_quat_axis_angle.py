@@ -138,3 +138,27 @@ def test_bad_output_arguments_raise(kernel, message):
 def test_python_scope_call_raises():
     with pytest.raises(RuntimeError, match="can only be called inside a kernel"):
         tg.quat_to_axis_angle(tg.quat_identity(), tg.vec3(), 0.0)
+
+
+@tg.kernel
+def half_rotate(q: tg.array(dtype=tg.quath), angle: tg.array(dtype=tg.float16), out: tg.array(dtype=tg.quath)):
+    i = tg.tid()
+    axis = tg.vec3h()
+    a = tg.float16(0.0)
+    tg.quat_to_axis_angle(q[i], axis, a)
+    # quat_from_axis_angle of half inputs is tg.quath itself, so it multiplies with q[i]
+    out[i] = tg.mul(q[i], tg.quat_from_axis_angle(axis, angle[i] * a))
+
+
+def test_half_precision_results_are_quath(device):
+    q = _unit_quats(8, 7)
+    t = np.full(8, 0.5)
+    out = tg.zeros(8, dtype=tg.quath, device=device)
+    tg.launch(half_rotate, dim=8, inputs=[tg.array(q, dtype=tg.quath, device=device),
+                                          tg.array(t, dtype=tg.float16, device=device)], outputs=[out])
+    # q * (q's rotation by half its angle) = a rotation by 1.5x the angle about the same axis
+    ax = _reference(q)
+    half = 0.75 * ax[:, 3]
+    expect = np.concatenate([ax[:, :3] * np.sin(half)[:, None], np.cos(half)[:, None]], axis=1)
+    expect *= np.where(q[:, 3] < 0, -1.0, 1.0)[:, None]
+    np.testing.assert_allclose(out.numpy().astype(np.float64), expect, atol=5e-3)
