@@ -61,6 +61,9 @@ from .values import (
 
 # builtins writing their results into local variables: name -> (inputs, the builtin of each result)
 OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle"))}
+# builtins returning a tuple: name -> the builtin of each item (all taking the call's arguments)
+TUPLE_RESULTS = {"transform_decompose": ("transform_decompose_position", "transform_decompose_rotation",
+                                         "transform_decompose_scale")}
 
 # Objects a kernel can call besides builtins and types, by class: ``@tg.func`` (``funcs.Func``)
 # registers here, since it sits above the frontend (specializing a function builds its IR).
@@ -423,6 +426,9 @@ class ExprMixin:
             return self.random_draw(name, node)
         if name in OUT_PARAMS:
             return self.out_param_call(name, node)
+        if name in TUPLE_RESULTS:
+            args = [self.materialize(self.expr(a)) for a in node.args]
+            return TupleVal([self.builtin_args(part, args, node) for part in TUPLE_RESULTS[name]])
         if name in ("noise", "pnoise"):
             return self.noise_call(name, node, {})
         args = [self.expr(a) for a in node.args]

@@ -311,6 +311,33 @@ Builtin("transform_compose", _host_transform_compose,
           and ts[2] is ts[0], lambda ts: mat(4, 4, ts[0].scalar)),
     "tg::sp_transform_compose", "tg::adj_sp_transform_compose", samples=[Sample((V3, Q, V3), "M44")])
 
+def _host_transform_decompose(m):
+    m = np.asarray(m, dtype=np.float64).reshape(4, 4)
+    scale = np.linalg.norm(m[:3, :3], axis=0)
+    block = m[:3, :3] / np.where(scale != 0, scale, 1.0)[None, :]
+    return _f32(m[:3, 3]), _host_quat_from_matrix(block), _f32(scale)
+
+
+def _decompose_rule(result):
+    def rule(ts):
+        if len(ts) == 1 and _square(ts[0], 4):
+            return QUATS[ts[0].scalar] if result == "rotation" else vec(3, ts[0].scalar)
+        return NO
+    return rule
+
+
+# kernels lower transform_decompose(m) to a tuple of these three (lang/expressions.py, TUPLE_RESULTS)
+for _k, _part in enumerate(("position", "rotation", "scale")):
+    Builtin(f"transform_decompose_{_part}", lambda m, _k=_k: _host_transform_decompose(m)[_k],
+            f"the {_part} result of transform_decompose (kernels lower transform_decompose to it)", export=False).add(
+        _decompose_rule(_part), f"tg::sp_decompose_{_part}", f"tg::adj_sp_decompose_{_part}",
+        samples=[Sample(("M44:any",), "Q" if _part == "rotation" else "V3",
+                        f"p, q, s = tg.transform_decompose({{0}}); out[i] = {'pqs'[_k]}")])
+Builtin("transform_decompose", _host_transform_decompose,
+        "transform_decompose(m): (position, rotation, scale) of a 4x4 matrix [[R diag(scale), p], [0, 1]]; "
+        "the inverse of transform_compose (differentiable through all three)")
+
+
 def _host_quat_to_euler(q, i, j, k):
     for name, axis in (("i", i), ("j", j), ("k", k)):
         if int(axis) not in (0, 1, 2):

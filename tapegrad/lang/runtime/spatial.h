@@ -335,6 +335,58 @@ template <typename T, typename I, typename J, typename K> TG_FUNC void adj_sp_qu
 }
 
 // ---- transform_compose(p, q, s) = [[R(q) diag(s), p], [0, 1]]
+// ---- Warp's transform_decompose(m) -> (position, rotation, scale): one builtin per result. The
+// scale is the norm of each column of the 3x3 block; the rotation is the quaternion of the block
+// with each nonzero column divided by its scale (as Warp's)
+template <typename T> TG_FUNC vec_t<3, T> sp_decompose_position(const mat_t<4, 4, T>& m) {
+    return make_vec<3, T>(m.data[0][3], m.data[1][3], m.data[2][3]);
+}
+template <typename T> TG_FUNC void adj_sp_decompose_position(const mat_t<4, 4, T>& m, mat_t<4, 4, T>& am, const vec_t<3, T>& g) {
+    for (int i = 0; i < 3; ++i) am.data[i][3] += g.c[i];
+}
+template <typename T> TG_FUNC typename compute<T>::type sp_column_norm(const mat_t<4, 4, T>& m, int j) {
+    typedef typename compute<T>::type C;
+    return sqrt(C(m.data[0][j]) * C(m.data[0][j]) + C(m.data[1][j]) * C(m.data[1][j]) + C(m.data[2][j]) * C(m.data[2][j]));
+}
+template <typename T> TG_FUNC vec_t<3, T> sp_decompose_scale(const mat_t<4, 4, T>& m) {
+    return make_vec<3, T>(T(sp_column_norm(m, 0)), T(sp_column_norm(m, 1)), T(sp_column_norm(m, 2)));
+}
+template <typename T> TG_FUNC void adj_sp_decompose_scale(const mat_t<4, 4, T>& m, mat_t<4, 4, T>& am, const vec_t<3, T>& g) {
+    typedef typename compute<T>::type C;
+    for (int j = 0; j < 3; ++j) {
+        C s = sp_column_norm(m, j);
+        if (s > C(0)) for (int i = 0; i < 3; ++i) am.data[i][j] += T(C(m.data[i][j]) / s * C(g.c[j]));
+    }
+}
+template <typename T> TG_FUNC mat_t<3, 3, T> sp_decompose_block(const mat_t<4, 4, T>& m) {
+    typedef typename compute<T>::type C;
+    mat_t<3, 3, T> r;
+    for (int j = 0; j < 3; ++j) {
+        C s = sp_column_norm(m, j);
+        for (int i = 0; i < 3; ++i) r.data[i][j] = s != C(0) ? T(C(m.data[i][j]) / s) : m.data[i][j];
+    }
+    return r;
+}
+template <typename T> TG_FUNC vec_t<4, T> sp_decompose_rotation(const mat_t<4, 4, T>& m) {
+    return sp_quat_from_matrix(sp_decompose_block(m));
+}
+template <typename T> TG_FUNC void adj_sp_decompose_rotation(const mat_t<4, 4, T>& m, mat_t<4, 4, T>& am, const vec_t<4, T>& g) {
+    typedef typename compute<T>::type C;
+    mat_t<3, 3, T> ar;
+    adj_sp_quat_from_matrix(sp_decompose_block(m), ar, g);
+    for (int j = 0; j < 3; ++j) {
+        C s = sp_column_norm(m, j);
+        if (s == C(0)) {
+            for (int k = 0; k < 3; ++k) am.data[k][j] += ar.data[k][j];
+            continue;
+        }
+        // r_ij = m_ij / s_j: d r_ij / d m_kj = delta_ik / s_j - m_ij m_kj / s_j^3
+        C d = C(0);
+        for (int i = 0; i < 3; ++i) d += C(ar.data[i][j]) * C(m.data[i][j]);
+        for (int k = 0; k < 3; ++k) am.data[k][j] += T(C(ar.data[k][j]) / s - C(m.data[k][j]) * d / (s * s * s));
+    }
+}
+
 template <typename T> TG_FUNC mat_t<4, 4, T> sp_transform_compose(const vec_t<3, T>& p, const vec_t<4, T>& q, const vec_t<3, T>& sc) {
     mat_t<3, 3, T> r = sp_quat_to_matrix(q);
     mat_t<4, 4, T> m;

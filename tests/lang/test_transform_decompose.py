@@ -1,0 +1,126 @@
+"""Issue 28, item 3: Warp's ``transform_decompose(m) -> (position, rotation, scale)``, a builtin
+returning a tuple: values against a float64 NumPy reference (Warp's column-norm scale), the round
+trip with ``transform_compose``, gradients of all three results against central finite
+differences, and the Python-scope form."""
+from __future__ import annotations
+
+import numpy as np
+
+import tapegrad as tg
+
+
+@tg.kernel
+def decompose(m: tg.array(dtype=tg.mat44d), out: tg.array(dtype=tg.float64, ndim=2)):
+    i = tg.tid()
+    p, q, s = tg.transform_decompose(m[i])
+    for j in range(3):
+        out[i, j] = p[j]
+        out[i, 7 + j] = s[j]
+    for j in range(4):
+        out[i, 3 + j] = q[j]
+
+
+@tg.kernel
+def weighted(m: tg.array(dtype=tg.mat44d), w: tg.array(dtype=tg.float64, ndim=2), loss: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    p, q, s = tg.transform_decompose(m[i])
+    v = tg.float64(0.0)
+    for j in range(3):
+        v += p[j] * w[i, j] + s[j] * w[i, 7 + j]
+    for j in range(4):
+        v += q[j] * w[i, 3 + j]
+    tg.atomic_add(loss, 0, v)
+
+
+@tg.kernel
+def round_trip(p: tg.array(dtype=tg.vec3d), q: tg.array(dtype=tg.quatd), s: tg.array(dtype=tg.vec3d),
+               out: tg.array(dtype=tg.float64, ndim=2)):
+    i = tg.tid()
+    pp, qq, ss = tg.transform_decompose(tg.transform_compose(p[i], q[i], s[i]))
+    for j in range(3):
+        out[i, j] = pp[j]
+        out[i, 7 + j] = ss[j]
+    for j in range(4):
+        out[i, 3 + j] = qq[j]
+
+
+def _quat_of_rotation(r):
+    # Shepperd's method on a proper rotation, w >= 0 branch first (float64 reference)
+    t = np.trace(r)
+    if t >= 0:
+        w = 0.5 * np.sqrt(1 + t)
+        return np.array([(r[2, 1] - r[1, 2]) / (4 * w), (r[0, 2] - r[2, 0]) / (4 * w),
+                         (r[1, 0] - r[0, 1]) / (4 * w), w])
+    raise AssertionError("reference: choose rotations with a nonnegative trace")
+
+
+def _matrices(n, seed):
+    """4x4 matrices [[R diag(s), p], [0, 1]] of rotations with a nonnegative trace."""
+    rng = np.random.default_rng(seed)
+    out, parts = [], []
+    while len(out) < n:
+        q = rng.normal(size=4)
+        q /= np.linalg.norm(q)
+        x, y, z, w = q
+        r = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                      [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                      [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+        if np.trace(r) < 0.2:
+            continue
+        p, s = rng.normal(size=3), rng.uniform(0.5, 2.0, size=3)
+        m = np.eye(4)
+        m[:3, :3] = r * s[None, :]
+        m[:3, 3] = p
+        out.append(m)
+        parts.append(np.concatenate([p, q if w >= 0 else -q, s]))
+    return np.array(out), np.array(parts)
+
+
+def test_values_match_the_reference(device):
+    m, expect = _matrices(16, 0)
+    out = tg.zeros((16, 10), dtype=tg.float64, device=device)
+    tg.launch(decompose, dim=16, inputs=[tg.array(m, dtype=tg.mat44d, device=device)], outputs=[out])
+    np.testing.assert_allclose(out.numpy(), expect, rtol=1e-12, atol=1e-13)
+    ref = np.array([np.concatenate([mm[:3, 3], _quat_of_rotation(mm[:3, :3] / np.linalg.norm(mm[:3, :3], axis=0)),
+                                    np.linalg.norm(mm[:3, :3], axis=0)]) for mm in m])
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12, atol=1e-13)
+
+
+def test_round_trip_with_transform_compose(device):
+    _, parts = _matrices(8, 1)
+    out = tg.zeros((8, 10), dtype=tg.float64, device=device)
+    tg.launch(round_trip, dim=8, inputs=[tg.array(parts[:, :3], dtype=tg.vec3d, device=device),
+                                         tg.array(parts[:, 3:7], dtype=tg.quatd, device=device),
+                                         tg.array(parts[:, 7:], dtype=tg.vec3d, device=device)], outputs=[out])
+    np.testing.assert_allclose(out.numpy(), parts, rtol=1e-12, atol=1e-13)
+
+
+def test_gradient_of_all_three_results(device):
+    m, _ = _matrices(4, 2)
+    m[:, :3, :3] += 0.05 * np.random.default_rng(3).normal(size=(4, 3, 3))   # not only exact rotations
+    w = np.random.default_rng(4).normal(size=(4, 10))
+    ma = tg.array(m, dtype=tg.mat44d, requires_grad=True, device=device)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(weighted, dim=4, inputs=[ma, tg.array(w, dtype=tg.float64, device=device)], outputs=[loss])
+    tape.backward(loss)
+
+    def f(x):
+        out = tg.zeros((4, 10), dtype=tg.float64, device=device)
+        tg.launch(decompose, dim=4, inputs=[tg.array(x, dtype=tg.mat44d, device=device)], outputs=[out])
+        return float(np.sum(out.numpy() * w))
+
+    eps = 1e-6
+    fd = np.zeros_like(m)
+    for idx in np.ndindex(m.shape):
+        d = np.zeros_like(m)
+        d[idx] = eps
+        fd[idx] = (f(m + d) - f(m - d)) / (2 * eps)
+    np.testing.assert_allclose(ma.grad.numpy(), fd, rtol=1e-6, atol=1e-7)
+
+
+def test_python_scope():
+    m, parts = _matrices(1, 5)
+    p, q, s = tg.transform_decompose(m[0])
+    np.testing.assert_allclose(np.concatenate([p, q, s]), parts[0], rtol=1e-6, atol=1e-6)
