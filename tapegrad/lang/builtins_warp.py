@@ -154,10 +154,21 @@ Builtin("quat_to_axis_angle_angle", lambda q: _axis_angle_py(q)[1],
         "the angle result of quat_to_axis_angle (kernels lower quat_to_axis_angle to it)", export=False).add(
     _quat_scalar_rule("angle"), "tg::sp_quat_angle", "tg::adj_sp_quat_angle",
     samples=[Sample(("Q:any",), "S", _ANGLE_STMT)])
+def _quat_to_axis_angle_py(q, *outputs):
+    if outputs:
+        raise TypeError("quat_to_axis_angle(q, axis, angle): output variables exist in kernels only; in Python "
+                        f"scope call quat_to_axis_angle(q), which returns (axis, angle) (got {len(outputs)} "
+                        "output argument(s))")
+    t = _quat_of(q)[0]
+    axis, angle = _axis_angle_py(q)
+    return vector(3, t.scalar)(axis), np.dtype(t.scalar.np_dtype).type(angle)
+
+
 # the name kernels call; lowered by the compiler, so it has no overload of its own
-Builtin("quat_to_axis_angle", None,
+Builtin("quat_to_axis_angle", _quat_to_axis_angle_py,
         "quat_to_axis_angle(q, axis, angle): writes the rotation axis (unit, sign following w) and "
-        "angle (in [0, pi]) of q into the local variables axis and angle (kernels and @func only)")
+        "angle (in [0, pi]) of q into the local variables axis and angle; axis, angle = "
+        "quat_to_axis_angle(q) returns them (kernels, @func and Python scope)")
 
 
 # --------------------------------------------------- Python-scope forms of quaternion builtins

@@ -468,8 +468,12 @@ class ExprMixin:
 
     def out_param_call(self, name, node):
         """Warp's builtins that write results into local variables (``quat_to_axis_angle(q,
-        axis, angle)``): one builtin per result (``OUT_PARAMS``), each written to its variable."""
+        axis, angle)``): one builtin per result (``OUT_PARAMS``), each written to its variable.
+        Called with the inputs only, they return the results as a tuple, as Warp's do."""
         n_in, parts = OUT_PARAMS[name]
+        if len(node.args) == n_in:       # Warp's tuple form: axis, angle = quat_to_axis_angle(q)
+            ins = [self.materialize(self.expr(a)) for a in node.args]
+            return TupleVal([self.builtin_args(part, ins, node) for part in parts])
         if len(node.args) != n_in + len(parts):
             self.error(f"{name}() takes {n_in} input(s) and {len(parts)} output variable(s), got "
                        f"{len(node.args)} argument(s)", node)

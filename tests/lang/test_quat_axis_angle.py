@@ -135,8 +135,28 @@ def test_bad_output_arguments_raise(kernel, message):
         tg.launch(kernel, dim=1, inputs=[tg.zeros(1, dtype=tg.quatd)], outputs=[tg.zeros(1, dtype=tg.float64)])
 
 
-def test_python_scope_call_raises():
-    with pytest.raises(RuntimeError, match="can only be called inside a kernel"):
+@tg.kernel
+def tuple_form(q: tg.array(dtype=tg.quatd), out: tg.array(dtype=tg.vec4d)):
+    i = tg.tid()
+    axis, angle = tg.quat_to_axis_angle(q[i])
+    out[i] = tg.vec4d(axis[0], axis[1], axis[2], angle)
+
+
+def test_tuple_form_in_kernels_and_python_scope(device):
+    q = _unit_quats(16, 9)
+    out = tg.zeros(16, dtype=tg.vec4d, device=device)
+    tg.launch(tuple_form, dim=16, inputs=[tg.array(q, dtype=tg.quatd, device=device)], outputs=[out])
+    np.testing.assert_allclose(out.numpy(), _reference(q), rtol=1e-13, atol=1e-14)
+    axis, angle = tg.quat_to_axis_angle(tg.quatd(*q[0]))
+    np.testing.assert_allclose(np.append(np.asarray(axis), angle), _reference(q[:1])[0], rtol=1e-13)
+    axis, angle = tg.quat_to_axis_angle(tg.quath(1.0, 2.0, 3.0, 4.0))     # Warp's test_codegen values
+    assert isinstance(angle, np.float16)
+    np.testing.assert_allclose(np.asarray(axis, np.float64), [0.26726124, 0.53452247, 0.80178368], atol=1e-3)
+    assert abs(float(angle) - 1.50408018) < 1e-3
+
+
+def test_python_scope_output_arguments_raise():
+    with pytest.raises(TypeError, match=r"output variables exist in kernels only.*returns \(axis, angle\)"):
         tg.quat_to_axis_angle(tg.quat_identity(), tg.vec3(), 0.0)
 
 
