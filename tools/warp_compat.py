@@ -54,6 +54,10 @@ SAME = {
         "quat_to_matrix", "transform_to_matrix", "quat_from_matrix", "transform_from_matrix",
         "quat_between_vectors", "quat_to_rpy", "quat_slerp", "quat_from_euler", "quat_rotate_inv",
         "transform_compose", "quat_to_euler")},
+    "quat_to_axis_angle": "tests/lang/test_quat_axis_angle.py (Warp's formula in float64; out-parameter and "
+                          "tuple forms; adjoints by finite differences)",
+    "transform_decompose": "tests/lang/test_transform_decompose.py (Warp's column-norm scale in float64; "
+                           "adjoints by finite differences)",
 }
 DIFFERENT = {
     "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "
