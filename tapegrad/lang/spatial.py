@@ -148,6 +148,10 @@ Builtin("transform_vector", _host_transform_vector, "apply a transform's rotatio
 Builtin("transform_multiply", _host_transform_multiply, "compose two transforms: a * b applies b first").add(
     _rule(lambda ts: len(ts) == 2 and _xf(ts[0]) and ts[1] is ts[0], lambda ts: ts[0]),
     "tg::sp_transform_multiply", "tg::adj_sp_transform_multiply", samples=[Sample((T6, T6), "T")])
+# a * b of two transforms is their composition, as Warp's mul(transform, transform)
+REGISTRY["mul"].add(_rule(lambda ts: len(ts) == 2 and _xf(ts[0]) and ts[1] is ts[0], lambda ts: ts[0]),
+                    "tg::sp_transform_multiply", "tg::adj_sp_transform_multiply",
+                    samples=[Sample((T6, T6), "T", "out[i] = {0} * {1}")])
 Builtin("transform_inverse", _host_transform_inverse, "the inverse of a rigid transform").add(
     _rule(lambda ts: len(ts) == 1 and _xf(ts[0]), lambda ts: ts[0]),
     "tg::sp_transform_inverse", "tg::adj_sp_transform_inverse", samples=[Sample((T6,), "T")])

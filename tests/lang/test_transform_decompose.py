@@ -1,7 +1,7 @@
 """Issue 28, item 3: Warp's ``transform_decompose(m) -> (position, rotation, scale)``, a builtin
 returning a tuple: values against a float64 NumPy reference (Warp's column-norm scale), the round
 trip with ``transform_compose``, gradients of all three results against central finite
-differences, and the Python-scope form."""
+differences, the Python-scope form; and `a * b` of two transforms (their composition, as Warp)."""
 from __future__ import annotations
 
 import numpy as np
@@ -124,3 +124,40 @@ def test_python_scope():
     m, parts = _matrices(1, 5)
     p, q, s = tg.transform_decompose(m[0])
     np.testing.assert_allclose(np.concatenate([p, q, s]), parts[0], rtol=1e-6, atol=1e-6)
+
+
+@tg.kernel
+def compose_ops(a: tg.array(dtype=tg.transformd), b: tg.array(dtype=tg.transformd),
+                prod: tg.array(dtype=tg.transformd), ident: tg.array(dtype=tg.transformd)):
+    i = tg.tid()
+    prod[i] = a[i] * b[i]
+    ident[i] = tg.transform_inverse(a[i]) * a[i]
+
+
+def _rand_transforms(n, seed):
+    x = np.random.default_rng(seed).normal(size=(n, 7))
+    x[:, 3:] /= np.linalg.norm(x[:, 3:], axis=1, keepdims=True)
+    return x
+
+
+def _np_transform_mul(a, b):
+    # (p_a, q_a) * (p_b, q_b) = (p_a + R(q_a) p_b, q_a q_b), quaternions (x, y, z, w)
+    def qmul(q, r):
+        v, w, u, s = q[:3], q[3], r[:3], r[3]
+        return np.append(w * u + s * v + np.cross(v, u), w * s - v @ u)
+
+    def rot(q, x):
+        return qmul(qmul(q, np.append(x, 0.0)), np.append(-q[:3], q[3]))[:3]
+
+    return np.concatenate([a[:3] + rot(a[3:], b[:3]), qmul(a[3:], b[3:])])
+
+
+def test_transform_times_transform_is_their_composition(device):
+    a, b = _rand_transforms(8, 6), _rand_transforms(8, 7)
+    prod = tg.zeros(8, dtype=tg.transformd, device=device)
+    ident = tg.zeros(8, dtype=tg.transformd, device=device)
+    tg.launch(compose_ops, dim=8, inputs=[tg.array(a, dtype=tg.transformd, device=device),
+                                          tg.array(b, dtype=tg.transformd, device=device)], outputs=[prod, ident])
+    np.testing.assert_allclose(prod.numpy(), np.array([_np_transform_mul(x, y) for x, y in zip(a, b)]),
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(ident.numpy(), np.tile([0, 0, 0, 0, 0, 0, 1.0], (8, 1)), atol=1e-13)
