@@ -11,6 +11,7 @@ from ..errors import WarpCodegenAttributeError, WarpCodegenKeyError
 from ..types import (
     MatrixType,
     ScalarType,
+    TransformType,
     VectorType,
     bool_,
     float32,
@@ -193,6 +194,9 @@ class ExprMixin:
                 if attr == "shape":
                     return ShapeOf(base)
                 self.error(f"arrays have no attribute '{attr}' in kernels (only .shape)", node)
+            if isinstance(t, TransformType) and attr in ("p", "q"):     # Warp's transform.p / .q
+                part = "transform_get_translation" if attr == "p" else "transform_get_rotation"
+                return self.builtin_args(part, [base], node)
             if is_vec(t) and attr in COMPONENTS and COMPONENTS[attr] < t.length_:
                 return self.builtin_args("extract", [base, self.materialize(Lit(COMPONENTS[attr]), int32)], node)
             if is_struct(t):

@@ -161,3 +161,33 @@ def test_transform_times_transform_is_their_composition(device):
     np.testing.assert_allclose(prod.numpy(), np.array([_np_transform_mul(x, y) for x, y in zip(a, b)]),
                                rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(ident.numpy(), np.tile([0, 0, 0, 0, 0, 0, 1.0], (8, 1)), atol=1e-13)
+
+
+@tg.kernel
+def parts_by_attribute(x: tg.array(dtype=tg.transformd), w: tg.array(dtype=tg.float64, ndim=2),
+                       p_out: tg.array(dtype=tg.vec3d), q_out: tg.array(dtype=tg.quatd),
+                       loss: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    a = x[i]
+    p_out[i] = a.p
+    q_out[i] = x[i].q
+    tg.atomic_add(loss, 0, a.p[0] * w[i, 0] + a.p[2] * w[i, 2] + a.q[3] * w[i, 6])
+
+
+def test_transform_p_and_q_attributes(device):
+    x = _rand_transforms(4, 8)
+    w = np.random.default_rng(9).normal(size=(4, 7))
+    xa = tg.array(x, dtype=tg.transformd, requires_grad=True, device=device)
+    p = tg.zeros(4, dtype=tg.vec3d, device=device)
+    q = tg.zeros(4, dtype=tg.quatd, device=device)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(parts_by_attribute, dim=4, inputs=[xa, tg.array(w, dtype=tg.float64, device=device)],
+                  outputs=[p, q, loss])
+    np.testing.assert_array_equal(p.numpy(), x[:, :3])
+    np.testing.assert_array_equal(q.numpy(), x[:, 3:])
+    tape.backward(loss)
+    expect = np.zeros_like(x)
+    expect[:, [0, 2, 6]] = w[:, [0, 2, 6]]
+    np.testing.assert_array_equal(xa.grad.numpy(), expect)
