@@ -24,7 +24,7 @@ __all__ = [
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
     "ARRAY_FLAG_RETAIN_GRAD",
-    "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr",
+    "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr", "types_equal",
 ]
 
 MAX_DIMS = 4
@@ -960,3 +960,23 @@ def _composite_named(kind: str, shape: tuple, scalar: str):
     if kind == "transform":
         return transformation(s)
     return vector(shape[0], s) if kind == "vector" else matrix(shape, s)
+
+
+def types_equal(a, b) -> bool:
+    """Whether two type descriptions name the same tapegrad type (Warp's ``types_equal``): a
+    tapegrad type, the class of a host value (``type(tg.transform_identity())``), Python
+    ``float``/``int``/``bool`` or a NumPy dtype; descriptions naming no type are equal only when
+    they are the same object.
+
+    Args:
+        a, b: the type descriptions.
+    Returns:
+        True when both resolve to the same type.
+    """
+    def resolve(t):
+        t = getattr(t, "tg_type", t)      # a host value class carries its type
+        try:
+            return resolve_dtype(t)
+        except TypeError:
+            return t
+    return resolve(a) == resolve(b)

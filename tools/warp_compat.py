@@ -58,6 +58,8 @@ SAME = {
                           "tuple forms; adjoints by finite differences)",
     "transform_decompose": "tests/lang/test_transform_decompose.py (Warp's column-norm scale in float64; "
                            "adjoints by finite differences)",
+    **{n: "tests/lang/test_transform_decompose.py (in place in kernels and Python scope; adjoints)" for n in (
+        "transform_set_translation", "transform_set_rotation")},
 }
 DIFFERENT = {
     "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "

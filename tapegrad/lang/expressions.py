@@ -62,6 +62,9 @@ from .values import (
 
 # builtins writing their results into local variables: name -> (inputs, the builtin of each result)
 OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle"))}
+# builtins updating their first argument (a local variable): name -> the builtin of the new value
+MUTATING = {"transform_set_translation": "transform_with_translation",
+            "transform_set_rotation": "transform_with_rotation"}
 # builtins returning a tuple: name -> the builtin of each item (all taking the call's arguments)
 TUPLE_RESULTS = {"transform_decompose": ("transform_decompose_position", "transform_decompose_rotation",
                                          "transform_decompose_scale")}
@@ -430,6 +433,8 @@ class ExprMixin:
             return self.random_draw(name, node)
         if name in OUT_PARAMS:
             return self.out_param_call(name, node)
+        if name in MUTATING:
+            return self.mutating_call(name, node)
         if name in TUPLE_RESULTS:
             args = [self.materialize(self.expr(a)) for a in node.args]
             return TupleVal([self.builtin_args(part, args, node) for part in TUPLE_RESULTS[name]])
@@ -492,6 +497,18 @@ class ExprMixin:
                 self.error(f"{name}(): output variable '{target.id}' is {type_name(local.type)}, expected "
                            f"{type_name(value.type)}", node)
             self.emit(Write(local, value, self.loc(node)))
+        return None
+
+    def mutating_call(self, name, node):
+        """``transform_set_translation(t, p)``: ``t = <MUTATING[name]>(t, p)`` on the local ``t``."""
+        target = node.args[0] if node.args else None
+        local = self.scope.get(target.id) if isinstance(target, ast.Name) else None
+        if not (isinstance(local, Var) and local.kind == "local"):
+            what = ast.unparse(target) if target is not None else "nothing"
+            self.error(f"{name}(): the first argument must be a local variable to update, got {what!r}", node)
+        args = [self.materialize(self.expr(a)) for a in node.args]
+        value = self.builtin_args(MUTATING[name], args, node)
+        self.emit(Write(local, value, self.loc(node)))
         return None
 
     def random_state(self, name, node):

@@ -342,6 +342,37 @@ Builtin("transform_decompose", _host_transform_decompose,
         "the inverse of transform_compose (differentiable through all three)")
 
 
+def _host_set_part(lo, hi, what):
+    def run(t, value):
+        if not isinstance(t, np.ndarray) or t.shape != (7,):
+            raise TypeError(f"transform_set_{what}(t, ...): expected a transform value to update in place, got "
+                            f"{type(t).__name__}")
+        t[lo:hi] = np.asarray(value, dtype=t.dtype).reshape(hi - lo)
+    return run
+
+
+def _with_part_rule(n):
+    def rule(ts):
+        if len(ts) == 2 and _xf(ts[0]) and (_v(ts[1], 3) if n == 3 else is_quat(ts[1])) \
+                and ts[1].scalar is ts[0].scalar:
+            return ts[0]
+        return NO
+    return rule
+
+
+# kernels lower transform_set_translation(t, p) to t = transform_with_translation(t, p)
+# (lang/expressions.py, MUTATING); the first argument must be a local variable there
+for _what, _n, _lo in (("translation", 3, 0), ("rotation", 4, 3)):
+    Builtin(f"transform_with_{_what}", None, f"t with its {_what} replaced (kernels lower "
+            f"transform_set_{_what} to it)", export=False).add(
+        _with_part_rule(_n), f"tg::sp_with_{_what}", f"tg::adj_sp_with_{_what}", linear=(0, 1),
+        samples=[Sample((T6, V3 if _n == 3 else Q), "T",
+                        f"t = {{0}}; tg.transform_set_{_what}(t, {{1}}); out[i] = t")])
+    Builtin(f"transform_set_{_what}", _host_set_part(_lo, _lo + _n, _what),
+            f"transform_set_{_what}(t, value): replace the {_what} of the transform t in place (t: a local "
+            "variable in kernels; a transform value in Python scope)")
+
+
 def _host_quat_to_euler(q, i, j, k):
     for name, axis in (("i", i), ("j", j), ("k", k)):
         if int(axis) not in (0, 1, 2):

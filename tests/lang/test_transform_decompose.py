@@ -5,8 +5,10 @@ differences, the Python-scope form; and `a * b` of two transforms (their composi
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tapegrad as tg
+from tapegrad.errors import KernelError
 
 
 @tg.kernel
@@ -191,3 +193,57 @@ def test_transform_p_and_q_attributes(device):
     expect = np.zeros_like(x)
     expect[:, [0, 2, 6]] = w[:, [0, 2, 6]]
     np.testing.assert_array_equal(xa.grad.numpy(), expect)
+
+
+@tg.kernel
+def set_parts(x: tg.array(dtype=tg.transformd), p: tg.array(dtype=tg.vec3d), q: tg.array(dtype=tg.quatd),
+              w: tg.array(dtype=tg.float64, ndim=2), out: tg.array(dtype=tg.transformd),
+              loss: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    t = x[i]
+    tg.transform_set_translation(t, p[i])
+    out[i] = t
+    tg.transform_set_rotation(t, q[i])
+    v = tg.float64(0.0)
+    for j in range(7):
+        v += t[j] * w[i, j]
+    tg.atomic_add(loss, 0, v)
+
+
+@tg.kernel
+def set_on_array_element(x: tg.array(dtype=tg.transformd), p: tg.array(dtype=tg.vec3d)):
+    i = tg.tid()
+    tg.transform_set_translation(x[i], p[i])
+
+
+def test_transform_setters_in_kernels_and_python_scope(device):
+    x, y = _rand_transforms(4, 10), _rand_transforms(4, 11)
+    w = np.random.default_rng(12).normal(size=(4, 7))
+    xa = tg.array(x, dtype=tg.transformd, requires_grad=True, device=device)
+    pa = tg.array(y[:, :3], dtype=tg.vec3d, requires_grad=True, device=device)
+    qa = tg.array(y[:, 3:], dtype=tg.quatd, requires_grad=True, device=device)
+    out = tg.zeros(4, dtype=tg.transformd, device=device)
+    loss = tg.zeros(1, dtype=tg.float64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(set_parts, dim=4, inputs=[xa, pa, qa, tg.array(w, dtype=tg.float64, device=device)],
+                  outputs=[out, loss])
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([y[:, :3], x[:, 3:]], axis=1))
+    tape.backward(loss)
+    # the final t is (p, q): every component of x was replaced, so x gets no gradient
+    np.testing.assert_array_equal(xa.grad.numpy(), np.zeros_like(x))
+    np.testing.assert_array_equal(pa.grad.numpy(), w[:, :3])
+    np.testing.assert_array_equal(qa.grad.numpy(), w[:, 3:])
+    t = tg.transform_identity()
+    tg.transform_set_translation(t, tg.vec3f(1.0, 2.0, 3.0))
+    tg.transform_set_rotation(t, tg.quatf(0.0, 0.6, 0.0, 0.8))
+    np.testing.assert_allclose(np.asarray(t), [1.0, 2.0, 3.0, 0.0, 0.6, 0.0, 0.8], rtol=1e-7)
+    assert tg.types.types_equal(type(t), tg.transformf) and not tg.types.types_equal(type(t), tg.transformd)
+    with pytest.raises(TypeError, match=r"transform_set_translation\(t, \.\.\.\): expected a transform value"):
+        tg.transform_set_translation((0.0,) * 7, tg.vec3f(1.0, 2.0, 3.0))
+
+
+def test_transform_setter_needs_a_local():
+    with pytest.raises(KernelError, match=r"first argument must be a local variable to update, got 'x\[i\]'"):
+        tg.launch(set_on_array_element, dim=1, inputs=[tg.zeros(1, dtype=tg.transformd),
+                                                       tg.zeros(1, dtype=tg.vec3d)])

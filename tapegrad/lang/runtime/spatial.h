@@ -23,6 +23,21 @@ template <typename T> TG_FUNC vec_t<3, T> sp_get_translation(const vec_t<7, T>& 
 template <typename T> TG_FUNC void adj_sp_get_translation(const vec_t<7, T>&, vec_t<7, T>& at, const vec_t<3, T>& g) { sp_add_pos(at, g); }
 template <typename T> TG_FUNC vec_t<4, T> sp_get_rotation(const vec_t<7, T>& t) { return sp_rot(t); }
 template <typename T> TG_FUNC void adj_sp_get_rotation(const vec_t<7, T>&, vec_t<7, T>& at, const vec_t<4, T>& g) { sp_add_rot(at, g); }
+// t with its translation / rotation replaced (Warp's transform_set_translation / _rotation write t)
+template <typename T> TG_FUNC vec_t<7, T> sp_with_translation(const vec_t<7, T>& t, const vec_t<3, T>& p) {
+    vec_t<7, T> r = t; for (int i = 0; i < 3; ++i) r.c[i] = p.c[i]; return r;
+}
+template <typename T> TG_FUNC void adj_sp_with_translation(const vec_t<7, T>&, const vec_t<3, T>&, vec_t<7, T>& at, vec_t<3, T>& ap, const vec_t<7, T>& g) {
+    for (int i = 0; i < 3; ++i) ap.c[i] += g.c[i];
+    for (int i = 3; i < 7; ++i) at.c[i] += g.c[i];
+}
+template <typename T> TG_FUNC vec_t<7, T> sp_with_rotation(const vec_t<7, T>& t, const vec_t<4, T>& q) {
+    vec_t<7, T> r = t; for (int i = 0; i < 4; ++i) r.c[3 + i] = q.c[i]; return r;
+}
+template <typename T> TG_FUNC void adj_sp_with_rotation(const vec_t<7, T>&, const vec_t<4, T>&, vec_t<7, T>& at, vec_t<4, T>& aq, const vec_t<7, T>& g) {
+    for (int i = 0; i < 3; ++i) at.c[i] += g.c[i];
+    for (int i = 0; i < 4; ++i) aq.c[i] += g.c[3 + i];
+}
 
 // x' = rotate(q, x) + p (a point); rotate(q, x) (a direction)
 template <typename T> TG_FUNC vec_t<3, T> sp_transform_point(const vec_t<7, T>& t, const vec_t<3, T>& x) {
