@@ -54,12 +54,15 @@ def _check_vmap_method(m, who=_WHO):
 
 
 def _check_block_dim(block_dim):
+    """``block_dim`` as given (None or an int in 1..1024), with Warp's error texts."""
     if block_dim is None:
-        return 256
+        return None
     if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)):
-        raise TypeError(f"{_WHO}: block_dim must be an int, got {type(block_dim).__name__}")
-    if not 0 < int(block_dim) <= 1024:
-        raise ValueError(f"{_WHO}: block_dim must be in 1..1024 (CUDA threads per block), got {block_dim}")
+        raise TypeError(f"{_WHO}: block_dim must be an integer or None, got {type(block_dim).__name__}")
+    if int(block_dim) <= 0:
+        raise ValueError(f"{_WHO}: block_dim must be positive (CUDA threads per block, 1..1024), got {block_dim}")
+    if int(block_dim) > 1024:
+        raise ValueError(f"{_WHO}: block_dim must be at most 1024 (CUDA threads per block), got {block_dim}")
     return int(block_dim)
 
 
@@ -149,7 +152,8 @@ class JaxKernel:
         self.module_preload_mode = entry.ModulePreloadMode(module_preload_mode)
         self.enable_backward = bool(enable_backward)
         self.has_side_effect = bool(has_side_effect)
-        self.block_dim = _check_block_dim(block_dim)
+        self.block_dim = _check_block_dim(block_dim)     # as given (None: the default), as Warp's attribute
+        self._threads = 256 if self.block_dim is None else self.block_dim
         self.call_params = self.sig.inputs + self.sig.in_out     # what the caller passes, in order
         self.label = f"{_WHO} '{kernel.key}'"
         self._calls: dict = {}     # call configuration -> (ffi callable, plan)
@@ -345,7 +349,7 @@ class JaxKernel:
             if call is not None:
                 return call, None
         spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint,
-                                 self.block_dim, tangent)
+                                 self._threads, tangent)
         ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None,
                 tuple((tuple(s), str(d)) for s, d in results))   # batched calls differ in result shapes only
         hit = self._calls.get(ckey)

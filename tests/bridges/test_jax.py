@@ -201,7 +201,7 @@ def test_same_configuration_same_wrapper():
     assert tg.jax_kernel(add_into, num_outputs=2, in_out_argnames=["acc"]) is \
         tg.jax_kernel(add_into, num_outputs=2, in_out_argnames=["acc"])
     assert tg.jax_kernel(triple, block_dim=128) is not a
-    assert tg.jax_kernel(triple, block_dim=128).block_dim == 128 and a.block_dim == 256
+    assert tg.jax_kernel(triple, block_dim=128).block_dim == 128 and a.block_dim is None   # Warp: None = default
 
 
 def test_has_side_effect_and_preload_modes():

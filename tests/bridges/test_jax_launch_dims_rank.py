@@ -101,3 +101,28 @@ def test_output_takes_the_first_inputs_shape_on_cuda(x64):
     np.testing.assert_allclose(np.asarray(out), _ref(a), rtol=1e-14)
     g = jax.grad(lambda v: jnp.sum(k(v)[0]))(x)
     np.testing.assert_allclose(np.asarray(g), 2.0 * a * (1.0 + np.arange(3).reshape(-1, 1, 1, 1)), rtol=1e-13)
+
+
+@tg.kernel
+def _triple(x: tg.array(dtype=float), y: tg.array(dtype=float)):
+    i = tg.tid()
+    y[i] = 3.0 * x[i]
+
+
+def test_block_dim_checks_and_attribute_as_warp():
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="block_dim must be positive"):
+            tg.jax_kernel(_triple, block_dim=bad)
+    with pytest.raises(ValueError, match="block_dim must be at most 1024"):
+        tg.jax_kernel(_triple, block_dim=2048)
+    for bad in (True, False, 1.5):
+        with pytest.raises(TypeError, match="block_dim must be an integer or None"):
+            tg.jax_kernel(_triple, block_dim=bad)
+    assert tg.jax_kernel(_triple).block_dim is None
+    assert tg.jax_kernel(_triple, enable_backward=True).block_dim is None
+    assert tg.jax_kernel(_triple, block_dim=np.int64(64)).block_dim == 64
+    k = tg.jax_kernel(_triple, block_dim=32)
+    (y,) = k(jnp.arange(100, dtype=jnp.float32))       # runs with the default 256 and with 32
+    np.testing.assert_array_equal(np.asarray(y), 3.0 * np.arange(100))
+    (y,) = tg.jax_kernel(_triple)(jnp.arange(100, dtype=jnp.float32))
+    np.testing.assert_array_equal(np.asarray(y), 3.0 * np.arange(100))
