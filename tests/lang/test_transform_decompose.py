@@ -247,3 +247,36 @@ def test_transform_setter_needs_a_local():
     with pytest.raises(KernelError, match=r"first argument must be a local variable to update, got 'x\[i\]'"):
         tg.launch(set_on_array_element, dim=1, inputs=[tg.zeros(1, dtype=tg.transformd),
                                                        tg.zeros(1, dtype=tg.vec3d)])
+
+
+@tg.kernel
+def assign_parts(x: tg.array(dtype=tg.transformd), p: tg.array(dtype=tg.vec3d), q: tg.array(dtype=tg.quatd),
+                 out: tg.array(dtype=tg.transformd)):
+    i = tg.tid()
+    a = x[i]
+    a.p = p[i]
+    a.q = q[i]
+    b = x[i]
+    b.p += p[i]
+    b.p -= 0.5 * p[i]
+    out[i] = a + b
+
+
+def test_transform_p_and_q_assignment(device):
+    x, y = _rand_transforms(4, 13), _rand_transforms(4, 14)
+    xa = tg.array(x, dtype=tg.transformd, requires_grad=True, device=device)
+    pa = tg.array(y[:, :3], dtype=tg.vec3d, requires_grad=True, device=device)
+    qa = tg.array(y[:, 3:], dtype=tg.quatd, requires_grad=True, device=device)
+    out = tg.zeros(4, dtype=tg.transformd, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(assign_parts, dim=4, inputs=[xa, pa, qa], outputs=[out])
+    b = x.copy()
+    b[:, :3] += 0.5 * y[:, :3]
+    np.testing.assert_allclose(out.numpy(), y + b, rtol=1e-14)
+    out.grad = tg.ones_like(out)
+    tape.backward()
+    gx = np.ones_like(x)
+    np.testing.assert_array_equal(xa.grad.numpy(), gx)         # only b reads x where it was kept
+    np.testing.assert_array_equal(pa.grad.numpy(), np.full((4, 3), 1.5))
+    np.testing.assert_array_equal(qa.grad.numpy(), np.ones((4, 4)))
