@@ -583,6 +583,16 @@ class ExprMixin:
         return self.builtin_args("cast", [TypeArg(target)] + [v], node)
 
     def construct(self, t, args, node, kwargs):
+        if kwargs and isinstance(t, TransformType) and set(kwargs) <= {"p", "q"} and len(args) + len(kwargs) <= 2:
+            # Warp's tg.transform(p=..., q=...): p defaults to zero, q to the identity rotation
+            given = dict(zip(("p", "q"), args))
+            if set(given) & set(kwargs):
+                self.error(f"{type_name(t)}(): '{sorted(set(given) & set(kwargs))[0]}' given twice", node)
+            given.update({k: self.expr(v) for k, v in kwargs.items()})
+            v3, qt = vector(3, t.scalar), quaternion(t.scalar)
+            p = given.get("p", Lit(v3(0.0, 0.0, 0.0), v3))
+            q = given.get("q", Lit(qt(0.0, 0.0, 0.0, 1.0), qt))
+            return self.construct(t, [p, q], node, {})
         if kwargs:
             self.error(f"{type_name(t)}() takes no keyword arguments", node)
         if all(isinstance(a, Lit) for a in args) and args:

@@ -280,3 +280,22 @@ def test_transform_p_and_q_assignment(device):
     np.testing.assert_array_equal(xa.grad.numpy(), gx)         # only b reads x where it was kept
     np.testing.assert_array_equal(pa.grad.numpy(), np.full((4, 3), 1.5))
     np.testing.assert_array_equal(qa.grad.numpy(), np.ones((4, 4)))
+
+
+@tg.kernel
+def keyword_transforms(p: tg.array(dtype=tg.vec3d), q: tg.array(dtype=tg.quatd), out: tg.array(dtype=tg.transformd)):
+    i = tg.tid()
+    out[3 * i] = tg.transformd(p=p[i], q=q[i])
+    out[3 * i + 1] = tg.transformd(p=p[i])
+    out[3 * i + 2] = tg.transformd(q=q[i])
+
+
+def test_transform_keyword_constructor(device):
+    y = _rand_transforms(2, 15)
+    out = tg.zeros(6, dtype=tg.transformd, device=device)
+    tg.launch(keyword_transforms, dim=2, inputs=[tg.array(y[:, :3], dtype=tg.vec3d, device=device),
+                                                 tg.array(y[:, 3:], dtype=tg.quatd, device=device)], outputs=[out])
+    o = out.numpy()
+    np.testing.assert_array_equal(o[0::3], y)
+    np.testing.assert_array_equal(o[1::3], np.concatenate([y[:, :3], np.tile([0, 0, 0, 1.0], (2, 1))], axis=1))
+    np.testing.assert_array_equal(o[2::3], np.concatenate([np.zeros((2, 3)), y[:, 3:]], axis=1))
