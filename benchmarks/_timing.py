@@ -64,6 +64,16 @@ def per_call(fn: Callable[[], object], calls: int, sync: Optional[Callable[[], o
     return sample
 
 
+def median_time(fn: Callable[[], object], reps: int, sync: Optional[Callable[[], object]] = None) -> float:
+    """The median seconds of ``reps`` single calls of ``fn`` (one warm-up call first), each
+    sample closed by ``sync`` (a ``per_call`` sampler of one call)."""
+    fn()
+    if sync is not None:
+        sync()
+    sample = per_call(fn, 1, sync)
+    return statistics.median(sample() for _ in range(reps))
+
+
 def interleave(samplers: Mapping[str, Sampler], rounds: int, warmup: int = 1,
                rotate: bool = True) -> dict[str, list[float]]:
     """Run every sampler once per round, alternating, so machine noise hits all contenders.

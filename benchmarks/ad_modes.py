@@ -17,14 +17,12 @@ tapegrad's forward is the recorded forward (launches under a tape), its backward
 Writes benchmarks/results/ad_modes[_<device>].json.
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import tapegrad as tg
 
-from _timing import write_results
+from _timing import median_time, write_results
 
 
 @tg.kernel
@@ -49,18 +47,6 @@ def energy(x: tg.array[tg.float64], loss: tg.array[tg.float64]):
 
 
 DT = 0.01
-
-
-def median_time(fn, reps, sync):
-    fn()
-    sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def tapegrad_case(kind, n, steps, device, reps):

@@ -14,32 +14,18 @@ Reports median times and the ratio kernel op / native (goal: <= 1). Writes
 benchmarks/results/ad_modes_frameworks[_<device>].json.
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import tapegrad as tg
 
-from _timing import write_results
+from _timing import median_time, write_results
 
 
 @tg.kernel
 def elem_op(x: tg.array[tg.float64], w: tg.array[tg.float64], y: tg.array[tg.float64]):
     i = tg.tid()
     y[i] = tg.sin(x[i]) * tg.exp(-x[i] * x[i] * 0.25) + tg.tanh(w[i] * x[i])
-
-
-def median_time(fn, reps, sync):
-    fn()
-    sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def torch_cases(n, device, reps):
