@@ -504,26 +504,20 @@ def _cts(cts, avals_like):
     return [jnp.zeros(a[0], a[1]) if _is_zero(c) else c for c, a in zip(cts, avals_like)]
 
 
-def _tangent_transpose(cts, *args, call, batch):
-    n_arr = len(call.in_shapes)
-    xs, us = args[:n_arr], args[n_arr:]
-    _known(call, xs, "the tangent")
-    if all(_is_zero(c) for c in cts):
-        return [None] * len(args)
-    shapes = [(tuple(batch) + s, d) for s, d in _out_avals(tangent_p, call)]
-    g = adjoint_p.bind(*xs, *_cts(cts, shapes), call=call, batch=batch)
-    return [None] * n_arr + [_fit(gi, u.aval) if ad.is_undefined_primal(u) else None for gi, u in zip(g, us)]
-
-
-def _adjoint_transpose(cts, *args, call, batch):
-    n_arr = len(call.in_shapes)
-    xs, ws = args[:n_arr], args[n_arr:]
-    _known(call, xs, "the adjoint")
-    if all(_is_zero(c) for c in cts):
-        return [None] * len(args)
-    shapes = [(tuple(batch) + s, d) for s, d in _out_avals(adjoint_p, call)]
-    t = tangent_p.bind(*xs, *_cts(cts, shapes), call=call, batch=batch)
-    return [None] * n_arr + [_fit(ti, w.aval) if ad.is_undefined_primal(w) else None for ti, w in zip(t, ws)]
+def _transpose_into(prim, transposed_prim, what):
+    """The transpose rule of ``prim``, linear in its arguments after the primal inputs: the
+    tangent (``J u``) and the adjoint (``J^T w``) are each other's transposes, so the
+    cotangent of ``prim``'s results goes through ``transposed_prim``."""
+    def rule(cts, *args, call, batch):
+        n_arr = len(call.in_shapes)
+        xs, lin = args[:n_arr], args[n_arr:]
+        _known(call, xs, what)
+        if all(_is_zero(c) for c in cts):
+            return [None] * len(args)
+        shapes = [(tuple(batch) + s, d) for s, d in _out_avals(prim, call)]
+        r = transposed_prim.bind(*xs, *_cts(cts, shapes), call=call, batch=batch)
+        return [None] * n_arr + [_fit(ri, v.aval) if ad.is_undefined_primal(v) else None for ri, v in zip(r, lin)]
+    return rule
 
 
 def _tangent_adjoint_transpose(cts, *args, call, batch):
@@ -551,6 +545,6 @@ def _tangent_adjoint_transpose(cts, *args, call, batch):
     return [None] * (n_arr + len(ws)) + ct_u + ct_w
 
 
-ad.primitive_transposes[tangent_p] = _tangent_transpose
-ad.primitive_transposes[adjoint_p] = _adjoint_transpose
+ad.primitive_transposes[tangent_p] = _transpose_into(tangent_p, adjoint_p, "the tangent")
+ad.primitive_transposes[adjoint_p] = _transpose_into(adjoint_p, tangent_p, "the adjoint")
 ad.primitive_transposes[tangent_adjoint_p] = _tangent_adjoint_transpose
