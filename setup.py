@@ -22,7 +22,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (library name, source) -- tapegrad/native.py's HELPERS, which setup.py cannot import
-HELPERS = [("tg_fastlaunch", "tapegrad/fastlaunch.c"), ("tg_dlpack", "tapegrad/dlpack/capsule_helper.c"),
+HELPERS = [("tg_fastlaunch", "tapegrad/launch/fastlaunch.c"), ("tg_dlpack", "tapegrad/dlpack/capsule_helper.c"),
            ("tg_hostops", "tapegrad/hostops.c")]
 
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 
 import tapegrad as tg
-from tapegrad import fastlaunch, native
+from tapegrad import native
+from tapegrad.launch import fastlaunch
 
 here = os.path.dirname(os.path.abspath(tg.__file__))
 assert here.startswith(sys.prefix), f"tapegrad imported from {here}, not from the venv {sys.prefix}"

@@ -10,7 +10,7 @@ Measures (issue 3, "Done when"), each for tapegrad and its peer in the same run:
                       on the GPU also torch's smallest op (``torch.add(a, b, out=c)``, 1 element).
                       Target: <= 0.7x Warp's time (issue 3); on the GPU (issue 18) tapegrad arrays
                       <= 0.8x torch's op, torch tensors passed directly <= 1.5x torch and <= 0.5x
-                      Warp. tapegrad's launches take the native path (``tapegrad.fastlaunch``: one
+                      Warp. tapegrad's launches take the native path (``tapegrad.launch.fastlaunch``: one
                       C call packs and launches); the same launches through the Python path
                       (the helper switched off for the sample) are reported beside them ("py").
     saxpy             ``y[i] = a * x[i] + y[i]``, float32: 2^24 elements on the CPU (target

@@ -14,9 +14,9 @@ import weakref
 import numpy as np
 import torch
 
-from tapegrad import fastlaunch, types
+from tapegrad import types
 from tapegrad.device import Device, get_device
-from tapegrad.launch import register_device_of, register_launch_adapter
+from tapegrad.launch import fastlaunch, register_device_of, register_launch_adapter
 from tapegrad.storage import StorageCheck
 
 from . import torch_memory  # noqa: F401  registers the "torch" allocator and torch.cuda.graph's pool

@@ -61,7 +61,7 @@ from .errors import (  # noqa: F401
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401
 from .launch import ArrayCtype, launch  # noqa: F401
-from .launch_tangent import launch_tangent as _launch_tangent  # noqa: F401  registers launch(tangent=True)
+from .launch.tangent import launch_tangent as _launch_tangent  # noqa: F401  registers launch(tangent=True)
 from .runtime import (  # noqa: F401
     DeterministicMode,
     Module,

@@ -13,7 +13,7 @@ __all__ = ["CpuModule", "CudaModule", "FastEntry"]
 
 @dataclass(frozen=True)
 class FastEntry:
-    """What the native launch helper (``tapegrad.fastlaunch``) calls for a loaded kernel.
+    """What the native launch helper (``tapegrad.launch.fastlaunch``) calls for a loaded kernel.
 
     Attributes:
         cuda: whether the entries are CUDA functions (launched with ``cuLaunchKernel``) or
@@ -58,7 +58,7 @@ class CpuModule:
             self._fwd(ctypes.byref(bounds), argv)
 
     def fast_entry(self) -> FastEntry:
-        """What the native launch helper (``tapegrad.fastlaunch``) calls: the addresses of the
+        """What the native launch helper (``tapegrad.launch.fastlaunch``) calls: the addresses of the
         forward and backward entry points."""
         bwd = ctypes.cast(self._bwd, ctypes.c_void_p).value if self._bwd is not None else None
         return FastEntry(False, ctypes.cast(self._fwd, ctypes.c_void_p).value, bwd)
@@ -90,7 +90,7 @@ class CudaModule:
         self.lanes = max(1, int(lanes))
 
     def fast_entry(self) -> FastEntry:
-        """What the native launch helper (``tapegrad.fastlaunch``) launches: the forward and
+        """What the native launch helper (``tapegrad.launch.fastlaunch``) launches: the forward and
         backward CUfunction handles, the default grid cap, the ordinal and the forward's lanes;
         it computes the grid as ``launch`` does and calls ``cuLaunchKernel`` itself."""
         return FastEntry(True, int(self._fwd), int(self._bwd) if self._bwd is not None else None,

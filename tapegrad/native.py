@@ -1,7 +1,7 @@
 """The native helpers' libraries: compiled at install, compiled on first use only as a fallback.
 
 Three small C helpers ship as source beside their modules: the launch helper
-(``fastlaunch.c``, ``tapegrad.fastlaunch``), the DLPack capsule helper
+(``launch/fastlaunch.c``, ``tapegrad.launch.fastlaunch``), the DLPack capsule helper
 (``dlpack/capsule_helper.c``, ``tapegrad.dlpack.capsules``) and the batched host memset
 (``hostops.c``, ``tapegrad.memory_ops``). ``setup.py`` compiles each into
 ``tapegrad/native_libs/<name>_<sha256 of the source, 16 hex digits><extension suffix>`` of the
@@ -28,7 +28,7 @@ __all__ = ["HELPERS", "LIB_DIR", "source_path", "helper_source", "prebuilt_path"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LIB_DIR = os.path.join(_HERE, "native_libs")
 # library name -> source, relative to the package (setup.py's HELPERS lists the same pairs)
-HELPERS = {"tg_fastlaunch": "fastlaunch.c", "tg_dlpack": "dlpack/capsule_helper.c", "tg_hostops": "hostops.c"}
+HELPERS = {"tg_fastlaunch": "launch/fastlaunch.c", "tg_dlpack": "dlpack/capsule_helper.c", "tg_hostops": "hostops.c"}
 
 
 def source_path(name: str) -> str:

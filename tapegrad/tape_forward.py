@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from . import memory_ops, tape_saves
 from .array import array
 from .launch import LaunchRecord
-from .launch_tangent import MODE_GRADS, launch_tangent, tangent_module
+from .launch.tangent import MODE_GRADS, launch_tangent, tangent_module
 from .recording import CopyRecord, FillRecord, grad_region
 from .types import ArrayType
 

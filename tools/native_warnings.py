@@ -18,7 +18,7 @@ import sysconfig
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-C_SOURCES = ["tapegrad/fastlaunch.c", "tapegrad/dlpack/capsule_helper.c", "tapegrad/hostops.c"]
+C_SOURCES = ["tapegrad/launch/fastlaunch.c", "tapegrad/dlpack/capsule_helper.c", "tapegrad/hostops.c"]
 FLAGS = ["-Wall", "-Werror", "-fsyntax-only"]
 
 

@@ -74,7 +74,7 @@ def cpu_entry(kernel, adjoint: bool) -> int:
 def tangent_entry(kernel, device, tangent: int):
     """``(entry, threads cap)`` of the kernel's tangent (``tangent`` 1) or tangent-of-adjoint
     (2) build on ``device``: a CPU function address or a CUfunction (``launch_tangent``)."""
-    from tapegrad.launch_tangent import tangent_module
+    from tapegrad.launch.tangent import tangent_module
     m = tangent_module(kernel, device, tangent == 2)
     fn = m.tangent_adjoint if tangent == 2 else m.tangent
     if not m.cuda:

@@ -43,7 +43,7 @@ __all__ = ["FORWARD_OVER_FORWARD_MAX", "KernelCall", "bind_forward", "forward_p"
            "tangent_adjoint_p"]
 
 FORWARD_OVER_FORWARD_MAX = 4096   # output elements: one launch each (and an m x m basis)
-_MODE_WRITE_PRIMAL = 1   # the tangent entry writes the primal outputs too (launch_tangent.MODE_WRITE_PRIMAL)
+_MODE_WRITE_PRIMAL = 1   # the tangent entry writes the primal outputs too (tapegrad.launch.tangent.MODE_WRITE_PRIMAL)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 carries a gradient — a tapegrad array with ``.grad``, or a launch descriptor (``ArrayCtype``,
 what ``from_torch(..., return_ctype=True)`` returns) whose ``grad`` pointer is set — accumulates
 into that gradient, as Warp's kernels write through an array's gradient pointer. Before the
-fix a descriptor's entry stayed 0. Checked on the native path (``tapegrad.fastlaunch``) and the
+fix a descriptor's entry stayed 0. Checked on the native path (``tapegrad.launch.fastlaunch``) and the
 Python path, against the analytic gradient, in float64.
 """
 import ctypes

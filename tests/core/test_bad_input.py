@@ -116,7 +116,7 @@ def k_two_cold(x: tg.array2d(dtype=tg.float32)):
 
 
 # a valid launch of each kernel, run twice before its first bad launch: the second and later
-# launches of a kernel take the native path (tapegrad.fastlaunch), which must refuse the same
+# launches of a kernel take the native path (tapegrad.launch.fastlaunch), which must refuse the same
 _WARM = {
     "k_axpy": lambda: (4, [A(), A(), 1.0]),
     "k_count": lambda: (4, [A(dtype=tg.int32), 1]),
@@ -1371,7 +1371,7 @@ def expect(exc, fn):
     raise SystemExit(f"accepted: {fn}")
 
 a = tg.zeros(8, dtype=tg.float32)
-for _ in range(3):   # later launches take the native path (tapegrad.fastlaunch)
+for _ in range(3):   # later launches take the native path (tapegrad.launch.fastlaunch)
     tg.launch(k, 8, [a, a])
 expect(TypeError, lambda: tg.launch(k, 8, [None, a]))                               # NULL array
 expect(ValueError, lambda: tg.array(ptr=0, shape=(1 << 20,), dtype=tg.float32))   # NULL pointer

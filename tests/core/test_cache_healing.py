@@ -65,7 +65,7 @@ _CHILD = textwrap.dedent('''
         assert ffi.function_address("tgx_kernel_cpu")
 
     def fastlaunch():
-        from tapegrad import fastlaunch
+        from tapegrad.launch import fastlaunch
         x = tg.array(np.arange(8, dtype=np.float32))
         for _ in range(3):
             y = tg.zeros(8, dtype=tg.float32)

@@ -1,4 +1,4 @@
-"""Adjoint launches on the native path (tapegrad.fastlaunch): ``launch(..., adjoint=True)`` and
+"""Adjoint launches on the native path (tapegrad.launch.fastlaunch): ``launch(..., adjoint=True)`` and
 ``Tape.backward``'s replays give bit-identical gradients to the Python path for every argument
 kind, the cases the helper leaves to the Python path fall back (and raise its errors), and a
 float64 tape backward through the native path matches finite differences.
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fastlaunch
+from tapegrad.launch import fastlaunch
 from tests.core.test_fast_launch import Params, counted, native_helper, python_path  # noqa: F401
 
 N = 16

@@ -1,4 +1,4 @@
-"""The native launch path (tapegrad.fastlaunch): same results as the Python path for every
+"""The native launch path (tapegrad.launch.fastlaunch): same results as the Python path for every
 argument kind, every fallback condition taken, and no stale foreign layouts.
 
 Each comparison runs a launch through the native helper and the same launch through the
@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fastlaunch
-from tapegrad.launch import ArrayCtype
+from tapegrad.launch import ArrayCtype, fastlaunch
 
 L = sys.modules["tapegrad.launch"]   # the module (tg.launch is the function)
 
@@ -880,7 +879,7 @@ def test_first_launch_of_a_process_defers_the_helper(tmp_path):
     script.write_text(
         "import sys\n"
         "import tapegrad as tg\n"
-        "from tapegrad import fastlaunch\n"
+        "from tapegrad.launch import fastlaunch\n"
         "L = sys.modules['tapegrad.launch']\n"
         "@tg.kernel\n"
         "def k(a: tg.array(dtype=tg.float32), b: tg.array(dtype=tg.float32)):\n"

@@ -1,5 +1,5 @@
 """``__cuda_array_interface__`` objects (CuPy, Numba, any CAI v3 producer) on the native launch
-path (tapegrad.fastlaunch): the helper caches the Python packer's descriptor per parameter
+path (tapegrad.launch.fastlaunch): the helper caches the Python packer's descriptor per parameter
 under (exact type, typestr, shape, strides, read-only flag, launch device) and reads only the
 pointer per launch; a producer stream the Python path would wait for (or refuse) sends the
 launch to the Python path.
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fastlaunch, protocols
-from tapegrad.launch import ArrayCtype, register_device_of, register_launch_adapter
+from tapegrad import protocols
+from tapegrad.launch import ArrayCtype, fastlaunch, register_device_of, register_launch_adapter
 from tests.core.test_fast_launch import (  # noqa: F401
     both,
     compare_errors,

@@ -26,7 +26,8 @@ _CHILD = textwrap.dedent('''
     import os, sys, time
     import numpy as np
     import tapegrad as tg
-    from tapegrad import fastlaunch, native
+    from tapegrad import native
+    from tapegrad.launch import fastlaunch
     if os.environ.get("TG_TEST_LIB_DIR"):   # the libraries setup.py built for this test
         native.LIB_DIR = os.environ["TG_TEST_LIB_DIR"]
     if sys.argv[1] == "quiet":

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fastlaunch
 from tapegrad.lang import facts
+from tapegrad.launch import fastlaunch
 
 
 @tg.kernel

@@ -16,7 +16,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import types as T
-from tapegrad.launch_tangent import load_tangents
+from tapegrad.launch.tangent import load_tangents
 
 from .test_builtins_grad import CASES, N, _kernels, _run, _sample, _type
 

@@ -1,6 +1,6 @@
 """launch(): turn arguments into kernel-ABI values and call a compiled kernel.
 
-Two paths. The native one (``tapegrad.fastlaunch``, a small C helper) packs the arguments and
+Two paths. The native one (``tapegrad.launch.fastlaunch``, a small C helper) packs the arguments and
 launches in one C call from a per-kernel plan built once beside the packers; it takes the
 common launches (forward and adjoint ones, ``Tape.backward``'s replays, and launches under a
 recording tape, which it records through ``_record_launch`` before launching) and returns
@@ -19,16 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from . import cpu_capture, fastlaunch, types
-from .array import array
-from .config import config
-from .device import Device, get_device
-from .frameworks import bridge_for_type_module
-from .lang import facts
-from .lang.kernel import Kernel
-from .protocols import interface_layout, parse_cuda_array_interface, pointer_device
-from .recording import Access, active_tape
-from .storage import CheckedDesc, check_extent, fold_inner_dims
+from .. import cpu_capture, types
+from ..array import array
+from ..config import config
+from ..device import Device, get_device
+from ..frameworks import bridge_for_type_module
+from ..lang import facts
+from ..lang.kernel import Kernel
+from ..protocols import interface_layout, parse_cuda_array_interface, pointer_device
+from ..recording import Access, active_tape
+from ..storage import CheckedDesc, check_extent, fold_inner_dims
+from . import fastlaunch
 
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher"]
@@ -256,7 +257,7 @@ class LaunchPlan:
     Attributes:
         packers: one ``pack(value, device) -> ctypes value`` per parameter.
         written: indices of the parameters the forward writes (read-only and version checks).
-        native: the native helper's plan of the same parameters (``tapegrad.fastlaunch``), or
+        native: the native helper's plan of the same parameters (``tapegrad.launch.fastlaunch``), or
             None when the helper is not available.
         tid_checks: the kernel's unguarded ``tid()`` accesses of array parameters
             (``lang.facts.tid_accesses``): a grid past one of those arrays is refused.
@@ -319,7 +320,7 @@ def _upgrade_plan(kernel, plan) -> LaunchPlan:
 
 # ------------------------------------------------------------------------ the native path
 
-_fast = None   # tapegrad.fastlaunch's launch function once its helper is loaded (None: Python path only)
+_fast = None   # tapegrad.launch.fastlaunch's launch function once its helper is loaded (None: Python path only)
 _python_launches = 0   # launches the Python path ran (counted up to 1: whether there was one)
 
 
@@ -330,7 +331,7 @@ def _count_python_launch():
 
 def _native_plan(kernel, packers, written, tid_checks=()):
     """The native helper's plan for ``kernel`` (None without the helper): each parameter's kind,
-    and for arrays the dtype and ndim the C code checks (``tapegrad.fastlaunch``)."""
+    and for arrays the dtype and ndim the C code checks (``tapegrad.launch.fastlaunch``)."""
     global _fast
     if _fast is None:   # once per kernel while the helper is unavailable (load() remembers why)
         _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
@@ -375,8 +376,8 @@ def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_
 def _listen_for_build_changes():
     # tg.config.mode and module options choose the build kernel.module(dev) returns: a change
     # makes the native plans forget the modules they launch
-    from .config import add_mode_listener
-    from .lang.options import add_options_listener
+    from ..config import add_mode_listener
+    from ..lang.options import add_options_listener
     add_mode_listener(fastlaunch.invalidate)
     add_options_listener(fastlaunch.invalidate)
 
@@ -644,7 +645,7 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         return
     fast = _fast
     if fast is not None:
-        # the native helper launches it (tapegrad.fastlaunch; two more arguments: the adjoint)
+        # the native helper launches it (tapegrad.launch.fastlaunch; two more arguments: the adjoint)
         if not adjoint:
             if fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
                 return
@@ -667,7 +668,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
     if stream is not None:
-        from .cuda.stream import Stream
+        from ..cuda.stream import Stream
         if not isinstance(stream, Stream):
             raise TypeError(f"launch: stream must be a tapegrad Stream, got {type(stream).__name__}")
     plan = kernel.launch_plan
@@ -739,12 +740,12 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
                 args[i].version += 1
 
 
-# forward mode (tapegrad.launch_tangent registers it): launch(tangent=True) calls it
+# forward mode (tapegrad.launch.tangent registers it): launch(tangent=True) calls it
 _tangent_launcher: list = [None]
 
 
 def register_tangent_launcher(fn) -> None:
-    """Let ``launch(..., tangent=True)`` call ``fn`` (``tapegrad.launch_tangent`` registers it)."""
+    """Let ``launch(..., tangent=True)`` call ``fn`` (``tapegrad.launch.tangent`` registers it)."""
     _tangent_launcher[0] = fn
 
 

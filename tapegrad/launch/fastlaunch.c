@@ -1,5 +1,5 @@
 /* tapegrad fast launch: pack a kernel's arguments and launch it in one native call.
-   Built by tapegrad/fastlaunch.py through tapegrad.build (as C++); needs libc only. The Python
+   Built by tapegrad/launch/fastlaunch.py through tapegrad.build (as C++); needs libc only. The Python
    C-API functions arrive as a table of addresses (ctypes.pythonapi), the CUDA driver entry
    points as addresses from ctypes.CDLL("libcuda.so.1"), so no Python.h or CUDA header is used.
 
@@ -89,7 +89,7 @@ static struct {
 typedef struct { int64_t shape[4]; int32_t ndim; int32_t pad; int64_t size; } bounds_t;
 typedef struct { void *data; void *grad; int64_t shape[4]; int64_t strides[4]; int32_t ndim; uint32_t flags; } desc_t;
 
-/* parameter kinds (tapegrad/fastlaunch.py KINDS keeps the same order) */
+/* parameter kinds (tapegrad/launch/fastlaunch.py KINDS keeps the same order) */
 enum { K_PY, K_ARRAY, K_F32, K_F64, K_F16, K_BF16, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32,
        K_U64, K_BOOL };
 

@@ -25,12 +25,12 @@ import ctypes
 import weakref
 from dataclasses import dataclass
 
-from . import build, types
-from .array import array
-from .errors import KernelError
-from .lang import direct, emit
-from .lang import tangent as lang_tangent
-from .launch import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
+from .. import build, types
+from ..array import array
+from ..errors import KernelError
+from ..lang import direct, emit
+from ..lang import tangent as lang_tangent
+from . import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
 
 __all__ = ["TangentModule", "tangent_module", "load_tangents", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
 

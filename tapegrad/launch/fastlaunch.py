@@ -57,7 +57,7 @@ import os
 import sys
 import threading
 
-from . import modules, native
+from .. import modules, native
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
            "numpy_off", "forget_types", "cai_decision", "stats", "error"]
@@ -107,7 +107,7 @@ def _layout_ok(types) -> bool:
 
 
 def _build():
-    from . import types
+    from .. import types
     if os.environ.get("TAPEGRAD_FAST_LAUNCH", "1") == "0":
         raise OSError("disabled by TAPEGRAD_FAST_LAUNCH=0")
     if sys.implementation.name != "cpython" or not _layout_ok(types):
@@ -306,7 +306,7 @@ def _cuda_ready(lib) -> bool:
     ok = _state.get("cuda")
     if ok is None:
         try:
-            from .cuda.stream import Stream
+            from ..cuda.stream import Stream
             cu = ctypes.CDLL("libcuda.so.1")
             launch, current, set_current = cu.cuLaunchKernel, cu.cuCtxGetCurrent, cu.cuCtxSetCurrent
             attrs = cu.cuPointerGetAttributes   # CUDA >= 7: the device of a CAI object's pointer
