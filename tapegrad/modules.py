@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from . import abi
+
 __all__ = ["CpuModule", "CudaModule", "FastEntry"]
 
 
@@ -41,11 +43,11 @@ class CpuModule:
     def __init__(self, lib, kernel):
         self.lib = lib
         self.key = kernel.key
-        self._fwd = getattr(lib, f"{kernel.symbol}_cpu_forward")
+        self._fwd = getattr(lib, abi.entry_name(kernel.symbol, "cpu", "forward"))
         self._fwd.restype = None
         self._bwd = None
         if kernel.enable_backward:
-            self._bwd = getattr(lib, f"{kernel.symbol}_cpu_backward")
+            self._bwd = getattr(lib, abi.entry_name(kernel.symbol, "cpu", "backward"))
             self._bwd.restype = None
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
@@ -74,19 +76,15 @@ class CudaModule:
         self.ordinal = device.ordinal
         self._module = module_handle
         with device.context_guard():
-            self._fwd = driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_forward")
-            self._bwd = (driver.moduleGetFunction(module_handle, f"{kernel.symbol}_cuda_backward")
+            self._fwd = driver.moduleGetFunction(module_handle, abi.entry_name(kernel.symbol, "cuda", "forward"))
+            self._bwd = (driver.moduleGetFunction(module_handle, abi.entry_name(kernel.symbol, "cuda", "backward"))
                          if kernel.enable_backward else None)
         self._nargs = len(kernel.arg_types)
         self._params = {}
-        # Default grid cap (max_blocks=0): enough resident threads to fill every SM several
-        # times over, then the grid-stride loop. Measured on an H200 for a 2^28 saxpy: one
-        # thread per element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
-        sms = device.sm_count
-        self._threads_cap = sms * 2048 * 4 if sms else 0
-        # An elementwise forward entry runs `lanes` launch threads per CUDA thread with 16-byte
-        # loads (lang/elementwise.py) and gets one CUDA thread per group, uncapped: measured on
-        # an H200 for a 2^28 saxpy, 4.33 TB/s uncapped against 4.12 under the cap above.
+        # the default grid cap (max_blocks=0) and the elementwise forward's lanes: abi.grid_blocks
+        self._threads_cap = abi.threads_cap(device.sm_count)
+        # an elementwise forward entry runs `lanes` launch threads per CUDA thread (16-byte loads,
+        # lang/elementwise.py)
         self.lanes = max(1, int(lanes))
 
     def fast_entry(self) -> FastEntry:
@@ -109,14 +107,9 @@ class CudaModule:
         params[0] = ctypes.addressof(bounds)
         ctypes.memmove(ctypes.addressof(params) + ctypes.sizeof(ctypes.c_void_p), argv,
                        n * ctypes.sizeof(ctypes.c_void_p))
-        block_dim = int(block_dim) or 256
-        lanes = 1 if adjoint else self.lanes
-        blocks = ((size + lanes - 1) // lanes + block_dim - 1) // block_dim
-        if max_blocks and max_blocks > 0:
-            blocks = min(blocks, int(max_blocks))
-        elif self._threads_cap and lanes == 1:
-            blocks = min(blocks, max(1, self._threads_cap // block_dim))
-        blocks = min(blocks, 2 ** 31 - 1)
+        block_dim = int(block_dim) or abi.DEFAULT_BLOCK_DIM
+        blocks = abi.grid_blocks(size, block_dim, 1 if adjoint else self.lanes, int(max_blocks or 0),
+                                 self._threads_cap)
         rt = self._runtime
         prev = rt.getDevice()
         if prev != self.ordinal:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import abi
+from .abi import ARRAY_FLAG_READONLY, ARRAY_FLAG_RETAIN_GRAD, MAX_DIMS, ArrayDesc, LaunchBounds
 from .hostvalues import set_resolver, value_class
 
 __all__ = [
@@ -27,11 +29,8 @@ __all__ = [
     "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr", "types_equal",
 ]
 
-MAX_DIMS = 4
-
-# ArrayDesc.flags bits (C++: tg::array_t::flags)
-ARRAY_FLAG_READONLY = 1      # kernels may not write the data
-ARRAY_FLAG_RETAIN_GRAD = 2   # write adjoints leave the gradient in place (array.retain_grad)
+# MAX_DIMS, the ArrayDesc.flags bits and the kernel-ABI structs ArrayDesc, LaunchBounds are
+# tapegrad.abi's (re-exported here: struct types lay out array fields as ArrayDesc)
 
 # DLPack type codes (dlpack.h DLDataTypeCode)
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
@@ -148,6 +147,7 @@ _SCALAR_TABLE = [
 ]
 
 SCALARS: dict[str, ScalarType] = {row[0]: ScalarType(*row) for row in _SCALAR_TABLE}
+abi.register_scalars(SCALARS.values())   # the parameter kinds of the native launch paths
 bool_ = SCALARS["bool"]
 int8, int16, int32, int64 = (SCALARS[n] for n in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (SCALARS[n] for n in ("uint8", "uint16", "uint32", "uint64"))
@@ -864,36 +864,6 @@ def dtype_from_dlpack(code: int, bits: int) -> ScalarType:
     if key not in _BY_DLPACK:
         raise TypeError(f"DLPack dtype (code={code}, bits={bits}) has no tapegrad equivalent")
     return _BY_DLPACK[key]
-
-
-# ----------------------------------------------------------------------------- kernel ABI
-
-class ArrayDesc(ctypes.Structure):
-    """The array descriptor every kernel receives (identical on CPU and CUDA).
-
-    ``strides`` are in bytes; ``grad`` may be NULL. C++ twin: ``tg::array_t<T>`` in
-    ``lang/runtime/array.h``.
-    """
-
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("grad", ctypes.c_void_p),
-        ("shape", ctypes.c_int64 * MAX_DIMS),
-        ("strides", ctypes.c_int64 * MAX_DIMS),
-        ("ndim", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-    ]
-
-
-class LaunchBounds(ctypes.Structure):
-    """Launch grid: up to 4 dims, row-major; ``size`` is their product. C++: ``tg::launch_t``."""
-
-    _fields_ = [
-        ("shape", ctypes.c_int64 * MAX_DIMS),
-        ("ndim", ctypes.c_int32),
-        ("pad", ctypes.c_int32),
-        ("size", ctypes.c_int64),
-    ]
 
 
 # ---------------------------------------------------------------- named vector/matrix types

@@ -19,22 +19,10 @@ from __future__ import annotations
 
 import ctypes
 
+from ..abi import DebugSlot, entry_name
 from ..errors import KernelIndexError
 
 __all__ = ["DebugSlot", "CheckedModule"]
-
-
-class DebugSlot(ctypes.Structure):
-    """The error slot; C++ twin ``tg::dbg_slot_t`` in ``runtime/debug.h``."""
-
-    _fields_ = [
-        ("flag", ctypes.c_int32),
-        ("site", ctypes.c_int32),
-        ("ndim", ctypes.c_int32),
-        ("count", ctypes.c_int32),
-        ("index", ctypes.c_int64 * 4),
-        ("shape", ctypes.c_int64 * 4),
-    ]
 
 
 class CheckedModule:
@@ -55,13 +43,13 @@ class CheckedModule:
         self.sites = sites
         self._cuda = None
         if lib is not None:
-            get = getattr(lib, f"{kernel.symbol}_cpu_dbg_slot")
+            get = getattr(lib, entry_name(kernel.symbol, "cpu", "dbg_slot"))
             get.restype = ctypes.c_void_p
             self._slot = DebugSlot.from_address(get())
         else:
             from cupy.cuda import driver
             with device.context_guard():
-                self._cuda = driver.moduleGetGlobal(cuda_module, "tg_dbg_slot")
+                self._cuda = driver.moduleGetGlobal(cuda_module, entry_name(kernel.symbol, "cuda", "dbg_slot"))
             self._slot = DebugSlot()
 
     def __getattr__(self, name):   # lib, key... of the wrapped module (bridges read .lib)

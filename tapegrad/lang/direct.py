@@ -80,7 +80,8 @@ def compiler_identity() -> str:
     An installed release (the package beside its ``tapegrad-<version>.dist-info``) is its version
     plus the size and mtime of the install's ``RECORD`` (rewritten by every install): one
     ``stat``. A source checkout or editable install is the size and mtime of every file of
-    ``tapegrad/lang`` (frontend, passes, emitter, runtime headers) and of ``tapegrad/types.py``,
+    ``tapegrad/lang`` (frontend, passes, emitter, runtime headers), of ``tapegrad/types.py`` and of
+    the kernel ABI (``tapegrad/abi``, ``include/tg_abi.h``),
     so an edited file gives another fingerprint (about 40 ``stat`` calls). Both include the
     Python and NumPy versions."""
     global _identity
@@ -92,7 +93,8 @@ def compiler_identity() -> str:
             st = os.stat(os.path.join(os.path.dirname(pkg), f"tapegrad-{__version__}.dist-info", "RECORD"))
             seen.append(f"installed:{pkg}:{st.st_size}:{st.st_mtime_ns}")
         except OSError:
-            paths = [os.path.join(pkg, "types.py")]
+            paths = [os.path.join(pkg, "types.py"), os.path.join(pkg, "abi", "__init__.py"),
+                     os.path.join(pkg, "include", "tg_abi.h")]   # the kernel ABI (inlined into every kernel)
             for d in (here, os.path.join(here, "runtime")):
                 with os.scandir(d) as it:
                     paths += sorted(e.path for e in it if e.name.endswith((".py", ".h")))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..abi import entry_name
 from .ir import Assign, If, Loop, Read, Write, walk
 from .typeutil import is_array
 
@@ -176,7 +177,7 @@ def cuda_forward_entry(plan: VectorPlan, sym: str, kparams: str, n: int, fwd: st
     vargs = list(names)
     for a in plan.arrays:
         vargs[a.index] = f"w{a.index}"
-    lines = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{',
+    lines = [f'extern "C" __global__ void {entry_name(sym, "cuda", "forward")}({kparams}) {{',
              "    const int64_t tg_g0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;",
              "    const int64_t tg_gs = int64_t(blockDim.x) * gridDim.x;",
              f"    if ({' && '.join(ok)}) {{",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import abi
 from ..types import MatrixType, ScalarType, VectorType, float32, float64, int32
 from .adjoint import active
 from .elementwise import cuda_forward_entry, vector_plan, window_function
@@ -47,7 +48,8 @@ def runtime_source() -> str:
     """The runtime headers concatenated (``#pragma once`` stripped: they are inlined)."""
     global _runtime_text
     if _runtime_text is None:
-        parts = []
+        # the kernel ABI's structs first (the runtime's launch_t, array_t, dbg_slot_t match them)
+        parts = ["// ---- include/tg_abi.h\n" + abi.header_text()]
         for f in _RUNTIME_FILES:
             with open(os.path.join(_RUNTIME_DIR, f)) as fh:
                 parts.append(f"// ---- runtime/{f}\n" + fh.read().replace("#pragma once\n", ""))
@@ -595,15 +597,17 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
     ts = [p.type.cname for p in fn.params]
     names = [f"a{i}" for i in range(n)]
     call = ", ".join(["tg_bounds", "tg_t"] + names)
+    cpu_fwd, cpu_bwd, cpu_dbg, cuda_fwd, cuda_bwd = (abi.entry_name(sym, t, e) for t, e in (
+        ("cpu", "forward"), ("cpu", "backward"), ("cpu", "dbg_slot"), ("cuda", "forward"), ("cuda", "backward")))
     # CPU
-    cpu = [f'extern "C" TG_EXPORT void {sym}_cpu_forward(const tg::launch_t* tg_b, void** tg_args) {{',
+    cpu = [f'extern "C" TG_EXPORT void {cpu_fwd}(const tg::launch_t* tg_b, void** tg_args) {{',
            "    const tg::launch_t tg_bounds = *tg_b;"]
     cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
     cpu += _cpu_forward_loops(fn, sym, ts, variant.wide) + ["}"]
     if variant.debug:
-        cpu.append(f'extern "C" TG_EXPORT void* {sym}_cpu_dbg_slot() {{ return &tg_dbg_slot; }}')
+        cpu.append(f'extern "C" TG_EXPORT void* {cpu_dbg}() {{ return &tg_dbg_slot; }}')
     if enable_backward:
-        cpu += [f'extern "C" TG_EXPORT void {sym}_cpu_backward(const tg::launch_t* tg_b, void** tg_args) {{',
+        cpu += [f'extern "C" TG_EXPORT void {cpu_bwd}(const tg::launch_t* tg_b, void** tg_args) {{',
                 "    const tg::launch_t tg_bounds = *tg_b;"]
         cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
         acc_decls, flushes, body_decls, posts = [], [], [], []
@@ -639,11 +643,11 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
     if wfn is not None:   # elementwise: 16-byte loads and stores (lang/elementwise.py)
         cuda = [wfn] + cuda_forward_entry(vec, sym, kparams, n, f"{sym}_fwd", f"{sym}_fwdv")
     else:
-        cuda = [f'extern "C" __global__ void {sym}_cuda_forward({kparams}) {{', grid, f"        {sym}_fwd({call});",
+        cuda = [f'extern "C" __global__ void {cuda_fwd}({kparams}) {{', grid, f"        {sym}_fwd({call});",
                 "}"]
     if enable_backward:
         bparams = kparams + "".join(f", {t} g{i}_in" for i, t in enumerate(ts))
-        cuda += [f'extern "C" __global__ void {sym}_cuda_backward({bparams}) {{', grid + " {"]
+        cuda += [f'extern "C" __global__ void {cuda_bwd}({bparams}) {{', grid + " {"]
         gargs = []
         for i, p in enumerate(fn.params):
             if is_array(p.type):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+from ..abi import entry_name
 from ..errors import KernelError
 from . import emit
 from .emit import FunctionEmitter, callee_order, structs_used
@@ -286,12 +287,12 @@ def _entry(fn, sym, second_order, cuda) -> list:
     inner = (" ".join(locals_) + " " if second_order and locals_ else "") + call
     if cuda:
         ps = ["tg::launch_t tg_bounds"] + [f"{ts[i % n]} a{i}" for i in range(nslots * n)] + ["int32_t tg_mode"]
-        lines = [f'extern "C" __global__ void {sym}_cuda_{kind}({", ".join(ps)}) {{']
+        lines = [f'extern "C" __global__ void {entry_name(sym, "cuda", kind)}({", ".join(ps)}) {{']
         lines += _arg_decls(fn, second_order, True)
         lines += ["    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
                   "tg_t += int64_t(blockDim.x) * gridDim.x) {", f"        {inner}", "    }", "}"]
         return lines
-    lines = [f'extern "C" TG_EXPORT void {sym}_cpu_{kind}(const tg::launch_t* tg_b, void** tg_args) {{',
+    lines = [f'extern "C" TG_EXPORT void {entry_name(sym, "cpu", kind)}(const tg::launch_t* tg_b, void** tg_args) {{',
              "    const tg::launch_t tg_bounds = *tg_b;",
              f"    const int32_t tg_mode = *reinterpret_cast<const int32_t*>(tg_args[{nslots * n}]);"]
     lines += _arg_decls(fn, second_order, False)

@@ -25,7 +25,7 @@ import ctypes
 import weakref
 from dataclasses import dataclass
 
-from .. import build, types
+from .. import abi, build, types
 from ..array import array
 from ..errors import KernelError
 from ..lang import direct, emit
@@ -72,17 +72,13 @@ class TangentModule:
         from cupy.cuda import driver, runtime
         params = (ctypes.c_void_p * (len(values) + 1))(ctypes.addressof(bounds),
                                                        *[ctypes.addressof(v) for v in values])
-        block_dim = int(block_dim) or 256
-        blocks = (bounds.size + block_dim - 1) // block_dim
-        if max_blocks and max_blocks > 0:
-            blocks = min(blocks, int(max_blocks))
-        elif self.threads_cap:
-            blocks = min(blocks, max(1, self.threads_cap // block_dim))
+        block_dim = int(block_dim) or abi.DEFAULT_BLOCK_DIM
+        blocks = abi.grid_blocks(bounds.size, block_dim, 1, int(max_blocks or 0), self.threads_cap)
         prev = runtime.getDevice()
         if prev != self.ordinal:
             runtime.setDevice(self.ordinal)
         try:
-            driver.launchKernel(f, min(blocks, 2 ** 31 - 1), 1, 1, block_dim, 1, 1, 0, int(stream or 0),
+            driver.launchKernel(f, blocks, 1, 1, block_dim, 1, 1, 0, int(stream or 0),
                                 ctypes.addressof(params), 0)
         finally:
             if prev != self.ordinal:
@@ -125,16 +121,17 @@ def _entries(kernels, device, second_order, owner) -> list:
         sms = device.sm_count
         for k in kernels:
             with device.context_guard():
-                fwd = driver.moduleGetFunction(owner, f"{k.symbol}_cuda_tangent")
-                adj = driver.moduleGetFunction(owner, f"{k.symbol}_cuda_tangent_adjoint") if second_order else None
-            out.append(TangentModule(k.key, True, fwd, adj, device.ordinal, sms * 2048 * 4 if sms else 0, owner))
+                fwd = driver.moduleGetFunction(owner, abi.entry_name(k.symbol, "cuda", "tangent"))
+                adj = (driver.moduleGetFunction(owner, abi.entry_name(k.symbol, "cuda", "tangent_adjoint"))
+                       if second_order else None)
+            out.append(TangentModule(k.key, True, fwd, adj, device.ordinal, abi.threads_cap(sms), owner))
     else:
         for k in kernels:
-            fwd = getattr(owner, f"{k.symbol}_cpu_tangent")
+            fwd = getattr(owner, abi.entry_name(k.symbol, "cpu", "tangent"))
             fwd.restype = None
             adj = None
             if second_order:
-                adj = getattr(owner, f"{k.symbol}_cpu_tangent_adjoint")
+                adj = getattr(owner, abi.entry_name(k.symbol, "cpu", "tangent_adjoint"))
                 adj.restype = None
             out.append(TangentModule(k.key, False, fwd, adj, owner=owner))
     return out

@@ -1,4 +1,4 @@
-// tapegrad runtime: the array descriptor (layout identical to tapegrad.types.ArrayDesc),
+// tapegrad runtime: the array descriptor (the kernel ABI's tg_array_desc_t: tapegrad.abi.ARRAY),
 // element addressing, loads/stores/atomics on arrays and their adjoints.
 #pragma once
 
@@ -12,6 +12,19 @@ template <typename T> struct array_t {
     int32_t ndim;
     uint32_t flags;
 };
+
+// array_t<T> is the kernel ABI's tg_array_desc_t (include/tg_abi.h) with typed pointers: a
+// layout drift fails to compile (offsets checked by the host compiler; NVRTC sees the same text)
+static_assert(sizeof(array_t<float>) == TG_SIZEOF_ARRAY_DESC, "array_t: the kernel ABI's size");
+#ifndef TG_CUDA
+static_assert(__builtin_offsetof(array_t<float>, data) == TG_OFFSETOF_ARRAY_DESC_DATA &&
+              __builtin_offsetof(array_t<float>, grad) == TG_OFFSETOF_ARRAY_DESC_GRAD &&
+              __builtin_offsetof(array_t<float>, shape) == TG_OFFSETOF_ARRAY_DESC_SHAPE &&
+              __builtin_offsetof(array_t<float>, strides) == TG_OFFSETOF_ARRAY_DESC_STRIDES &&
+              __builtin_offsetof(array_t<float>, ndim) == TG_OFFSETOF_ARRAY_DESC_NDIM &&
+              __builtin_offsetof(array_t<float>, flags) == TG_OFFSETOF_ARRAY_DESC_FLAGS,
+              "array_t: the kernel ABI's field offsets");
+#endif
 
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i) {
     return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0]);

@@ -150,13 +150,9 @@ template <typename T> TG_FUNC void accum(T& a, const T& b) { a += b; }
 template <typename K> TG_FUNC void accum(f16_t<K>& a, const f16_t<K>& b) { a = f16_t<K>(float(a) + float(b)); }
 TG_FUNC void accum(bool&, const bool&) {}
 
-// launch grid and thread coordinates
-struct launch_t {
-    int64_t shape[4];
-    int32_t ndim;
-    int32_t pad;
-    int64_t size;
-};
+// launch grid and thread coordinates: the kernel ABI's bounds struct (include/tg_abi.h, inlined
+// before this file)
+typedef ::tg_bounds_t launch_t;
 
 #ifndef TG_CUDA
 // OpenMP chunk for a grid of n threads, inside a parallel region: about 32 chunks per thread,

@@ -6,15 +6,8 @@
 #pragma once
 
 namespace tg {
-// layout mirrored by tapegrad.lang.debug.DebugSlot
-struct dbg_slot_t {
-    int32_t flag;          // 0: no violation yet; 1: the fields below describe the first one
-    int32_t site;          // which access (the host's table of sites of this module)
-    int32_t ndim;          // number of indices
-    int32_t count;         // violations seen (saturates)
-    int64_t index[4];
-    int64_t shape[4];
-};
+// the kernel ABI's error slot (include/tg_abi.h; host side: tapegrad.abi.DebugSlot)
+typedef ::tg_debug_slot_t dbg_slot_t;
 }  // namespace tg
 
 #ifdef TG_CUDA
