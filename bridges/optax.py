@@ -6,17 +6,29 @@ and writes the new values back into the tapegrad buffers with a device-to-device
 tapegrad's stream (no host round trip). The update is traced once per set of shapes and
 dtypes, not per step.
 
+Per step the Python work is small and fixed: the JAX views of the parameters and gradients
+are made once and reused while their memory stays put (checked each step: pointer, shape,
+strides, the gradient array itself); on CUDA one tiny *ordering token* converted per step
+carries the "after tapegrad's work" dependency into the update (XLA waits for every
+argument's ready event, the token's is recorded on the stream JAX imports on after it waited
+for tapegrad's stream), and one handshake on an output orders tapegrad's stream after the
+update before the write-back copies.
+
 A step that fails changes nothing: every check (gradients, dtypes JAX can hold, memory) runs
 before optax's state is touched. ``step(**extra_args)`` passes what a transformation needs
 beyond the gradients (``value``, ``grad``, ``value_fn`` for ``optax.lbfgs``) to ``tx.update``.
 """
 from __future__ import annotations
 
+import ctypes
+
 import jax
 import jax.numpy as jnp
 import optax
 
 from tapegrad.array import array, copy
+from tapegrad.creation import zeros
+from tapegrad.cuda import memory as cuda_memory
 from tapegrad.types import StructType
 
 from .jax import from_jax, to_jax
@@ -24,7 +36,9 @@ from .jax import from_jax, to_jax
 __all__ = ["OptaxOptimizer", "optax_optimizer"]
 
 
-def _apply(tx, params, grads, state, extra=None, static=()):
+def _apply(tx, params, grads, state, extra=None, static=(), token=None):
+    # ``token`` (CUDA): unused, passed only for its ready event (see the module docstring);
+    # the update is jitted with keep_unused=True so that XLA still receives it
     updates, state = tx.update(grads, state, params, **(extra or {}), **dict(static))
     # the params, grads and extra arrays are zero-copy views of tapegrad memory that the next
     # backward and this step's write-back overwrite: a state leaf that is one of them unchanged
@@ -37,6 +51,9 @@ def _apply(tx, params, grads, state, extra=None, static=()):
 def _unique_buffers(state):
     """``state`` with no JAX array appearing twice among its leaves (optax's lbfgs starts with
     shared zeros): the update donates the state, and XLA refuses to donate one buffer twice."""
+    leaves = jax.tree_util.tree_leaves(state)
+    if len(set(map(id, leaves))) == len(leaves):    # the usual case: no rebuild of the tree
+        return state
     leaves, tree = jax.tree_util.tree_flatten(state)
     seen, out, dup = set(), [], False
     for x in leaves:
@@ -45,6 +62,17 @@ def _unique_buffers(state):
         seen.add(id(x))
         out.append(x)
     return jax.tree_util.tree_unflatten(tree, out) if dup else state
+
+
+_UNSET = object()   # no gradient viewed yet (None is a gradient state that raises)
+
+
+def _aliases(view, a) -> bool:
+    """Whether JAX array ``view`` reads ``a``'s memory (``to_jax`` copies what XLA cannot alias)."""
+    try:
+        return view.unsafe_buffer_pointer() == a.ptr
+    except Exception:   # noqa: BLE001  a backend without raw pointers: treat the view as a copy
+        return False
 
 
 def _x64_error(where, i, p) -> str:
@@ -86,8 +114,23 @@ class OptaxOptimizer:
         views = [to_jax(p) for p in params]
         self._check_dtypes(views, "optax_optimizer")
         self.state = _unique_buffers(transformation.init(views))
+        # the parameters' views live as long as the optimizer (their memory is checked unchanged
+        # each step); the gradients' are remade only when a parameter's .grad is another array
+        self._pviews = views
+        # a view JAX had to copy (memory XLA cannot alias, e.g. misaligned) goes stale: remade per step
+        self._copied = [i for i, (p, v) in enumerate(zip(params, views)) if not _aliases(v, p)]
+        self._gviews = [(_UNSET, None)] * len(params)
+        self._has64 = any(p.dtype.scalar.size == 8 for p in params)
+        self._device = params[0].device
+        # contiguous parameters are written back by one raw copy each, from the output's pointer
+        self._raw = [(p.ptr, p.nbytes) if p.is_contiguous else None for p in params]
+        # CUDA: the per-step ordering token and the previous step's outputs (kept until the next
+        # update is queued after the write-back that reads them, so their memory is not reused early)
+        self._token = zeros(1, dtype=params[0].dtype.scalar, device=self._device) if self._device.is_cuda else None
+        self._in_flight = None
         # the state is donated: optax's moments are updated in place by XLA, step after step
-        self._update = jax.jit(lambda ps, gs, st: _apply(transformation, ps, gs, st), donate_argnums=(2,))
+        self._update = jax.jit(lambda ps, gs, st, tok: _apply(transformation, ps, gs, st, token=tok),
+                               donate_argnums=(2,), keep_unused=True)
         self._updates_with: dict = {}     # static extra arguments (value_fn...) -> their jitted update
 
     def _check_dtypes(self, views, where):
@@ -100,26 +143,40 @@ class OptaxOptimizer:
                 raise TypeError(f"{where}: params[{i}] is {p.dtype!r} but JAX sees it as {v.dtype}")
 
     def _views(self):
-        vals, grads = [], []
+        """The JAX views of the parameters and of their gradients for this step, after the checks."""
+        if self._has64 and not jax.config.jax_enable_x64:
+            for i, p in enumerate(self.params):
+                if p.dtype.scalar.size == 8:
+                    raise TypeError(_x64_error("OptaxOptimizer.step", i, p))
+        gviews = self._gviews
         for i, (p, was) in enumerate(zip(self.params, self._shapes)):
             if (p.ptr, p.shape, p.strides) != was:
                 raise RuntimeError(f"OptaxOptimizer.step: params[{i}] changed memory or shape since the optimizer "
                                    "was built (build a new optimizer for new parameters)")
             g = p.grad
-            if g is None:
-                raise ValueError(f"OptaxOptimizer.step: params[{i}] has no gradient (create it with "
-                                 "requires_grad=True and run tape.backward first)")
-            if (g.dtype, g.shape, g.device) != (p.dtype, p.shape, p.device):
-                raise ValueError(f"OptaxOptimizer.step: params[{i}]'s gradient has dtype, shape and device "
-                                 f"{(g.dtype, g.shape, g.device)}, expected its parameter's "
-                                 f"{(p.dtype, p.shape, p.device)}")
-            # views are made per step: on CUDA the DLPack handshake orders XLA's stream after
-            # the tapegrad work (the backward) that wrote them
-            vals.append(to_jax(p))
-            grads.append(to_jax(g))
-        self._check_dtypes(vals, "OptaxOptimizer.step")
-        self._check_dtypes(grads, "OptaxOptimizer.step (gradients)")
-        return vals, grads
+            if g is not gviews[i][0]:
+                v = self._grad_view(i, p, g)
+                gviews[i] = (g if _aliases(v, g) else _UNSET, v)   # a copy is remade next step
+        vals = self._pviews
+        if self._copied:
+            vals = list(vals)
+            for i in self._copied:
+                vals[i] = to_jax(self.params[i])
+        return vals, [v for _, v in gviews]
+
+    def _grad_view(self, i, p, g):
+        if g is None:
+            raise ValueError(f"OptaxOptimizer.step: params[{i}] has no gradient (create it with "
+                             "requires_grad=True and run tape.backward first)")
+        if (g.dtype, g.shape, g.device) != (p.dtype, p.shape, p.device):
+            raise ValueError(f"OptaxOptimizer.step: params[{i}]'s gradient has dtype, shape and device "
+                             f"{(g.dtype, g.shape, g.device)}, expected its parameter's "
+                             f"{(p.dtype, p.shape, p.device)}")
+        v = to_jax(g)
+        if v.dtype != p.dtype.scalar.np_dtype:
+            raise TypeError(f"OptaxOptimizer.step (gradients): params[{i}] is {p.dtype!r} but JAX sees its "
+                            f"gradient as {v.dtype}")
+        return v
 
     def _updater(self, extra):
         """The jitted update and the arguments it traces, for ``step``'s extra arguments:
@@ -130,6 +187,8 @@ class OptaxOptimizer:
         dynamic, static = {}, []
         for name in sorted(extra):
             v = extra[name]
+            if isinstance(v, array) and isinstance(v.dtype, StructType):
+                raise TypeError(f"OptaxOptimizer.step({name}=...): a struct array has no JAX equivalent")
             if callable(v) and not isinstance(v, (array, jax.Array)):
                 static.append((name, v))
             else:
@@ -143,7 +202,8 @@ class OptaxOptimizer:
             if len(self._updates_with) >= 16:    # a new value_fn object per step: don't keep them all
                 self._updates_with.clear()
             fn = self._updates_with[key] = jax.jit(
-                lambda ps, gs, st, dyn: _apply(tx, ps, gs, st, dyn, static), donate_argnums=(2,))
+                lambda ps, gs, st, tok, dyn: _apply(tx, ps, gs, st, dyn, static, tok), donate_argnums=(2,),
+                keep_unused=True)
         return fn, dynamic
 
     def step(self, **extra_args) -> None:
@@ -166,18 +226,39 @@ class OptaxOptimizer:
                 ``extra_args``; what ``tx.update`` raises for missing or unexpected arguments.
             RuntimeError: a parameter's memory or shape changed since the optimizer was built.
         """
-        for name, v in extra_args.items():
-            if isinstance(v, array) and isinstance(v.dtype, StructType):
-                raise TypeError(f"OptaxOptimizer.step({name}=...): a struct array has no JAX equivalent")
         vals, grads = self._views()
         update, dynamic = self._updater(extra_args)
+        # CUDA: a fresh view of the token orders the update after tapegrad's stream (its handshake)
+        token = None if self._token is None else to_jax(self._token)
         if dynamic is None:
-            new, state = update(vals, grads, self.state)
+            new, state = update(vals, grads, self.state, token)
         else:
-            new, state = update(vals, grads, self.state, dynamic)
+            new, state = update(vals, grads, self.state, token, dynamic)
         self.state = _unique_buffers(state)   # the old state was donated: this is optax's state now
-        for p, v in zip(self.params, new):
-            copy(p, from_jax(v, dtype=p.dtype))
+        self._write_back(new)
+
+    def _write_back(self, new):
+        """Copy the update's outputs into the parameters' memory, after the update finished
+        (CPU: waited for; CUDA: tapegrad's stream waits for it, through one handshake)."""
+        dev = self._device
+        if dev.is_cpu:
+            jax.block_until_ready(new)
+            for p, raw, v in zip(self.params, self._raw, new):
+                if raw is None:
+                    copy(p, from_jax(v, dtype=p.dtype))
+                else:
+                    ctypes.memmove(raw[0], v.unsafe_buffer_pointer(), raw[1])
+            return
+        # one import of one output: tapegrad's stream now waits for the update (all its outputs
+        # become ready together), so the other outputs' memory is copied from by pointer
+        from_jax(new[-1], dtype=self.params[-1].dtype)
+        stream = dev.stream.cuda_stream
+        for p, raw, v in zip(self.params, self._raw, new):
+            if raw is None:
+                copy(p, from_jax(v, dtype=p.dtype))
+            else:
+                cuda_memory.memcpy(raw[0], v.unsafe_buffer_pointer(), raw[1], stream)
+        self._in_flight = new
 
 
 def optax_optimizer(transformation, params) -> OptaxOptimizer:

@@ -188,7 +188,33 @@ def to_jax(a):
             return _FROM_CAPSULE(a.__dlpack__(), _jax_cpu, None, None)
         except TypeError:   # jaxlib changed the entry point's signature: use the public path from now on
             _disable_fast_import()
+    elif (a.device.is_cuda and _FROM_CAPSULE is not None and _EXT_VERSION >= 467
+          and (a.dtype.scalar.bits < 64 or jax.config.jax_enable_x64)):
+        jax_dev, stream = _cuda_import_target(a.device)
+        if stream is not None:
+            try:   # what jax.dlpack.from_dlpack does, less its Python argument handling
+                return _FROM_CAPSULE(a.__dlpack__(stream=stream), jax_dev, stream, None, 2)
+            except TypeError:
+                _disable_fast_import()
     return jax.dlpack.from_dlpack(a)
+
+
+_cuda_targets: dict = {}   # tapegrad CUDA device -> (JAX device, the stream JAX imports DLPack on)
+
+
+def _cuda_import_target(device):
+    """JAX's device for tapegrad CUDA ``device`` and the stream its DLPack imports are ordered
+    on (tapegrad's stream is made to wait there by the export handshake); stream None when
+    this jaxlib does not say (then the public path runs)."""
+    t = _cuda_targets.get(device)
+    if t is None:
+        jax_dev = device_to_jax(device)
+        try:
+            stream = jax_dev.get_stream_for_external_ready_events()
+        except Exception:   # noqa: BLE001  UNIMPLEMENTED on some backends: the public path decides
+            stream = None
+        t = _cuda_targets[device] = (jax_dev, stream if type(stream) is int else None)
+    return t
 
 
 def _disable_fast_import():

@@ -203,3 +203,72 @@ def test_lbfgs_with_value_grad_and_value_fn_converges_on_a_tape_loss(x64):
         np.testing.assert_allclose(x.numpy(), np.asarray(ref[0]), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(x.numpy(), cn, rtol=0, atol=1e-8)
     assert len(opt._updates_with) == 1              # one compiled update for the one value_fn
+
+
+# ------------------------------------------------- per-step cost (issue 30 item 1)
+
+def _reference_steps(tx, x0s, grads_per_step):
+    ref = [jnp.asarray(x) for x in x0s]
+    state = tx.init(ref)
+    for gs in grads_per_step:
+        updates, state = tx.update([jnp.asarray(g) for g in gs], state, ref)
+        ref = optax.apply_updates(ref, updates)
+    return [np.asarray(r) for r in ref]
+
+
+def test_views_are_made_once_and_gradients_are_read_fresh(device, monkeypatch):
+    """The JAX views of parameters and gradients are made at the first step and reused (no
+    to_jax call per step on the CPU; on CUDA one, the ordering token), yet every step reads the
+    gradient values written since, and a parameter whose .grad became another array is viewed
+    anew."""
+    import tapegrad.bridges.optax as bridge
+    ps = _params(device)
+    x0s = [p.numpy().copy() for p in ps]
+    tx = optax.adam(0.05)
+    opt = tg.optax_optimizer(tx, ps)
+    calls = []
+    real = bridge.to_jax
+    monkeypatch.setattr(bridge, "to_jax", lambda a: calls.append(a) or real(a))
+    rng = np.random.default_rng(2)
+    history = []
+    for k in range(4):
+        gs = [rng.normal(size=x.shape).astype(np.float32) for x in x0s]
+        if k == 2:   # a new gradient array for params[1] (the tape may replace .grad)
+            ps[1].grad = tg.zeros_like(ps[1])
+        for p, g in zip(ps, gs):
+            p.grad.assign(g.reshape(p.grad.numpy().shape))
+        calls.clear()
+        opt.step()
+        history.append(gs)
+        per_step = 1 if tg.get_device(device).is_cuda else 0
+        expected = per_step + (3 if k == 0 else 1 if k == 2 else 0)
+        assert len(calls) == expected, f"step {k}: {len(calls)} to_jax calls"
+    for i, (p, r) in enumerate(zip(ps, _reference_steps(tx, x0s, history))):
+        np.testing.assert_allclose(p.numpy(), r.reshape(p.numpy().shape), rtol=1e-6, atol=1e-6, err_msg=f"{i}")
+
+
+def test_parameters_jax_cannot_alias_are_still_stepped(device):
+    """A parameter at a misaligned address (JAX's view of it is a copy) and a transposed one
+    (a non-contiguous write-back) follow plain optax step for step."""
+    base = tg.array(np.random.default_rng(4).normal(size=9).astype(np.float32), device=device)
+    shifted = base[1:]                       # 4 bytes past a 64-byte boundary
+    shifted.requires_grad = True
+    mat = tg.array(np.random.default_rng(5).normal(size=(3, 4)).astype(np.float32), device=device)
+    turned = mat.transpose()
+    turned.requires_grad = True
+    ps = [shifted, turned]
+    x0s = [p.numpy().copy() for p in ps]
+    tx = optax.adam(0.1)
+    opt = tg.optax_optimizer(tx, ps)
+    assert opt._copied == [0]                # the path under test: JAX copied the shifted parameter
+    rng = np.random.default_rng(6)
+    history = []
+    for _ in range(3):
+        gs = [rng.normal(size=x.shape).astype(np.float32) for x in x0s]
+        for p, g in zip(ps, gs):
+            p.grad.assign(g)
+        opt.step()
+        history.append(gs)
+    for i, (p, r) in enumerate(zip(ps, _reference_steps(tx, x0s, history))):
+        np.testing.assert_allclose(p.numpy(), r, rtol=1e-6, atol=1e-6, err_msg=f"params[{i}]")
+    np.testing.assert_array_equal(base.numpy()[0], np.random.default_rng(4).normal(size=9).astype(np.float32)[0])
