@@ -42,6 +42,26 @@ def _kernel(scalar, state, unit):
     return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}{'_unit' if unit else ''}")
 
 
+@functools.lru_cache(maxsize=None)
+def _flat_kernel(scalar, state):
+    S, P = state, scalar
+
+    def adam_step_flat(pa: array(dtype=P), ga: array(dtype=P), ma: array(dtype=S), va: array(dtype=S),
+                       step: array(dtype=types.int32), lr: state, beta1: state, beta2: state, eps: state):
+        j = tid()
+        t = S(step[0])
+        c1 = 1.0 - pow(beta1, t)
+        c2 = 1.0 - pow(beta2, t)
+        g = S(ga[j])
+        m = beta1 * ma[j] + (1.0 - beta1) * g
+        v = beta2 * va[j] + (1.0 - beta2) * g * g
+        ma[j] = m
+        va[j] = v
+        pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+
+    return kernel(adam_step_flat, enable_backward=False, key=f"tapegrad.optim.adam_flat_{scalar.name}")
+
+
 class Adam(Optimizer):
     """Adam (Kingma & Ba), fused: one launch updates every parameter of a dtype and device.
 
@@ -78,6 +98,9 @@ class Adam(Optimizer):
 
     def step_kernel(self, scalar, state, cpu=False):
         return _kernel(scalar.scalar, state.scalar, cpu)
+
+    def flat_step_kernel(self, scalar, state):
+        return _flat_kernel(scalar.scalar, state.scalar)
 
     def hyperparameters(self):
         return [self.lr, self.beta1, self.beta2, self.eps]

@@ -16,7 +16,8 @@ class Optimizer:
 
     Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu)`` (``cpu``:
     the build whose grid threads step through contiguous elements one by one; its table
-    rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``) and
+    rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``),
+    ``flat_step_kernel(param scalar, state scalar)`` (large CPU parameters, one launch each) and
     ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """
 
@@ -80,6 +81,7 @@ class Optimizer:
         return grad
 
     def _table(self, gi, group, grads):
+        """The group's table and its flat gradient views."""
         flat = tuple(flat_view(grads[i], f"{type(self).__name__}.step: the gradient of params[{i}]")
                      for i in group.indices)
         # a row is (pointers, lengths); lengths and dtypes are checked above, so equal pointers
@@ -88,10 +90,26 @@ class Optimizer:
         hit = self._tables.get(gi)
         if hit is None or hit[0] != key:
             hit = self._tables[gi] = (key, group.table(flat), flat)
-        return hit[1]
+        return hit[1], hit[2]
+
+    def _group_launches(self, gi, group, grads) -> list:
+        """``(kernel, grid, arguments before the hyperparameters)`` of one group's step: the
+        table launch over its chunks, one launch per ``flat`` parameter (``multi_tensor.FLAT_MIN``)."""
+        table, gflat = self._table(gi, group, grads)
+        out = []
+        if group.dim[0]:
+            out.append((self._kernel_of(group), group.dim,
+                        [table, group.chunk_slot, group.chunk_start, group.step, *group.walk]))
+        if group.flat:
+            k = self.flat_step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype)
+            for j in group.flat:
+                out.append((k, group.values[j].size,
+                            [group.values[j], gflat[j], *[group.states[n][j] for n in self.state_names], group.step]))
+        return out
 
     def step(self, grad=None) -> None:
-        """One optimizer step: one launch per parameter group, plus one to advance its step count.
+        """One optimizer step: one launch per parameter group (and one per large CPU parameter,
+        ``multi_tensor.FLAT_MIN``), plus one to advance its step count.
 
         Args:
             grad: gradient arrays matching ``params`` (Warp's signature); default: each
@@ -110,15 +128,14 @@ class Optimizer:
             # new gradient arrays: check them and build the launches (arrays never change shape,
             # dtype or memory, so the same objects as last step need neither)
             grads = self._grads(grad)
-            self._launches = [(group, self._kernel_of(group),
-                               [self._table(gi, group, grads), group.chunk_slot, group.chunk_start, group.step,
-                                *group.walk])
-                              for gi, group in enumerate(self.groups) if group.dim[0]]
+            self._launches = [(group, self._group_launches(gi, group, grads))
+                              for gi, group in enumerate(self.groups) if group.dim[0] or group.flat]
             self._launches_key, self._launches_grads = key, list(current)   # keeps the ids valid
         hyper = self.hyperparameters()
-        for group, k, tables in self._launches:
+        for group, launches in self._launches:
             group.tick()
-            launch(k, dim=group.dim, inputs=tables + hyper, device=group.device, record_tape=False)
+            for k, dim, args in launches:
+                launch(k, dim=dim, inputs=args + hyper, device=group.device, record_tape=False)
 
     def _kernel_of(self, group):
         return self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype,
@@ -130,6 +147,11 @@ class Optimizer:
         return slot_struct(self.slot_prefix, scalar, state, self.state_names)
 
     def step_kernel(self, scalar, state, cpu=False):
+        raise NotImplementedError
+
+    def flat_step_kernel(self, scalar, state):
+        """The kernel stepping one parameter (CPU, ``multi_tensor.FLAT_MIN`` elements or more),
+        one element per thread: arguments ``(p, g, *states, step, *hyperparameters())``."""
         raise NotImplementedError
 
     def hyperparameters(self) -> list:

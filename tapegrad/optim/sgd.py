@@ -46,6 +46,32 @@ def _kernel(scalar, state, unit):
     return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}{'_unit' if unit else ''}")
 
 
+@functools.lru_cache(maxsize=None)
+def _flat_kernel(scalar, state):
+    S, P = state, scalar
+
+    def sgd_step_flat(pa: array(dtype=P), ga: array(dtype=P), ba: array(dtype=S), step: array(dtype=types.int32),
+                      lr: state, momentum: state, dampening: state, weight_decay: state, nesterov: types.int32):
+        j = tid()
+        p = S(pa[j])
+        g = S(ga[j]) + weight_decay * p
+        if momentum != 0.0:
+            # b starts at zero, so without dampening the first step's b = g is this same formula
+            # (no read of the step count per element: the loop stays vectorizable)
+            b = momentum * ba[j] + (1.0 - dampening) * g
+            if dampening != 0.0:
+                if step[0] == 1:
+                    b = g
+            ba[j] = b
+            if nesterov != 0:
+                g = g + momentum * b
+            else:
+                g = b
+        pa[j] = P(p - lr * g)
+
+    return kernel(sgd_step_flat, enable_backward=False, key=f"tapegrad.optim.sgd_flat_{scalar.name}")
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, fused (``torch.optim.SGD``'s update).
 
@@ -79,6 +105,9 @@ class SGD(Optimizer):
 
     def step_kernel(self, scalar, state, cpu=False):
         return _kernel(scalar.scalar, state.scalar, cpu)
+
+    def flat_step_kernel(self, scalar, state):
+        return _flat_kernel(scalar.scalar, state.scalar)
 
     def hyperparameters(self):
         return [self.lr, self.momentum, self.dampening, self.weight_decay, int(self.nesterov)]

@@ -83,10 +83,13 @@ def test_cpu_step_grid_reaches_the_thread_team():
     per 4096-element chunk kept 10^6 parameters under it: one core), and every element of sizes
     that straddle spans and chunks is updated exactly once (float64 reference)."""
     from tapegrad.lang.emit import OMP_MIN
-    from tapegrad.optim.multi_tensor import CPU_SPAN
-    big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])
-    chunks, lanes = big.groups[0].dim
-    assert chunks * lanes >= OMP_MIN and lanes * CPU_SPAN == CHUNK
+    from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
+    # parameters under FLAT_MIN share the table launch: many of them make a grid past the threshold
+    many = Adam([tg.zeros(FLAT_MIN - 1, dtype=tg.float32, device="cpu") for _ in range(40)])
+    chunks, lanes = many.groups[0].dim
+    assert many.groups[0].flat == () and chunks * lanes >= OMP_MIN and lanes * CPU_SPAN == CHUNK
+    big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])   # its own launch, one thread per element
+    assert big.groups[0].flat == (0,) and big.groups[0].dim[0] == 0 and 10 ** 6 >= OMP_MIN
     rng = np.random.default_rng(5)
     shapes = [(CPU_SPAN - 1,), (CPU_SPAN + 1,), (CHUNK + CPU_SPAN + 3,), (3 * CHUNK - 1,)]
     ps = _params(rng, np.float64, shapes=shapes)
@@ -191,3 +194,67 @@ def test_step_captured_in_a_cuda_graph(cls):
     tg.synchronize_device("cuda:0")
     for e, g in zip(eager, graphed):
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------- large CPU parameters: a launch each (issue 30 item 2)
+
+def _flat_shapes():
+    from tapegrad.optim.multi_tensor import FLAT_MIN
+    return [(FLAT_MIN,), (3,), (FLAT_MIN + 5, 1), (2 * CHUNK + 1,)]
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.3),
+                                dict(momentum=0.9, nesterov=True, weight_decay=0.01)])
+def test_sgd_large_cpu_params_run_flat_and_match_torch(kw):
+    """Parameters of FLAT_MIN elements or more step in launches of their own (unit-stride loops
+    the compiler vectorizes); the others share the table launch. Both match torch (float64),
+    the first momentum step (b = g) included, with and without dampening."""
+    rng = np.random.default_rng(7)
+    ps = _params(rng, np.float64, shapes=_flat_shapes())
+    tps = [torch.tensor(p.numpy().copy(), requires_grad=True) for p in ps]
+    opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
+    assert opt.groups[0].flat == (0, 2)
+    for _ in range(4):
+        for p, t in zip(ps, tps):
+            g = rng.normal(size=p.shape)
+            p.grad.assign(g)
+            t.grad = torch.tensor(g)
+        opt.step()
+        topt.step()
+    for i, (p, t) in enumerate(zip(ps, tps)):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12, err_msg=f"params[{i}]")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_large_cpu_params_run_flat_and_match_torch(dtype):
+    rng = np.random.default_rng(8)
+    ps = _params(rng, dtype, shapes=_flat_shapes())
+    tps = [torch.tensor(p.numpy().astype(np.float64), requires_grad=True) for p in ps]
+    opt, topt = Adam(ps, lr=0.01, betas=(0.8, 0.99)), torch.optim.Adam(tps, lr=0.01, betas=(0.8, 0.99))
+    assert opt.groups[0].flat == (0, 2)
+    for _ in range(4):
+        for p, t in zip(ps, tps):
+            g = rng.normal(size=p.shape).astype(dtype)
+            p.grad.assign(g)
+            t.grad = torch.tensor(g.astype(np.float64))
+        opt.step()
+        topt.step()
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for i, (p, t) in enumerate(zip(ps, tps)):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=tol, atol=tol, err_msg=f"params[{i}]")
+
+
+def test_float16_large_param_keeps_float32_state_in_its_own_launch():
+    from tapegrad.optim.multi_tensor import FLAT_MIN
+    rng = np.random.default_rng(9)
+    p = tg.array(rng.normal(size=FLAT_MIN).astype(np.float16), dtype=tg.float16, requires_grad=True)
+    ref = p.numpy().astype(np.float64)
+    opt = Adam([p], lr=0.01)
+    assert opt.groups[0].flat == (0,) and opt.groups[0].states["m"][0].dtype is tg.float32
+    g = rng.normal(size=FLAT_MIN).astype(np.float16)
+    p.grad.assign(g)
+    opt.step()
+    gd = g.astype(np.float64)
+    m, v = 0.1 * gd, 0.001 * gd * gd
+    np.testing.assert_allclose(p.numpy().astype(np.float64), ref - 0.01 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8),
+                               atol=2e-3)
