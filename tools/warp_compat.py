@@ -60,8 +60,12 @@ SAME = {
                            "adjoints by finite differences)",
     **{n: "tests/lang/test_transform_decompose.py (in place in kernels and Python scope; adjoints)" for n in (
         "transform_set_translation", "transform_set_rotation")},
+    **{n: "tests/lang/test_linalg.py (Warp's signs and pinned values; factorizations against NumPy; adjoints by "
+          "finite differences)" for n in ("svd3", "svd2", "qr3")},
 }
 DIFFERENT = {
+    "eig3": "eigenvalues in ascending order and Q a rotation (Warp's come in its Jacobi iteration's order); "
+            "decomposes (A + A^T) / 2",
     "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "
             "scopes, `visualize`, structs, `backward()` and final-write-wins adjoints as Warp",
     "ScopedCapture": "thread-local capture mode by default; `stream=` is made current inside the block; "

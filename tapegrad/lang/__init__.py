@@ -16,7 +16,7 @@ from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
 
 # these register builtins into the table
-from . import builtins_atomic, builtins_math, builtins_random, builtins_warp, spatial, structs  # noqa: F401
+from . import builtins_atomic, builtins_linalg, builtins_math, builtins_random, builtins_warp, spatial, structs  # noqa: F401
 from .funcs import Func, func, func_grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant

@@ -35,9 +35,9 @@ _RUNTIME_FILES = ("core.h", "scalar.h", "vec.h", "mathx.h", "atomic.h", "array.h
 _OPTIONAL_RUNTIME = (("random.h", ("tg::rng_",)), ("spatial.h", ("tg::sp_",)),
                      ("wide.h", ("tg::tid64", "tg::shape64")), ("debug.h", ("tg::dbg_",)),
                      ("vector.h", ("tg::window_t",)), ("dual.h", ("tg::dual<", "tg::darray_t<")),
-                     ("warpx.h", ("tg::wx_",)))
+                     ("warpx.h", ("tg::wx_",)), ("linalg.h", ("tg::la_",)))
 # headers inlined only into units that name all their markers (after the ones above)
-_OPTIONAL_RUNTIME_ALL = (("dualx.h", ("tg::dual<", "tg::wx_")),)
+_OPTIONAL_RUNTIME_ALL = (("dualx.h", ("tg::dual<", "tg::wx_")), ("linalgd.h", ("tg::dual<", "tg::la_")))
 _runtime_text = None
 _optional_text: dict = {}
 

@@ -28,6 +28,7 @@ from ..types import (
 from . import depends
 from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .builtins_atomic import ATOMIC_VALUES, Where
+from .builtins_linalg import OUT_PARAMS as LINALG_OUT_PARAMS
 from .builtins_random import DRAWS
 from .ir import Const, If, Print, Read, Var, Write
 from .structs import StructInit, field_accepts, is_tuple_struct
@@ -61,7 +62,7 @@ from .values import (
 )
 
 # builtins writing their results into local variables: name -> (inputs, the builtin of each result)
-OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle"))}
+OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle")), **LINALG_OUT_PARAMS}
 # builtins updating their first argument (a local variable): name -> the builtin of the new value
 MUTATING = {"transform_set_translation": "transform_with_translation",
             "transform_set_rotation": "transform_with_rotation"}
