@@ -25,7 +25,7 @@ __all__ = [
     "is_vector", "is_matrix",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
-    "ARRAY_FLAG_RETAIN_GRAD",
+    "ARRAY_FLAG_RETAIN_GRAD", "scalar_packer",
     "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr", "types_equal",
 ]
 
@@ -532,6 +532,47 @@ def bits16(t: ScalarType, values) -> np.ndarray:
     nan = (x & 0x7fffffff) > 0x7f800000
     r = ((x + 0x7fff + ((x >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), r)
+
+
+def scalar_packer(t: ScalarType, label: str):
+    """The packer of a kernel argument of scalar type ``t``: ``pack(value, device=None)`` returns
+    the ctypes value (16-bit floats as raw bits), the one rule ``tg.launch`` and ``jax_kernel``'s
+    static values share.
+
+    Args:
+        t: the parameter's scalar type. label: names the argument in errors
+            (``kernel 'k' argument 0 ('x')``).
+    Returns:
+        ``pack``, which raises ``TypeError`` (not a scalar: a string, None, an array or sequence;
+        a non-integer float for an integer type) or ``OverflowError`` (an integer outside the
+        type's range: ctypes would wrap it silently), each message starting with ``label``.
+    """
+    ctype, kind = t.ctype, t.kind
+    lo, hi = abi.int_range(kind, t.bits) if kind in ("int", "uint") else (None, None)
+
+    def pack(value, device=None):
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(f"{label}: expected a scalar of {t!r}, got {value!r}")
+        # tapegrad arrays (and objects shaped like them: a descriptor()), numpy arrays, sequences
+        if (isinstance(value, (list, tuple, np.ndarray)) or callable(getattr(value, "descriptor", None))) \
+                and np.ndim(value) > 0:
+            raise TypeError(f"{label}: expected a scalar of {t!r}, got {type(value).__name__}")
+        try:
+            if kind == "float":
+                return ctype(scalar_to_ctype(t, value))
+            if kind == "bool":
+                return ctype(bool(value))
+            if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+                raise TypeError(f"{label}: expected an integer for {t!r}, got {value!r}")
+            v = int(value)
+            if not lo <= v <= hi:
+                raise OverflowError(f"{label}: {v} is out of range for {t!r} ({lo}..{hi})")
+            return ctype(v)
+        except (TypeError, ValueError) as e:
+            if str(e).startswith(label):   # our own message (Python's may mention "argument" too)
+                raise
+            raise TypeError(f"{label}: expected a scalar of {t!r}, got {value!r}") from None
+    return pack
 
 
 def scalar_to_ctype(t: ScalarType, v):

@@ -20,6 +20,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C_SOURCES = ["tapegrad/launch/fastlaunch.c", "tapegrad/dlpack/capsule_helper.c", "tapegrad/hostops.c"]
 FLAGS = ["-Wall", "-Werror", "-fsyntax-only"]
+INCLUDE = os.path.join(ROOT, "tapegrad", "include")   # the kernel ABI header (tapegrad/abi)
 
 
 def _compile(cmd: list) -> bool:
@@ -37,6 +38,7 @@ def _ffi_handler_source():
         return None
     header = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
     with open(header) as f, open(os.path.join(ROOT, "bridges/jax/ffi_handler.cpp")) as g:
+        # inlined as bridges/jax/ffi.py does it (tapegrad.abi.inline_header), here through the include path
         return f.read() + "\n" + g.read()
 
 
@@ -46,7 +48,7 @@ def main() -> int:
     include = sysconfig.get_paths()["include"]
     ok = True
     for src in C_SOURCES:
-        good = _compile([cc, *FLAGS, f"-I{include}", os.path.join(ROOT, src)])
+        good = _compile([cc, *FLAGS, f"-I{include}", f"-I{INCLUDE}", os.path.join(ROOT, src)])
         print(f"{'ok  ' if good else 'FAIL'} {src}")
         ok &= good
     handler = _ffi_handler_source()
@@ -57,7 +59,7 @@ def main() -> int:
             path = os.path.join(d, "ffi_handler.cpp")
             with open(path, "w") as f:
                 f.write(handler)
-            good = _compile([cxx, "-std=c++17", *FLAGS, path])
+            good = _compile([cxx, "-std=c++17", *FLAGS, f"-I{INCLUDE}", path])
         print(f"{'ok  ' if good else 'FAIL'} bridges/jax/ffi_handler.cpp")
         ok &= good
     return 0 if ok else 1

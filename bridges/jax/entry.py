@@ -1,7 +1,9 @@
 """Compiled entry points for the FFI handler, and the registry of live plans.
 
-A plan needs the kernel's CPU entry point (``<symbol>_cpu_forward/backward``) or, per CUDA
-device, its ``CUfunction``. They are filled in at trace time for the devices the module
+A plan needs the kernel's CPU entry point or, per CUDA device, its ``CUfunction`` with the
+device's grid cap and the entry's lanes (the kernel ABI's grid, ``tapegrad.abi.grid_blocks``).
+They come from the kernel's loaded module (``Kernel.module_for``: the same build, cache and
+loaded module as a ``tg.launch``) and are filled in at trace time for the devices the module
 preload mode names; a plan run on another device asks ``load`` (through a ctypes callback,
 once per plan and device) — the only time an execution reaches Python.
 
@@ -28,7 +30,7 @@ from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
 from .ffi import process_id, set_key_resolver
 
-__all__ = ["ModulePreloadMode", "register", "preload", "cpu_entry", "cuda_entry", "tangent_entry", "define_kernel",
+__all__ = ["ModulePreloadMode", "register", "preload", "entries", "tangent_entry", "define_kernel",
            "plan_key", "resolve_key", "with_identity"]
 
 _KEY_FORMAT = "tapegrad-plan 1"
@@ -48,32 +50,19 @@ class ModulePreloadMode(IntEnum):
 
 _lock = threading.RLock()
 _plans: dict = {}            # plan address -> Plan (plans live as long as the process)
-_cpu: dict = {}              # (kernel, adjoint) -> address
-_cuda: dict = {}             # (kernel, ordinal, adjoint) -> (CUfunction, blocks cap)
 
 
-def _build():
-    try:
-        from tapegrad import build
-    except ImportError:
-        from tapegrad import compile as build
-    return build
-
-
-def cpu_entry(kernel, adjoint: bool) -> int:
-    """Address of the kernel's CPU entry point (compiled and loaded on first use)."""
-    key = (kernel, adjoint)
-    addr = _cpu.get(key)
-    if addr is None:
-        lib = kernel.module(get_device("cpu")).lib
-        fn = getattr(lib, f"{kernel.symbol}_cpu_{'backward' if adjoint else 'forward'}")
-        addr = _cpu[key] = ctypes.cast(fn, ctypes.c_void_p).value
-    return addr
+def entries(kernel, device) -> tuple:
+    """``(forward, backward, threads cap, lanes)`` of the kernel's loaded module on ``device``
+    (``modules.FastEntry``: CPU function addresses or CUfunction handles; backward None for
+    ``enable_backward=False``; the cap and lanes are 0 and 1 on the CPU)."""
+    e = kernel.module_for(device).fast_entry()
+    return e.forward, e.backward, e.threads_cap, e.lanes
 
 
 def tangent_entry(kernel, device, tangent: int):
     """``(entry, threads cap)`` of the kernel's tangent (``tangent`` 1) or tangent-of-adjoint
-    (2) build on ``device``: a CPU function address or a CUfunction (``launch_tangent``)."""
+    (2) build on ``device``: a CPU function address or a CUfunction (``launch.tangent``)."""
     from tapegrad.launch.tangent import tangent_module
     m = tangent_module(kernel, device, tangent == 2)
     fn = m.tangent_adjoint if tangent == 2 else m.tangent
@@ -82,53 +71,25 @@ def tangent_entry(kernel, device, tangent: int):
     return fn, m.threads_cap
 
 
-def cuda_entry(kernel, ordinal: int, adjoint: bool, block_dim: int) -> tuple:
-    """``(CUfunction, block cap)`` of the kernel on CUDA device ``ordinal``.
-
-    The module is built by tapegrad's build module (same source, name and cache as a
-    ``tg.launch``) and loaded once per device for the FFI path. The block cap mirrors
-    ``tg.launch``'s default grid (a few resident waves per SM, then the grid-stride loop).
-    """
-    key = (kernel, ordinal, adjoint)
-    hit = _cuda.get(key)
-    if hit is None:
-        with _lock:
-            hit = _cuda.get(key)
-            if hit is None:
-                from cupy.cuda import driver
-                build = _build()
-                dev = get_device(f"cuda:{ordinal}")
-                handle = build.load_cuda(kernel.source(), kernel.symbol, dev, [kernel])
-                with dev.context_guard():
-                    fwd = driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_forward")
-                    bwd = (driver.moduleGetFunction(handle, f"{kernel.symbol}_cuda_backward")
-                           if kernel.enable_backward else None)
-                threads_cap = dev.sm_count * 2048 * 4
-                _cuda[(kernel, ordinal, False)] = (fwd, threads_cap)
-                _cuda[(kernel, ordinal, True)] = (bwd, threads_cap)
-                hit = _cuda[key]
-    fn, threads_cap = hit
-    if fn is None:
-        raise RuntimeError(f"kernel '{kernel.key}' was built with enable_backward=False")
-    return fn, (max(1, threads_cap // block_dim) if threads_cap else 0)
-
-
 def _fill(plan, platform: int, ordinal: int) -> None:
     spec, c = plan.spec, plan.c
-    if platform == 0:
-        if spec.tangent:
-            c.cpu_entry = tangent_entry(spec.kernel, get_device("cpu"), spec.tangent)[0]
-        else:
-            c.cpu_entry = cpu_entry(spec.kernel, spec.adjoint)
+    if platform != 0 and not 0 <= ordinal < ffi_plan.MAX_DEVICES:
+        raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({ffi_plan.MAX_DEVICES})")
+    device = get_device("cpu" if platform == 0 else f"cuda:{ordinal}")
+    lanes = 1
+    if spec.tangent:
+        fn, cap = tangent_entry(spec.kernel, device, spec.tangent)
     else:
-        if not 0 <= ordinal < ffi_plan.MAX_DEVICES:
-            raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({ffi_plan.MAX_DEVICES})")
-        if spec.tangent:
-            fn, threads = tangent_entry(spec.kernel, get_device(f"cuda:{ordinal}"), spec.tangent)
-            cap = max(1, threads // spec.block_dim) if threads else 0
-        else:
-            fn, cap = cuda_entry(spec.kernel, ordinal, spec.adjoint, spec.block_dim)
-        c.cuda_blocks_cap[ordinal] = min(cap, 2 ** 31 - 1)
+        fwd, bwd, cap, fwd_lanes = entries(spec.kernel, device)
+        fn = bwd if spec.adjoint else fwd
+        if fn is None:
+            raise RuntimeError(f"kernel '{spec.kernel.key}' was built with enable_backward=False")
+        lanes = 1 if spec.adjoint else fwd_lanes    # adjoint entries loop over single threads
+    if platform == 0:
+        c.cpu_entry = fn
+    else:
+        c.cuda_threads_cap[ordinal] = cap
+        c.cuda_lanes[ordinal] = lanes
         c.cuda_fn[ordinal] = fn
 
 

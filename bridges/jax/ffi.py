@@ -22,6 +22,8 @@ import os
 import secrets
 import threading
 
+from tapegrad import abi
+
 __all__ = ["handler_library", "KERNEL_TARGET", "CALLABLE_TARGET", "CALLABLE_GRAPHABLE_TARGET", "ensure_registered",
            "set_callable_target", "set_key_resolver", "process_id", "cuda_zero", "cuda_copy"]
 
@@ -93,7 +95,7 @@ def handler_library():
         with open(header) as f:
             head = f.read()
         with open(os.path.join(os.path.dirname(__file__), "ffi_handler.cpp")) as f:
-            body = f.read()
+            body = abi.inline_header(f.read())   # the kernel ABI header, as text: the cache keys on it
         source = f"// xla/ffi/api/c_api.h of jaxlib {jax.__version__}\n{head}\n// ffi_handler.cpp\n{body}"
         build = _build_module()
         lib = build.load_cpu(source, "tapegrad_xla_ffi")   # verified; a damaged cache entry is rebuilt
@@ -102,6 +104,8 @@ def handler_library():
                      "tgx_callable_cuda_graphable"):
             getattr(lib, name).restype = ctypes.c_void_p
         lib.tgx_abi_version.restype = ctypes.c_int64
+        lib.tgx_plan_blocks.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.tgx_plan_blocks.restype = ctypes.c_int64
         lib.tgx_set_callable_target.argtypes = [CALLABLE_FN]
         lib.tgx_set_callable_target.restype = None
         from .plan import abi_version

@@ -28,9 +28,11 @@
 #define TGX_MAX_DEVICES 16
 #define TGX_MAGIC 0x7467786A61786B31LL   // "tgxjaxk1"
 
-// ----------------------------------------------------------- the kernel ABI (tapegrad runtime)
-struct tgx_launch { int64_t shape[4]; int32_t ndim; int32_t pad; int64_t size; };
-struct tgx_array { void* data; void* grad; int64_t shape[4]; int64_t strides[4]; int32_t ndim; uint32_t flags; };
+// ----------------------------------------------------------- the kernel ABI (tapegrad/abi)
+// the header's text is inlined here by bridges/jax/ffi.py (tapegrad.abi.inline_header)
+#include "tg_abi.h"
+typedef tg_bounds_t tgx_launch;
+typedef tg_array_desc_t tgx_array;
 
 // ------------------------------------------------------ the plan (ctypes twin: bridges/jax/plan.py)
 enum {
@@ -65,7 +67,8 @@ struct tgx_plan {
     tgx_launch bounds;
     void* cpu_entry;                       // void (*)(const tgx_launch*, void**)
     void* cuda_fn[TGX_MAX_DEVICES];        // CUfunction per device ordinal
-    int32_t cuda_blocks_cap[TGX_MAX_DEVICES];
+    int64_t cuda_threads_cap[TGX_MAX_DEVICES];   // the device's grid cap in threads (tg_threads_cap; 0: none)
+    int32_t cuda_lanes[TGX_MAX_DEVICES];         // the entry's launch threads per CUDA thread (elementwise forward)
     int32_t block_dim;
     int32_t pad;
     tgx_loader loader;                     // loads a missing entry point (Python, first call only)
@@ -75,6 +78,14 @@ struct tgx_plan {
 };
 
 typedef void (*tgx_cpu_entry)(const tgx_launch*, void**);
+
+// CUDA blocks of the plan's launch on device `ordinal`: the kernel ABI's grid (tg_grid_blocks,
+// the formula tg.launch uses), with the entry's lanes and the device's cap. Adjoint and tangent
+// plans carry lanes 1 (their entries are grid-stride loops over single threads).
+TGX_EXPORT int64_t tgx_plan_blocks(const tgx_plan* p, int32_t ordinal) {
+    if (ordinal < 0 || ordinal >= TGX_MAX_DEVICES) return 0;
+    return tg_grid_blocks(p->bounds.size, p->block_dim, p->cuda_lanes[ordinal], 0, p->cuda_threads_cap[ordinal]);
+}
 
 // --------------------------------------------------------------------------------- errors
 static XLA_FFI_Error* tgx_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const char* msg) {
@@ -120,19 +131,6 @@ static int tgx_attr_i64(XLA_FFI_CallFrame* frame, const char* name, int64_t* out
         }
     }
     return -1;
-}
-
-static int tgx_dtype_size(int32_t dt) {
-    switch (dt) {
-        case XLA_FFI_DataType_PRED: case XLA_FFI_DataType_S8: case XLA_FFI_DataType_U8: return 1;
-        case XLA_FFI_DataType_S16: case XLA_FFI_DataType_U16: case XLA_FFI_DataType_F16:
-        case XLA_FFI_DataType_BF16: return 2;
-        case XLA_FFI_DataType_S32: case XLA_FFI_DataType_U32: case XLA_FFI_DataType_F32: return 4;
-        case XLA_FFI_DataType_S64: case XLA_FFI_DataType_U64: case XLA_FFI_DataType_F64:
-        case XLA_FFI_DataType_C64: return 8;
-        case XLA_FFI_DataType_C128: return 16;
-        default: return 0;
-    }
 }
 
 static void tgx_dims_text(char* out, size_t n, const int64_t* d, int64_t rank) {
@@ -557,11 +555,8 @@ TGX_EXPORT XLA_FFI_Error* tgx_kernel_cuda(XLA_FFI_CallFrame* f) {
                                  (size_t)g->item_bytes[i], stream);
     }
     if (!r && p->bounds.size > 0) {
-        int64_t bd = p->block_dim > 0 ? p->block_dim : 256;
-        int64_t blocks = (p->bounds.size + bd - 1) / bd;
-        int64_t cap = p->cuda_blocks_cap[ordinal];
-        if (cap > 0 && blocks > cap) blocks = cap;
-        if (blocks > 0x7fffffff) blocks = 0x7fffffff;
+        int64_t bd = p->block_dim > 0 ? p->block_dim : TG_DEFAULT_BLOCK_DIM;
+        int64_t blocks = tgx_plan_blocks(p, ordinal);
         tgx_launch bounds = p->bounds;
         tgx_array arrs[TGX_MAX_SLOTS];
         void* argv[TGX_MAX_SLOTS];

@@ -14,7 +14,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from tapegrad import types
+from tapegrad import abi, types
 
 __all__ = ["Slot", "PlanSpec", "Plan", "IN", "OUT", "INOUT", "VALUE", "NULL_ARRAY", "NULL_VALUE", "MAX_DEVICES",
            "xla_dtype"]
@@ -23,19 +23,21 @@ IN, OUT, INOUT, VALUE, NULL_ARRAY, NULL_VALUE = range(6)
 MAX_DEVICES = 16
 MAGIC = 0x7467786A61786B31
 
-# XLA_FFI_DataType codes by tapegrad scalar name (xla/ffi/api/c_api.h)
-_XLA_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
-               "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "bfloat16": 16}
+# XLA's element type names (xla_data.proto's PrimitiveType; XLA_FFI_DataType has the same values)
+# by DLPack type code: the name is the prefix and the scalar table's bits ("S8", "BF16"; bool: "PRED")
+_XLA_PREFIX = {types.DL_INT: "S", types.DL_UINT: "U", types.DL_FLOAT: "F", types.DL_BFLOAT: "BF"}
+_xla_codes: dict = {}
 
 
 def xla_dtype(scalar) -> int:
-    """The XLA FFI data type code of a tapegrad scalar type."""
-    return _XLA_DTYPES[scalar.name]
-
-
-class _Launch(ctypes.Structure):
-    _fields_ = [("shape", ctypes.c_int64 * 4), ("ndim", ctypes.c_int32), ("pad", ctypes.c_int32),
-                ("size", ctypes.c_int64)]
+    """The XLA FFI data type code of a tapegrad scalar type, derived from its row of the scalar
+    table (DLPack code and bits) and jaxlib's ``PrimitiveType``."""
+    code = _xla_codes.get(scalar)
+    if code is None:
+        from jaxlib.xla_client import PrimitiveType
+        name = "PRED" if scalar.dl_code == types.DL_BOOL else f"{_XLA_PREFIX[scalar.dl_code]}{scalar.bits}"
+        code = _xla_codes[scalar] = int(PrimitiveType[name].value)
+    return code
 
 
 class _CSlot(ctypes.Structure):
@@ -54,9 +56,10 @@ LOADER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(_CPlan), ctypes.c_int32
 
 _CPlan._fields_ = [
     ("magic", ctypes.c_int64), ("nslots", ctypes.c_int32), ("nargs", ctypes.c_int32), ("nrets", ctypes.c_int32),
-    ("adjoint", ctypes.c_int32), ("bounds", _Launch), ("cpu_entry", ctypes.c_void_p),
-    ("cuda_fn", ctypes.c_void_p * MAX_DEVICES), ("cuda_blocks_cap", ctypes.c_int32 * MAX_DEVICES),
-    ("block_dim", ctypes.c_int32), ("pad", ctypes.c_int32), ("loader", LOADER),
+    ("adjoint", ctypes.c_int32), ("bounds", abi.LaunchBounds), ("cpu_entry", ctypes.c_void_p),
+    ("cuda_fn", ctypes.c_void_p * MAX_DEVICES), ("cuda_threads_cap", ctypes.c_int64 * MAX_DEVICES),
+    ("cuda_lanes", ctypes.c_int32 * MAX_DEVICES), ("block_dim", ctypes.c_int32), ("pad", ctypes.c_int32),
+    ("loader", LOADER),
     ("kernel", ctypes.c_char_p), ("slots", ctypes.POINTER(_CSlot)), ("values", ctypes.c_void_p)]
 
 
@@ -155,12 +158,16 @@ class Plan:
 
 
 def pack_value(ptype, value, label) -> bytes:
-    """The kernel-ABI bytes of static value ``value`` for parameter type ``ptype``.
+    """The kernel-ABI bytes of static value ``value`` for parameter type ``ptype`` (a scalar:
+    ``types.scalar_packer``, the rule ``tg.launch`` packs it by).
 
     Raises:
-        TypeError: the value does not convert (message names the argument).
+        TypeError: the value does not convert. OverflowError: an integer outside a scalar
+            type's range. Both messages name the argument.
     """
     import numpy as np
+    if isinstance(ptype, types.ScalarType):
+        return bytes(types.scalar_packer(ptype, label)(value))
     try:
         if isinstance(ptype, types.StructType):
             return bytes(ptype.to_ctype(value))

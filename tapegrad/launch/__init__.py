@@ -188,35 +188,7 @@ def _make_array_packer(kernel, i, ptype):
 
 
 def _make_scalar_packer(kernel, i, ptype):
-    ctype = ptype.ctype
-    kind = ptype.kind
-    label = _arg_label(kernel, i)
-    lo = hi = None
-    if kind not in ("float", "bool"):
-        info = np.iinfo(ptype.np_dtype)   # ctypes would wrap an out-of-range int silently
-        lo, hi = int(info.min), int(info.max)
-
-    def pack(value, device):
-        if isinstance(value, (str, bytes)) or value is None:
-            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {value!r}")
-        if isinstance(value, (array, list, tuple, np.ndarray)) and np.ndim(value) > 0:
-            raise TypeError(f"{_arg_label(kernel, i)}: expected a scalar of {ptype!r}, got {type(value).__name__}")
-        try:
-            if kind == "float":
-                return ctype(types.scalar_to_ctype(ptype, value))
-            if kind == "bool":
-                return ctype(bool(value))
-            if isinstance(value, (float, np.floating)) and not float(value).is_integer():
-                raise TypeError(f"{label}: expected an integer for {ptype!r}, got {value!r}")
-            v = int(value)
-            if not lo <= v <= hi:
-                raise OverflowError(f"{label}: {v} is out of range for {ptype!r} ({lo}..{hi})")
-            return ctype(v)
-        except (TypeError, ValueError) as e:
-            if str(e).startswith(label):   # our own message (Python's may mention "argument" too)
-                raise
-            raise TypeError(f"{label}: expected a scalar of {ptype!r}, got {value!r}") from None
-    return pack
+    return types.scalar_packer(ptype, _arg_label(kernel, i))   # the rule jax_kernel's static values share
 
 
 def _make_composite_packer(kernel, i, ptype):
