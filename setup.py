@@ -14,6 +14,7 @@
   build.__main__").
 """
 import hashlib
+import importlib.util
 import os
 import sys
 
@@ -26,12 +27,22 @@ HELPERS = [("tg_fastlaunch", "tapegrad/launch/fastlaunch.c"), ("tg_dlpack", "tap
            ("tg_hostops", "tapegrad/hostops.c")]
 
 
+def _abi():
+    """tapegrad/abi (the kernel ABI table) loaded on its own: it imports nothing of tapegrad, and
+    importing the package would need numpy in the build environment."""
+    spec = importlib.util.spec_from_file_location("_tapegrad_abi", os.path.join(HERE, "tapegrad", "abi", "__init__.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def helper_extension(name, source):
-    with open(os.path.join(HERE, source)) as f:   # text, as tapegrad.native hashes it
-        digest = hashlib.sha256(f.read().encode()).hexdigest()
+    with open(os.path.join(HERE, source)) as f:   # text with the ABI header inlined, as tapegrad.native hashes it
+        digest = hashlib.sha256(_abi().inline_header(f.read()).encode()).hexdigest()
     flags = [] if sys.platform == "win32" else ["-O2", "-fvisibility=hidden", "-fno-math-errno"]
     return Extension(f"tapegrad.native_libs.{name}_{digest[:16]}", [source], extra_compile_args=flags,
-                     optional=True)
+                     include_dirs=[os.path.join("tapegrad", "include")], optional=True)
 
 
 class BuildHelpers(build_ext):

@@ -21,7 +21,7 @@ import hashlib
 import importlib.machinery
 import os
 
-from . import build, buildlog
+from . import abi, build, buildlog
 
 __all__ = ["HELPERS", "LIB_DIR", "source_path", "helper_source", "prebuilt_path", "load"]
 
@@ -85,7 +85,8 @@ def load(name: str, python_api: bool = False):
 
 
 def helper_source(name: str) -> str:
-    """The text of helper ``name``'s C source (what the fallback compiles)."""
+    """The text of helper ``name``'s C source with the kernel ABI header inlined
+    (``abi.inline_header``): what the fallback compiles and what the library's digest names."""
     with open(source_path(name)) as f:
-        return f.read()
+        return abi.inline_header(f.read())
 
