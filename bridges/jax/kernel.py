@@ -23,6 +23,7 @@ import threading
 import jax
 import numpy as np
 
+from tapegrad import abi
 from tapegrad.lang.facts import check_grid_fits
 
 from .._op import GenericOp, KernelSignature, config_key, dims_of
@@ -39,7 +40,7 @@ VMAP_METHODS = ("broadcast_all", "expand_dims", "sequential", "sequential_unroll
 # methods under which an in-out operand always has its result's shape, so XLA may alias them;
 # under the others the handler copies the operand into the result (broadcasting batch dims)
 _ALIASING = ("broadcast_all", "sequential", "sequential_unrolled")
-_TID_MAX = 2 ** 31 - 1
+_TID_MAX = abi.MAX_NARROW_THREADS    # the default build's tid() is int32
 _EAGER_CACHE_MAX = 256
 _WHO = "jax_kernel"
 
@@ -60,9 +61,11 @@ def _check_block_dim(block_dim):
     if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)):
         raise TypeError(f"{_WHO}: block_dim must be an integer or None, got {type(block_dim).__name__}")
     if int(block_dim) <= 0:
-        raise ValueError(f"{_WHO}: block_dim must be positive (CUDA threads per block, 1..1024), got {block_dim}")
-    if int(block_dim) > 1024:
-        raise ValueError(f"{_WHO}: block_dim must be at most 1024 (CUDA threads per block), got {block_dim}")
+        raise ValueError(f"{_WHO}: block_dim must be positive (CUDA threads per block, 1..{abi.MAX_BLOCK_DIM}), "
+                         f"got {block_dim}")
+    if int(block_dim) > abi.MAX_BLOCK_DIM:
+        raise ValueError(f"{_WHO}: block_dim must be at most {abi.MAX_BLOCK_DIM} (CUDA threads per block), "
+                         f"got {block_dim}")
     return int(block_dim)
 
 
@@ -153,7 +156,7 @@ class JaxKernel:
         self.enable_backward = bool(enable_backward)
         self.has_side_effect = bool(has_side_effect)
         self.block_dim = _check_block_dim(block_dim)     # as given (None: the default), as Warp's attribute
-        self._threads = 256 if self.block_dim is None else self.block_dim
+        self._threads = abi.DEFAULT_BLOCK_DIM if self.block_dim is None else self.block_dim
         self.call_params = self.sig.inputs + self.sig.in_out     # what the caller passes, in order
         self.label = f"{_WHO} '{kernel.key}'"
         self._calls: dict = {}     # call configuration -> (ffi callable, plan)

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 __all__ = ["Field", "Struct", "Kind", "BOUNDS", "ARRAY", "DEBUG_SLOT", "STRUCTS", "LaunchBounds", "ArrayDesc",
            "DebugSlot", "MAX_DIMS", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD", "MAX_BLOCK_DIM",
-           "DEFAULT_BLOCK_DIM", "MAX_GRID_BLOCKS", "CAP_THREADS_PER_SM", "CAP_WAVES", "TARGETS", "ENTRIES",
-           "CUDA_DEBUG_SLOT", "entry_name", "grid_blocks", "threads_cap", "register_scalars", "kinds", "kind_code",
-           "int_range", "HEADER_NAME", "HEADER_PATH", "header_text", "generate_header", "inline_header", "main"]
+           "DEFAULT_BLOCK_DIM", "MAX_GRID_BLOCKS", "MAX_NARROW_THREADS", "CAP_THREADS_PER_SM", "CAP_WAVES",
+           "TARGETS", "ENTRIES", "CUDA_DEBUG_SLOT", "entry_name", "grid_blocks", "threads_cap", "register_scalars",
+           "kinds", "kind_code", "int_range", "HEADER_NAME", "HEADER_PATH", "header_text", "generate_header",
+           "inline_header", "main"]
 
 MAX_DIMS = 4                 # array and grid dimensions
 ARRAY_FLAG_READONLY = 1      # kernels may not write the data
@@ -40,6 +41,7 @@ ARRAY_FLAG_RETAIN_GRAD = 2   # write adjoints leave the gradient in place (array
 MAX_BLOCK_DIM = 1024         # CUDA threads per block
 DEFAULT_BLOCK_DIM = 256      # block_dim 0 means this
 MAX_GRID_BLOCKS = 2 ** 31 - 1
+MAX_NARROW_THREADS = 2 ** 31 - 1   # launches up to this size run the default build (its tid() is int32)
 # Default grid cap (max_blocks=0): enough resident threads to fill every SM several times over,
 # then the entries' grid-stride loop. Measured on an H200 for a 2^28 saxpy: one thread per
 # element gives 2.8 TB/s, this cap 3.6-3.7 TB/s (torch's add_: 4.3).
@@ -316,6 +318,7 @@ def generate_header() -> str:
            f"#define TG_MAX_BLOCK_DIM {MAX_BLOCK_DIM}",
            f"#define TG_DEFAULT_BLOCK_DIM {DEFAULT_BLOCK_DIM}",
            f"#define TG_MAX_GRID_BLOCKS {MAX_GRID_BLOCKS}LL",
+           f"#define TG_MAX_NARROW_THREADS {MAX_NARROW_THREADS}LL",
            f"#define TG_CAP_THREADS_PER_SM {CAP_THREADS_PER_SM}",
            f"#define TG_CAP_WAVES {CAP_WAVES}", ""]
     for s in STRUCTS:

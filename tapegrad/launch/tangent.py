@@ -278,7 +278,7 @@ def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoi
     inputs, outputs = list(inputs), list(outputs)
     prep = prepare_launch(kernel, dim, inputs, outputs, device, stream)
     kernel = prep.kernel
-    if prep.bounds.size > 2 ** 31 - 1:
+    if prep.bounds.size > abi.MAX_NARROW_THREADS:
         raise KernelError(f"launch(tangent=True): kernel '{kernel.key}': forward mode runs launches of at most "
                           f"2^31 - 1 threads, got {prep.bounds.size}")
     args = inputs + outputs
