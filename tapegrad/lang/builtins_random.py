@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..types import float32, float64, int32, uint32, vec2, vec2d, vec3, vec3d, vec4, vec4d
-from .builtins import NO, Builtin, Sample
-from .typeutil import is_int
+from .builtins import NO, REGISTRY, Builtin, Sample
+from .typeutil import is_array, is_float, is_int
 
 __all__ = ["RngOut", "DRAWS", "rng_out"]
 
@@ -71,12 +71,17 @@ DRAWS = {
     "sample_unit_sphere_surface": (None, [((), vec3)]),
     "sample_unit_hemisphere": (None, [((), vec3)]),
     "sample_unit_hemisphere_surface": (None, [((), vec3)]),
+    "poisson": (float32, [((float32,), uint32)]),
+    "sample_cdf": (None, []),       # its overload (a CDF array) is added below
 }
 _DRAW_DOCS = {
     "randi": "randi(state[, lo, hi]): a random int32 (in [lo, hi)); advances state",
     "randu": "randu(state[, lo, hi]): a random uint32 (in [lo, hi)); advances state",
     "randf": "randf(state[, lo, hi]): a uniform float32 in [0, 1) (or [lo, hi)); advances state",
     "randn": "randn(state): a standard normal float32 (Box-Muller); advances state",
+    "poisson": "poisson(state, lam): a Poisson(lam) count (uint32; lam <= 0: 0, drawing nothing); advances state",
+    "sample_cdf": "sample_cdf(state, cdf): the first index whose CDF value (a non-decreasing 1-D float array ending "
+                  "at 1) is >= a uniform draw (at most len(cdf) - 1); advances state",
 }
 
 for _name, (_lit, _sigs) in DRAWS.items():
@@ -85,6 +90,10 @@ for _name, (_lit, _sigs) in DRAWS.items():
         _out = rng_out(_vt)
         _b.add((lambda want, out: lambda ts: out if _exact(uint32, *want)(ts) is True else NO)(_extra, _out),
                _call(f"rng_{_name}"))
+
+REGISTRY["sample_cdf"].add(
+    lambda ts: rng_out(int32) if len(ts) == 2 and ts[0] is uint32 and is_array(ts[1]) and ts[1].ndim == 1
+    and is_float(ts[1].dtype) else NO, _call("rng_sample_cdf"), reads=(1,))
 
 Builtin("rand_state", None, "the state after a draw", export=False).add(
     lambda ts: uint32 if len(ts) == 1 and isinstance(ts[0], RngOut) else NO, lambda ts, r: (lambda a: f"{a[0]}.state"))

@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from ..types import QuatType, dtype_from_numpy, float32, matrix, quaternion, uint32, vector
+from ..types import QuatType, dtype_from_numpy, float32, int32, matrix, quaternion, uint32, vector
 from . import spatial  # noqa: F401  registers transform_point/transform_vector, which get overloads below
 from .builtins import NO, REGISTRY, Builtin, Sample, TypeRef, same
 from .builtins_atomic import Where
-from .typeutil import is_bool, is_float, is_mat, is_scalar, is_vec
+from .typeutil import is_array, is_bool, is_float, is_int, is_mat, is_scalar, is_vec
 
 __all__ = []
 
@@ -331,3 +331,29 @@ def _expect_near_fwd(ts, r):
 Builtin("expect_near", None, "expect_near(a, b, tolerance=1e-6): print both values (and the line) when a "
                              "component differs by more than tolerance").add(
     _expect_near_rule, _expect_near_fwd, side_effect=True, replay="skip")
+
+
+# --------------------------------------------------------------------------- lower_bound (Warp's)
+
+def _lower_bound_rule(ts):
+    if not ts or not is_array(ts[0]) or ts[0].ndim != 1 or not is_scalar(ts[0].dtype) or is_bool(ts[0].dtype):
+        return NO
+    if len(ts) == 2 and ts[1] is ts[0].dtype:
+        return int32
+    if len(ts) == 4 and is_int(ts[1]) and is_int(ts[2]) and ts[3] is ts[0].dtype:
+        return int32
+    return NO
+
+
+def _lower_bound_py(arr, *args):
+    a = np.asarray(arr.numpy() if hasattr(arr, "numpy") else arr)
+    if a.ndim != 1 or len(args) not in (1, 3):
+        raise TypeError(f"lower_bound(arr[, begin, end], value): expected a 1-D array and 1 or 3 more arguments, "
+                        f"got a {a.ndim}-D array and {len(args)}")
+    lo, hi = (0, a.shape[0]) if len(args) == 1 else (int(args[0]), int(args[1]))
+    return int(max(lo, min(lo + np.searchsorted(a[lo:hi], args[-1], side="left"), hi - 1)))
+
+
+Builtin("lower_bound", _lower_bound_py, "lower_bound(arr[, begin, end], value): the first index (in [begin, end)) "
+                                        "of a sorted 1-D array whose element is >= value (end - 1 if none, as Warp's)").add(
+    _lower_bound_rule, "tg::wx_lower_bound", reads=(0,))

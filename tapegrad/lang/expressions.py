@@ -455,6 +455,11 @@ class ExprMixin:
             vals = [self.materialize(v, arr.type.dtype) if isinstance(v, Lit) else self.materialize(v)
                     for v in args[len(args) - nv:]]
             return self.builtin_args(name, [arr] + idx + vals, node)
+        if name == "lower_bound" and args and isinstance(args[0], Var) and is_array(args[0].type):
+            # literal bounds are int32, a literal value takes the array's dtype
+            kinds = [None] + [int32] * (len(args) - 2) + [args[0].type.dtype]
+            return self.builtin_args(name, [self.materialize(v, k) if isinstance(v, Lit) and k is not None
+                                            else self.materialize(v) for v, k in zip(args, kinds)], node)
         if name in ("expect_eq", "expect_neq"):
             if len(args) != 2:
                 self.error(f"{name}() takes two arguments", node)

@@ -453,3 +453,72 @@ _construct.add(_construct_rule, _construct_fwd, _construct_adj, linear=(1, 2),
                samples=[Sample(("V3:any", "Q"), "T", "out[i] = tg.transform{d}({0}, {1})"),
                         Sample(("V3:any", "V3:any"), "V6", "out[i] = tg.spatial_vector{d}({0}, {1})")])
 _construct.overloads.insert(0, _construct.overloads.pop())
+
+
+# ------------------------------------ Warp's twist/wrench frame maps, point velocity, quaternion twist
+
+def _host_velocity_at_point(qd, r):
+    qd = np.asarray(qd, dtype=np.float64)
+    return _f32(qd[3:] + np.cross(qd[:3], np.asarray(r, dtype=np.float64)))
+
+
+def _host_frame_map(twist):
+    def run(t, x):
+        t, x = np.asarray(t, dtype=np.float64), np.asarray(x, dtype=np.float64)
+        moving, other = (x[:3], x[3:]) if twist else (x[3:], x[:3])
+        m = _np_rotate(t[3:], moving)
+        o = _np_rotate(t[3:], other) + np.cross(t[:3], m)
+        return _f32(np.concatenate([m, o] if twist else [o, m]))
+    return run
+
+
+def _host_quat_twist(axis, q):
+    a, q = np.asarray(axis, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    y = np.concatenate([np.dot(q[:3], a) * a, q[3:]])
+    n = np.linalg.norm(y)
+    return _f32(y / n if n > 0 else [0.0, 0.0, 0.0, 1.0])
+
+
+def _host_twist_angle(signed):
+    def run(axis, q):
+        a, q = np.asarray(axis, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        s = float(np.dot(q[:3], a))
+        return np.float32(2.0 * np.arctan2(s if signed else abs(s), q[3]))
+    return run
+
+
+def _axis_quat(ts):
+    return len(ts) == 2 and _v(ts[0], 3) and is_quat(ts[1]) and ts[1].scalar is ts[0].scalar
+
+
+def _xf_spatial(ts):
+    return len(ts) == 2 and _xf(ts[0]) and _v(ts[1], 6) and ts[1].scalar is ts[0].scalar
+
+
+Builtin("velocity_at_point", _host_velocity_at_point,
+        "velocity_at_point(qd, r): the linear velocity v + w x r of the point at offset r on a body with twist "
+        "qd = (w, v)").add(
+    _rule(lambda ts: len(ts) == 2 and _v(ts[0], 6) and _v(ts[1], 3) and ts[1].scalar is ts[0].scalar,
+          lambda ts: ts[1]),
+    "tg::sp_velocity_at_point", "tg::adj_sp_velocity_at_point", samples=[Sample(("V6:any", V3), "V3")])
+Builtin("transform_twist", _host_frame_map(True),
+        "transform_twist(t, x): the twist x = (w, v) in the frame of t = (p, R): (R w, R v + p x R w)").add(
+    _rule(_xf_spatial, lambda ts: ts[1]), "tg::sp_transform_twist", "tg::adj_sp_transform_twist",
+    samples=[Sample((T6, "V6:any"), "V6")])
+Builtin("transform_wrench", _host_frame_map(False),
+        "transform_wrench(t, x): the wrench x = (tau, f) in the frame of t = (p, R): (R tau + p x R f, R f)").add(
+    _rule(_xf_spatial, lambda ts: ts[1]), "tg::sp_transform_wrench", "tg::adj_sp_transform_wrench",
+    samples=[Sample((T6, "V6:any"), "V6")])
+Builtin("quat_twist", _host_quat_twist,
+        "quat_twist(axis, q): the twist of q about axis (q's vector part projected on axis, normalized with w; "
+        "the identity when zero)").add(
+    _rule(_axis_quat, lambda ts: ts[1]), "tg::sp_quat_twist", "tg::adj_sp_quat_twist",
+    samples=[Sample((V3, Q), "Q")])
+Builtin("quat_twist_angle", _host_twist_angle(False),
+        "quat_twist_angle(axis, q): the unsigned twist angle 2 atan2(|v . axis|, w) of q about axis").add(
+    _rule(_axis_quat, lambda ts: ts[0].scalar), "tg::sp_quat_twist_angle", "tg::adj_sp_quat_twist_angle",
+    samples=[Sample((V3, Q), "S")])
+Builtin("quat_twist_angle_signed", _host_twist_angle(True),
+        "quat_twist_angle_signed(axis, q): the signed twist angle 2 atan2(v . axis, w) of q about axis").add(
+    _rule(_axis_quat, lambda ts: ts[0].scalar), "tg::sp_quat_twist_angle_signed",
+    "tg::adj_sp_quat_twist_angle_signed", samples=[Sample((V3, Q), "S")])

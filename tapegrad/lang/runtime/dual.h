@@ -212,6 +212,11 @@ namespace tg {
 // the gradient an array held in a struct uses in the tangent of the adjoint: the adjoint
 // struct's (a gradient and its tangent), else the array's own .grad, whose tangent is the
 // tangent array's .grad (Tape.hvp passes its own buffers there)
+// random.h's sample_cdf on a dual array reads the values (a draw has no tangent); declared through
+// its return type so units without random.h never instantiate it
+template <typename T> TG_FUNC auto rng_sample_cdf(uint32_t s, const darray_t<T>& cdf) -> decltype(rng_sample_cdf(s, cdf.p)) {
+    return rng_sample_cdf(s, cdf.p);
+}
 template <typename T> TG_FUNC darray_t<T> grad_array(const darray_t<T>& a, const darray_t<T>& adj) {
     if (adj.p.data) return adj;
     darray_t<T> r;

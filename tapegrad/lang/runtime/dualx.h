@@ -38,5 +38,10 @@ template <typename T> TG_FUNC void adj_wx_copysign(dual<T> x, dual<T> y, dual<T>
 }
 template <typename T> TG_FUNC dual<T> wx_frac(dual<T> x) { return dual<T>(wx_frac(x.v), x.t); }
 template <typename T> TG_FUNC dual<T> wx_rint(dual<T> x) { return dual<T>(wx_rint(x.v), T(0)); }
+// lower_bound in dual code: the search reads the values (an index has no tangent)
+template <typename T, typename U> TG_FUNC int32_t wx_lower_bound(const darray_t<T>& a, int64_t lo, int64_t hi, U v) {
+    return wx_lower_bound(a.p, lo, hi, T(v));
+}
+template <typename T, typename U> TG_FUNC int32_t wx_lower_bound(const darray_t<T>& a, U v) { return wx_lower_bound(a.p, T(v)); }
 #undef TG_DC
 }  // namespace tg

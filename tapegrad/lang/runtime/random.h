@@ -82,6 +82,43 @@ TG_FUNC rng_out<vec_t<4, float> > rng_sample_unit_hypercube(uint32_t s) {
     float d = rng_f32(s) - 0.5f;
     return rng_pack(s, make_vec<4, float>(a, b, c, d));
 }
+// sample_cdf: a uniform u, then the first index of the CDF array whose value is >= u (binary search;
+// clamped to the last index when the CDF ends below u)
+template <typename T> TG_FUNC rng_out<int32_t> rng_sample_cdf(uint32_t s, const array_t<T>& cdf) {
+    float u = rng_f32(s);
+    int64_t lo = 0, hi = cdf.shape[0];
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (float(*addr(cdf.data, cdf, mid)) < u) lo = mid + 1; else hi = mid;
+    }
+    if (lo > cdf.shape[0] - 1) lo = cdf.shape[0] - 1;
+    return rng_pack(s, int32_t(lo < 0 ? 0 : lo));
+}
+// poisson: a Poisson(lam) count. lam < 10: Knuth's product of uniforms; else Hoermann's transformed
+// rejection with squeeze (PTRS, 1993). lam <= 0 returns 0 without drawing.
+TG_FUNC double rng_lgamma(double x) { return ::lgamma(x); }
+TG_FUNC rng_out<uint32_t> rng_poisson(uint32_t s, float lam_) {
+    double lam = double(lam_);
+    if (!(lam > 0.0)) return rng_pack(s, uint32_t(0));
+    if (lam < 10.0) {
+        double limit = ::exp(-lam), prod = double(rng_f32(s));
+        uint32_t k = 0;
+        while (prod > limit) { prod *= double(rng_f32(s)); ++k; }
+        return rng_pack(s, k);
+    }
+    double slam = ::sqrt(lam), loglam = ::log(lam);
+    double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+    double inv_alpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2.0);
+    for (;;) {
+        double u = double(rng_f32(s)) - 0.5, v = double(rng_f32(s));
+        double us = 0.5 - (u < 0.0 ? -u : u);
+        double k = ::floor((2.0 * a / us + b) * u + lam + 0.43);
+        if (us >= 0.07 && v <= vr) return rng_pack(s, uint32_t(k));
+        if (k < 0.0 || (us < 0.013 && v > us)) continue;
+        if (v > 0.0 && ::log(v) + ::log(inv_alpha) - ::log(a / (us * us) + b) <= -lam + k * loglam - rng_lgamma(k + 1.0))
+            return rng_pack(s, uint32_t(k));
+    }
+}
 // points on / in the unit sphere and the z >= 0 hemisphere (inverse-CDF sampling, no rejection)
 TG_FUNC vec_t<3, float> rng_sphere(uint32_t& s, bool hemi, bool solid) {
     float phi = acosf(1.0f - (hemi ? 1.0f : 2.0f) * rng_f32(s));

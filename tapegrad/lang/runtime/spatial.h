@@ -465,4 +465,109 @@ template <typename T, typename I, typename J, typename K> TG_FUNC void adj_sp_qu
     sp_quat_to_euler_impl<T>(q, sp_euler_setup(i, j, k), &aq, &g);
 }
 
+// ---- Warp's twist/wrench helpers (spatial vectors: top angular, bottom linear), quaternion twist
+template <typename T> TG_FUNC vec_t<6, T> sp_join(const vec_t<3, T>& a, const vec_t<3, T>& b) {
+    return make_vec<6, T>(a.c[0], a.c[1], a.c[2], b.c[0], b.c[1], b.c[2]);
+}
+template <typename T> TG_FUNC void sp_add_top(vec_t<6, T>& a, const vec_t<3, T>& g) { for (int i = 0; i < 3; ++i) a.c[i] += g.c[i]; }
+template <typename T> TG_FUNC void sp_add_bottom(vec_t<6, T>& a, const vec_t<3, T>& g) { for (int i = 0; i < 3; ++i) a.c[3 + i] += g.c[i]; }
+// the linear velocity v + w x r of a point at offset r on a body moving with twist (w, v)
+template <typename T> TG_FUNC vec_t<3, T> sp_velocity_at_point(const vec_t<6, T>& qd, const vec_t<3, T>& r) {
+    return sp_bottom(qd) + cross(sp_top(qd), r);
+}
+template <typename T> TG_FUNC void adj_sp_velocity_at_point(const vec_t<6, T>& qd, const vec_t<3, T>& r, vec_t<6, T>& aqd,
+                                                            vec_t<3, T>& ar, const vec_t<3, T>& g) {
+    vec_t<3, T> aw; adj_cross(sp_top(qd), r, aw, ar, g);
+    sp_add_top(aqd, aw); sp_add_bottom(aqd, g);
+}
+// a twist (w, v) to the frame of t = (p, R): (R w, R v + p x R w); a wrench (tau, f): (R tau + p x R f, R f).
+// `moving` is the part rotated and crossed with p (w of a twist, f of a wrench), `other` the other part.
+template <typename T> TG_FUNC vec_t<6, T> sp_frame_map(const vec_t<7, T>& t, const vec_t<3, T>& moving,
+                                                       const vec_t<3, T>& other, bool twist) {
+    vec_t<4, T> q = sp_rot(t);
+    vec_t<3, T> m = quat_rotate(q, moving);
+    vec_t<3, T> o = quat_rotate(q, other) + cross(sp_pos(t), m);
+    return twist ? sp_join(m, o) : sp_join(o, m);
+}
+template <typename T> TG_FUNC void adj_sp_frame_map(const vec_t<7, T>& t, const vec_t<3, T>& moving, const vec_t<3, T>& other,
+                                                    vec_t<7, T>& at, vec_t<3, T>& amoving, vec_t<3, T>& aother,
+                                                    const vec_t<3, T>& gm_, const vec_t<3, T>& go) {
+    vec_t<4, T> q = sp_rot(t), aq;
+    vec_t<3, T> m = quat_rotate(q, moving), ap, gm = gm_;
+    adj_cross(sp_pos(t), m, ap, gm, go);
+    adj_quat_rotate(q, moving, aq, amoving, gm);
+    adj_quat_rotate(q, other, aq, aother, go);
+    sp_add_pos(at, ap); sp_add_rot(at, aq);
+}
+template <typename T> TG_FUNC vec_t<6, T> sp_transform_twist(const vec_t<7, T>& t, const vec_t<6, T>& x) {
+    return sp_frame_map(t, sp_top(x), sp_bottom(x), true);
+}
+template <typename T> TG_FUNC void adj_sp_transform_twist(const vec_t<7, T>& t, const vec_t<6, T>& x, vec_t<7, T>& at,
+                                                          vec_t<6, T>& ax, const vec_t<6, T>& g) {
+    vec_t<3, T> aw, av;
+    adj_sp_frame_map(t, sp_top(x), sp_bottom(x), at, aw, av, sp_top(g), sp_bottom(g));
+    sp_add_top(ax, aw); sp_add_bottom(ax, av);
+}
+template <typename T> TG_FUNC vec_t<6, T> sp_transform_wrench(const vec_t<7, T>& t, const vec_t<6, T>& x) {
+    return sp_frame_map(t, sp_bottom(x), sp_top(x), false);
+}
+template <typename T> TG_FUNC void adj_sp_transform_wrench(const vec_t<7, T>& t, const vec_t<6, T>& x, vec_t<7, T>& at,
+                                                           vec_t<6, T>& ax, const vec_t<6, T>& g) {
+    vec_t<3, T> af, atau;
+    adj_sp_frame_map(t, sp_bottom(x), sp_top(x), at, af, atau, sp_bottom(g), sp_top(g));
+    sp_add_top(ax, atau); sp_add_bottom(ax, af);
+}
+// the twist of q about axis: q's vector part projected on axis ((v . a) a, axis not normalized, as
+// Warp's), with q's w, normalized; the identity when that is zero
+template <typename T> TG_FUNC vec_t<4, T> sp_quat_twist(const vec_t<3, T>& a, const vec_t<4, T>& q) {
+    typedef typename compute<T>::type C;
+    C s = C(q.c[0]) * C(a.c[0]) + C(q.c[1]) * C(a.c[1]) + C(q.c[2]) * C(a.c[2]);
+    C y[4] = {s * C(a.c[0]), s * C(a.c[1]), s * C(a.c[2]), C(q.c[3])};
+    C n = sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2] + y[3] * y[3]);
+    if (!(n > C(0))) return make_vec<4, T>(0, 0, 0, 1);
+    return make_vec<4, T>(y[0] / n, y[1] / n, y[2] / n, y[3] / n);
+}
+template <typename T> TG_FUNC void adj_sp_quat_twist(const vec_t<3, T>& a, const vec_t<4, T>& q, vec_t<3, T>& aa,
+                                                     vec_t<4, T>& aq, const vec_t<4, T>& g) {
+    typedef typename compute<T>::type C;
+    C s = C(q.c[0]) * C(a.c[0]) + C(q.c[1]) * C(a.c[1]) + C(q.c[2]) * C(a.c[2]);
+    C y[4] = {s * C(a.c[0]), s * C(a.c[1]), s * C(a.c[2]), C(q.c[3])};
+    C n = sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2] + y[3] * y[3]);
+    if (!(n > C(0))) return;
+    C rg = C(0);
+    for (int i = 0; i < 4; ++i) rg = rg + y[i] / n * C(g.c[i]);
+    C dy[4];
+    for (int i = 0; i < 4; ++i) dy[i] = (C(g.c[i]) - y[i] / n * rg) / n;   // through the normalization
+    C ds = dy[0] * C(a.c[0]) + dy[1] * C(a.c[1]) + dy[2] * C(a.c[2]);
+    for (int i = 0; i < 3; ++i) {
+        aa.c[i] += T(s * dy[i] + ds * C(q.c[i]));
+        aq.c[i] += T(ds * C(a.c[i]));
+    }
+    aq.c[3] += T(dy[3]);
+}
+// the twist angle 2 atan2(v . a, w) (signed) or 2 atan2(|v . a|, w) (unsigned), as Warp's
+template <typename T> TG_FUNC T sp_twist_angle(const vec_t<3, T>& a, const vec_t<4, T>& q, bool sign) {
+    typedef typename compute<T>::type C;
+    C s = C(q.c[0]) * C(a.c[0]) + C(q.c[1]) * C(a.c[1]) + C(q.c[2]) * C(a.c[2]);
+    if (!sign && s < C(0)) s = -s;
+    return T(C(2) * atan2(s, C(q.c[3])));
+}
+template <typename T> TG_FUNC void adj_sp_twist_angle(const vec_t<3, T>& a, const vec_t<4, T>& q, bool sign,
+                                                      vec_t<3, T>& aa, vec_t<4, T>& aq, T g) {
+    typedef typename compute<T>::type C;
+    C s = C(q.c[0]) * C(a.c[0]) + C(q.c[1]) * C(a.c[1]) + C(q.c[2]) * C(a.c[2]), w = C(q.c[3]);
+    C r = s * s + w * w;
+    if (!(r > C(0))) return;
+    C k = sign ? C(1) : (s > C(0) ? C(1) : (s < C(0) ? C(-1) : C(0)));   // d|s|/ds
+    C ds = C(2) * w / r * k * C(g), dw = C(-2) * (sign ? s : s * k) / r * C(g);
+    for (int i = 0; i < 3; ++i) { aa.c[i] += T(ds * C(q.c[i])); aq.c[i] += T(ds * C(a.c[i])); }
+    aq.c[3] += T(dw);
+}
+template <typename T> TG_FUNC T sp_quat_twist_angle(const vec_t<3, T>& a, const vec_t<4, T>& q) { return sp_twist_angle(a, q, false); }
+template <typename T> TG_FUNC void adj_sp_quat_twist_angle(const vec_t<3, T>& a, const vec_t<4, T>& q, vec_t<3, T>& aa,
+                                                           vec_t<4, T>& aq, T g) { adj_sp_twist_angle(a, q, false, aa, aq, g); }
+template <typename T> TG_FUNC T sp_quat_twist_angle_signed(const vec_t<3, T>& a, const vec_t<4, T>& q) { return sp_twist_angle(a, q, true); }
+template <typename T> TG_FUNC void adj_sp_quat_twist_angle_signed(const vec_t<3, T>& a, const vec_t<4, T>& q, vec_t<3, T>& aa,
+                                                                  vec_t<4, T>& aq, T g) { adj_sp_twist_angle(a, q, true, aa, aq, g); }
+
 }  // namespace tg

@@ -223,4 +223,16 @@ template <typename V, typename T> TG_FUNC void wx_expect_near(const V& actual, c
 }
 
 #undef TG_WX_C
+// lower_bound: the first index in [lo, hi) of a sorted 1-D array whose element is >= v, hi - 1 if
+// none (Warp's: the result stays a valid index of the range)
+template <typename T> TG_FUNC int32_t wx_lower_bound(const array_t<T>& a, int64_t lo, int64_t hi, T v) {
+    hi = hi - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (*addr(a.data, a, mid) < v) lo = mid + 1; else hi = mid;
+    }
+    return int32_t(lo);
+}
+template <typename T> TG_FUNC int32_t wx_lower_bound(const array_t<T>& a, T v) { return wx_lower_bound(a, 0, a.shape[0], v); }
+
 }  // namespace tg
