@@ -62,6 +62,10 @@ SAME = {
         "transform_set_translation", "transform_set_rotation")},
     **{n: "tests/lang/test_linalg.py (Warp's signs and pinned values; factorizations against NumPy; adjoints by "
           "finite differences)" for n in ("svd3", "svd2", "qr3")},
+    **{n: "tests/lang/test_warp_search_random_twist.py (values recorded from Warp 1.19; draws' distributions; "
+          "adjoints by finite differences)" for n in (
+        "lower_bound", "poisson", "quat_twist", "quat_twist_angle", "quat_twist_angle_signed", "sample_cdf",
+        "transform_twist", "transform_wrench", "velocity_at_point")},
 }
 DIFFERENT = {
     "eig3": "eigenvalues in ascending order and Q a rotation (Warp's come in its Jacobi iteration's order); "
