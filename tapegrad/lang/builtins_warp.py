@@ -354,6 +354,7 @@ def _lower_bound_py(arr, *args):
     return int(max(lo, min(lo + np.searchsorted(a[lo:hi], args[-1], side="left"), hi - 1)))
 
 
-Builtin("lower_bound", _lower_bound_py, "lower_bound(arr[, begin, end], value): the first index (in [begin, end)) "
-                                        "of a sorted 1-D array whose element is >= value (end - 1 if none, as Warp's)").add(
+Builtin("lower_bound", _lower_bound_py,
+        "lower_bound(arr[, begin, end], value): the first index (in [begin, end)) of a sorted 1-D array whose "
+        "element is >= value (end - 1 if none, as Warp's)").add(
     _lower_bound_rule, "tg::wx_lower_bound", reads=(0,))

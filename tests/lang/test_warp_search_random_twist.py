@@ -11,7 +11,6 @@ import pytest
 
 import tapegrad as tg
 
-
 # ------------------------------------------------------------------------------- lower_bound
 
 @tg.kernel
