@@ -89,6 +89,9 @@ class array:
     _retain_grad = False
     _unlinked = False    # a view whose gradient was dropped on purpose: no late link (_late_grad)
     _desc = None
+    # the attribute holding descriptor()'s cache (None until built, reset when the gradient
+    # changes): the native launch helper reads it by this name (tapegrad.launch.fastlaunch)
+    DESCRIPTOR_CACHE = "_desc"
     _owner = None
     # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
     # viewed, with ``sync_grad(a)`` (keeps ``.grad`` on the tensor's own gradient through the

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cpu_capture, types
+from .. import abi, cpu_capture, types
 from ..array import array
 from ..config import config
 from ..device import Device, get_device
@@ -187,6 +187,13 @@ def _make_array_packer(kernel, i, ptype):
     return pack
 
 
+def scalar_range(ptype):
+    """``(lo, hi)``: the values an integer scalar parameter of type ``ptype`` takes (None for
+    float and bool parameters). ctypes would wrap an out-of-range int silently: the packer
+    refuses it, and the native helper's plan carries the same range."""
+    return abi.int_range(ptype.kind, ptype.bits) if ptype.kind in ("int", "uint") else None
+
+
 def _make_scalar_packer(kernel, i, ptype):
     return types.scalar_packer(ptype, _arg_label(kernel, i))   # the rule jax_kernel's static values share
 
@@ -306,23 +313,27 @@ def _native_plan(kernel, packers, written, tid_checks=()):
     and for arrays the dtype and ndim the C code checks (``tapegrad.launch.fastlaunch``)."""
     global _fast
     if _fast is None:   # once per kernel while the helper is unavailable (load() remembers why)
-        _fast = fastlaunch.load(dict(kernel=Kernel, array=array, desc=types.ArrayDesc, ctype=ArrayCtype,
-                                     device=Device, config=config, capture=vars(cpu_capture),
-                                     active_tape=active_tape, get_device=get_device, infer_device=_infer_device,
-                                     record=_record_launch, cai_kind=_cai_kind, checked=CheckedDesc),
-                                NARROW_LAUNCH_SIZE)
+        _fast = fastlaunch.load(fastlaunch.NativeHooks(
+            kernel_type=Kernel, array_type=array, desc_type=types.ArrayDesc, ctype_type=ArrayCtype,
+            device_type=Device, capture_state=vars(cpu_capture), active_tape=active_tape, get_device=get_device,
+            infer_device=_infer_device, descriptor_cache=array.DESCRIPTOR_CACHE, max_size=NARROW_LAUNCH_SIZE,
+            float_types=(np.float16, np.float32, np.float64),
+            int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
+            record=_record_launch, cai_kind=_cai_kind, checked_type=CheckedDesc))
         if _fast is not None:
             _listen_for_build_changes()
     if _fast is None:
         return None
-    kinds, ndims, dtypes, zero_sizes = [], [], [], []
+    kinds, ndims, dtypes, zero_sizes, ranges = [], [], [], [], []
     for t in kernel.arg_types:
         if isinstance(t, types.ArrayType):
             kinds.append("array")
             ndims.append(t.ndim)
             dtypes.append(t.dtype)
             zero_sizes.append(0)
+            ranges.append(None)
             continue
+        ranges.append(scalar_range(t) if isinstance(t, types.ScalarType) else None)
         kinds.append(t.name if isinstance(t, types.ScalarType) and t.name in fastlaunch.KINDS else "py")
         ndims.append(0)
         dtypes.append(None)
@@ -333,7 +344,7 @@ def _native_plan(kernel, packers, written, tid_checks=()):
         zero_sizes.append(ctypes.sizeof(t.ctype))
     w = set(written)
     return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
-                               zero_sizes, tid_checks)
+                               zero_sizes, tid_checks, ranges)
 
 
 def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks):

@@ -160,6 +160,8 @@ typedef struct {
     int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: its
                                        adjoint launches take the Python path) */
     PyObject *dtype;                /* arrays: the element type the parameter expects */
+    long long lo;                   /* integer scalars: the range the Python packer takes (the plan's) */
+    unsigned long long hi;
     layout_t lay[NLAY];
     int lay_next;
     np_layout_t np_lay[NLAY];
@@ -193,13 +195,15 @@ typedef struct {
 
 static int ready = 0;
 static PyObject *T_KERNEL, *T_ARRAY, *T_ARRAYDESC, *T_ARRAYCTYPE, *T_DEVICE, *T_STREAM;
-static PyObject *CONFIG, *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
-static PyObject *RECORDER = NULL;   /* launch._record_launch: hands the recording tape its record */
-static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DESC, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE,
-                *S_TG_DEVICE, *S_DESCRIPTOR, *S_MODE, *S_OPEN_COUNT, *S_DICT, *S_TAPE, *S_STREAM_,
-                *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR, *S_SHAPE, *S_STRIDES, *S_DATA,
-                *S_STREAM_KEY, *S_MASK, *S_OFFSET;
+static PyObject *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
+static PyObject *RECORDER = NULL;   /* hands the recording tape its record (None: such launches take the Python path) */
+static PyObject *CAI_KIND = NULL;   /* launch's cai_kind (None: CAI objects go to the Python packers) */
 static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign memory its framework may move */
+static PyObject *S_DESC = NULL;     /* the attribute of a tapegrad array holding descriptor()'s cache (the
+                                       array module names it: hooks.descriptor_cache) */
+static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
+                *S_DESCRIPTOR, *S_OPEN_COUNT, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
+                *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
 static cuCtxGetCurrent_t cu_ctx_current = NULL;
@@ -216,18 +220,18 @@ TG_EXPORT void tg_fl_invalidate(void) { epoch++; }
 static void xdecref(PyObject *o) { if (o) api.decref(o); }
 static void xincref(PyObject *o) { if (o) api.incref(o); }
 
+/* public attribute names and protocol keys, interned once */
 TG_EXPORT int tg_fl_init(void **table, int n) {
     if (n != A_COUNT) return -1;
     void **dst = (void **)&api;
     for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
-    const char *names[] = {"launch_plan", "native", "_desc", "dtype", "device", "version", "tg_dtype",
-                           "tg_device", "descriptor", "_mode", "open_count", "__dict__", "tape", "_stream",
-                           "cuda_stream", "is_blocking", "_grad", "__cuda_array_interface__", "typestr", "shape",
-                           "strides", "data", "stream", "mask", "offset"};
-    PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DESC, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE,
-                          &S_TG_DEVICE, &S_DESCRIPTOR, &S_MODE, &S_OPEN_COUNT, &S_DICT, &S_TAPE, &S_STREAM_,
-                          &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI, &S_TYPESTR, &S_SHAPE, &S_STRIDES,
-                          &S_DATA, &S_STREAM_KEY, &S_MASK, &S_OFFSET};
+    const char *names[] = {"launch_plan", "native", "dtype", "device", "version", "tg_dtype", "tg_device",
+                           "descriptor", "open_count", "cuda_stream", "is_blocking", "grad",
+                           "__cuda_array_interface__", "typestr", "shape", "strides", "data", "stream", "mask",
+                           "offset"};
+    PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE, &S_TG_DEVICE,
+                          &S_DESCRIPTOR, &S_OPEN_COUNT, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
+                          &S_TYPESTR, &S_SHAPE, &S_STRIDES, &S_DATA, &S_STREAM, &S_MASK, &S_OFFSET};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *slots[i] = api.intern(names[i]);
         if (!*slots[i]) return -2;
@@ -235,37 +239,52 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     return (int)(sizeof(desc_t) * 1000 + sizeof(bounds_t));
 }
 
-/* The objects the fast path compares against (owned forever). */
-TG_EXPORT void tg_fl_set_objects(PyObject *kernel_t, PyObject *array_t, PyObject *desc_t_, PyObject *ctype_t,
-                                 PyObject *device_t, PyObject *config, PyObject *capture_dict, PyObject *active_tape,
-                                 PyObject *get_device, PyObject *infer_device, long long max_size) {
-    PyObject *objs[] = {kernel_t, array_t, desc_t_, ctype_t, device_t, config, capture_dict, active_tape, get_device,
-                        infer_device};
-    for (unsigned i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) api.incref(objs[i]);
-    T_KERNEL = kernel_t; T_ARRAY = array_t; T_ARRAYDESC = desc_t_; T_ARRAYCTYPE = ctype_t; T_DEVICE = device_t;
-    CONFIG = config; CAPTURE_DICT = capture_dict; ACTIVE_TAPE = active_tape; GET_DEVICE = get_device; INFER_DEVICE = infer_device;
-    MAX_SIZE = max_size;
+TG_EXPORT void tg_fl_set_scalar_types(PyObject *floats, PyObject *ints);
+static int read_int(PyObject *v, long long *out);
+
+/* hooks attribute ``name``: a new reference kept forever (None: NULL where ``optional``) */
+static int hook(PyObject *hooks, const char *name, int optional, PyObject **out) {
+    PyObject *key = api.intern(name);
+    if (!key) { api.err_clear(); return 0; }
+    PyObject *v = api.getattr(hooks, key);
+    api.decref(key);
+    if (!v) { api.err_clear(); return 0; }
+    if (v == api.none && optional) { api.decref(v); v = NULL; }
+    else if (v == api.none) { api.decref(v); return 0; }
+    *out = v;
+    return 1;
+}
+
+/* The one hooks object (fastlaunch.NativeHooks), read once: the classes the helper compares
+   arguments against, the Python functions it calls, the scalar types it converts, the name of
+   the array attribute it reads and the largest grid. 1, or 0 when a field is missing or of
+   the wrong type (the helper then stays off). */
+TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
+    static const char *req[] = {"kernel_type", "array_type", "desc_type", "ctype_type", "device_type",
+                                "capture_state", "active_tape", "get_device", "infer_device"};
+    PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_DICT,
+                           &ACTIVE_TAPE, &GET_DEVICE, &INFER_DEVICE};
+    static const char *opt[] = {"record", "cai_kind", "checked_type"};
+    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED};
+    PyObject *floats = NULL, *ints = NULL, *cache = NULL, *size = NULL;
+    for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++)
+        if (!hook(hooks, req[i], 0, rslots[i])) return 0;
+    for (unsigned i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+        if (!hook(hooks, opt[i], 1, oslots[i])) return 0;
+    if (TYPE(CAPTURE_DICT) != api.t_dict) return 0;
+    if (!hook(hooks, "float_types", 0, &floats) || !hook(hooks, "int_types", 0, &ints)) return 0;
+    tg_fl_set_scalar_types(floats, ints);
+    api.decref(floats); api.decref(ints);
+    if (!hook(hooks, "descriptor_cache", 0, &cache) || TYPE(cache) != api.t_str) return 0;
+    S_DESC = api.intern(api.unicode_utf8(cache, NULL));
+    api.decref(cache);
+    if (!S_DESC) { api.err_clear(); return 0; }
+    long long m = 0;
+    if (!hook(hooks, "max_size", 0, &size) || !read_int(size, &m) || m < 0) return 0;
+    api.decref(size);
+    MAX_SIZE = m;
     ready = 1;
-}
-
-TG_EXPORT void tg_fl_set_max_size(long long max_size) { MAX_SIZE = max_size; }
-
-/* storage.CheckedDesc (None: no such descriptors): array descriptors of this type carry
-   ``check_ptr`` after the ABI fields, then ``check_fn``, a callable returning the address now */
-TG_EXPORT void tg_fl_set_checked(PyObject *checked_t) {
-    xdecref(T_CHECKED);
-    T_CHECKED = checked_t == api.none ? NULL : checked_t;
-    xincref(T_CHECKED);
-}
-
-/* recorder(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks): called under a
-   recording tape after the arguments are packed and before the kernel runs (the tape saves what
-   the launch overwrites first); if it raises, the launch takes the Python path, which records
-   (and raises) again: Tape.record changes nothing before its checks pass */
-TG_EXPORT void tg_fl_set_recorder(PyObject *recorder) {
-    xdecref(RECORDER);
-    RECORDER = recorder == api.none ? NULL : recorder;
-    xincref(RECORDER);
+    return 1;
 }
 
 /* numpy.ndarray (exact type) read natively on CPU launches; None: through the Python packer */
@@ -362,11 +381,28 @@ static void plan_free(PyObject *cap) {
 
 #define ZMAX 8192    /* bytes of zeroed adjoint slots per launch (more: the Python path) */
 
+/* an int of tuple ``t`` at ``i`` as a long long (0 when it is none); unsigned when ``u`` */
+static void tuple_int(PyObject *t, Py_ssize_t i, long long *out, unsigned long long *uout) {
+    PyObject *v = api.tuple_getitem(t, i);
+    *out = 0;
+    if (uout) *uout = 0;
+    if (!v || TYPE(v) != api.t_int) { api.err_clear(); return; }
+    if (uout) {
+        *uout = api.long_as_ull(v);
+        if (api.err_occurred()) { api.err_clear(); *uout = 0; }
+        return;
+    }
+    int ovf = 0;
+    *out = api.long_as_ll_ovf(v, &ovf);
+    if (api.err_occurred() || ovf) { api.err_clear(); *out = 0; }
+}
+
 /* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays);
-   zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native) */
+   zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native);
+   lows/highs: tuples of ints, each integer scalar parameter's range (its Python packer's) */
 TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
                                    PyObject *dtypes, PyObject *packers, int tid_ndim, PyObject *zsizes,
-                                   int nchecks, const unsigned char *checks) {
+                                   int nchecks, const unsigned char *checks, PyObject *lows, PyObject *highs) {
     if (n < 0 || n > MAXP || nchecks < 0 || nchecks > NCHK) { api.incref(api.none); return api.none; }
     plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
     if (!p) { api.incref(api.none); return api.none; }
@@ -384,10 +420,10 @@ TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, 
         api.incref(dt);
         p->p[i].dtype = dt;
         long long z = 0;
-        PyObject *zs = api.tuple_getitem(zsizes, i);
-        if (!zs || TYPE(zs) != api.t_int) { api.err_clear(); z = 0; }
-        else { int ovf = 0; z = api.long_as_ll_ovf(zs, &ovf); if (api.err_occurred() || ovf) { api.err_clear(); z = 0; } }
+        tuple_int(zsizes, i, &z, NULL);
         p->p[i].zsize = z > 0 && z <= ZMAX ? (int)z : 0;
+        tuple_int(lows, i, &p->p[i].lo, NULL);
+        tuple_int(highs, i, &z, &p->p[i].hi);
     }
     api.incref(packers);
     p->packers = packers;
@@ -506,67 +542,72 @@ TG_EXPORT void tg_fl_set_scalar_types(PyObject *floats, PyObject *ints) {
     }
 }
 
-/* 1: packed; 0: not a value the fast path takes */
-static int pack_scalar(int kind, PyObject *v, scalar_t *out) {
-    PyObject *t = TYPE(v);
-    double d;
-    if (kind == K_BOOL) {
-        if (v == api.true_) { out->b = 1; return 1; }
-        if (v == api.false_) { out->b = 0; return 1; }
-        if (t == api.t_int) {
-            int ovf = 0;
-            long long x = api.long_as_ll_ovf(v, &ovf);
-            if (api.err_occurred()) { api.err_clear(); return 0; }
-            out->b = (x != 0 || ovf != 0);
-            return 1;
-        }
-        return 0;
-    }
-    if (kind == K_F32 || kind == K_F64 || kind == K_F16 || kind == K_BF16) {
-        if (t == api.t_float) d = api.float_as_double(v);
-        else if (t == api.t_int) {
-            d = api.long_as_double(v);
-            if (api.err_occurred()) { api.err_clear(); return 0; }
-        } else if (v == api.true_ || v == api.false_) d = v == api.true_ ? 1.0 : 0.0;
-        else if (in_types(t, np_floats, n_np_floats)) {
-            d = api.float_as_double(v);     /* float(v): numpy's __float__, exact for its float types */
-            if (api.err_occurred()) { api.err_clear(); return 0; }
-        } else return 0;
-        switch (kind) {
-        case K_F32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
-        case K_F64: out->d = d; return 1;
-        case K_F16: { int32_t h = half_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
-        default: { int32_t h = bfloat16_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
-        }
-    }
-    /* integers: exact ints (and bools) and numpy integers (through __index__, as int(v)) inside the
-       type's range; anything else takes the Python path */
-    if (t != api.t_int && t != api.t_bool && !in_types(t, np_ints, n_np_ints)) return 0;
-    if (kind == K_U64) {
-        int ovf = 0;
-        long long x = api.long_as_ll_ovf(v, &ovf);
-        if (api.err_occurred()) { api.err_clear(); return 0; }
-        if (ovf == 0) { if (x < 0) return 0; out->u64 = (uint64_t)x; return 1; }
-        if (ovf < 0) return 0;
-        unsigned long long u = api.long_as_ull(v);
-        if (api.err_occurred()) { api.err_clear(); return 0; }
-        out->u64 = u;
-        return 1;
-    }
+/* bool parameters: exact bools and ints (as bool(v)) */
+static int pack_bool(PyObject *v, scalar_t *out) {
+    if (v == api.true_ || v == api.false_) { out->b = v == api.true_; return 1; }
+    if (TYPE(v) != api.t_int) return 0;
     int ovf = 0;
     long long x = api.long_as_ll_ovf(v, &ovf);
     if (api.err_occurred()) { api.err_clear(); return 0; }
-    if (ovf) return 0;
+    out->b = (x != 0 || ovf != 0);
+    return 1;
+}
+
+/* float parameters: floats, ints, bools and numpy's floating types (float(v)), converted as
+   ctypes and numpy do; a half/bfloat16 overflow or NaN takes the Python path */
+static int pack_float(int kind, PyObject *v, scalar_t *out) {
+    PyObject *t = TYPE(v);
+    double d;
+    if (t == api.t_float) d = api.float_as_double(v);
+    else if (t == api.t_int) {
+        d = api.long_as_double(v);
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+    } else if (v == api.true_ || v == api.false_) d = v == api.true_ ? 1.0 : 0.0;
+    else if (in_types(t, np_floats, n_np_floats)) {
+        d = api.float_as_double(v);     /* numpy's __float__, exact for its float types */
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+    } else return 0;
     switch (kind) {
-    case K_I8: if (x < -128 || x > 127) return 0; out->i8 = (int8_t)x; return 1;
-    case K_I16: if (x < -32768 || x > 32767) return 0; out->i16 = (int16_t)x; return 1;
-    case K_I32: if (x < -2147483648LL || x > 2147483647LL) return 0; out->i32 = (int32_t)x; return 1;
-    case K_I64: out->i64 = x; return 1;
-    case K_U8: if (x < 0 || x > 255) return 0; out->u8 = (uint8_t)x; return 1;
-    case K_U16: if (x < 0 || x > 65535) return 0; out->u16 = (uint16_t)x; return 1;
-    case K_U32: if (x < 0 || x > 4294967295LL) return 0; out->u32 = (uint32_t)x; return 1;
+    case K_F32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
+    case K_F64: out->d = d; return 1;
+    case K_F16: { int32_t h = half_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
+    default: { int32_t h = bfloat16_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
+    }
+}
+
+/* integer parameters: exact ints, bools and numpy integers (through __index__, as int(v)) in
+   the parameter's range [lo, hi] (the plan's, from its Python packer), stored in the kind's
+   width (two's complement: the low bytes); anything else takes the Python path */
+static int pack_int(const param_t *pp, PyObject *v, scalar_t *out) {
+    PyObject *t = TYPE(v);
+    if (t != api.t_int && t != api.t_bool && !in_types(t, np_ints, n_np_ints)) return 0;
+    int ovf = 0;
+    unsigned long long u;
+    long long x = api.long_as_ll_ovf(v, &ovf);
+    if (api.err_occurred()) { api.err_clear(); return 0; }
+    if (ovf > 0) {              /* past int64: only a 64-bit unsigned range holds it */
+        u = api.long_as_ull(v);
+        if (api.err_occurred()) { api.err_clear(); return 0; }
+        if (u > pp->hi) return 0;
+    } else {
+        if (ovf < 0 || x < pp->lo || (x >= 0 && (unsigned long long)x > pp->hi)) return 0;
+        u = (unsigned long long)x;
+    }
+    switch (pp->kind) {
+    case K_I8: case K_U8: out->u8 = (uint8_t)u; return 1;
+    case K_I16: case K_U16: out->u16 = (uint16_t)u; return 1;
+    case K_I32: case K_U32: out->u32 = (uint32_t)u; return 1;
+    case K_I64: case K_U64: out->u64 = u; return 1;
     }
     return 0;
+}
+
+/* 1: packed; 0: not a value the fast path takes */
+static int pack_scalar(const param_t *pp, PyObject *v, scalar_t *out) {
+    if (pp->kind == K_BOOL) return pack_bool(v, out);
+    if (pp->kind == K_F32 || pp->kind == K_F64 || pp->kind == K_F16 || pp->kind == K_BF16)
+        return pack_float(pp->kind, v, out);
+    return pack_int(pp, v, out);
 }
 
 /* a new reference to attribute ``name``, NULL (error cleared) when missing */
@@ -729,14 +770,7 @@ static int tape_active(void) {
 #define NCAI 16
 static struct { PyObject *type; int kind; } cai_types[NCAI];
 static int ncai = 0, cai_next = 0;
-static PyObject *CAI_KIND = NULL;
 static unsigned long long cai_epoch = 1;
-
-TG_EXPORT void tg_fl_set_cai(PyObject *kind_fn) {
-    xdecref(CAI_KIND);
-    CAI_KIND = kind_fn == api.none ? NULL : kind_fn;
-    xincref(CAI_KIND);
-}
 
 /* a launch adapter or device accessor was registered: ask again, and drop the cached layouts */
 TG_EXPORT void tg_fl_forget_types(void) {
@@ -807,7 +841,7 @@ static int cai_read(PyObject *d, cai_t *c) {
     PyObject *ver = api.dict_getitem(d, S_VERSION);
     c->version = 0;
     if (ver && !read_int(ver, &c->version)) return 0;
-    c->stream = api.dict_getitem(d, S_STREAM_KEY);
+    c->stream = api.dict_getitem(d, S_STREAM);
     return 1;
 }
 
@@ -916,7 +950,66 @@ static PyObject *named_device(PyObject *s) {
     return r;
 }
 
-/* The launch device, as launch()'s _infer_device; a new reference, NULL for the Python path.
+/* The device of the first tapegrad array or descriptor argument: 1 with *out (a new reference,
+   NULL for the Python path: an array subclass, an unreadable attribute), 0 when there is none */
+static int array_device(PyObject **args, int n, PyObject **out) {
+    *out = NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i], *t = TYPE(a);
+        if (t == T_ARRAY) {
+            PyObject *dv = attr(a, S_DEVICE);
+            if (dv && dv != api.none) { *out = dv; return 1; }
+            xdecref(dv);
+            if (!dv) return 1;
+        } else if (t == T_ARRAYCTYPE) {
+            *out = attr(a, S_TG_DEVICE);
+            return 1;
+        } else if (t != api.t_float && t != api.t_int && t != api.t_bool) {
+            int r1 = api.isinstance(a, T_ARRAY), r2 = api.isinstance(a, T_ARRAYCTYPE);
+            if (r1 < 0 || r2 < 0) { api.err_clear(); return 1; }
+            if (r1 || r2) return 1;   /* subclasses: the Python path */
+        }
+    }
+    return 0;
+}
+
+/* No tapegrad array: the first foreign object decides (launch's infer_device). A registered
+   tensor type whose layout this parameter has met knows its device (the layout was cached only
+   after the Python packer accepted the tensor on that device); so does a CAI object whose device
+   comes from its pointer (cai_kind 1) with a layout cached for device memory on the same
+   ordinal. A new reference, or NULL: ask Python. (A struct argument's arrays come first there:
+   the struct packer refuses arrays on another device than the one chosen here.) */
+static PyObject *foreign_device(plan_t *p, PyObject **args, int n, refs_t *refs, PyObject **cai) {
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i], *t = TYPE(a);
+        if (t == api.t_float || t == api.t_int || t == api.t_bool) continue;   /* no device */
+        spec_t *s = p->p[i].kind == K_ARRAY ? spec_for(t) : NULL;
+        if (!s && p->p[i].kind == K_ARRAY && cai_kind(a) == 1) {
+            PyObject *d = attr(a, S_CAI);
+            if (!d) return NULL;
+            keep(refs, d);
+            cai[i] = d;
+            cai_t c;
+            if (!cai_read(d, &c)) return NULL;
+            long long ord = ptr_ordinal(c.ptr);
+            cai_layout_t *lay = ord >= 0 ? cai_hit(&p->p[i], t, &c, NULL, ord) : NULL;
+            if (!lay) return NULL;
+            api.incref(lay->device);
+            return lay->device;
+        }
+        if (!s) return NULL;
+        PyObject *key[NKEY];
+        if (!foreign_key(s, a, key)) return NULL;
+        layout_t *lay = layout_hit(&p->p[i], s, key);
+        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+        if (!lay) return NULL;
+        api.incref(lay->device);
+        return lay->device;
+    }
+    return NULL;
+}
+
+/* The launch device, as launch's infer_device; a new reference, NULL for the Python path.
    A CAI dict read to find it is left in cai[i] (its reference kept in refs). */
 static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, PyObject **args, int n,
                                refs_t *refs, PyObject **cai) {
@@ -927,62 +1020,17 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
         if (!r) api.err_clear();
         return r;
     }
-    if (stream != api.none) {   /* the stream's device (a Stream's own check follows in fl_launch) */
+    if (stream != api.none) {   /* the stream's device (a Stream's own check follows in given_stream) */
         if (!T_STREAM || TYPE(stream) != T_STREAM) return NULL;
         return attr(stream, S_DEVICE);
     }
-    for (int i = 0; i < n; i++) {
-        PyObject *a = args[i], *t = TYPE(a);
-        if (t == T_ARRAY) {
-            PyObject *dv = attr(a, S_DEVICE);
-            if (dv && dv != api.none) return dv;
-            xdecref(dv);
-            if (!dv) return NULL;
-        } else if (t == T_ARRAYCTYPE) {
-            return attr(a, S_TG_DEVICE);
-        } else if (t != api.t_float && t != api.t_int && t != api.t_bool) {
-            int r1 = api.isinstance(a, T_ARRAY), r2 = api.isinstance(a, T_ARRAYCTYPE);
-            if (r1 < 0 || r2 < 0) { api.err_clear(); return NULL; }
-            if (r1 || r2) return NULL;   /* subclasses: the Python path */
-        }
-    }
-    /* no tapegrad array: the first foreign object decides (launch._infer_device). A registered
-       tensor type whose layout this parameter has met knows its device (the layout was cached
-       only after the Python packer accepted the tensor on that device); so does a CAI object
-       whose device comes from its pointer (_cai_kind 1) with a layout cached for device memory
-       on the same ordinal; else ask Python. (A struct argument's arrays come first there: the
-       struct packer refuses arrays on another device than the one chosen here.) */
-    for (int i = 0; i < n; i++) {
-        PyObject *a = args[i], *t = TYPE(a);
-        if (t == api.t_float || t == api.t_int || t == api.t_bool) continue;   /* no device */
-        spec_t *s = p->p[i].kind == K_ARRAY ? spec_for(t) : NULL;
-        if (!s && p->p[i].kind == K_ARRAY && cai_kind(a) == 1) {
-            PyObject *d = attr(a, S_CAI);
-            if (!d) break;
-            keep(refs, d);
-            cai[i] = d;
-            cai_t c;
-            if (!cai_read(d, &c)) break;
-            long long ord = ptr_ordinal(c.ptr);
-            cai_layout_t *lay = ord >= 0 ? cai_hit(&p->p[i], t, &c, NULL, ord) : NULL;
-            if (!lay) break;
-            api.incref(lay->device);
-            return lay->device;
-        }
-        if (!s) break;
-        PyObject *key[NKEY];
-        if (!foreign_key(s, a, key)) break;
-        layout_t *lay = layout_hit(&p->p[i], s, key);
-        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
-        if (!lay) break;
-        api.incref(lay->device);
-        return lay->device;
-    }
+    PyObject *r;
+    if (array_device(args, n, &r) || (r = foreign_device(p, args, n, refs, cai)) != NULL) return r;
     PyObject *tup = api.tuple_new(n);
     if (!tup) { api.err_clear(); return NULL; }
     for (int i = 0; i < n; i++) { api.incref(args[i]); api.tuple_setitem(tup, i, args[i]); }
     PyObject *cargs[3] = {api.none, api.none, tup};
-    PyObject *r = api.vectorcall(INFER_DEVICE, cargs, 3, NULL);
+    r = api.vectorcall(INFER_DEVICE, cargs, 3, NULL);
     api.decref(tup);
     if (!r) api.err_clear();
     return r;
@@ -1104,7 +1152,7 @@ typedef struct { void *stream; int ok; } stream_info_t;
 /* tapegrad's current stream on the entry's device (Device.stream), cached per Stream object */
 static stream_info_t current_stream(entry_t *e) {
     stream_info_t si = {NULL, 0};
-    PyObject *s = attr(e->device, S_STREAM_);
+    PyObject *s = attr(e->device, S_STREAM);   /* Device.stream */
     if (!s) return si;
     if (s == api.none || TYPE(s) != T_STREAM) { api.decref(s); return si; }
     if (s != e->last_stream) {
@@ -1198,329 +1246,411 @@ static int cai_desc(plan_t *p, int i, PyObject *v, PyObject *d, PyObject *dev, e
     return 1;
 }
 
-static PyObject *fallback(refs_t *refs, PyObject *dev, int adjoint) {
-    for (int i = 0; i < refs->nobjs; i++) api.decref(refs->objs[i]);
-    xdecref(dev);
+/* ------------------------------------------------------------ one launch, step by step */
+
+/* Everything one fast_launch call reads and packs. Each step below fills its part and returns
+   0 when the launch is not one the helper takes: the Python path then runs it (or raises). */
+typedef struct {
+    PyObject *kernel, *dim, *inputs, *outputs, *device, *stream, *record_tape, *block_dim, *max_blocks;
+    PyObject *adj_in, *adj_out;     /* None, or the adjoint buffers given (adjoint launches) */
+    int adjoint, record, n, in_list, out_list, ain_list, aout_list;
+    Py_ssize_t nin, nout;
+    plan_t *p;
+    PyObject *args[MAXP];           /* inputs then outputs (references kept in refs) */
+    PyObject *cai[MAXP];            /* CAI dicts launch_device read */
+    bounds_t bounds;
+    PyObject *dev;                  /* the launch device (a new reference once known) */
+    entry_t *e;
+    void *fn;                       /* the forward or backward entry */
+    void *handle;                   /* CUDA: the stream launched on */
+    stream_info_t cur;              /* CUDA: tapegrad's current stream on the device */
+    unsigned blocks, threads;
+    void *argv[2 * MAXP + 1];
+    scalar_t scal[MAXP];
+    desc_t fdesc[MAXP];             /* descriptors made from cached layouts */
+    desc_t gdesc[MAXP];             /* a descriptor argument's own gradient (launch._desc_grad) */
+    desc_t zdesc;                   /* "no gradient": NULL data, reads accumulate nothing */
+    size_t zused;
+    union { double align[ZMAX / 8]; unsigned char b[ZMAX]; } zbuf __attribute__((aligned(16)));   /* zeroed
+                                       scalar/vector/matrix adjoint slots, 16-byte aligned each */
+    refs_t refs;
+} call_t;
+
+static PyObject *fallback(call_t *c) {
+    for (int i = 0; i < c->refs.nobjs; i++) api.decref(c->refs.objs[i]);
+    xdecref(c->dev);
     n_fallback++;
-    if (adjoint) n_adj_fallback++;
+    if (c->adjoint) n_adj_fallback++;
     api.incref(api.notimpl);
     return api.notimpl;
 }
 
-static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    (void)self;
-    refs_t refs;
-    refs.nobjs = 0;
-    PyObject *dev = NULL;
-    int adjoint = nargs == 11;
-    if (!ready || (nargs != 9 && nargs != 11) || TYPE(a[0]) != T_KERNEL) return fallback(&refs, dev, adjoint);
-    PyObject *kernel = a[0], *dim = a[1], *inputs = a[2], *outputs = a[3], *device = a[4], *stream = a[5],
-             *record_tape = a[6], *block_dim = a[7], *max_blocks = a[8];
-    PyObject *adj_in = adjoint ? a[9] : api.none, *adj_out = adjoint ? a[10] : api.none;
-    /* states the Python path handles: a CPU graph capture, a recording tape */
+static PyObject *launched(call_t *c) {
+    for (int i = 0; i < c->refs.nobjs; i++) api.decref(c->refs.objs[i]);
+    xdecref(c->dev);
+    n_fast++;
+    if (c->adjoint) n_adj_fast++;
+    api.incref(api.none);
+    return api.none;
+}
+
+/* the call's arguments, and the states the Python path handles: an open CPU graph capture, a
+   recording tape without a recorder (or record_tape not a bool) */
+static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
+    c->refs.nobjs = 0;
+    c->dev = NULL;
+    c->adjoint = nargs == 11;
+    if (!ready || (nargs != 9 && nargs != 11) || TYPE(a[0]) != T_KERNEL) return 0;
+    c->kernel = a[0]; c->dim = a[1]; c->inputs = a[2]; c->outputs = a[3]; c->device = a[4]; c->stream = a[5];
+    c->record_tape = a[6]; c->block_dim = a[7]; c->max_blocks = a[8];
+    c->adj_in = c->adjoint ? a[9] : api.none;
+    c->adj_out = c->adjoint ? a[10] : api.none;
     PyObject *oc = api.dict_getitem(CAPTURE_DICT, S_OPEN_COUNT);
-    if (!oc || TYPE(oc) != api.t_int) return fallback(&refs, dev, adjoint);
     long long open = 1;
-    if (!read_int(oc, &open) || open != 0) return fallback(&refs, dev, adjoint);
-    /* adjoint launches are never recorded; a forward one under a tape is, through RECORDER */
-    int record = 0;
-    if (!adjoint && record_tape != api.false_ && tape_active()) {
-        if (record_tape != api.true_ || !RECORDER) return fallback(&refs, dev, adjoint);
-        record = 1;
+    if (!oc || !read_int(oc, &open) || open != 0) return 0;
+    /* adjoint launches are never recorded; a forward one under a tape is, through the recorder */
+    c->record = 0;
+    if (!c->adjoint && c->record_tape != api.false_ && tape_active()) {
+        if (c->record_tape != api.true_ || !RECORDER) return 0;
+        c->record = 1;
     }
+    return 1;
+}
 
-    PyObject *lp = attr(kernel, S_LAUNCH_PLAN);
-    if (!lp) return fallback(&refs, dev, adjoint);
-    keep(&refs, lp);
-    if (lp == api.none) return fallback(&refs, dev, adjoint);   /* first launch, or a generic kernel */
+/* the kernel's native plan, its arguments (alive through the launch, whatever the caller's
+   lists do) and the grid */
+static int call_plan(call_t *c) {
+    PyObject *lp = attr(c->kernel, S_LAUNCH_PLAN);
+    if (!lp) return 0;
+    keep(&c->refs, lp);
+    if (lp == api.none) return 0;   /* first launch, or a generic kernel */
     PyObject *cap = attr(lp, S_NATIVE);
-    if (!cap) return fallback(&refs, dev, adjoint);
-    keep(&refs, cap);
-    plan_t *p = cap == api.none ? NULL : plan_of(cap);
-    if (!p) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-
-    int in_list, out_list;
-    Py_ssize_t nin = seq_len(inputs, &in_list), nout = seq_len(outputs, &out_list);
-    if (nin < 0 || nout < 0 || nin + nout != p->n) return fallback(&refs, dev, adjoint);
-    int n = p->n;
-    PyObject *args[MAXP];
-    for (int i = 0; i < n; i++) {
-        args[i] = i < nin ? arg_at(inputs, in_list, i) : arg_at(outputs, out_list, i - nin);
-        api.incref(args[i]);    /* alive through the launch, whatever the caller's lists do */
-        keep(&refs, args[i]);
+    if (!cap) return 0;
+    keep(&c->refs, cap);
+    c->p = cap == api.none ? NULL : plan_of(cap);
+    if (!c->p) { api.err_clear(); return 0; }
+    c->nin = seq_len(c->inputs, &c->in_list);
+    c->nout = seq_len(c->outputs, &c->out_list);
+    if (c->nin < 0 || c->nout < 0 || c->nin + c->nout != c->p->n) return 0;
+    c->n = c->p->n;
+    for (int i = 0; i < c->n; i++) {
+        PyObject *v = i < c->nin ? arg_at(c->inputs, c->in_list, i) : arg_at(c->outputs, c->out_list, i - c->nin);
+        api.incref(v);
+        keep(&c->refs, v);
+        c->args[i] = v;
     }
-    bounds_t bounds;
-    if (!make_bounds(dim, &bounds)) return fallback(&refs, dev, adjoint);
-    if (bounds.ndim < p->tid_ndim) return fallback(&refs, dev, adjoint);   /* i, j = tid() in a 1-D launch */
-    PyObject *cai[MAXP];        /* CAI dicts launch_device read */
-    memset(cai, 0, sizeof(cai));
-    dev = launch_device(p, device, stream, args, n, &refs, cai);
-    if (!dev) return fallback(&refs, dev, adjoint);
-    entry_t *e = NULL;
+    if (!make_bounds(c->dim, &c->bounds)) return 0;
+    return c->bounds.ndim >= c->p->tid_ndim;   /* i, j = tid() in a 1-D launch: the Python path's error */
+}
+
+/* the launch device and the plan's entry for it: a stale one (tg.config.mode or module options
+   changed since: invalidate) or a missing backward takes the Python path */
+static int call_entry(call_t *c) {
+    memset(c->cai, 0, sizeof(c->cai[0]) * (size_t)c->n);
+    c->dev = launch_device(c->p, c->device, c->stream, c->args, c->n, &c->refs, c->cai);
+    if (!c->dev) return 0;
+    c->e = NULL;
     for (int k = 0; k < NENT; k++)
-        if (p->ent[k].device == dev) { e = &p->ent[k]; break; }
-    if (!e || e->epoch != epoch || !e->fn) return fallback(&refs, dev, adjoint);
-    void *fn = adjoint ? e->bfn : e->fn;   /* no backward entry: the Python path's error */
-    if (!fn) return fallback(&refs, dev, adjoint);
+        if (c->p->ent[k].device == c->dev) { c->e = &c->p->ent[k]; break; }
+    if (!c->e || c->e->epoch != epoch || !c->e->fn) return 0;
+    c->fn = c->adjoint ? c->e->bfn : c->e->fn;
+    if (!c->fn) return 0;
     /* the adjoint buffers given: sequences of the inputs' and outputs' lengths (else the error) */
-    int ain_list = 0, aout_list = 0;
-    if (adj_in != api.none && seq_len(adj_in, &ain_list) != nin) return fallback(&refs, dev, adjoint);
-    if (adj_out != api.none && seq_len(adj_out, &aout_list) != nout) return fallback(&refs, dev, adjoint);
-    /* the module launch() would pick: same config.mode as when the entry was made */
-    PyObject *mode = attr(CONFIG, S_MODE);
-    if (!mode) return fallback(&refs, dev, adjoint);
-    int same_mode = mode == e->mode || api.richcmp_bool(mode, e->mode, Py_EQ) == 1;
+    c->ain_list = c->aout_list = 0;
+    if (c->adj_in != api.none && seq_len(c->adj_in, &c->ain_list) != c->nin) return 0;
+    if (c->adj_out != api.none && seq_len(c->adj_out, &c->aout_list) != c->nout) return 0;
+    return 1;
+}
+
+/* a Stream given to the launch: on the launch device, its handle */
+static int given_stream(call_t *c) {
+    if (!T_STREAM || TYPE(c->stream) != T_STREAM) return 0;
+    PyObject *sd = attr(c->stream, S_DEVICE);
+    if (!sd) return 0;
+    api.decref(sd);
+    if (sd != c->dev) return 0;
+    PyObject *h = attr(c->stream, S_CUDA_STREAM);
+    if (!h) return 0;
+    keep(&c->refs, h);
+    if (TYPE(h) != api.t_int) return 0;
+    c->handle = (void *)(uintptr_t)api.long_as_ull(h);
+    if (api.err_occurred()) { api.err_clear(); return 0; }
+    return 1;
+}
+
+/* CUDA blocks and threads per block, as CudaModule.launch computes them */
+static int grid_size(call_t *c) {
+    long long bd, mb;
+    if (!read_int(c->block_dim, &bd) || !read_int(c->max_blocks, &mb) || bd < 0 || bd > 1024) return 0;
+    if (bd == 0) bd = 256;
+    /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped
+       (adjoint entries are grid-stride loops over single threads) */
+    long long lanes = c->adjoint ? 1 : c->e->lanes;
+    long long nb = ((c->bounds.size + lanes - 1) / lanes + bd - 1) / bd;
+    if (mb > 0) { if (nb > mb) nb = mb; }
+    else if (c->e->threads_cap && lanes == 1) {
+        long long cap = c->e->threads_cap / bd; if (cap < 1) cap = 1; if (nb > cap) nb = cap;
+    }
+    if (nb > 2147483647LL) nb = 2147483647LL;
+    c->blocks = (unsigned)nb;
+    c->threads = (unsigned)bd;
+    return 1;
+}
+
+/* the entry's context current on this thread. A thread that has made no CUDA call yet has none:
+   make the device's primary context current, as the runtime does on a thread's first call (H200:
+   every launch of a new thread took the Python path). Another device's context: the Python path
+   switches. */
+static int context_current(entry_t *e) {
+    void *ctx = NULL;
+    if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0) return 0;
+    if (!ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) ctx = e->ctx;
+    return ctx == e->ctx;
+}
+
+/* CUDA: the stream (the one given, else tapegrad's current one), the grid, the context; the CPU
+   takes no stream */
+static int call_cuda(call_t *c) {
+    c->handle = NULL;
+    c->cur.stream = NULL;
+    c->cur.ok = 0;
+    c->blocks = 0;
+    c->threads = 256;
+    if (!c->e->cuda) return c->stream == api.none;
+    c->cur = current_stream(c->e);
+    if (!c->cur.ok) return 0;
+    if (c->stream == api.none) c->handle = c->cur.stream;
+    else if (!given_stream(c)) return 0;
+    return grid_size(c) && context_current(c->e);
+}
+
+/* The Python packer's descriptor of ``v`` for parameter i (numpy misses, CAI dicts the helper
+   does not read, adjoint buffers given as other objects...); remembered as a numpy layout when
+   ``remember``. NULL for the Python path: an array subclass (its version bump, its unchecked
+   descriptor there), a packer error, a result that is no descriptor. */
+static desc_t *packer_desc(call_t *c, int i, PyObject *v, int remember) {
+    int sub = api.isinstance(v, T_ARRAY);
+    if (sub != 0) { api.err_clear(); return NULL; }
+    PyObject *r = NULL;
+    desc_t *desc = (desc_t *)py_pack(c->p, i, v, c->dev, &c->refs, &r);
+    if (desc && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) return NULL;
+    if (desc && remember && TYPE(v) == T_NDARRAY && !c->e->cuda) np_remember(&c->p->p[i], v, desc);
+    return desc;
+}
+
+/* a registered foreign tensor's descriptor: its cached layout with the data pointer read now,
+   or on a miss the Python packer's descriptor (then cached); NULL for the Python path */
+static desc_t *foreign_desc(call_t *c, int i, spec_t *s) {
+    param_t *pp = &c->p->p[i];
+    PyObject *v = c->args[i], *key[NKEY];
+    if (!foreign_key(s, v, key)) return NULL;
+    layout_t *lay = layout_hit(pp, s, key);
+    if (lay) {
+        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+        if (lay->device != c->dev) return NULL;   /* the Python path's error */
+        int ok;
+        c->fdesc[i] = lay->tmpl;
+        c->fdesc[i].data = foreign_ptr(s, v, &ok);
+        return ok ? &c->fdesc[i] : NULL;
+    }
+    /* a miss: the Python packer checks the layout and builds its descriptor */
+    PyObject *r = NULL;
+    desc_t *d = (desc_t *)py_pack(c->p, i, v, c->dev, &c->refs, &r);
+    if (!d || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
+        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
+        return NULL;
+    }
+    lay = &pp->lay[pp->lay_next];
+    pp->lay_next = (pp->lay_next + 1) % NLAY;
+    layout_clear(lay);
+    lay->spec = s;
+    for (int k = 0; k < s->nkey; k++) lay->key[k] = key[k];   /* takes the references */
+    api.incref(c->dev);
+    lay->device = c->dev;
+    lay->tmpl = *d;
+    lay->tmpl.data = NULL;
+    return d;
+}
+
+/* the framework's current stream is ordered with tapegrad's; else the Python path tells the
+   framework's allocator (record_stream) about the use */
+static int foreign_stream_ordered(call_t *c, spec_t *s) {
+    PyObject *h = api.vectorcall(s->stream_of, &c->e->ordinal, 1, NULL);
+    if (!h) { api.err_clear(); return 0; }
+    unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 1;
     api.err_clear();
-    api.decref(mode);
-    if (!same_mode) return fallback(&refs, dev, adjoint);
+    api.decref(h);
+    return (void *)(uintptr_t)hv == c->cur.stream || (hv == 0 && current_blocking(c->e) == 1);
+}
 
-    void *handle = NULL;
-    stream_info_t cur = {NULL, 0};
-    unsigned blocks = 0, threads = 256;
-    if (e->cuda) {
-        cur = current_stream(e);
-        if (!cur.ok) return fallback(&refs, dev, adjoint);
-        if (stream != api.none) {
-            if (!T_STREAM || TYPE(stream) != T_STREAM) return fallback(&refs, dev, adjoint);
-            PyObject *sd = attr(stream, S_DEVICE);
-            if (!sd) return fallback(&refs, dev, adjoint);
-            api.decref(sd);
-            if (sd != dev) return fallback(&refs, dev, adjoint);
-            PyObject *h = attr(stream, S_CUDA_STREAM);
-            if (!h) return fallback(&refs, dev, adjoint);
-            keep(&refs, h);
-            if (TYPE(h) != api.t_int) return fallback(&refs, dev, adjoint);
-            handle = (void *)(uintptr_t)api.long_as_ull(h);
-            if (api.err_occurred()) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-        } else {
-            handle = cur.stream;
+/* parameter i's descriptor for its array argument; NULL for the Python path. ``checked``: the
+   tensor type whose framework stream was last checked in this launch */
+static desc_t *pack_array(call_t *c, int i, spec_t **checked) {
+    param_t *pp = &c->p->p[i];
+    PyObject *v = c->args[i], *t = TYPE(v);
+    if (t == T_ARRAY) return array_desc(pp, v, c->dev, &c->refs);
+    if (t == T_ARRAYCTYPE) return ctype_desc(pp, v, c->dev);
+    if (v == api.none) return NULL;
+    spec_t *s = spec_for(t);
+    if (s) {
+        desc_t *desc = foreign_desc(c, i, s);
+        if (desc && c->e->cuda && *checked != s) {
+            if (!foreign_stream_ordered(c, s)) return NULL;
+            *checked = s;
         }
-        long long bd, mb;
-        if (!read_int(block_dim, &bd) || !read_int(max_blocks, &mb) || bd < 0 || bd > 1024)
-            return fallback(&refs, dev, adjoint);
-        if (bd == 0) bd = 256;
-        /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped
-           (adjoint entries are grid-stride loops over single threads) */
-        long long lanes = adjoint ? 1 : e->lanes;
-        long long nb = ((bounds.size + lanes - 1) / lanes + bd - 1) / bd;
-        if (mb > 0) { if (nb > mb) nb = mb; }
-        else if (e->threads_cap && lanes == 1) {
-            long long c = e->threads_cap / bd; if (c < 1) c = 1; if (nb > c) nb = c;
-        }
-        if (nb > 2147483647LL) nb = 2147483647LL;
-        blocks = (unsigned)nb;
-        threads = (unsigned)bd;
-        void *ctx = NULL;
-        if (!cu_launch || !cu_ctx_current || cu_ctx_current(&ctx) != 0)
-            return fallback(&refs, dev, adjoint);
-        /* a thread that has made no CUDA call yet has no current context: make the device's
-           primary context current, as the runtime does on a thread's first call (H200: every
-           launch of a new thread took the Python path) */
-        if (!ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) ctx = e->ctx;
-        if (ctx != e->ctx)
-            return fallback(&refs, dev, adjoint);   /* another device's context is current: the Python path switches */
-    } else if (stream != api.none) {
-        return fallback(&refs, dev, adjoint);
+        return desc;
     }
-
-    /* pack */
-    void *argv[2 * MAXP + 1];
-    scalar_t scal[MAXP];
-    desc_t fdesc[MAXP];
-    spec_t *stream_checked = NULL;   /* the tensor type whose framework stream was last checked */
-    for (int i = 0; i < n; i++) {
-        param_t *pp = &p->p[i];
-        PyObject *v = args[i], *t = TYPE(v);
+    if (t == T_NDARRAY && !c->e->cuda && np_hit(pp, v, &c->fdesc[i])) return &c->fdesc[i];
+    if (c->e->cuda && t != T_NDARRAY) {
         desc_t *desc = NULL;
-        int cai_state = 0;
+        int state = cai_desc(c->p, i, v, c->cai[i], c->dev, c->e, c->cur.stream, &c->refs, &c->fdesc[i], &desc);
+        if (state < 0) return NULL;
+        if (state > 0) return desc;
+    }
+    return packer_desc(c, i, v, 1);
+}
+
+/* the forward arguments, then the grid against the arrays tid() indexes unguarded */
+static int pack_forward(call_t *c) {
+    spec_t *checked = NULL;
+    for (int i = 0; i < c->n; i++) {
+        param_t *pp = &c->p->p[i];
         if (pp->kind == K_ARRAY) {
-            if (t == T_ARRAY) desc = array_desc(pp, v, dev, &refs);
-            else if (t == T_ARRAYCTYPE) desc = ctype_desc(pp, v, dev);
-            else if (v == api.none) return fallback(&refs, dev, adjoint);
-            else {
-                spec_t *s = spec_for(t);
-                if (s) {
-                    PyObject *key[NKEY];
-                    if (!foreign_key(s, v, key)) return fallback(&refs, dev, adjoint);
-                    layout_t *lay = layout_hit(pp, s, key);
-                    if (!lay) {
-                        /* a miss: the Python packer checks the layout and builds its descriptor */
-                        PyObject *r = NULL;
-                        desc_t *d = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
-                        if (!d || (TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC)) {
-                            for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
-                            return fallback(&refs, dev, adjoint);
-                        }
-                        lay = &pp->lay[pp->lay_next];
-                        pp->lay_next = (pp->lay_next + 1) % NLAY;
-                        layout_clear(lay);
-                        lay->spec = s;
-                        for (int k = 0; k < s->nkey; k++) lay->key[k] = key[k];   /* takes the references */
-                        api.incref(dev);
-                        lay->device = dev;
-                        lay->tmpl = *d;
-                        lay->tmpl.data = NULL;
-                        desc = d;
-                    } else {
-                        for (int k = 0; k < s->nkey; k++) api.decref(key[k]);
-                        if (lay->device != dev) return fallback(&refs, dev, adjoint);   /* the Python path's error */
-                        int ok;
-                        fdesc[i] = lay->tmpl;
-                        fdesc[i].data = foreign_ptr(s, v, &ok);
-                        if (!ok) return fallback(&refs, dev, adjoint);
-                        desc = &fdesc[i];
-                    }
-                    if (e->cuda && stream_checked != s) {
-                        /* the framework's current stream must be ordered with tapegrad's, else the
-                           Python path tells its allocator (record_stream) about the use */
-                        PyObject *h = api.vectorcall(s->stream_of, &e->ordinal, 1, NULL);
-                        if (!h) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-                        unsigned long long hv = TYPE(h) == api.t_int ? api.long_as_ull(h) : 1;
-                        api.err_clear();
-                        api.decref(h);
-                        if (!((void *)(uintptr_t)hv == cur.stream || (hv == 0 && current_blocking(e) == 1)))
-                            return fallback(&refs, dev, adjoint);
-                        stream_checked = s;
-                    }
-                } else if (t == T_NDARRAY && !e->cuda && np_hit(pp, v, &fdesc[i])) {
-                    desc = &fdesc[i];
-                } else if (e->cuda && t != T_NDARRAY && (cai_state = cai_desc(p, i, v, cai[i], dev, e, cur.stream,
-                                                                               &refs, &fdesc[i], &desc)) != 0) {
-                    if (cai_state < 0) return fallback(&refs, dev, adjoint);
-                } else {
-                    /* numpy misses, CAI dicts the helper does not read, other objects: the Python
-                       packer; array subclasses take the Python path (its version bump covers them) */
-                    int sub = api.isinstance(v, T_ARRAY);
-                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-                    PyObject *r = NULL;
-                    desc = (desc_t *)py_pack(p, i, v, dev, &refs, &r);
-                    if (desc && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) desc = NULL;
-                    if (desc && t == T_NDARRAY && !e->cuda) np_remember(pp, v, desc);
-                }
-            }
-            if (!desc) return fallback(&refs, dev, adjoint);
-            if (pp->written && (desc->flags & 1u)) return fallback(&refs, dev, adjoint);   /* read-only: the error */
-            argv[i] = desc;
+            desc_t *desc = pack_array(c, i, &checked);
+            if (!desc) return 0;
+            if (pp->written && (desc->flags & 1u)) return 0;   /* read-only: the Python path's error */
+            c->argv[i] = desc;
         } else if (pp->kind == K_PY) {
-            void *buf = py_pack(p, i, v, dev, &refs, NULL);
-            if (!buf) return fallback(&refs, dev, adjoint);
-            argv[i] = buf;
+            void *buf = py_pack(c->p, i, c->args[i], c->dev, &c->refs, NULL);
+            if (!buf) return 0;
+            c->argv[i] = buf;
         } else {
-            if (!pack_scalar(pp->kind, v, &scal[i])) return fallback(&refs, dev, adjoint);
-            argv[i] = &scal[i];
+            if (!pack_scalar(pp, c->args[i], &c->scal[i])) return 0;
+            c->argv[i] = &c->scal[i];
         }
     }
+    return !(c->p->nchecks && grid_overruns(c->p, &c->bounds, c->argv));
+}
 
-    if (p->nchecks && grid_overruns(p, &bounds, argv)) return fallback(&refs, dev, adjoint);
+/* the adjoint buffer given for parameter i: None, or a new reference kept in refs (alive
+   whatever packers do to the lists); NULL for the Python path */
+static PyObject *adjoint_given(call_t *c, int i) {
+    PyObject *g = i < c->nin ? (c->adj_in == api.none ? api.none : arg_at(c->adj_in, c->ain_list, i))
+                             : (c->adj_out == api.none ? api.none : arg_at(c->adj_out, c->aout_list, i - c->nin));
+    if (!g) { api.err_clear(); return NULL; }
+    if (g != api.none) { api.incref(g); keep(&c->refs, g); }
+    return g;
+}
 
-    /* the adjoint arguments (launch._adjoint_values and _grad_desc) follow the forward ones */
-    desc_t zdesc;               /* "no gradient": NULL data, reads accumulate nothing */
-    memset(&zdesc, 0, sizeof(zdesc));
-    desc_t gdesc[MAXP];         /* a descriptor argument's own gradient (launch._desc_grad) */
-    union { double align[ZMAX / 8]; unsigned char b[ZMAX]; } zbuf __attribute__((aligned(16)));   /* zeroed
-                                   scalar/vector/matrix adjoint slots, 16-byte aligned each */
-    size_t zused = 0;
-    if (adjoint) {
-        for (int i = 0; i < n; i++) {
-            param_t *pp = &p->p[i];
-            PyObject *v = args[i];
-            PyObject *g = i < nin ? (adj_in == api.none ? api.none : arg_at(adj_in, ain_list, i))
-                                  : (adj_out == api.none ? api.none : arg_at(adj_out, aout_list, i - nin));
-            if (!g) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-            if (g != api.none) { api.incref(g); keep(&refs, g); }   /* alive whatever packers do to the lists */
-            void *slot = NULL;
-            if (pp->kind == K_ARRAY) {
-                if (g == api.none && TYPE(v) == T_ARRAY) {
-                    g = attr(v, S_GRAD);    /* the array's .grad (None: no gradient) */
-                    if (!g) return fallback(&refs, dev, adjoint);
-                    keep(&refs, g);
-                }
-                if (g == api.none && TYPE(v) == T_ARRAYCTYPE && ((desc_t *)argv[i])->grad) {
-                    /* a descriptor carrying a gradient pointer (return_ctype=True): its gradient,
-                       laid out as the data (launch._desc_grad) */
-                    gdesc[i] = *(desc_t *)argv[i];
-                    gdesc[i].data = gdesc[i].grad;
-                    gdesc[i].grad = NULL;
-                    slot = &gdesc[i];
-                }
-                else if (g == api.none) slot = &zdesc;
-                else if (TYPE(g) == T_ARRAY) slot = array_descriptor(g, &refs);
-                else {
-                    /* a buffer given as another object: its packer, as launch() does; an array
-                       subclass takes the Python path (its descriptor is used unchecked there) */
-                    int sub = api.isinstance(g, T_ARRAY);
-                    if (sub != 0) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-                    PyObject *r = NULL;
-                    slot = py_pack(p, i, g, dev, &refs, &r);
-                    if (slot && TYPE(r) != T_ARRAYCTYPE && TYPE(r) != T_ARRAYDESC) slot = NULL;
-                }
-            } else if (g != api.none) {
-                slot = py_pack(p, i, g, dev, &refs, NULL);   /* a value given: packed as launch() does */
-            } else if (pp->zsize > 0 && zused + (size_t)pp->zsize <= ZMAX) {
-                /* the CPU entry atomically adds a scalar's adjoint into its slot: a fresh zero per
-                   launch (a struct's slot is never read: zero bytes serve as launch()'s default instance does) */
-                slot = zbuf.b + zused;
-                zused += ((size_t)pp->zsize + 15) & ~(size_t)15;
-            }
-            if (!slot) return fallback(&refs, dev, adjoint);
-            if (pp->kind == K_ARRAY && adjoint_mismatch((const desc_t *)argv[i], (const desc_t *)slot))
-                return fallback(&refs, dev, adjoint);
-            argv[n + i] = slot;
-        }
-        if (zused > ZMAX) zused = ZMAX;
-        memset(zbuf.b, 0, zused);
+/* an array parameter's adjoint argument (launch._adjoint_values, _grad_desc, _desc_grad) */
+static void *adjoint_array(call_t *c, int i, PyObject *g) {
+    PyObject *v = c->args[i];
+    if (g == api.none && TYPE(v) == T_ARRAY) {
+        g = attr(v, S_GRAD);        /* the array's .grad (None: no gradient) */
+        if (!g) return NULL;
+        keep(&c->refs, g);
     }
-
-    /* Nothing may pass the launch to the Python path once it is recorded (it would record it
-       again), except a driver error, which leaves a record of a launch that did not run on
-       either path (the Python path raises it). */
-    void *prev_ctx = NULL;
-    int restore_ctx = 0;
-    if (record) {
-        PyObject *rargs[8] = {kernel, dim, inputs, outputs, dev, stream, block_dim, max_blocks};
-        PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
-        if (!r) { api.err_clear(); return fallback(&refs, dev, adjoint); }
-        api.decref(r);
-        if (e->cuda) {
-            /* the tape's copies may have switched the thread's context: launch in the entry's */
-            void *now = NULL;
-            if (cu_ctx_current(&now) != 0) now = NULL;
-            if (now != e->ctx && cu_ctx_set && cu_ctx_set(e->ctx) == 0) { prev_ctx = now; restore_ctx = 1; }
-        }
+    if (g == api.none && TYPE(v) == T_ARRAYCTYPE && ((desc_t *)c->argv[i])->grad) {
+        /* a descriptor carrying a gradient pointer (return_ctype=True): its gradient, laid out
+           as the data */
+        c->gdesc[i] = *(desc_t *)c->argv[i];
+        c->gdesc[i].data = c->gdesc[i].grad;
+        c->gdesc[i].grad = NULL;
+        return &c->gdesc[i];
     }
+    if (g == api.none) return &c->zdesc;
+    if (TYPE(g) == T_ARRAY) return array_descriptor(g, &c->refs);
+    return packer_desc(c, i, g, 0);   /* a buffer given as another object: its packer, as launch() */
+}
 
-    /* launch: what the entry says, read while the GIL still keeps it from changing */
-    int cuda = e->cuda;
-    int nparams = adjoint ? 2 * n : n;
-    api.incref(e->module);      /* the loaded binary stays loaded through the call */
-    keep(&refs, e->module);
-    if (cuda) {
-        if (bounds.size > 0) {
-            void *params[2 * MAXP + 1];
-            params[0] = &bounds;
-            for (int i = 0; i < nparams; i++) params[i + 1] = argv[i];
-            void *ts = api.save_thread();
-            int rc = cu_launch(fn, blocks, 1, 1, threads, 1, 1, 0, handle, params, NULL);
-            if (restore_ctx) cu_ctx_set(prev_ctx);
-            api.restore_thread(ts);
-            if (rc != 0) return fallback(&refs, dev, adjoint);   /* nothing ran: the Python path raises the driver's error */
-        } else if (restore_ctx) {
-            cu_ctx_set(prev_ctx);
-        }
-    } else {
+/* a non-array parameter's adjoint argument: the value given, packed as launch() does, else a
+   zeroed slot (the CPU entry atomically adds a scalar's adjoint into it: a fresh zero per launch;
+   a struct's slot is never read: zero bytes serve as launch()'s default instance does) */
+static void *adjoint_value(call_t *c, int i, PyObject *g) {
+    param_t *pp = &c->p->p[i];
+    if (g != api.none) return py_pack(c->p, i, g, c->dev, &c->refs, NULL);
+    if (pp->zsize <= 0 || c->zused + (size_t)pp->zsize > ZMAX) return NULL;
+    void *slot = c->zbuf.b + c->zused;
+    c->zused += ((size_t)pp->zsize + 15) & ~(size_t)15;
+    return slot;
+}
+
+/* the adjoint arguments after the forward ones; an adjoint buffer of another shape than its
+   array is the Python path's error */
+static int pack_adjoint(call_t *c) {
+    memset(&c->zdesc, 0, sizeof(c->zdesc));
+    c->zused = 0;
+    for (int i = 0; i < c->n; i++) {
+        PyObject *g = adjoint_given(c, i);
+        if (!g) return 0;
+        int array = c->p->p[i].kind == K_ARRAY;
+        void *slot = array ? adjoint_array(c, i, g) : adjoint_value(c, i, g);
+        if (!slot) return 0;
+        if (array && adjoint_mismatch((const desc_t *)c->argv[i], (const desc_t *)slot)) return 0;
+        c->argv[c->n + i] = slot;
+    }
+    if (c->zused > ZMAX) c->zused = ZMAX;
+    memset(c->zbuf.b, 0, c->zused);
+    return 1;
+}
+
+/* Under a recording tape: the record, before the launch (the tape saves what the launch
+   overwrites). Nothing may pass the launch to the Python path once it is recorded (it would
+   record it again), except a driver error, which leaves a record of a launch that ran on
+   neither path (the Python path raises it). */
+static int record_call(call_t *c, void **prev_ctx, int *restore_ctx) {
+    *restore_ctx = 0;
+    if (!c->record) return 1;
+    PyObject *rargs[8] = {c->kernel, c->dim, c->inputs, c->outputs, c->dev, c->stream, c->block_dim,
+                          c->max_blocks};
+    PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
+    if (!r) { api.err_clear(); return 0; }
+    api.decref(r);
+    if (c->e->cuda) {
+        /* the tape's copies may have switched the thread's context: launch in the entry's */
+        void *now = NULL;
+        if (cu_ctx_current(&now) != 0) now = NULL;
+        if (now != c->e->ctx && cu_ctx_set && cu_ctx_set(c->e->ctx) == 0) { *prev_ctx = now; *restore_ctx = 1; }
+    }
+    return 1;
+}
+
+/* the launch, the GIL released; 0 when the driver refused it (nothing ran: the Python path
+   raises the driver's error) */
+static int run_kernel(call_t *c, void *prev_ctx, int restore_ctx) {
+    int nparams = c->adjoint ? 2 * c->n : c->n;
+    api.incref(c->e->module);       /* the loaded binary stays loaded through the call */
+    keep(&c->refs, c->e->module);
+    if (!c->e->cuda) {
         void *ts = api.save_thread();
-        ((void (*)(const bounds_t *, void **))fn)(&bounds, argv);
+        ((void (*)(const bounds_t *, void **))c->fn)(&c->bounds, c->argv);
         api.restore_thread(ts);
+        return 1;
     }
-    /* versions of the written tapegrad arrays (launch() does the same; adjoints bump none) */
-    for (int i = 0; i < n && !adjoint; i++) {
-        if (!p->p[i].written || TYPE(args[i]) != T_ARRAY) continue;
-        PyObject *ver = attr(args[i], S_VERSION);
+    if (c->bounds.size == 0) {
+        if (restore_ctx) cu_ctx_set(prev_ctx);
+        return 1;
+    }
+    void *params[2 * MAXP + 1];
+    params[0] = &c->bounds;
+    for (int i = 0; i < nparams; i++) params[i + 1] = c->argv[i];
+    void *ts = api.save_thread();
+    int rc = cu_launch(c->fn, c->blocks, 1, 1, c->threads, 1, 1, 0, c->handle, params, NULL);
+    if (restore_ctx) cu_ctx_set(prev_ctx);
+    api.restore_thread(ts);
+    return rc == 0;
+}
+
+/* versions of the written tapegrad arrays (launch() does the same; adjoints bump none) */
+static void bump_versions(call_t *c) {
+    for (int i = 0; i < c->n; i++) {
+        if (!c->p->p[i].written || TYPE(c->args[i]) != T_ARRAY) continue;
+        PyObject *ver = attr(c->args[i], S_VERSION);
         long long x;
         if (ver && read_int(ver, &x)) {
             PyObject *nv = api.long_from_ll(x + 1);
             if (nv) {
-                if (api.setattr(args[i], S_VERSION, nv) < 0) api.err_clear();
+                if (api.setattr(c->args[i], S_VERSION, nv) < 0) api.err_clear();
                 api.decref(nv);
             } else {
                 api.err_clear();
@@ -1528,12 +1658,19 @@ static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         }
         xdecref(ver);
     }
-    for (int i = 0; i < refs.nobjs; i++) api.decref(refs.objs[i]);
-    xdecref(dev);
-    n_fast++;
-    if (adjoint) n_adj_fast++;
-    api.incref(api.none);
-    return api.none;
+}
+
+static PyObject *fl_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    (void)self;
+    call_t c;
+    if (!call_open(&c, a, nargs) || !call_plan(&c) || !call_entry(&c) || !call_cuda(&c) || !pack_forward(&c))
+        return fallback(&c);
+    if (c.adjoint && !pack_adjoint(&c)) return fallback(&c);
+    void *prev_ctx = NULL;
+    int restore_ctx = 0;
+    if (!record_call(&c, &prev_ctx, &restore_ctx) || !run_kernel(&c, prev_ctx, restore_ctx)) return fallback(&c);
+    if (!c.adjoint) bump_versions(&c);
+    return launched(&c);
 }
 
 /* has_entry(plan, device, module, mode) -> bool: launch()'s Python path asks after each launch

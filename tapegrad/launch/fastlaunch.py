@@ -56,11 +56,13 @@ import ctypes
 import os
 import sys
 import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from .. import modules, native
 
-__all__ = ["KINDS", "C_SOURCE_PATH", "load", "new_plan", "register_module", "register_foreign", "invalidate",
-           "numpy_off", "forget_types", "cai_decision", "stats", "error"]
+__all__ = ["KINDS", "C_SOURCE_PATH", "NativeHooks", "load", "new_plan", "register_module", "register_foreign",
+           "invalidate", "numpy_off", "forget_types", "cai_decision", "stats", "error"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
@@ -68,6 +70,7 @@ C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastla
 KINDS = ("py", "array", "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
          "uint8", "uint16", "uint32", "uint64", "bool")
 _KIND = {k: i for i, k in enumerate(KINDS)}
+_INT_KINDS = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
 # Order of the C-API table handed to tg_fl_init (must match the C enum).
 _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", "PyObject_RichCompareBool",
@@ -122,22 +125,12 @@ def _build():
     sizes = lib.tg_fl_init(table, len(_API_NAMES))
     if sizes != 88 * 1000 + 48:
         raise OSError(f"fast launch helper: unexpected struct sizes {sizes}")
-    lib.tg_fl_set_objects.argtypes = [_P] * 10 + [ctypes.c_longlong]
-    lib.tg_fl_set_objects.restype = None
-    lib.tg_fl_set_scalar_types.argtypes = [_P, _P]
-    lib.tg_fl_set_scalar_types.restype = None
-    lib.tg_fl_set_recorder.argtypes = [_P]
-    lib.tg_fl_set_recorder.restype = None
-    lib.tg_fl_set_max_size.argtypes = [ctypes.c_longlong]
-    lib.tg_fl_set_max_size.restype = None
+    lib.tg_fl_set_hooks.argtypes = [_P]
+    lib.tg_fl_set_hooks.restype = ctypes.c_int
     lib.tg_fl_set_ndarray.argtypes = [_P]
     lib.tg_fl_set_ndarray.restype = None
     lib.tg_fl_set_cuda.argtypes = [_P, _V, _V, _V, _V]
     lib.tg_fl_set_cuda.restype = None
-    lib.tg_fl_set_cai.argtypes = [_P]
-    lib.tg_fl_set_checked.argtypes = [_P]
-    lib.tg_fl_set_checked.restype = None
-    lib.tg_fl_set_cai.restype = None
     lib.tg_fl_forget_types.argtypes = []
     lib.tg_fl_forget_types.restype = None
     lib.tg_fl_cai_decision.argtypes = [_P, ctypes.c_ulonglong, ctypes.c_int]
@@ -147,7 +140,7 @@ def _build():
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
     lib.tg_fl_register_foreign.restype = ctypes.c_int
     lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P,
-                                   ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p]
+                                   ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p, _P, _P]
     lib.tg_fl_plan_new.restype = _P
     lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, _V, ctypes.c_longlong, _V,
                                     ctypes.c_longlong, ctypes.c_longlong]
@@ -163,47 +156,66 @@ def _build():
     return lib, table
 
 
-def load(objects: dict, max_size: int):
-    """Build and load the helper once; returns its launch function, or None when the helper is
-    unavailable (``_state["error"]`` says why).
+@dataclass(frozen=True)
+class NativeHooks:
+    """Everything the C helper takes from Python, handed over once when it loads (``load``).
 
-    Args:
-        objects: what the C code compares arguments against and reads: ``kernel``, ``array``,
-            ``desc``, ``ctype`` (the ``Kernel``, ``array``, ``ArrayDesc`` and ``ArrayCtype``
-            classes), ``device`` (the ``Device`` class), ``config`` (``tg.config``),
-            ``capture`` (``tapegrad.cpu_capture``'s module dict), ``active_tape``
-            (``tapegrad.recording.active_tape``), ``get_device`` and ``infer_device``
-            (``launch._infer_device``); optionally ``record`` (``fn(kernel, dim, inputs, outputs,
-            device, stream, block_dim, max_blocks)``, called under a recording tape after the
-            arguments are packed and before the kernel runs; without it such launches take the
-            Python path); optionally ``cai_kind`` (``fn(obj) -> 0, 1 or 2``, ``launch._cai_kind``:
-            whether objects of ``type(obj)`` take the helper's ``__cuda_array_interface__`` path,
-            and whether their data pointer may decide the launch device; without it they are
-            packed by the Python packers); optionally ``checked`` (``storage.CheckedDesc``: an
-            array's descriptor of this type is used only while its ``check_fn()`` returns its
-            ``check_ptr``, else the launch takes the Python path, which raises).
-        max_size: the largest grid (``launch.MAX_LAUNCH_SIZE``); larger ones take the Python path.
+    Attributes:
+        kernel_type, array_type, desc_type, ctype_type, device_type: the ``Kernel``, ``array``,
+            ``ArrayDesc``, ``ArrayCtype`` and ``Device`` classes (arguments are compared with
+            them by exact type).
+        capture_state: ``tapegrad.cpu_capture``'s module dict (its ``open_count``: an open CPU
+            graph capture takes the Python path).
+        active_tape: ``tapegrad.recording.active_tape``.
+        get_device: ``tapegrad.device.get_device``.
+        infer_device: ``fn(device, stream, args) -> Device``, launch's device rule, asked where
+            no tapegrad array, ``device=`` or ``stream=`` places a launch.
+        descriptor_cache: the name of the ``array`` attribute holding ``descriptor()``'s cached
+            result (None until built), as the array module names it (``array.DESCRIPTOR_CACHE``).
+        max_size: the largest grid the helper launches (larger ones take the Python path).
+        float_types, int_types: numpy's scalar types taken for float / integer parameters.
+        record: ``fn(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks)``,
+            called under a recording tape after the arguments are packed and before the kernel
+            runs (None: such launches take the Python path).
+        cai_kind: ``fn(obj) -> 0, 1 or 2``: whether objects of ``type(obj)`` take the helper's
+            ``__cuda_array_interface__`` path, and whether their data pointer may decide the
+            launch device (None: the Python packers pack them).
+        checked_type: ``storage.CheckedDesc``: an array's descriptor of this type is used only
+            while its ``check_fn()`` returns its ``check_ptr``, else the launch takes the Python
+            path, which raises (None: no such descriptors).
     """
+
+    kernel_type: type
+    array_type: type
+    desc_type: type
+    ctype_type: type
+    device_type: type
+    capture_state: dict
+    active_tape: Callable
+    get_device: Callable
+    infer_device: Callable
+    descriptor_cache: str
+    max_size: int
+    float_types: tuple
+    int_types: tuple
+    record: Optional[Callable] = None
+    cai_kind: Optional[Callable] = None
+    checked_type: Optional[type] = None
+
+
+def load(hooks: NativeHooks):
+    """Build and load the helper once and hand it ``hooks``; returns its launch function, or None
+    when the helper is unavailable (``error()`` says why)."""
     with _lock:
         if "fn" in _state or "error" in _state:
             return _state.get("fn")
         try:
             lib, table = _build()
+            if lib.tg_fl_set_hooks(hooks) != 1:
+                raise OSError("the native launch helper refused its hooks")
         except Exception as e:  # noqa: BLE001  no compiler, odd Python: the Python path alone
             _state["error"] = f"{type(e).__name__}: {e}"
             return None
-        o = objects
-        lib.tg_fl_set_objects(o["kernel"], o["array"], o["desc"], o["ctype"], o["device"], o["config"],
-                              o["capture"], o["active_tape"], o["get_device"], o["infer_device"], int(max_size))
-        if o.get("record") is not None:
-            lib.tg_fl_set_recorder(o["record"])
-        if o.get("cai_kind") is not None:
-            lib.tg_fl_set_cai(o["cai_kind"])
-        if o.get("checked") is not None:
-            lib.tg_fl_set_checked(o["checked"])
-        import numpy as np
-        lib.tg_fl_set_scalar_types((np.float16, np.float32, np.float64),
-                                   (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64))
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
         for args in _FOREIGN:
             _register_foreign(lib, *args)
@@ -247,7 +259,7 @@ def numpy_off() -> None:
 _NCHK = 128  # fastlaunch.c NCHK
 
 
-def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=()):
+def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=(), ranges=None):
     """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
 
     Args:
@@ -261,16 +273,24 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None
             Python path).
         tid_checks: ``lang.facts.TidAccess``es of array parameters: a grid that overruns one
             takes the Python path (which raises); more than 128: no native plan.
+        ranges: per parameter, ``(lo, hi)``, the values an integer scalar parameter's Python
+            packer takes (None elsewhere); others take the Python path (which raises).
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64 or len(tid_checks) > _NCHK:
         return None
     n = len(kinds)
     zs = tuple(int(z) for z in zero_sizes) if zero_sizes is not None else (0,) * n
+    ranges = tuple(ranges) if ranges is not None else (None,) * n
+    # an integer parameter without its range: the Python packer packs it
+    kinds = ["py" if k in _INT_KINDS and ranges[i] is None else k for i, k in enumerate(kinds)]
+    lows = tuple(r[0] if r else 0 for r in ranges)
+    highs = tuple(r[1] if r else 0 for r in ranges)   # 0: an integer parameter without a range takes nothing
     cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
                              bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers),
                              int(tid_ndim), zs, len(tid_checks),
-                             bytes(v for c in tid_checks for v in (c.param, c.dim, c.component, c.components)) + b"\0")
+                             bytes(v for c in tid_checks for v in (c.param, c.dim, c.component, c.components)) + b"\0",
+                             lows, highs)
     return cap
 
 
