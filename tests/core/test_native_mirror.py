@@ -414,3 +414,46 @@ def test_adjoint_arguments_as_adjoint_values(device, n, s, seed, give):
         python = outcome(run)
     assert native == python
     assert taken == (0 if give == "wrong_shape" else 1)
+
+
+def test_adjoint_of_a_view_made_before_its_base_had_a_gradient(device):
+    """The gradient an adjoint launch accumulates into is the array's ``.grad`` (the Python
+    owner's rule), on the native path too: a view made before its base had a gradient takes the
+    base's gradient late (``array._late_grad``). The helper read the cached field instead and
+    accumulated into nothing: a silent zero gradient."""
+    warm(k_scale, device, tg.zeros(1, dtype=tg.float64, device=device), 1.0, tg.zeros(1, dtype=tg.float64,
+                                                                                        device=device))
+    tg.launch(k_scale, 1, inputs=[tg.zeros(1, dtype=tg.float64, device=device), 1.0],
+              outputs=[tg.zeros(1, dtype=tg.float64, device=device)], adjoint=True)
+
+    def run():
+        base = tg.array(np.arange(8.0), dtype=tg.float64, device=device)
+        v = base[2:6]
+        base.requires_grad = True
+        y = tg.zeros(4, dtype=tg.float64, device=device, requires_grad=True)
+        y.grad.fill_(1.0)
+        tg.launch(k_scale, 4, inputs=[v, 1.5], outputs=[y], adjoint=True)
+        return base.grad.numpy().tolist()
+    f0 = fastlaunch.stats(adjoint=True)[0]
+    native = run()
+    assert fastlaunch.stats(adjoint=True)[0] - f0 == 1
+    with python_path():
+        python = run()
+    expected = [0.0, 0.0] + [2 * 1.5 * x for x in (2.0, 3.0, 4.0, 5.0)] + [0.0, 0.0]   # d(s x^2)/dx = 2 s x
+    assert native == python == expected
+
+
+def test_tape_backward_into_a_view_made_before_its_base_had_a_gradient(device):
+    """The same through ``Tape.backward`` (its replays take the native path)."""
+    base = tg.array(np.arange(8.0), dtype=tg.float64, device=device)
+    v = base[2:6]
+    base.requires_grad = True
+    y = tg.zeros(4, dtype=tg.float64, device=device, requires_grad=True)
+    for _ in range(2):   # registers the kernel's module with the helper
+        tg.launch(k_scale, 4, inputs=[v, 1.0], outputs=[y], record_tape=False)
+    with tg.Tape() as tape:
+        tg.launch(k_scale, 4, inputs=[v, 2.0], outputs=[y])
+    b0 = fastlaunch.stats(adjoint=True)[0]
+    tape.backward(grads={y: tg.array(np.ones(4), dtype=tg.float64, device=device)})
+    assert fastlaunch.stats(adjoint=True)[0] - b0 == 1
+    np.testing.assert_array_equal(base.grad.numpy(), [0, 0, 8, 12, 16, 20, 0, 0])   # 2 * 2.0 * x
