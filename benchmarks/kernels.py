@@ -154,7 +154,7 @@ def _record(table, measure, samples, ours_key, peer_key, peer_name, **kw):
 
 def python_path(sampler):
     """``sampler`` run with the native launch helper switched off: launch()'s Python path."""
-    mod = sys.modules["tapegrad.launch"]   # tg.launch is the function; its module holds the switch
+    mod = sys.modules["tapegrad.launch.core"]   # launch() and its native switch
 
     def sample():
         fast, mod._fast = mod._fast, None

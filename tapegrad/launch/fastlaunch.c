@@ -139,7 +139,7 @@ typedef struct {
     desc_t tmpl;
 } np_layout_t;
 
-/* a __cuda_array_interface__ layout met by a parameter (objects of a type launch._cai_kind
+/* a __cuda_array_interface__ layout met by a parameter (objects of a type launch.devices.cai_kind
    takes): the Python packer's descriptor for it, pointer cleared, keyed by the exact type and
    the dict's typestr, shape, strides (None: C-contiguous) and read-only flag, compared with
    ==, and by the launch device it was packed for; never by pointer */
@@ -763,7 +763,7 @@ static int tape_active(void) {
 
 /* --------------------------------------------------- __cuda_array_interface__ objects */
 
-/* Exact types passed for array parameters on CUDA, with launch._cai_kind's answer for them:
+/* Exact types passed for array parameters on CUDA, with launch.devices.cai_kind's answer for them:
    0 the Python packer (as any other object), 1 the cached-layout path below, the data pointer
    deciding a launch device no tapegrad array fixes, 2 the same path only when the launch's
    other arguments fix the device. */
@@ -869,7 +869,7 @@ static int cai_stream_decision(const cai_t *c, uintptr_t cur, entry_t *e, int bl
 }
 
 /* the driver's device ordinal of plain device memory at ``ptr``; -1 for anything else (NULL,
-   managed, host or unknown memory: launch._infer_device decides there) */
+   managed, host or unknown memory: launch.devices.infer_device decides there) */
 static long long ptr_ordinal(uintptr_t ptr) {
     if (!ptr || !cu_ptr_attrs) return -1;
     /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL; 8 zeroed bytes each */
@@ -1057,7 +1057,7 @@ static int storage_ok(PyObject *d) {
 
 /* tapegrad array ``a``'s cached descriptor (a.descriptor()), kept alive through ``refs``; NULL
    for the Python path (which raises for a moved foreign storage). Otherwise unchecked: an
-   adjoint's gradient buffer is used as launch._grad_desc does */
+   adjoint's gradient buffer is used as launch.packers.grad_desc does */
 static desc_t *array_descriptor(PyObject *a, refs_t *refs) {
     PyObject *d = attr(a, S_DESC);
     if (!d) return NULL;
@@ -1186,7 +1186,7 @@ static int current_blocking(entry_t *e) {
     return e->last_blocking;
 }
 
-/* Parameter i's descriptor for object ``v`` on a CUDA entry, if launch._cai_kind takes its
+/* Parameter i's descriptor for object ``v`` on a CUDA entry, if launch.devices.cai_kind takes its
    type: 1 with *out set (the cached layout and the dict's pointer; on a miss the Python
    packer's descriptor, then cached), 0 for the Python packer as before (another type, or a dict
    the helper does not read), -1 for the Python path (a producer stream to wait for or a
@@ -1268,7 +1268,7 @@ typedef struct {
     void *argv[2 * MAXP + 1];
     scalar_t scal[MAXP];
     desc_t fdesc[MAXP];             /* descriptors made from cached layouts */
-    desc_t gdesc[MAXP];             /* a descriptor argument's own gradient (launch._desc_grad) */
+    desc_t gdesc[MAXP];             /* a descriptor argument's own gradient (launch.packers._desc_grad) */
     desc_t zdesc;                   /* "no gradient": NULL data, reads accumulate nothing */
     size_t zused;
     union { double align[ZMAX / 8]; unsigned char b[ZMAX]; } zbuf __attribute__((aligned(16)));   /* zeroed
@@ -1542,7 +1542,7 @@ static PyObject *adjoint_given(call_t *c, int i) {
     return g;
 }
 
-/* an array parameter's adjoint argument (launch._adjoint_values, _grad_desc, _desc_grad) */
+/* an array parameter's adjoint argument (launch.packers: adjoint_values, grad_desc, _desc_grad) */
 static void *adjoint_array(call_t *c, int i, PyObject *g) {
     PyObject *v = c->args[i];
     if (g == api.none && TYPE(v) == T_ARRAY) {

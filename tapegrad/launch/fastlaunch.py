@@ -28,7 +28,7 @@ cached per parameter, keyed by the values of the registered attributes (dtype, s
 strides, device; never by pointer), and only the data pointer is read per launch.
 
 ``__cuda_array_interface__`` objects (CuPy, Numba, any CAI v3 producer) on a CUDA launch need
-no registration: ``launch._cai_kind`` says once per exact type whether the Python packer would
+no registration: ``devices.cai_kind`` says once per exact type whether the Python packer would
 read the interface (not a type a launch adapter packs); the helper then reads the CAI dict
 itself (one attribute get per launch) and caches the packer's descriptor per parameter, keyed
 by (exact type, typestr, shape, strides, read-only flag, launch device) compared with ``==``;
@@ -36,9 +36,9 @@ per launch only the pointer changes. The CAI v3 stream rule is ``protocols.cai_s
 ``foreign_stream_ordered``: where the Python path would wait for the producer's stream with an
 event (or refuse the handle), the helper returns ``NotImplemented``, so the Python path does
 it. A launch that no tapegrad array, ``device=`` or ``stream=`` places takes its device from a
-CAI pointer only for types whose device ``launch._infer_device`` reads from the pointer, and
+CAI pointer only for types whose device ``devices.infer_device`` reads from the pointer, and
 only when the driver's ordinal of that (plain device) memory matches a cached layout made for
-that device; else it asks ``_infer_device``. Masks, offsets and other unusual dicts go to the
+that device; else it asks ``devices.infer_device``. Masks, offsets and other unusual dicts go to the
 Python packer; a read-only object passed to a written parameter, to the Python path (its
 error). ``forget_types`` drops the per-type answers and the layouts (a launch adapter or a
 device accessor was registered); ``cai_decision`` gives the C rule's answer for a dict.
@@ -376,7 +376,7 @@ def _register_foreign(lib, cls, keys, ptr, stream_of):
 
 def forget_types() -> None:
     """Forget which foreign types take the helper's ``__cuda_array_interface__`` path (a launch
-    adapter or a device accessor was registered: ``launch._cai_kind`` may answer otherwise now);
+    adapter or a device accessor was registered: ``devices.cai_kind`` may answer otherwise now);
     the layouts cached for them are dropped too."""
     lib = _state.get("lib")
     if lib is not None:

@@ -30,7 +30,8 @@ from ..array import array
 from ..errors import KernelError
 from ..lang import direct, emit
 from ..lang import tangent as lang_tangent
-from . import adjoint_descriptors, prepare_launch, register_tangent_launcher, zero_value
+from .core import adjoint_descriptors, prepare_launch, register_tangent_launcher
+from .packers import zero_value
 
 __all__ = ["TangentModule", "tangent_module", "load_tangents", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
 

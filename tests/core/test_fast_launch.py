@@ -2,7 +2,7 @@
 argument kind, every fallback condition taken, and no stale foreign layouts.
 
 Each comparison runs a launch through the native helper and the same launch through the
-Python path (``launch._fast`` set to None), on fresh outputs, and checks that the native path
+Python path (``tapegrad.launch.core._fast`` set to None), on fresh outputs, and checks that the native path
 was actually taken with the helper's counters (``fastlaunch.stats()``), not with timings.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import tapegrad as tg
 from tapegrad.launch import ArrayCtype, fastlaunch
 
-L = sys.modules["tapegrad.launch"]   # the module (tg.launch is the function)
+L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
 
 
 @pytest.fixture(autouse=True)
@@ -880,7 +880,7 @@ def test_first_launch_of_a_process_defers_the_helper(tmp_path):
         "import sys\n"
         "import tapegrad as tg\n"
         "from tapegrad.launch import fastlaunch\n"
-        "L = sys.modules['tapegrad.launch']\n"
+        "L = sys.modules['tapegrad.launch.core']\n"
         "@tg.kernel\n"
         "def k(a: tg.array(dtype=tg.float32), b: tg.array(dtype=tg.float32)):\n"
         "    b[tg.tid()] = a[tg.tid()] + 1.0\n"

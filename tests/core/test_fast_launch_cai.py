@@ -5,10 +5,10 @@ pointer per launch; a producer stream the Python path would wait for (or refuse)
 launch to the Python path.
 
 Which path ran is read from the helper's counters (``fastlaunch.stats()``); whether a launch
-used a cached layout, from calls of the Python packer's protocol reader (``launch._foreign_desc``)
+used a cached layout, from calls of the Python packer's protocol reader (``tapegrad.launch.packers.foreign_desc``)
 and of the Python stream wait (``protocols.wait_foreign_stream``). The CPU tests check the C
 rule for CAI dicts against ``protocols``' own and the pure-Python pieces; the CUDA ones (marker
-``cuda``) compare results with the Python path (``launch._fast`` set to None).
+``cuda``) compare results with the Python path (``tapegrad.launch.core._fast`` set to None).
 """
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ from tests.core.test_fast_launch import (  # noqa: F401
     python_path,
 )
 
-L = sys.modules["tapegrad.launch"]   # the module (tg.launch is the function)
+L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
+P = sys.modules["tapegrad.launch.packers"]
+D = sys.modules["tapegrad.launch.devices"]
 CUDA = "cuda:0"
 
 
@@ -116,12 +118,12 @@ def same(f, s):
 def count_protocol_reads(monkeypatch):
     """Calls of the Python packer's protocol reader (a cached layout makes none)."""
     calls = []
-    real = L._foreign_desc
+    real = P.foreign_desc
 
     def reader(*a):
         calls.append(a[1])   # the parameter index
         return real(*a)
-    monkeypatch.setattr(L, "_foreign_desc", reader)
+    monkeypatch.setattr(P, "foreign_desc", reader)
     return calls
 
 
@@ -248,26 +250,26 @@ class Accessed(CaiObject):
 
 def test_cai_kind():
     obj = CaiObject(BASE)
-    assert L._cai_kind(obj) == 1
-    assert L._cai_kind(Wrapped(obj)) == 1
-    assert L._cai_kind(DeviceNamed(BASE)) == 2
-    assert L._cai_kind(DeviceLike(BASE)) == 2     # on a CPU-only machine get_device raises: still 2
+    assert D.cai_kind(obj) == 1
+    assert D.cai_kind(Wrapped(obj)) == 1
+    assert D.cai_kind(DeviceNamed(BASE)) == 2
+    assert D.cai_kind(DeviceLike(BASE)) == 2     # on a CPU-only machine get_device raises: still 2
     register_device_of(Accessed, lambda a: tg.get_device(CUDA))
-    assert L._cai_kind(Accessed(BASE)) == 2
+    assert D.cai_kind(Accessed(BASE)) == 2
     for other in (np.zeros(3, np.float32), tg.zeros(3), ArrayCtype(), object(), None, 1.5, RaisingCai()):
-        assert L._cai_kind(other) == 0, other
+        assert D.cai_kind(other) == 0, other
 
 
 @pytest.mark.torch
 def test_cai_kind_of_types_with_a_launch_adapter():
     import torch
-    assert L._cai_kind(torch.zeros(3)) == 0        # the torch bridge's adapter packs it
+    assert D.cai_kind(torch.zeros(3)) == 0        # the torch bridge's adapter packs it
 
     class Adapted(CaiObject):
         pass
-    assert L._cai_kind(Adapted(BASE)) == 1
+    assert D.cai_kind(Adapted(BASE)) == 1
     register_launch_adapter(Adapted, lambda obj, device, arg, dtype: None)
-    assert L._cai_kind(Adapted(BASE)) == 0
+    assert D.cai_kind(Adapted(BASE)) == 0
 
 
 def test_a_cai_object_on_a_cpu_launch_is_the_python_paths_error():

@@ -1,0 +1,291 @@
+"""The Python packers: each kernel parameter's ``pack(value, device)``, built once per kernel.
+
+They are the reference of the launch and the source of every error message it raises: the
+native helper (``fastlaunch``) takes only values it packs exactly as they do, and passes every
+other launch to the Python path, whose packers raise. Also here: ``ArrayCtype`` (a launchable
+descriptor), the launch adapters bridges register for their tensor types, and the adjoint
+arguments of ``launch(adjoint=True)`` (each array's ``.grad``, a buffer given, a zero value).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import weakref
+
+import numpy as np
+
+from .. import abi, types
+from ..array import array
+from ..frameworks import bridge_for_type_module
+from ..protocols import interface_layout, parse_cuda_array_interface
+from ..storage import check_extent, fold_inner_dims
+from . import fastlaunch
+
+__all__ = ["ArrayCtype", "register_launch_adapter", "adapter_for", "arg_label", "foreign_desc", "scalar_range",
+           "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes"]
+
+
+_DESC_GRAD = types.ArrayDesc.grad   # the field's own accessor (None for NULL)
+
+class ArrayCtype(types.ArrayDesc):
+    """A launchable array descriptor that remembers its dtype/device and keeps owners alive.
+
+    Returned by ``from_torch(..., return_ctype=True)`` and friends; pass it to ``launch``.
+    ``grad`` is the gradient's address as an int, 0 when there is none (Warp's ``array_t``).
+    """
+
+    grad = property(lambda self: _DESC_GRAD.__get__(self) or 0, lambda self, v: _DESC_GRAD.__set__(self, v),
+                    doc="The gradient's address (int; 0: no gradient), as Warp's array_t.grad.")
+
+    def bind(self, dtype, device, refs=(), readonly=False):
+        self.tg_dtype = dtype
+        self.tg_device = device
+        self.tg_refs = tuple(refs)  # the tensor and its grad: alive as long as the descriptor
+        self.flags = 1 if readonly else 0
+        return self
+
+
+# Foreign tensor types whose protocol path is missing, refuses or is slow (torch tensors that
+# require grad raise RuntimeError from __cuda_array_interface__, CPU torch tensors have no
+# __array_interface__): a bridge registers fn(obj, device, arg, dtype) -> ArrayCtype, where
+# ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
+# object's trailing component dims). Registered adapters are consulted before the protocols.
+
+
+# Foreign tensor types whose protocol path is missing, refuses or is slow (torch tensors that
+# require grad raise RuntimeError from __cuda_array_interface__, CPU torch tensors have no
+# __array_interface__): a bridge registers fn(obj, device, arg, dtype) -> ArrayCtype, where
+# ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
+# object's trailing component dims). Registered adapters are consulted before the protocols.
+_ADAPTERS: dict = {}
+
+
+def register_launch_adapter(cls, fn):
+    """Let ``launch`` accept instances of ``cls`` directly; ``fn(obj, device, arg, dtype) -> ArrayCtype``."""
+    for k in [k for k, v in _ADAPTERS.items() if v is None]:
+        del _ADAPTERS[k]  # forget cached misses: a subclass of ``cls`` may have been met already
+    _ADAPTERS[cls] = fn
+    if issubclass(np.ndarray, cls):
+        fastlaunch.numpy_off()   # the adapter decides numpy descriptors now: not the helper's cache
+    fastlaunch.forget_types()    # a CAI type the helper caches may be the adapter's now
+
+def adapter_for(obj):
+    cls = type(obj)
+    fn = _ADAPTERS.get(cls, _ADAPTERS)
+    if fn is not _ADAPTERS:
+        return fn
+    fn = None
+    mod = bridge_for_type_module(cls.__module__.split(".")[0])
+    if mod is not None:
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            mod = None
+    if mod is not None:
+        fn = next((_ADAPTERS[b] for b in cls.__mro__ if _ADAPTERS.get(b) is not None), None)
+    _ADAPTERS[cls] = fn  # negative results are cached too: one dict lookup per foreign object
+    return fn
+
+def arg_label(kernel, i):
+    return f"kernel '{kernel.key}' argument {i} ('{kernel.arg_names[i]}')"
+
+def _check_array(kernel, i, ptype, dtype, ndim, device, launch_device):
+    if dtype is not ptype.dtype:
+        raise TypeError(f"{arg_label(kernel, i)}: expected an array of {ptype.dtype!r}, got {dtype!r}")
+    if ndim != ptype.ndim:
+        raise TypeError(f"{arg_label(kernel, i)}: expected a {ptype.ndim}-D array, got {ndim}-D")
+    if device is not launch_device:
+        raise RuntimeError(f"{arg_label(kernel, i)}: array is on device {device}, but the launch device is "
+                           f"{launch_device}")
+
+def foreign_desc(kernel, i, ptype, obj, device):
+    """Descriptor for an object passed directly through its array protocol (R1)."""
+    label = arg_label(kernel, i)
+    if device.is_cuda and hasattr(obj, "__cuda_array_interface__"):
+        _, ptr, dt, shape, strides, ro = parse_cuda_array_interface(obj.__cuda_array_interface__, device, label)
+    elif device.is_cpu and hasattr(obj, "__array_interface__"):
+        ptr, dt, shape, strides, ro = interface_layout(obj.__array_interface__, label)
+    else:
+        other = "__cuda_array_interface__ (a CUDA object)" if hasattr(obj, "__cuda_array_interface__") else \
+            "__array_interface__ (a CPU object)" if hasattr(obj, "__array_interface__") else None
+        if other:
+            raise RuntimeError(f"{label}: the object exposes only {other}, but the launch device is {device} "
+                               f"(device mismatch)")
+        raise TypeError(f"{label}: expected an array (tapegrad array, or an object with "
+                        f"__array_interface__/__cuda_array_interface__), got {type(obj).__name__}")
+    if ptype.dtype.scalar is not dt and not isinstance(ptype.dtype, types.StructType):
+        raise TypeError(f"{label}: expected an array of {ptype.dtype!r}, got elements of {dt!r}")
+    edt, shape, strides = fold_inner_dims(dt, ptype.dtype, shape, strides, label)
+    check_extent(shape, strides, edt.size, label)   # the descriptor's int64 fields would wrap
+    d = ArrayCtype()
+    d.data = ptr or None
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        d.shape[k] = n
+        d.strides[k] = s
+    d.ndim = len(shape)
+    return d.bind(ptype.dtype, device, (obj,), ro)
+
+def _ndarray_desc(kernel, i, ptype, value, device, layouts):
+    """``foreign_desc`` of a numpy array on the CPU, with the checked descriptor cached per layout.
+
+    The slow path's result depends only on the protocol's typestr, shape, strides and read-only
+    flag (numpy's ``data`` pointer already includes any offset), so a hit copies the template
+    and sets the pointer: no protocol parsing, dtype folding or checks per launch.
+    """
+    iface = value.__array_interface__
+    ptr, ro = iface["data"]
+    key = (iface["typestr"], iface["shape"], iface["strides"], ro, device)
+    tmpl = layouts.get(key)
+    if tmpl is None:
+        d = foreign_desc(kernel, i, ptype, value, device)
+        if d.tg_dtype is not ptype.dtype or d.ndim != ptype.ndim or d.tg_device is not device:
+            _check_array(kernel, i, ptype, d.tg_dtype, d.ndim, d.tg_device, device)
+        if len(layouts) >= 64:
+            layouts.clear()
+        layouts[key] = bytes(d)
+        return d
+    d = ArrayCtype.from_buffer_copy(tmpl)
+    d.data = ptr or None
+    d.tg_dtype, d.tg_device, d.tg_refs = ptype.dtype, device, (value,)   # as ArrayCtype.bind
+    return d
+
+def _make_array_packer(kernel, i, ptype):
+    dtype, ndim = ptype.dtype, ptype.ndim
+    label = arg_label(kernel, i)
+    layouts: dict = {}   # numpy layouts met by this parameter (see _ndarray_desc)
+    ndarray = np.ndarray
+
+    def pack(value, device):
+        if isinstance(value, array):
+            if value.dtype is not dtype or value.ndim != ndim or value.device is not device:
+                _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
+            if value._storage_check is not None:   # foreign memory its framework may have moved
+                value._storage_check.verify(label)
+            return value.descriptor()
+        if value is None:
+            raise TypeError(f"{label}: expected an array for {ptype!r}, got None (a kernel would read "
+                            "through a NULL pointer; pass an empty array instead)")
+        if type(value) is ndarray and device.is_cpu and _ADAPTERS.get(ndarray) is None:
+            return _ndarray_desc(kernel, i, ptype, value, device, layouts)
+        if not isinstance(value, ArrayCtype):
+            fn = adapter_for(value)
+            value = (fn(value, device, label, dtype) if fn is not None
+                     else foreign_desc(kernel, i, ptype, value, device))
+        if value.tg_dtype is not dtype or value.ndim != ndim or value.tg_device is not device:
+            _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
+        return value
+    return pack
+
+def scalar_range(ptype):
+    """``(lo, hi)``: the values an integer scalar parameter of type ``ptype`` takes (None for
+    float and bool parameters): the kernel ABI's range (``abi.int_range``), which the packer
+    (``types.scalar_packer``) checks: ctypes would wrap an out-of-range int silently."""
+    return abi.int_range(ptype.kind, ptype.bits) if ptype.kind in ("int", "uint") else None
+
+
+def _make_scalar_packer(kernel, i, ptype):
+    return types.scalar_packer(ptype, arg_label(kernel, i))   # the rule jax_kernel's static values share
+
+
+def _make_composite_packer(kernel, i, ptype):
+    n = ptype.length
+    ctype = ptype.ctype
+    npdt = ptype.scalar.np_dtype
+
+    def pack(value, device):
+        try:
+            if isinstance(value, (str, bytes)) or value is None:
+                raise TypeError
+            if ptype.scalar in (types.float16, types.bfloat16):
+                flat = types.bits16(ptype.scalar, value)
+            else:
+                flat = np.asarray(value, dtype=npdt).reshape(-1)
+        except (TypeError, ValueError):
+            raise TypeError(f"{arg_label(kernel, i)}: expected {ptype!r} ({n} numbers), got "
+                            f"{type(value).__name__} {value!r}") from None
+        if flat.size != n:
+            raise TypeError(f"{arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
+                            f"{np.size(value)} values")
+        return ctype(*flat.tolist())
+    return pack
+
+def _make_struct_packer(kernel, i, ptype):
+    def pack(value, device):
+        if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
+            raise TypeError(f"{arg_label(kernel, i)}: expected a {ptype.name} struct, got {type(value).__name__}")
+        return ptype.to_ctype(value, device)   # its arrays must be on the launch device
+    return pack
+
+
+def make_packers(kernel) -> tuple:
+    """One ``pack(value, device) -> ctypes value`` per parameter of ``kernel``.
+
+    The packers name the kernel in their errors through a weak proxy: the plan holding them
+    lives on the kernel, and a strong reference back, through the native plan (a capsule the
+    garbage collector cannot see into), would keep every launched kernel alive forever."""
+    k = weakref.proxy(kernel)
+    p = []
+    for i, t in enumerate(kernel.arg_types):
+        if isinstance(t, types.ArrayType):
+            p.append(_make_array_packer(k, i, t))
+        elif isinstance(t, types.ScalarType):
+            p.append(_make_scalar_packer(k, i, t))
+        elif isinstance(t, types.StructType):
+            p.append(_make_struct_packer(k, i, t))
+        else:
+            p.append(_make_composite_packer(k, i, t))
+    return tuple(p)
+
+
+def adjoint_values(kernel, args, adj_args, device):
+    """Adjoint argument values: explicit ones, else each array's .grad, else zero."""
+    out = []
+    for i, (t, a) in enumerate(zip(kernel.arg_types, args)):
+        g = adj_args[i] if adj_args is not None and i < len(adj_args) else None
+        if isinstance(t, types.ArrayType):
+            if g is None and isinstance(a, array):
+                g = a.grad
+            elif g is None and isinstance(a, ArrayCtype) and a.grad:
+                g = _desc_grad(a)
+            out.append(g)
+        else:
+            out.append(g if g is not None else zero_value(t))
+    return out
+
+def _desc_grad(d):
+    """The gradient a launch descriptor carries (``from_torch(..., return_ctype=True)``), as an
+    adjoint buffer: its ``grad`` pointer with the data's layout (the ABI's rule: they share
+    strides), so an adjoint launch accumulates into it as into an array's ``.grad``."""
+    g = ArrayCtype()
+    ctypes.memmove(ctypes.addressof(g), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+    g.bind(d.tg_dtype, d.tg_device, (d,))
+    g.data, g.grad = d.grad, None
+    return g
+
+def grad_desc(g, pack, device):
+    """Descriptor of a gradient buffer: its *data* is what the adjoint kernel accumulates into."""
+    if isinstance(g, array):
+        return g.descriptor()
+    if g is None:
+        return types.ArrayDesc()    # NULL data: "no gradient" (reads accumulate nothing)
+    return pack(g, device)
+
+def check_adjoint_shapes(kernel, arrays, vals, adj_descs):
+    """Raise ValueError when an adjoint buffer given for an array parameter (non-NULL data) has
+    another shape than its array: the adjoint indexes both alike, so a smaller buffer would be
+    read and written past its end."""
+    for i in arrays:
+        g, d = adj_descs[i], vals[i]
+        if g.data and (g.ndim != d.ndim or any(g.shape[k] != d.shape[k] for k in range(d.ndim))):
+            raise ValueError(f"launch(adjoint=True): the adjoint buffer of {arg_label(kernel, i)} has shape "
+                             f"{tuple(g.shape)[:g.ndim]}, its array has shape {tuple(d.shape)[:d.ndim]}: an adjoint "
+                             "buffer must have its array's shape")
+
+
+def zero_value(t):
+    """A zero value of the non-array kernel type ``t`` (scalar, vector, matrix, struct)."""
+    if isinstance(t, types.ScalarType):
+        return 0
+    if isinstance(t, types.StructType):
+        return t.cls()
+    return np.zeros(t.length)
