@@ -43,6 +43,8 @@ from .errors import (  # noqa: F401
     CacheWarning,
     CompileError,
     ConsumedCapsuleError,
+    CopyArgumentError,
+    CopyTypeError,
     DLPackDtypeError,
     DLPackStreamError,
     GradcheckError,

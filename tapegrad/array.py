@@ -16,6 +16,7 @@ import numpy as np
 from . import memory_ops, storage, types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
+from .errors import CopyArgumentError, CopyTypeError
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
 from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
@@ -970,36 +971,50 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
     ``src.grad`` gets ``dest.grad`` over the copied range, which is then consumed (zeroed)
     unless ``dest.retain_grad``.
 
+    As Warp's: ``count`` 0 copies all of ``src`` (``src.size`` elements); a larger ``dest``
+    keeps its remaining elements.
+
     Raises:
-        TypeError: arguments are not arrays of matching dtype; an offset or count not an int.
-        ValueError: shapes/sizes do not match; a negative or out-of-bounds range; offsets on a
-            strided array of several dims.
+        TypeError: arguments are not arrays. CopyTypeError (a TypeError and RuntimeError): dtypes
+            that differ; an offset or count not an int.
+        CopyArgumentError (a ValueError and RuntimeError): a negative offset or count; a range
+            past the end of either array; shapes that differ between non-contiguous arrays;
+            offsets or count on a non-contiguous array of several dims.
     """
     for name, a in (("dest", dest), ("src", src)):
         if not isinstance(a, array):
             raise TypeError(f"copy: {name} must be a tapegrad array, got {type(a).__name__}")
     if dest.dtype.size != src.dtype.size or (dest.dtype.scalar is not src.dtype.scalar):
-        raise TypeError(f"copy: dtypes differ (dest {dest.dtype!r}, src {src.dtype!r})")
+        raise CopyTypeError(f"copy: dtypes differ: Incompatible array data types: destination dtype={dest.dtype.name}, "
+                            f"source dtype={src.dtype.name}")
     dest._check_writable("copy")
+    what = {"dest_offset": "Destination offset", "src_offset": "Source offset", "count": "count"}
     for name, v in (("dest_offset", dest_offset), ("src_offset", src_offset), ("count", count)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"copy({name}=...): expected an int, got {type(v).__name__}")
+            raise CopyTypeError(f"copy({name}=...): offsets and count must be integers, got {type(v).__name__}")
         if v < 0:
-            raise ValueError(f"copy({name}=...): expected an int >= 0, got {v}")
-    if dest_offset or src_offset or count:
-        count = int(count) or min(dest.size - dest_offset, src.size - src_offset)
-        if dest_offset + count > dest.size or src_offset + count > src.size or count < 0:
-            raise ValueError(f"copy: range out of bounds (count={count}, dest_offset={dest_offset}, dest size "
-                             f"{dest.size}, src_offset={src_offset}, src size {src.size})")
+            raise CopyArgumentError(f"copy({name}=...): {what[name]} must be non-negative (>= 0), got {v}")
+    dest_offset, src_offset, count = int(dest_offset), int(src_offset), int(count)
+    if dest_offset or src_offset or count or dest.size != src.size:
+        count = count or src.size
+        if src_offset + count > src.size:
+            raise CopyArgumentError(f"copy: out of bounds: a range of {count} element(s) from source offset "
+                                    f"({src_offset}) exceeds the source size ({src.size})")
+        if dest_offset + count > dest.size:
+            raise CopyArgumentError(f"copy: out of bounds: a range of {count} element(s) to destination offset "
+                                    f"({dest_offset}) exceeds the destination size ({dest.size})")
+        for name, a in (("dest", dest), ("src", src)):
+            if a.ndim > 1 and not a.is_contiguous:
+                raise CopyArgumentError(f"copy: dest_offset, src_offset, and count (or arrays of different sizes) "
+                                        f"are only supported for 1-D non-contiguous arrays ({name} is a strided "
+                                        f"{a.ndim}-D array of shape {a.shape})")
         # flat ranges of contiguous arrays or of 1-D strided views (a[::2])
-        pair = (dest.flat_view(int(dest_offset), count), src.flat_view(int(src_offset), count))
+        pair = (dest.flat_view(dest_offset, count), src.flat_view(src_offset, count))
     else:
-        if dest.size != src.size:
-            raise ValueError(f"copy: sizes differ (dest {dest.shape}, src {src.shape})")
         if dest.shape != src.shape:
             if not (dest.is_contiguous and src.is_contiguous):
-                raise ValueError(f"copy: shapes differ (dest {dest.shape}, src {src.shape}) and arrays are "
-                                 f"not contiguous")
+                raise CopyArgumentError(f"copy: Incompatible array shapes: destination shape={dest.shape}, source "
+                                        f"shape={src.shape} (and the arrays are not contiguous)")
             pair = (dest.reshape((dest.size,)), src.reshape((src.size,)))
         else:
             pair = (dest, src)

@@ -145,3 +145,14 @@ class GradLayoutError(ValueError, RuntimeError):
     ``ValueError`` (tapegrad's policy, and Warp's for arrays) that is also a ``RuntimeError``
     (Warp's for ``return_ctype`` descriptors).
     """
+
+
+class CopyArgumentError(ValueError, RuntimeError):
+    """``tg.copy`` refused its arguments: a negative or out-of-range offset or count, element sizes
+    or shapes that do not match. A ``ValueError`` (tapegrad's policy) that is also a
+    ``RuntimeError`` (Warp's for ``wp.copy``), with Warp's wording in the message."""
+
+
+class CopyTypeError(TypeError, RuntimeError):
+    """``tg.copy`` got a non-integer offset or count, or arrays of different element types. A
+    ``TypeError`` (tapegrad's policy) that is also a ``RuntimeError`` (Warp's for ``wp.copy``)."""
