@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -371,14 +372,16 @@ def header_text() -> str:
         return f.read()
 
 
+_INCLUDE = re.compile(r'\s*#\s*include\s+"(?:[^"]*/)?' + re.escape(HEADER_NAME) + '"')
+
+
 def inline_header(source: str) -> str:
     """``source`` with its ``#include "...tg_abi.h"`` line replaced by the header's text, for
     sources compiled from text where no include path reaches ``tapegrad/include`` (and so a
     build cache keyed by the text sees the header's changes)."""
     out = []
     for line in source.split("\n"):
-        s = line.strip()
-        if s.startswith("#include") and s.endswith(f'{HEADER_NAME}"'):
+        if _INCLUDE.match(line):
             out.append(header_text().rstrip("\n"))
         else:
             out.append(line)

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tg_abi.h"   /* the kernel ABI (tapegrad/abi); inlined by tapegrad.native when compiled from text */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -83,15 +85,14 @@ static struct {
 #define NLAY 4       /* foreign layouts remembered per parameter */
 #define NSPEC 8      /* registered foreign tensor types */
 #define NKEY 4       /* key attributes per foreign type */
-#define DESC_SIZE 88 /* tapegrad.types.ArrayDesc */
-#define BOUNDS_SIZE 48
+#define DESC_SIZE TG_SIZEOF_ARRAY_DESC
 
-typedef struct { int64_t shape[4]; int32_t ndim; int32_t pad; int64_t size; } bounds_t;
-typedef struct { void *data; void *grad; int64_t shape[4]; int64_t strides[4]; int32_t ndim; uint32_t flags; } desc_t;
+typedef tg_bounds_t bounds_t;
+typedef tg_array_desc_t desc_t;
 
-/* parameter kinds (tapegrad/launch/fastlaunch.py KINDS keeps the same order) */
-enum { K_PY, K_ARRAY, K_F32, K_F64, K_F16, K_BF16, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32,
-       K_U64, K_BOOL };
+/* parameter kinds: the kernel ABI's codes (fastlaunch.py's KINDS is the same table) */
+enum { K_PY = TG_KIND_PY, K_ARRAY = TG_KIND_ARRAY, K_F32 = TG_KIND_FLOAT32, K_F64 = TG_KIND_FLOAT64,
+       K_F16 = TG_KIND_FLOAT16, K_BF16 = TG_KIND_BFLOAT16, K_BOOL = TG_KIND_BOOL };
 
 typedef int (*cuLaunchKernel_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 unsigned, void *, void **, void **);
@@ -593,11 +594,11 @@ static int pack_int(const param_t *pp, PyObject *v, scalar_t *out) {
         if (ovf < 0 || x < pp->lo || (x >= 0 && (unsigned long long)x > pp->hi)) return 0;
         u = (unsigned long long)x;
     }
-    switch (pp->kind) {
-    case K_I8: case K_U8: out->u8 = (uint8_t)u; return 1;
-    case K_I16: case K_U16: out->u16 = (uint16_t)u; return 1;
-    case K_I32: case K_U32: out->u32 = (uint32_t)u; return 1;
-    case K_I64: case K_U64: out->u64 = u; return 1;
+    switch (tg_kind_size(pp->kind)) {
+    case 1: out->u8 = (uint8_t)u; return 1;
+    case 2: out->u16 = (uint16_t)u; return 1;
+    case 4: out->u32 = (uint32_t)u; return 1;
+    case 8: out->u64 = u; return 1;
     }
     return 0;
 }
@@ -1378,21 +1379,13 @@ static int given_stream(call_t *c) {
     return 1;
 }
 
-/* CUDA blocks and threads per block, as CudaModule.launch computes them */
+/* CUDA blocks and threads per block: the kernel ABI's grid (tg_grid_blocks), as CudaModule.launch */
 static int grid_size(call_t *c) {
     long long bd, mb;
-    if (!read_int(c->block_dim, &bd) || !read_int(c->max_blocks, &mb) || bd < 0 || bd > 1024) return 0;
-    if (bd == 0) bd = 256;
-    /* an elementwise entry: one CUDA thread per group of `lanes` launch threads, uncapped
-       (adjoint entries are grid-stride loops over single threads) */
-    long long lanes = c->adjoint ? 1 : c->e->lanes;
-    long long nb = ((c->bounds.size + lanes - 1) / lanes + bd - 1) / bd;
-    if (mb > 0) { if (nb > mb) nb = mb; }
-    else if (c->e->threads_cap && lanes == 1) {
-        long long cap = c->e->threads_cap / bd; if (cap < 1) cap = 1; if (nb > cap) nb = cap;
-    }
-    if (nb > 2147483647LL) nb = 2147483647LL;
-    c->blocks = (unsigned)nb;
+    if (!read_int(c->block_dim, &bd) || !read_int(c->max_blocks, &mb) || bd < 0 || bd > TG_MAX_BLOCK_DIM) return 0;
+    if (bd == 0) bd = TG_DEFAULT_BLOCK_DIM;
+    /* adjoint entries are grid-stride loops over single threads */
+    c->blocks = (unsigned)tg_grid_blocks(c->bounds.size, bd, c->adjoint ? 1 : c->e->lanes, mb, c->e->threads_cap);
     c->threads = (unsigned)bd;
     return 1;
 }

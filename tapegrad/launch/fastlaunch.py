@@ -59,18 +59,17 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .. import modules, native
+from .. import abi, modules, native
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "NativeHooks", "load", "new_plan", "register_module", "register_foreign",
            "invalidate", "numpy_off", "forget_types", "cai_decision", "stats", "error"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
-# parameter kinds, in the order of the C enum
-KINDS = ("py", "array", "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
-         "uint8", "uint16", "uint32", "uint64", "bool")
-_KIND = {k: i for i, k in enumerate(KINDS)}
-_INT_KINDS = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
+# parameter kinds: the kernel ABI's (py, array, one per scalar type), by name -> the C enum's code
+KINDS = tuple(k.name for k in abi.kinds())
+_KIND = {k.name: k.code for k in abi.kinds()}
+_INT_KINDS = frozenset(k.name for k in abi.kinds() if k.kind in ("int", "uint"))
 
 # Order of the C-API table handed to tg_fl_init (must match the C enum).
 _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", "PyObject_RichCompareBool",
@@ -105,8 +104,7 @@ def _layout_ok(types) -> bool:
     d = types.ArrayDesc()
     if _V.from_address(id(d) + 2 * ctypes.sizeof(ctypes.c_void_p)).value != ctypes.addressof(d):
         return False
-    return ctypes.sizeof(types.ArrayDesc) == 88 and ctypes.sizeof(types.LaunchBounds) == 48 and \
-        types.ArrayDesc.ndim.offset == 80 and types.ArrayDesc.flags.offset == 84
+    return ctypes.sizeof(types.ArrayDesc) == abi.ARRAY.size and ctypes.sizeof(types.LaunchBounds) == abi.BOUNDS.size
 
 
 def _build():
@@ -123,7 +121,7 @@ def _build():
     lib.tg_fl_init.argtypes = [_V, ctypes.c_int]
     lib.tg_fl_init.restype = ctypes.c_int
     sizes = lib.tg_fl_init(table, len(_API_NAMES))
-    if sizes != 88 * 1000 + 48:
+    if sizes != abi.ARRAY.size * 1000 + abi.BOUNDS.size:   # the header the helper was built with
         raise OSError(f"fast launch helper: unexpected struct sizes {sizes}")
     lib.tg_fl_set_hooks.argtypes = [_P]
     lib.tg_fl_set_hooks.restype = ctypes.c_int

@@ -31,6 +31,14 @@ def test_check_fails_on_a_stale_header(tmp_path, monkeypatch, capsys):
     assert stale.read_text() == abi.generate_header()
 
 
+def test_inline_header_replaces_the_include_line_only():
+    src = '#include <stdint.h>\n#include "tg_abi.h"   /* why */\n  # include "../include/tg_abi.h"\nint x;'
+    out = abi.inline_header(src).split("\n")
+    assert out[0] == "#include <stdint.h>" and out[-1] == "int x;"
+    assert "#include \"" not in "\n".join(out[1:-1]) and "\n".join(out).count("#define TG_ABI_H") == 2
+    assert abi.inline_header("int y;") == "int y;"
+
+
 def test_the_generated_header_is_deterministic():
     assert abi.generate_header() == abi.generate_header()
 
