@@ -83,8 +83,11 @@ from .runtime import (  # noqa: F401
 from .tape import Tape  # noqa: F401
 from .types import (  # noqa: F401
     ArrayType,
+    Float,
+    Int,
     MatrixType,
     QuatType,
+    Scalar,
     ScalarType,
     StructType,
     VectorType,

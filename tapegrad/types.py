@@ -27,6 +27,7 @@ __all__ = [
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
     "ARRAY_FLAG_RETAIN_GRAD", "scalar_packer",
     "type_size_in_bytes", "type_size", "type_length", "type_scalar_type", "type_repr", "types_equal",
+    "Int", "Float", "Scalar",
 ]
 
 # MAX_DIMS, the ArrayDesc.flags bits and the kernel-ABI structs ArrayDesc, LaunchBounds are
@@ -341,21 +342,32 @@ _SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i", int8: "b", uint8
 def _warp_name(t) -> str:
     """The ``__name__`` Warp's class of ``t`` has (its explicit-suffix spelling: ``vec3f``)."""
     s = t.scalar
-    suffix = "f" if s is float32 else _SUFFIX.get(s, "_" + s.name)
+    suffix = "f" if s is float32 else _SUFFIX.get(s, "_" + getattr(s, "name", str(s)))
     if isinstance(t, TransformType):
         return "transform" + suffix
     if isinstance(t, QuatType):
         return "quat" + suffix
     if isinstance(t, VectorType):
-        if t.length_ == 6 and s.is_float:
+        if t.length_ == 6 and getattr(s, "is_float", False):
             return "spatial_vector" + suffix
         return f"vec{t.length_}{suffix}"
-    if (t.rows, t.cols) == (6, 6) and s.is_float:
+    if (t.rows, t.cols) == (6, 6) and getattr(s, "is_float", False):
         return "spatial_matrix" + suffix
     return f"mat{t.rows}{t.cols}{suffix}"
 
 
+# Warp's generic component annotations: a ``@func`` parameter annotated ``vector(3, Float)``
+# accepts a vec3 of any float type, ``Int`` any integer type, ``Scalar`` any number (each
+# argument type specializes the function); a return annotated with one is inferred.
+Int = typing.TypeVar("Int")
+Float = typing.TypeVar("Float")
+Scalar = typing.TypeVar("Scalar")
+GENERIC_SCALARS = {Int: ("int", "uint"), Float: ("float",), Scalar: ("int", "uint", "float")}
+
+
 def _component_scalar(dtype, who: str) -> ScalarType:
+    if isinstance(dtype, typing.TypeVar) and dtype in GENERIC_SCALARS:
+        return dtype   # a generic annotation's placeholder (funcs specialize it per argument type)
     s = resolve_dtype(dtype, arg=f"{who}(dtype=...)")
     if not isinstance(s, ScalarType):
         raise TypeError(f"{who}(dtype=...) expects a scalar type, got {dtype!r}")
@@ -367,14 +379,14 @@ def vector(length: int, dtype=float32) -> VectorType:
 
     Raises:
         TypeError: ``dtype`` is not a scalar type.
-        ValueError: ``length`` is not a positive integer.
+        ValueError: ``length`` is not a non-negative integer (0: an empty vector, as Warp's).
     """
     s = _component_scalar(dtype, "vector")
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"vector(length=...) expects a positive int, got {length!r}")
+    if not isinstance(length, int) or isinstance(length, bool) or length < 0:   # 0: Warp's empty slice type
+        raise ValueError(f"vector(length=...) expects a non-negative int, got {length!r}")
     key = (length, s)
     if key not in _VEC_CACHE:
-        _VEC_CACHE[key] = VectorType(length, s, f"vec{length}{_SUFFIX.get(s, '_' + s.name)}")
+        _VEC_CACHE[key] = VectorType(length, s, f"vec{length}{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
     return _VEC_CACHE[key]
 
 
@@ -383,15 +395,16 @@ def matrix(shape, dtype=float32) -> MatrixType:
 
     Raises:
         TypeError: ``dtype`` is not a scalar type.
-        ValueError: ``shape`` is not two positive integers.
+        ValueError: ``shape`` is not two non-negative integers.
     """
     s = _component_scalar(dtype, "matrix")
     shape = tuple(shape)
-    if len(shape) != 2 or not all(isinstance(d, int) and d > 0 for d in shape):
-        raise ValueError(f"matrix(shape=...) expects two positive ints, got {shape!r}")
+    if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ValueError(f"matrix(shape=...) expects two non-negative ints, got {shape!r}")
     key = (shape, s)
     if key not in _MAT_CACHE:
-        _MAT_CACHE[key] = MatrixType(shape[0], shape[1], s, f"mat{shape[0]}{shape[1]}{_SUFFIX.get(s, '_' + s.name)}")
+        _MAT_CACHE[key] = MatrixType(shape[0], shape[1], s,
+                                     f"mat{shape[0]}{shape[1]}{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
     return _MAT_CACHE[key]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .builtins import NO, Builtin, TypeRef
 from .typeutil import is_array, is_composite, is_int, is_scalar
 
@@ -83,7 +85,19 @@ def _expect_fwd(name):
     return spec
 
 
-Builtin("expect_eq", None, "expect_eq(a, b): print both values (and the line) when a != b").add(
+def _expect_py(name):
+    """``expect_eq``/``expect_neq`` in Python scope (as Warp's): print when the check fails."""
+    def run(a, b):
+        equal = np.shape(a) == np.shape(b) and bool(np.all(np.asarray(a) == np.asarray(b)))
+        if name == "expect_eq" and not equal:
+            print(f"Error, expect_eq() failed:\n\t Expected: {b}\n\t Actual: {a}")
+        elif name == "expect_neq" and equal:
+            print(f"Error, expect_neq() failed:\n\t Expected: not {b}\n\t Actual: {a}")
+    run.__name__ = name
+    return run
+
+
+Builtin("expect_eq", _expect_py("expect_eq"), "expect_eq(a, b): print both values (and the line) when a != b").add(
     _expect_rule, _expect_fwd("expect_eq"), side_effect=True, replay="skip")
-Builtin("expect_neq", None, "expect_neq(a, b): print the value (and the line) when a == b").add(
+Builtin("expect_neq", _expect_py("expect_neq"), "expect_neq(a, b): print the value (and the line) when a == b").add(
     _expect_rule, _expect_fwd("expect_neq"), side_effect=True, replay="skip")

@@ -328,7 +328,13 @@ def _expect_near_fwd(ts, r):
     return lambda a: f'tg::wx_expect_near({a[0]}, {a[1]}, {a[2]}, "{text}");'
 
 
-Builtin("expect_near", None, "expect_near(a, b, tolerance=1e-6): print both values (and the line) when a "
+def _expect_near_py(a, b, tolerance=1.0e-6):
+    """``expect_near`` in Python scope: print when a component differs by more than ``tolerance``."""
+    if np.shape(a) != np.shape(b) or bool(np.any(np.abs(np.asarray(a, float) - np.asarray(b, float)) > tolerance)):
+        print(f"Error, expect_near() failed with tolerance {tolerance}:\n\t Expected: {b}\n\t Actual: {a}")
+
+
+Builtin("expect_near", _expect_near_py, "expect_near(a, b, tolerance=1e-6): print both values (and the line) when a "
                              "component differs by more than tolerance").add(
     _expect_near_rule, _expect_near_fwd, side_effect=True, replay="skip")
 
@@ -358,3 +364,15 @@ Builtin("lower_bound", _lower_bound_py,
         "lower_bound(arr[, begin, end], value): the first index (in [begin, end)) of a sorted 1-D array whose "
         "element is >= value (end - 1 if none, as Warp's)").add(
     _lower_bound_rule, "tg::wx_lower_bound", reads=(0,))
+
+
+def _identity_py(n, dtype=float32):
+    """Warp's ``identity(n, dtype)`` in Python scope: the ``n`` x ``n`` identity matrix value."""
+    return matrix((n, n), dtype)(np.eye(n))
+
+
+# inside kernels the frontend makes the constant (expressions.identity_value): n and dtype are
+# compile-time values, so there is no run-time overload
+Builtin("identity", _identity_py, "identity(n, dtype=float32): the n x n identity matrix of dtype (n and dtype "
+                                  "are compile-time constants)")
+

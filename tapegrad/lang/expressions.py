@@ -7,7 +7,7 @@ import builtins as python_builtins
 
 import numpy as np
 
-from ..errors import WarpCodegenAttributeError, WarpCodegenKeyError
+from ..errors import WarpCodegenAttributeError, WarpCodegenError, WarpCodegenKeyError
 from ..types import (
     MatrixType,
     ScalarType,
@@ -56,6 +56,7 @@ from .values import (
     TupleVal,
     TypeArg,
     adjoint,
+    default_type,
     describe,
     hashable,
     is_constant,
@@ -72,13 +73,14 @@ TUPLE_RESULTS = {"transform_decompose": ("transform_decompose_position", "transf
 
 # Objects a kernel can call besides builtins and types, by class: ``@tg.func`` (``funcs.Func``)
 # registers here, since it sits above the frontend (specializing a function builds its IR).
-# ``resolve(obj, builder, values, node) -> (FunctionIR, has_adjoint, argument types)``.
+# ``resolve(obj, builder, values, node, kwargs) -> (FunctionIR, has_adjoint, argument types, values)``.
 CALLABLES: dict = {}
 
 
 def register_callable(cls, resolve) -> None:
-    """Let kernels call instances of ``cls``: ``resolve(obj, builder, values, node)`` picks the
-    specialization and returns ``(FunctionIR, has_adjoint, argument types)``."""
+    """Let kernels call instances of ``cls``: ``resolve(obj, builder, values, node, kwargs)``
+    picks the specialization and returns ``(FunctionIR, has_adjoint, argument types, argument
+    values)`` (the values bound to the parameters, keywords and defaults included)."""
     CALLABLES[cls] = resolve
 
 
@@ -187,17 +189,28 @@ class ExprMixin:
         base = self.expr(node.value)
         attr = node.attr
         if isinstance(base, PyObj):
+            if _is_type(base.obj):
+                found = self.type_attribute(base.obj, attr)
+                if found is not None:
+                    return found
             try:
                 obj = getattr(base.obj, attr)
             except AttributeError:
-                self.error(f"{describe(base)} has no attribute '{attr}'", node, WarpCodegenAttributeError)
+                if node is self.callee:   # wp.missing_func(...): Warp's words
+                    self.error(f"Could not find function {ast.unparse(node)} ({describe(base)} has no attribute "
+                               f"'{attr}')", node, WarpCodegenAttributeError)
+                self.error(f"`{attr}` is not an attribute of '{_describe_object(base.obj)}'", node,
+                           WarpCodegenAttributeError)
             return self.wrap_global(obj, attr, node, chain=None if base.chain is None else base.chain + (attr,))
         if isinstance(base, Var):
             t = base.type
             if is_array(t):
                 if attr == "shape":
                     return ShapeOf(base)
-                self.error(f"arrays have no attribute '{attr}' in kernels (only .shape)", node)
+                found = self.type_attribute(t, attr)
+                if found is not None:
+                    return found
+                self.error(f"arrays have no attribute '{attr}' in kernels (only .shape, .dtype, .ndim)", node)
             if isinstance(t, TransformType) and attr in ("p", "q"):     # Warp's transform.p / .q
                 part = "transform_get_translation" if attr == "p" else "transform_get_rotation"
                 return self.builtin_args(part, [base], node)
@@ -206,8 +219,12 @@ class ExprMixin:
             if is_struct(t):
                 fields = dict(t.fields)
                 if attr not in fields:
-                    self.error(f"struct {t.name} has no field '{attr}'", node, WarpCodegenAttributeError)
+                    self.error(f"`{attr}` is not an attribute of '{ast.unparse(node.value)}' ({_struct_repr(t)})",
+                               node, WarpCodegenAttributeError, last=True)
                 return self.call_op(op_field(t, attr), [base], node)
+            found = self.type_attribute(t, attr)
+            if found is not None:
+                return found
         if isinstance(base, Lit) and base.type is not None and is_vec(base.type) and attr in COMPONENTS:
             return Lit(np.asarray(base.value).reshape(-1)[COMPONENTS[attr]], base.type.scalar)
         self.error(f"{describe(base)} has no attribute '{attr}'", node, WarpCodegenAttributeError)
@@ -370,12 +387,25 @@ class ExprMixin:
     def e_Tuple(self, node):
         return TupleVal([self.expr(e) for e in node.elts])
 
+    callee = None    # the ast node of the function a call being lowered names (its messages differ)
+
     def e_Call(self, node):
-        fn = self.expr(node.func)
+        outer, self.callee = self.callee, node.func
+        try:
+            fn = self.expr(node.func)
+        finally:
+            self.callee = outer
         if not isinstance(fn, PyObj):
             self.error(f"{describe(fn)} is not callable", node)
         obj = fn.obj
         kwargs = {k.arg: k.value for k in node.keywords}
+        if obj is type:     # type(x): x's type, a compile-time value (type(a)(b) casts, type(a).dtype...)
+            if len(node.args) != 1 or kwargs:
+                self.error(f"type() operator expects exactly one argument, got {len(node.args) + len(kwargs)}", node,
+                           WarpCodegenError)
+            return PyObj(self.type_of_operand(self.expr(node.args[0]), node))
+        if (obj is vector or obj is matrix) and not node.args and fn.chain is not None and "types" in fn.chain[:-1]:
+            return PyObj(self.composite_type(obj, node))   # wp.types.vector(length=n, dtype=T): the type
         if obj in PY_ALIASES.keys() if hashable(obj) else False:
             obj = REGISTRY[PY_ALIASES[obj]]
         if isinstance(obj, Builtin):
@@ -386,9 +416,8 @@ class ExprMixin:
             return self.float_composite_value(obj, node)
         resolve = _resolver(obj)
         if resolve is not None:
-            if kwargs:
-                self.error("keyword arguments are not supported in function calls", node)
-            return self.call_func(obj, resolve, [self.expr(a) for a in node.args], node)
+            return self.call_func(obj, resolve, [self.expr(a) for a in node.args], node,
+                                  {k: self.expr(v) for k, v in kwargs.items()})
         args = [self.expr(a) for a in node.args]
         if obj in (float, int, bool) or isinstance(obj, ScalarType):
             target = resolve_dtype(obj)
@@ -428,6 +457,8 @@ class ExprMixin:
             return self.expect_near(node, kwargs)
         if name in ("quat_identity", "transform_identity") and set(kwargs) == {"dtype"} and not node.args:
             return self.typed_identity(name, kwargs["dtype"], node)
+        if name == "identity":
+            return self.identity_value(node, kwargs)
         if kwargs:
             self.error(f"{name}() takes no keyword arguments", node)
         if name in DRAWS:
@@ -463,6 +494,9 @@ class ExprMixin:
         if name in ("expect_eq", "expect_neq"):
             if len(args) != 2:
                 self.error(f"{name}() takes two arguments", node)
+            typed = [a.type for a in args if isinstance(a, Var) or (isinstance(a, Lit) and a.type is not None)]
+            if len(typed) == 2 and typed[0] is not typed[1] and is_composite(typed[0]) and is_composite(typed[1]):
+                self.error("Can't test equality for objects with different types", node, WarpCodegenError, last=True)
             self.side_effects = True
             return self.builtin_args(name, self.adapt(args) + [TypeArg(Where(str(self.loc(node))))], node)
         if name == "len":
@@ -613,6 +647,49 @@ class ExprMixin:
                        f"cast it, e.g. tg.{type_name(t.scalar)}(x)", node)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
 
+    def type_of_operand(self, v, node):
+        """The tapegrad type of an expression's value (``type(x)`` in a kernel)."""
+        if isinstance(v, Var):
+            return v.type
+        if isinstance(v, Lit):
+            return v.type if v.type is not None else default_type(v.value)
+        if isinstance(v, PyObj):
+            return type(v.obj)
+        self.error(f"type() of {describe(v)} is not supported", node)
+
+    def composite_type(self, obj, node):
+        """``tg.types.vector(length=n, dtype=T)`` / ``matrix(shape=(r, c), dtype=T)`` in a kernel:
+        the type (Warp evaluates the type factory at compile time)."""
+        size_kw = "length" if obj is vector else "shape"
+        kw = {k.arg: self.expr(k.value) for k in node.keywords}
+        unknown = [k for k in kw if k not in (size_kw, "dtype")]
+        if unknown or size_kw not in kw:
+            self.error(f"tg.types.{obj.__name__}() in a kernel takes {size_kw}= and dtype=", node)
+        size = kw[size_kw]
+        if isinstance(size, TupleVal) and all(isinstance(x, Lit) for x in size.items):
+            size = tuple(int(x.value) for x in size.items)
+        elif isinstance(size, Lit):
+            size = int(size.value)
+        else:
+            self.error(f"tg.types.{obj.__name__}({size_kw}=...) must be a constant", node)
+        d = kw.get("dtype", PyObj(float32))
+        try:
+            return obj(size, d.obj if isinstance(d, PyObj) else None)
+        except (TypeError, ValueError) as e:
+            self.error(str(e), node)
+
+    def type_attribute(self, t, attr):
+        """Warp's type attributes in kernels: ``T.dtype`` (the scalar type of a value type, an
+        array type's element type), ``T.length`` (the number of components); None otherwise."""
+        if is_scalar(t) or is_composite(t):
+            if attr == "dtype":
+                return PyObj(scalar_of(t))
+            if attr == "length":
+                return Lit(1 if is_scalar(t) else t.length, int32)
+        if is_array(t) and attr in ("dtype", "ndim"):
+            return PyObj(t.dtype) if attr == "dtype" else Lit(t.ndim, int32)
+        return None
+
     def composite_value(self, obj, node):
         """``tg.vector(*components, length=n, dtype=T)`` / ``tg.matrix(*values, shape=(r, c), dtype=T)``
         inside a kernel: a value (Warp's in-kernel ``vector``/``matrix``), zero when no values are given."""
@@ -670,6 +747,30 @@ class ExprMixin:
         tol = self.materialize(args[2], s) if isinstance(args[2], Lit) else self.materialize(args[2])
         self.side_effects = True
         return self.builtin_args("expect_near", [a, b, tol, TypeArg(Where(str(self.loc(node))))], node)
+
+    def identity_value(self, node, kwargs):
+        """Warp's ``identity(n, dtype)``: the identity matrix, a constant (``n`` and ``dtype`` are
+        compile-time values)."""
+        unknown = [k for k in kwargs if k not in ("n", "dtype")]
+        if unknown or len(node.args) + len(kwargs) > 2:
+            self.error("identity() takes n and dtype", node)
+        given = dict(zip(("n", "dtype"), node.args))
+        given.update(kwargs)
+        if "n" not in given:
+            self.error("identity() needs n, the size of the matrix", node)
+        n = self.expr(given["n"])
+        if not isinstance(n, Lit) or not isinstance(n.value, (int, np.integer)) or isinstance(n.value, bool) \
+                or int(n.value) < 1:
+            self.error("identity(n=...) must be a positive integer constant", node)
+        d = self.expr(given["dtype"]) if "dtype" in given else PyObj(float32)
+        try:
+            dtype = resolve_dtype(d.obj if isinstance(d, PyObj) else None)
+        except TypeError:
+            dtype = None
+        if not is_scalar(dtype):
+            self.error("identity(dtype=...) must be a scalar type such as float or tg.float64", node)
+        t = matrix((int(n.value), int(n.value)), dtype)
+        return Lit(t(np.eye(int(n.value))), t)
 
     def typed_identity(self, name, dtype_node, node):
         """Warp's ``quat_identity(dtype=T)`` / ``transform_identity(dtype=T)``: the identity of that
@@ -768,8 +869,8 @@ class ExprMixin:
         self.side_effects = True
         self.emit(Print(items, node.args[0].value, self.loc(node)))
 
-    def call_func(self, f, resolve, values, node):
-        fir, has_adj, types = resolve(f, self, values, node)
+    def call_func(self, f, resolve, values, node, kwargs=None):
+        fir, has_adj, types, values = resolve(f, self, values, node, kwargs or {})
         args = [self.materialize(v, t) if isinstance(v, Lit) else self.materialize(v) for v, t in zip(values, types)]
         if fir not in self.callees:
             self.callees.append(fir)
@@ -816,6 +917,25 @@ class ExprMixin:
         if v is adjoint:
             depends.note_value(self.pyfunc, chain, v)
         return v
+
+
+def _is_type(obj) -> bool:
+    """Whether ``obj`` is a tapegrad type object (scalar, vector, matrix, struct, array type)."""
+    return is_scalar(obj) or is_composite(obj) or is_struct(obj) or is_array(obj)
+
+
+def _describe_object(obj) -> str:
+    if isinstance(obj, type(python_builtins)):
+        return obj.__name__
+    return repr(obj)
+
+
+def _struct_repr(st) -> str:
+    """A struct type as Warp's messages name it: ``module.Name`` of its Python class."""
+    cls = getattr(st, "cls", None)
+    if cls is not None:
+        return f"{cls.__module__}.{cls.__qualname__}"
+    return st.name
 
 
 def _chain_of(node):

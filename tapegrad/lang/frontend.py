@@ -113,9 +113,10 @@ class Builder(ExprMixin):
         line = getattr(node, "lineno", 1)
         return Loc(self.file, self.first + line - 1, self.label)
 
-    def error(self, msg, node=None, cls=KernelError):
+    def error(self, msg, node=None, cls=KernelError, last=False):
         """Raise ``cls`` (a KernelError; Warp's ``WarpCodegen*Error`` where Warp raises one) with
-        the message, the Python file:line, the construct and the source line."""
+        the message, the Python file:line, the construct and the source line (``last``: the
+        message ends the text, after the source line, as where Warp's words end its message)."""
         node = node or self.node
         loc = self.loc(node)
         line = getattr(node, "lineno", 1)
@@ -127,6 +128,8 @@ class Builder(ExprMixin):
                 expr = f" (in `{ast.unparse(node)}`)"
             except Exception:
                 expr = ""
+        if last:
+            raise cls(f"{loc}: {what} '{self.label}', in `{text}`: {msg}")
         raise cls(f"{loc}: {what} '{self.label}': {msg}{expr}\n    {text}")
 
     def new_var(self, type_, kind="temp", label=""):

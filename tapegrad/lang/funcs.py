@@ -13,13 +13,15 @@ import typing
 from dataclasses import dataclass
 
 from ..errors import KernelError
+from ..types import bool_, float32, int32
 from . import depends
 from .expressions import register_callable
+from .generic import generic_accepts, infer_type, is_generic_annotation
 from .ir import FunctionIR, Var, c_identifier
 from .lower import Target, lower
 from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .structs import tuple_struct
-from .typeutil import is_array, is_scalar, type_name
+from .typeutil import is_array, is_scalar, type_name, type_of_value
 from .values import Lit, default_type
 
 
@@ -46,7 +48,7 @@ class _Overload:
                     rt = tuple_struct([resolve_type(self.pyfunc, "function", "return", m) for m in members])
                 except TypeError as e:
                     raise KernelError(f"{where(self.pyfunc)}: function '{self.pyfunc.__name__}': {e}") from None
-            elif ret not in (inspect.Signature.empty, None, tuple, typing.Any):
+            elif ret not in (inspect.Signature.empty, None, tuple, typing.Any) and not is_generic_annotation(ret):
                 rt = resolve_type(self.pyfunc, "function", "return", ret)
             self._params = ([n for n, _ in params], types, rt)
         return self._params
@@ -70,6 +72,7 @@ class Func:
         self.name = pyfunc.__name__
         self.key = f"{pyfunc.__module__}.{pyfunc.__qualname__}".replace(".<locals>", "")
         self.overloads = [_Overload(pyfunc, 0)]
+        self._users: dict = {}      # signature text -> FuncOverload (user_overloads)
         self.__name__ = pyfunc.__name__
         self.__doc__ = pyfunc.__doc__
         self.__wrapped__ = pyfunc
@@ -77,18 +80,62 @@ class Func:
     def __repr__(self):
         return f"<tapegrad func {self.key}>"
 
-    def __call__(self, *args):
-        """Python-scope call: runs the first overload's Python body."""
-        return self.overloads[0].pyfunc(*args)
+    def __call__(self, *args, **kwargs):
+        """Python-scope call: runs the Python body of the overload whose annotations accept the
+        arguments' types (as a kernel would pick it; defaults and keywords bind as in Python).
+
+        Raises:
+            RuntimeError: no overload accepts the arguments (Warp's message).
+        """
+        best = None
+        for ov in self.overloads:
+            bound = _bind(ov.pyfunc, args, kwargs)
+            if bound is None:
+                continue
+            names, types, _ = ov.params()
+            got = _python_accepts(types, bound)
+            if got is None:
+                continue
+            actual, adapted = got
+            rank = (any(_generic(t) for t in types), adapted, ov.index)
+            if best is None or rank < best[0]:
+                best = (rank, ov, bound, actual)
+        if best is None:
+            raise RuntimeError(f"Error calling function '{self.name}', no overload found for arguments {args}")
+        _, ov, bound, actual = best
+        if any(_generic(t) for t in ov.params()[1]) and all(t is not None for t in actual):
+            self._user_overload(ov, tuple(actual))   # Warp specializes a generic function per call types
+        return ov.pyfunc(*bound)
+
+    @property
+    def user_overloads(self) -> dict:
+        """Warp's ``Function.user_overloads``: the concrete signatures this function has, its
+        concrete overloads and the specializations of its generic ones made so far (by kernels
+        or by Python-scope calls), as ``signature -> FuncOverload``."""
+        for ov in self.overloads:
+            names, types, _ = ov.params()
+            if not any(_generic(t) for t in types):
+                self._user_overload(ov, tuple(types))
+            for key in list(ov.specs):
+                self._user_overload(ov, key)
+        return dict(self._users)
+
+    def _user_overload(self, ov, types):
+        key = ", ".join(type_name(t) for t in types)
+        if key not in self._users:
+            self._users[key] = FuncOverload(self.name, tuple(ov.params()[0]), types)
+        return self._users[key]
 
     def add_overload(self, pyfunc):
         self.overloads.append(_Overload(pyfunc, len(self.overloads)))
 
-    def resolve_call(self, builder, values, node):
-        """Pick the overload and specialization for a call from ``builder``.
+    def resolve_call(self, builder, values, node, kwargs=None):
+        """Pick the overload and specialization for a call from ``builder``; ``kwargs``: keyword
+        arguments (name -> value), bound with the overload's defaults as in Python.
 
         Returns:
-            ``(FunctionIR, has_adjoint, argument types)`` (``expressions.register_callable``'s protocol).
+            ``(FunctionIR, has_adjoint, argument types, argument values)``
+            (``expressions.register_callable``'s protocol).
         Raises:
             KernelError: no overload accepts the arguments, or the call is recursive.
         """
@@ -99,18 +146,21 @@ class Func:
         best = None
         for ov in self.overloads:
             names, types, rt = ov.params()
-            if len(names) != len(values):
+            bound = _bind(ov.pyfunc, values, kwargs or {})
+            if bound is None:
                 continue
-            actual, adapted = _accepts(types, values)
+            bound = [v if k < len(values) or k >= len(bound) or names[k] in (kwargs or {})
+                     else builder.wrap_global(v, names[k], node, captured=False) for k, v in enumerate(bound)]
+            actual, adapted = _accepts(types, bound)
             if actual is None:
                 continue
             rank = (any(_generic(t) for t in types), adapted, ov.index)
             if best is None or rank < best[0]:
-                best = (rank, ov, actual, rt)
+                best = (rank, ov, actual, rt, bound)
         if best is not None:
-            _, ov, actual, rt = best
+            _, ov, actual, rt, bound = best
             spec = self._specialize(ov, tuple(actual), rt, builder, node)
-            return spec.ir, spec.has_adjoint, actual
+            return spec.ir, spec.has_adjoint, actual, bound
         got = ", ".join(type_name(v.type) if isinstance(v, Var) else
                         (type_name(v.type) if isinstance(v, Lit) and v.type else
                          type(getattr(v, "value", v)).__name__) for v in values)
@@ -141,12 +191,90 @@ class Func:
         return spec
 
 
+@dataclass(frozen=True)
+class FuncOverload:
+    """One concrete signature of a ``@func`` (an entry of ``Func.user_overloads``)."""
+
+    name: str
+    params: tuple
+    types: tuple
+
+    def __repr__(self):
+        ps = ", ".join(f"{n}: {type_name(t)}" for n, t in zip(self.params, self.types))
+        return f"<Function {self.name}({ps})>"
+
+
+def _bind(pyfunc, args, kwargs):
+    """The arguments of a call of ``pyfunc`` as a positional list, its defaults filled in, or
+    None when they do not bind to its parameters."""
+    try:
+        ba = inspect.signature(pyfunc).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    ba.apply_defaults()
+    return list(ba.arguments.values())
+
+
+def _python_type(v):
+    """The type a Python-scope argument has for overload resolution (Warp's: a Python float is
+    a float32, an int an int32), or None when it has no kernel type."""
+    if isinstance(v, bool):
+        return bool_
+    if isinstance(v, int):
+        return int32
+    if isinstance(v, float):
+        return float32
+    st = getattr(type(v), "_tg_struct", None)
+    if st is not None:
+        return st
+    if hasattr(v, "_tg_annotation"):
+        try:
+            return infer_type(None, v, "argument")
+        except TypeError:
+            return None
+    return type_of_value(v)
+
+
+def _python_accepts(types, values):
+    """``(argument types, adapted)`` when parameters annotated ``types`` accept Python-scope
+    ``values`` (``adapted``: how many Python ints stand for another numeric type), else None."""
+    actual, adapted = [], 0
+    for v, t in zip(values, types):
+        vt = _python_type(v)
+        if t is None:
+            actual.append(vt)
+            continue
+        if is_generic_annotation(t):
+            if vt is None or not generic_accepts(t, vt):
+                return None
+            actual.append(vt)
+            continue
+        if vt is t or vt == t:
+            actual.append(t)
+            continue
+        if is_array(t) and t.dtype is typing.Any and is_array(vt) and vt.ndim == t.ndim:
+            actual.append(vt)
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and is_scalar(t) and t is not bool_:
+            adapted += 1    # an int literal stands for any number, as in kernels
+            actual.append(t)
+            continue
+        return None
+    return actual, adapted
+
+
 def _accepts(types, values):
     """``(argument types, number of literals adapted)`` when parameters annotated ``types``
     accept ``values``, else ``(None, 0)``."""
     actual, adapted = [], 0
     for v, t in zip(values, types):
         if isinstance(v, Lit):
+            if is_generic_annotation(t):
+                vt = v.type or default_type(v.value)
+                if not generic_accepts(t, vt):
+                    return None, 0
+                actual.append(vt)
+                continue
             if v.type is not None:
                 vt = v.type
             elif t is None:
@@ -161,7 +289,10 @@ def _accepts(types, values):
                 return None, 0
             actual.append(vt)
         elif isinstance(v, Var):
-            if t is not None and not (v.type is t or (is_array(t) and v.type == t)
+            if is_generic_annotation(t):
+                if not generic_accepts(t, v.type):
+                    return None, 0
+            elif t is not None and not (v.type is t or (is_array(t) and v.type == t)
                                       or (is_array(t) and t.dtype is typing.Any and is_array(v.type)
                                           and v.type.ndim == t.ndim)):
                 return None, 0
@@ -172,14 +303,28 @@ def _accepts(types, values):
 
 
 def _generic(t) -> bool:
-    """Whether a parameter annotation accepts several types (``Any``, an array of ``Any``)."""
-    return t is None or (is_array(t) and t.dtype is typing.Any)
+    """Whether a parameter annotation accepts several types (``Any``, an array of ``Any``,
+    Warp's ``Int``/``Float``/``Scalar`` or a vector/matrix of one)."""
+    return t is None or (is_array(t) and t.dtype is typing.Any) or is_generic_annotation(t)
 
 
 def _signature_text(name, ov):
     names, types, _ = ov.params()
     ps = ", ".join(f"{n}: {type_name(t) if t is not None else 'Any'}" for n, t in zip(names, types))
     return f"{name}({ps})"
+
+
+_P = typing.ParamSpec("_P")
+_R = typing.TypeVar("_R")
+
+
+# Signatures for static type checkers (Pyright, mypy): a decorated function keeps its own.
+@typing.overload
+def func(f: typing.Callable[_P, _R], *, module=None) -> typing.Callable[_P, _R]: ...
+
+
+@typing.overload
+def func(f: None = None, *, module=None) -> typing.Callable[[typing.Callable[_P, _R]], typing.Callable[_P, _R]]: ...
 
 
 def func(f=None, *, module=None):
@@ -254,7 +399,8 @@ def _fingerprint(f: Func):
             names, types, rt = ov.params()
         except KernelError:
             return None
-        fps = [depends.type_fingerprint(t) if t is not None else "any" for t in types]
+        fps = [_generic_fingerprint(t) if is_generic_annotation(t) else
+               depends.type_fingerprint(t) if t is not None else "any" for t in types]
         fps.append(depends.type_fingerprint(rt) if rt is not None else "-")
         if any(p is None for p in fps):
             return None
@@ -264,6 +410,13 @@ def _fingerprint(f: Func):
             return None
         parts += [src, grad, *names, *fps]
     return "func:" + depends.digest(*parts)
+
+
+def _generic_fingerprint(t) -> str:
+    """``Int``/``Float``/``Scalar`` (or a vector/matrix of one) as a fingerprint part."""
+    if isinstance(t, typing.TypeVar):
+        return f"generic:{t.__name__}"
+    return f"generic:{type(t).__name__}{t.inner_shape}:{t.scalar.__name__}"
 
 
 def _scopes(f: Func):

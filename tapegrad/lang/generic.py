@@ -11,10 +11,39 @@ import typing
 
 import numpy as np
 
-from ..types import ArrayType, StructType, bool_, dtype_from_numpy, float32, int32, type_of
+from ..types import (
+    GENERIC_SCALARS,
+    ArrayType,
+    MatrixType,
+    StructType,
+    VectorType,
+    bool_,
+    dtype_from_numpy,
+    float32,
+    int32,
+    type_of,
+)
 from .typeutil import type_name, type_of_value
 
-__all__ = ["is_generic_type", "infer_type", "concrete_type"]
+__all__ = ["is_generic_type", "infer_type", "concrete_type", "is_generic_annotation", "generic_accepts"]
+
+
+def is_generic_annotation(t) -> bool:
+    """Whether ``t`` is Warp's ``Int``/``Float``/``Scalar`` or a vector/matrix of one."""
+    if isinstance(t, typing.TypeVar):
+        return t in GENERIC_SCALARS
+    return isinstance(t, (VectorType, MatrixType)) and isinstance(t.scalar, typing.TypeVar)
+
+
+def generic_accepts(ann, t) -> bool:
+    """Whether a value of concrete type ``t`` fits the generic annotation ``ann``
+    (``is_generic_annotation``): the same shape and kind, a scalar of the kinds it names."""
+    if isinstance(ann, typing.TypeVar):
+        return ann in GENERIC_SCALARS and getattr(t, "kind", None) in GENERIC_SCALARS[ann] \
+            and not isinstance(t, (VectorType, MatrixType))
+    if type(ann) is not type(t) or ann.inner_shape != t.inner_shape:
+        return False
+    return getattr(t.scalar, "kind", None) in GENERIC_SCALARS.get(ann.scalar, ())
 
 
 def is_generic_type(t) -> bool:

@@ -124,6 +124,8 @@ class Kernel:
         self.build_lock = threading.RLock()
         with _lock:   # a WeakSet add racing a snapshot (list(_ALL)) would break the iteration
             _ALL.add(self)
+            if arg_types is None:
+                _register_qualname(self, func, base)
 
     def __repr__(self):
         return f"<tapegrad kernel {self.key}>"
@@ -151,6 +153,11 @@ class Kernel:
         parameter's annotation is None (``Any``) or an array of ``typing.Any``."""
         names, types = self._resolve_params()
         return list(names), list(types)
+
+    @property
+    def overloads(self) -> dict:
+        """The specializations made so far (Warp's ``kernel.overloads``): argument types -> kernel."""
+        return dict(self._specs)
 
     def is_generic(self) -> bool:
         """Whether parameters are ``typing.Any`` (or arrays of ``Any``): launches specialize it."""
@@ -518,12 +525,14 @@ def overload(kernel, arg_types=None):
     decorated = not isinstance(kernel, Kernel)
     if decorated:
         fn = kernel
-        target = getattr(fn, "__globals__", {}).get(getattr(fn, "__name__", None))
-        if not isinstance(target, Kernel) or not callable(fn):
+        if not callable(fn) or not hasattr(fn, "__code__"):
             raise TypeError(f"overload: expected a generic @tg.kernel (or a function named like one), got {fn!r}")
-        anns, _ = annotations(fn, "kernel overload")
+        anns, ret = annotations(fn, "kernel overload")
+        if ret not in (inspect.Signature.empty, None, type(None)):
+            raise TypeError("Return annotations are not allowed on @wp.overload stubs; omit the return annotation "
+                            "or use `-> None`.")
+        kernel = _kernel_named_like(fn)
         arg_types = {n: a for n, a in anns}
-        kernel = target
     names, params = kernel._resolve_params()
     if arg_types is None:
         raise TypeError("overload(kernel, arg_types): arg_types is required (a list or a dict of types)")
@@ -546,6 +555,47 @@ def overload(kernel, arg_types=None):
             types.append(concrete_type(p, g, f"overload: parameter '{n}'"))
     spec = kernel.specialize(types)
     return kernel if decorated else spec
+
+
+# (module, qualname) of a kernel's function -> [(weakref of the function, key base, weakref of
+# the kernel)]: what the decorator form of ``overload`` looks a stub up by (a nested kernel is
+# not in its module's globals; a custom-named one is not under its function's name)
+_BY_QUALNAME: dict = {}
+
+
+def _register_qualname(k, func, base) -> None:
+    entries = _BY_QUALNAME.setdefault((func.__module__, func.__qualname__), [])
+    entries[:] = [e for e in entries if e[0]() is not None or e[2]() is not None]
+    try:
+        entries.append((weakref.ref(func), base, weakref.ref(k)))
+    except TypeError:   # a callable that cannot be weakly referenced: found through globals only
+        pass
+
+
+def _kernel_named_like(fn) -> "Kernel":
+    """The generic kernel an ``@overload`` stub names: the live kernel made from a function of
+    the same module and qualified name (or, failing that, a kernel named like it in the stub's
+    globals).
+
+    Raises:
+        RuntimeError: several kernels of different keys were made from that function (Warp's
+            "Ambiguous kernel lookup"). TypeError: no such kernel.
+    """
+    qual = fn.__qualname__
+    with _lock:
+        entries = list(_BY_QUALNAME.get((fn.__module__, qual), ()))
+    # kernels registered under several custom keys from one function (a factory): the stub
+    # cannot say which one it means, even if some have been collected since
+    bases = sorted({base for f, base, k in entries if k() is not None or f() is not None})
+    if len(bases) > 1:
+        names = ", ".join(repr(b) for b in bases)
+        raise RuntimeError(f"Ambiguous kernel lookup for '{qual}': it matches several custom-named kernels ({names}). "
+                           f"Pass the kernel object to wp.overload() instead of using the decorator form.")
+    live = [k() for _, _, k in reversed(entries) if k() is not None]
+    target = live[0] if live else getattr(fn, "__globals__", {}).get(getattr(fn, "__name__", None))
+    if not isinstance(target, Kernel):
+        raise TypeError(f"overload: expected a generic @tg.kernel (or a function named like one), got {fn!r}")
+    return target
 
 
 def _module_name(kernels):

@@ -80,6 +80,10 @@ def resolve_type(pyfunc, what, name, ann, allow_generic=False):
                           f"annotation (e.g. {name}: float or {name}: tg.array(dtype=float))")
     if ann is typing.Any and allow_generic:
         return None
+    if allow_generic and isinstance(ann, typing.TypeVar):
+        from ..types import GENERIC_SCALARS
+        if ann in GENERIC_SCALARS:
+            return ann     # Warp's Int / Float / Scalar: specialized per argument type (funcs.py)
     try:
         return type_of(ann, arg=name)
     except (TypeError, ValueError) as e:

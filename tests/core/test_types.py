@@ -83,10 +83,22 @@ def test_vector_constructor_in_python_scope():
 
 
 def test_bad_vector_matrix_arguments():
-    with pytest.raises(ValueError, match="positive"):
-        tg.vector(0, float)
-    with pytest.raises(ValueError, match="two positive"):
+    with pytest.raises(ValueError, match="non-negative"):
+        tg.vector(-1, float)
+    with pytest.raises(ValueError, match="non-negative"):
+        tg.vector(True, float)
+    with pytest.raises(ValueError, match="two non-negative"):
         tg.matrix((3,), float)
+    with pytest.raises(ValueError, match="two non-negative"):
+        tg.matrix((2, -1), float)
+
+
+def test_empty_vector_and_matrix_types_as_warp():
+    # Warp accepts length 0 / shape (0, 0): the type of an empty slice
+    v0 = tg.types.vector(0, float)
+    assert v0.length == 0 and v0.__name__ == "vec0f" and v0().shape == (0,)
+    m0 = tg.types.matrix((0, 0), tg.float64)
+    assert m0().shape == (0, 0)
     with pytest.raises(TypeError):
         tg.vector(3, tg.vec3)
 
