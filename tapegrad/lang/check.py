@@ -305,6 +305,16 @@ def _load_cell(types, ret):   # inplace.py's bounds-checked load
     return "takes an array and one integer index per dimension and gives its element type"
 
 
+def _grad(types, ret):   # tg.grad(f)(args): the arguments' adjoints, a tuple struct of them for several
+    if not types or any(is_array(t) for t in types):
+        return "takes values and gives their adjoints"
+    if len(types) == 1 and _same(ret, types[0]):
+        return None
+    if is_struct(ret) and len(ret.fields) == len(types) and all(_same(ft, t) for (_, ft), t in zip(ret.fields, types)):
+        return None
+    return "gives the adjoint of each operand (one, or a tuple of them)"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
-            "load_cell": _load_cell}
+            "load_cell": _load_cell, "grad": _grad}

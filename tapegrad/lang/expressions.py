@@ -84,6 +84,27 @@ def register_callable(cls, resolve) -> None:
     CALLABLES[cls] = resolve
 
 
+# Objects whose calls a module above the frontend lowers itself (``funcs``' ``tg.grad``), by
+# the object or its class: ``handler(builder, obj, node) -> value``.
+CALL_HANDLERS: dict = {}
+
+
+def register_call_handler(key, handler) -> None:
+    """Lower calls of ``key`` (an object, or a class for its instances) with
+    ``handler(builder, obj, node)``, which returns the call's value."""
+    CALL_HANDLERS[key] = handler
+
+
+def _call_handler(obj):
+    h = CALL_HANDLERS.get(obj) if hashable(obj) else None
+    if h is None:
+        for cls in type(obj).__mro__:
+            h = CALL_HANDLERS.get(cls)
+            if h is not None:
+                break
+    return h
+
+
 def _resolver(obj):
     for cls in type(obj).__mro__:
         r = CALLABLES.get(cls)
@@ -399,6 +420,9 @@ class ExprMixin:
             self.error(f"{describe(fn)} is not callable", node)
         obj = fn.obj
         kwargs = {k.arg: k.value for k in node.keywords}
+        handler = _call_handler(obj) if CALL_HANDLERS else None
+        if handler is not None:
+            return handler(self, obj, node)
         if obj is type:     # type(x): x's type, a compile-time value (type(a)(b) casts, type(a).dtype...)
             if len(node.args) != 1 or kwargs:
                 self.error(f"type() operator expects exactly one argument, got {len(node.args) + len(kwargs)}", node,

@@ -12,17 +12,21 @@ import inspect
 import typing
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import KernelError
 from ..types import bool_, float32, int32
 from . import depends
-from .expressions import register_callable
+from .builtins import REGISTRY, Builtin, op_field
+from .emit import literal
+from .expressions import register_call_handler, register_callable
 from .generic import generic_accepts, infer_type, is_generic_annotation
-from .ir import FunctionIR, Var, c_identifier
+from .ir import FunctionIR, Op, Var, c_identifier
 from .lower import Target, lower
 from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .structs import tuple_struct
-from .typeutil import is_array, is_scalar, type_name, type_of_value
-from .values import Lit, default_type
+from .typeutil import is_array, is_composite, is_scalar, is_struct, type_name, type_of_value
+from .values import Lit, PyObj, TupleVal, default_type
 
 
 class _Overload:
@@ -218,6 +222,8 @@ def _bind(pyfunc, args, kwargs):
 def _python_type(v):
     """The type a Python-scope argument has for overload resolution (Warp's: a Python float is
     a float32, an int an int32), or None when it has no kernel type."""
+    if isinstance(v, np.generic):    # before float: np.float64 is a float
+        return type_of_value(v)
     if isinstance(v, bool):
         return bool_
     if isinstance(v, int):
@@ -423,5 +429,102 @@ def _scopes(f: Func):
     return [p for ov in f.overloads for p in (ov.pyfunc, ov.grad) if p is not None]
 
 
+class GradOf:
+    """``tg.grad(f)``: called inside a kernel or ``@func`` with ``f``'s arguments, the gradient of
+    ``f``'s (scalar float) result with respect to each argument: one value for one argument, a
+    tuple for several (as Warp's ``wp.grad``). Forward-only: no gradient flows through it in the
+    adjoint of the code that calls it; inside a ``@func_grad`` it is ordinary code."""
+
+    def __init__(self, f):
+        self.func = f
+
+    def __repr__(self):
+        return f"<tapegrad grad of {getattr(self.func, 'name', self.func)!r}>"
+
+    def __call__(self, *args):
+        raise RuntimeError("tapegrad.grad(f)(...) can only be called inside a kernel or @func")
+
+
+def grad(f) -> GradOf:
+    """The gradient of a ``@func`` or a differentiable builtin, to call inside kernels and
+    functions: ``tg.grad(square)(x)`` is ``2 * x``; ``dy, dx = tg.grad(tg.atan2)(y, x)``.
+
+    Args:
+        f: a ``@tg.func`` or a builtin (``tg.sin``, ``tg.atan2``...) returning a float scalar.
+    Returns:
+        A ``GradOf`` callable inside kernels (``GradOf`` documents what it returns).
+    Raises:
+        TypeError: ``f`` is not a tapegrad function.
+    """
+    if isinstance(f, (Func, Builtin)):
+        return GradOf(f)
+    raise TypeError(f"grad() expects a Warp function, got {type(f)}")
+
+
+def _lower_grad(builder, _obj, node):
+    """``tg.grad(f)`` in a kernel: a compile-time ``GradOf``."""
+    if len(node.args) != 1 or node.keywords:
+        builder.error("grad() takes one function", node)
+    f = builder.expr(node.args[0])
+    if not isinstance(f, PyObj) or not isinstance(f.obj, (Func, Builtin)):
+        builder.error("grad() expects a @tg.func or a builtin", node)
+    return PyObj(GradOf(f.obj))
+
+
+def _lower_grad_call(builder, g, node):
+    """``tg.grad(f)(args...)``: one op that runs ``f``'s adjoint with a unit seed on zeroed
+    adjoints of the arguments and returns them (a tuple for several arguments)."""
+    if node.keywords:
+        builder.error("grad(f)(...) takes positional arguments", node)
+    f = g.func
+    values = [builder.expr(a) for a in node.args]
+    if isinstance(f, Func):
+        fir, has_adj, types, values = f.resolve_call(builder, values, node, {})
+        args = [builder.materialize(v, t) if not isinstance(v, Var) else v for v, t in zip(values, types)]
+        if not has_adj or fir.side_effects:
+            builder.error(f"grad({f.name}): the function has {'side effects' if has_adj else 'no adjoint'}; "
+                          f"grad() differentiates functions of values only", node)
+        if fir not in builder.callees:
+            builder.callees.append(fir)
+        for c in fir.callees:
+            if c not in builder.callees:
+                builder.callees.insert(0, c)
+        ret, name = fir.ret_type, f.name
+
+        def adjoint(a, aa, seed, fn=fir.name):
+            return f"{fn}_adj({', '.join(list(a) + list(aa) + [seed])});"
+    else:
+        args = builder.adapt(values)
+        try:
+            op = REGISTRY[f.name].resolve([a.type for a in args])
+        except TypeError as e:
+            builder.error(str(e), node)
+        if op.adj is None:
+            builder.error(f"grad({f.name}): {f.name}() is not differentiable", node)
+        ret, name, adjoint = op.ret, f.name, op.adj
+    if not (is_scalar(ret) and ret.kind == "float"):
+        builder.error(f"grad({name}): the function must return a float scalar, got "
+                      f"{type_name(ret) if ret is not None else 'nothing'}", node)
+    for a in args:
+        if not (is_scalar(a.type) or is_composite(a.type) or is_struct(a.type)):
+            builder.error(f"grad({name}): cannot differentiate with respect to a {type_name(a.type)}", node)
+    types = [a.type for a in args]
+    out = types[0] if len(types) == 1 else tuple_struct(types)
+    seed = literal(1.0, ret)
+
+    def fwd(a):
+        gs = [f"tg_g{k}" for k in range(len(a))]
+        decls = " ".join(f"{t.cname} {n}{{}};" for t, n in zip(types, gs))
+        result = gs[0] if len(gs) == 1 else f"{out.cname}{{{', '.join(gs)}}}"
+        return f"([&]() {{ {decls} {adjoint(a, gs, seed)} return {result}; }}())"
+
+    value = builder.call_op(Op("grad", fwd, out), args, node)   # check.py's "grad" rule
+    if len(types) == 1:
+        return value
+    return TupleVal([builder.call_op(op_field(out, n), [value], node) for n, _ in out.fields])
+
+
 register_callable(Func, Func.resolve_call)
+register_call_handler(grad, _lower_grad)
+register_call_handler(GradOf, _lower_grad_call)
 depends.register_fingerprint(Func, _fingerprint, _scopes)

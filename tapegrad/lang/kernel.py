@@ -565,9 +565,13 @@ _BY_QUALNAME: dict = {}
 
 def _register_qualname(k, func, base) -> None:
     entries = _BY_QUALNAME.setdefault((func.__module__, func.__qualname__), [])
-    entries[:] = [e for e in entries if e[0]() is not None or e[2]() is not None]
+    module_level = "<locals>" not in func.__qualname__
+    # a module-level kernel is held, as Warp's module holds it: a stub defined under its name
+    # (rebinding the name) still finds it; the latest of a key replaces the earlier one
+    entries[:] = [e for e in entries if (e[0]() is not None or e[2]() is not None)
+                  and not (module_level and e[1] == base)]
     try:
-        entries.append((weakref.ref(func), base, weakref.ref(k)))
+        entries.append((weakref.ref(func), base, (lambda: k) if module_level else weakref.ref(k)))
     except TypeError:   # a callable that cannot be weakly referenced: found through globals only
         pass
 

@@ -12,7 +12,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import KernelError
-from ..types import type_of
+from ..types import GENERIC_SCALARS, type_of
 
 
 def short_hash(*parts) -> str:
@@ -80,10 +80,8 @@ def resolve_type(pyfunc, what, name, ann, allow_generic=False):
                           f"annotation (e.g. {name}: float or {name}: tg.array(dtype=float))")
     if ann is typing.Any and allow_generic:
         return None
-    if allow_generic and isinstance(ann, typing.TypeVar):
-        from ..types import GENERIC_SCALARS
-        if ann in GENERIC_SCALARS:
-            return ann     # Warp's Int / Float / Scalar: specialized per argument type (funcs.py)
+    if allow_generic and isinstance(ann, typing.TypeVar) and ann in GENERIC_SCALARS:
+        return ann     # Warp's Int / Float / Scalar: specialized per argument type (funcs.py)
     try:
         return type_of(ann, arg=name)
     except (TypeError, ValueError) as e:

@@ -1,0 +1,394 @@
+"""Warp's generics and overloads (issue 28): @overload stubs, @func overload resolution in
+Python scope, defaults and keywords, user_overloads, type(x) and type attributes in kernels,
+identity(n, dtype), the Int/Float/Scalar annotations, tg.grad(f) and Warp's error texts."""
+
+import math
+import typing
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+# ------------------------------------------------------------------ @overload stubs
+
+
+def test_overload_stub_of_a_nested_and_a_custom_named_kernel():
+    @tg.kernel
+    def nested_kernel(x: Any, out: tg.array(dtype=float)):
+        out[0] = float(x) * 2.0
+
+    @tg.overload
+    def nested_kernel(x: tg.float64, out: tg.array(dtype=float)): ...   # noqa: F811
+
+    assert isinstance(nested_kernel, tg.Kernel) and len(nested_kernel.overloads) == 1
+    out = tg.zeros(1, dtype=float)
+    tg.launch(nested_kernel, dim=1, inputs=[np.float64(1.5), out])
+    assert out.numpy()[0] == 3.0
+
+    @tg.kernel(name="custom_named_stub_kernel")
+    def named(x: Any):
+        return
+
+    @tg.overload
+    def named(x: float): ...   # noqa: F811
+
+    assert named.key == "custom_named_stub_kernel" and len(named.overloads) == 1
+
+
+def test_overload_stub_ambiguous_and_return_annotation_errors():
+    def factory_kernel(x: Any):
+        return
+
+    a = tg.kernel(name="factory_kernel_a")(factory_kernel)
+    b = tg.kernel(name="factory_kernel_b")(factory_kernel)
+    with pytest.raises(RuntimeError, match="Ambiguous kernel lookup"):
+        @tg.overload
+        def factory_kernel(x: float): ...   # noqa: F811
+    assert a is not b
+
+    @tg.kernel
+    def with_return(x: Any):
+        return
+
+    def with_return(x: float) -> float: ...   # noqa: F811
+    with pytest.raises(TypeError, match=r"Return annotations are not allowed on @wp\.overload stubs"):
+        tg.overload(with_return)
+
+    def with_return(x: float) -> type(None): ...   # noqa: F811
+    tg.overload(with_return)   # -> None is allowed
+
+
+# ------------------------------------------------------------------ @func calls
+
+
+@tg.func
+def custom(x: int):
+    return x + 1
+
+
+@tg.func
+def custom(x: float):   # noqa: F811
+    return x + 1.0
+
+
+@tg.func
+def custom(x: tg.vec3):   # noqa: F811
+    return x + tg.vec3(1.0, 0.0, 0.0)
+
+
+@tg.func
+def divide_float64(x: tg.float64):
+    return x / tg.float64(1.23)
+
+
+@tg.func
+def with_defaults(a: int = 123, b: int = 234) -> int:
+    return a + b
+
+
+@tg.kernel
+def defaults_kernel(out: tg.array(dtype=int)):
+    out[0] = with_defaults()
+    out[1] = with_defaults(111)
+    out[2] = with_defaults(111, 222)
+    out[3] = with_defaults(a=111)
+    out[4] = with_defaults(b=111)
+
+
+def test_func_python_scope_picks_the_overload_by_argument_types():
+    assert custom(1) == 2 and isinstance(custom(1), int)
+    assert custom(1.0) == 2.0
+    np.testing.assert_array_equal(custom(tg.vec3(1.0, 0.0, 0.0)), [2.0, 0.0, 0.0])
+    assert math.isclose(divide_float64(np.float64(2.46)), 2.0)
+    with pytest.raises(RuntimeError, match=r"^Error calling function 'divide_float64', no overload found for "
+                                           r"arguments \(1.0,\)$"):
+        divide_float64(1.0)   # a Python float is a float32, as in Warp
+
+
+def test_func_defaults_and_keywords_in_kernels_and_python():
+    out = tg.zeros(5, dtype=int)
+    tg.launch(defaults_kernel, dim=1, inputs=[out])
+    np.testing.assert_array_equal(out.numpy(), [357, 345, 333, 345, 234])
+    assert [with_defaults(), with_defaults(111), with_defaults(b=111)] == [357, 345, 234]
+
+
+@tg.func
+def array_length(x: tg.array(dtype=Any)):
+    return x.shape[0]
+
+
+@tg.kernel
+def array_length_kernel(x: tg.array(dtype=tg.float32), out: tg.array(dtype=tg.int32)):
+    out[0] = array_length(x)
+
+
+def test_user_overloads_count_specializations_without_keeping_arrays():
+    import gc
+    import weakref
+    out = tg.zeros(1, dtype=tg.int32)
+    tg.launch(array_length_kernel, dim=1, inputs=[tg.zeros(1, dtype=tg.float32), out])
+    before = len(array_length.user_overloads)
+    assert before == 1
+    a = tg.zeros(2, dtype=tg.int32)
+    ref = weakref.ref(a)
+    assert array_length(a) == 2
+    ids = {id(o) for o in array_length.user_overloads.values()}
+    assert len(ids) == before + 1
+    del a
+    gc.collect()
+    assert ref() is None
+    assert array_length(tg.zeros(3, dtype=tg.int32)) == 3
+    assert {id(o) for o in array_length.user_overloads.values()} == ids
+    assert len(custom.user_overloads) == 3   # the concrete overloads
+
+
+def test_func_decorator_has_typing_overloads():
+    overloads = typing.get_overloads(tg.func)
+    assert len(overloads) >= 2
+    assert any("Callable" in str(o.__annotations__.get("return", "")) for o in overloads)
+
+
+# ------------------------------------------------------------------ types in kernels
+
+
+@tg.func
+def twice(a: Any, b: Any):
+    return a + b
+
+
+@tg.kernel
+def type_cast_kernel(a: Any, b: Any, out: tg.array(dtype=Any)):
+    a = type(a)(b)
+    c = type(twice(b, b))(a)
+    out[0] = type(out[0])(c)
+
+
+@tg.kernel
+def type_construction_kernel(a: tg.array(dtype=Any), out: tg.array(dtype=Any)):
+    zero = type(a[0])()
+    copy = type(a).dtype(a[0]) * a.dtype.dtype(2.0)
+    copy += zero
+    out[0] = copy
+
+
+@tg.kernel
+def type_as_argument_kernel(a: Any, out: tg.array(dtype=Any)):
+    v = tg.types.vector(length=2, dtype=type(a))
+    m = tg.identity(n=v.length, dtype=v.dtype) * a
+    out[0] = tg.trace(m) + type(a)(v.length)
+
+
+@tg.struct
+class Triple:
+    x: float
+    y: float
+    z: float
+
+
+@tg.kernel
+def struct_construction_kernel(a: Any, out: tg.array(dtype=float)):
+    b = type(a)(a.z, a.y, a.x)
+    out[0] = b.x
+    out[1] = b.z
+
+
+def test_type_of_a_value_casts_and_constructs(device):
+    out = tg.zeros(1, dtype=tg.float64, device=device)
+    tg.launch(type_cast_kernel, dim=1, inputs=[1.0, np.float64(2.5), out], device=device)
+    assert out.numpy()[0] == 2.5
+    outv = tg.zeros(1, dtype=tg.vec3f, device=device)
+    tg.launch(type_cast_kernel, dim=1, inputs=[tg.vec3f(0.0), tg.vec3d(4.0, 5.0, 6.0), outv], device=device)
+    np.testing.assert_array_equal(outv.numpy()[0], [4.0, 5.0, 6.0])
+
+    a = tg.array([[1.0, 2.0, 3.0]], dtype=tg.vec3f, device=device)
+    o = tg.zeros(1, dtype=tg.vec3f, device=device)
+    tg.launch(type_construction_kernel, dim=1, inputs=[a, o], device=device)
+    np.testing.assert_array_equal(o.numpy()[0], [2.0, 4.0, 6.0])
+    m = tg.array([np.eye(2) * 3.0], dtype=tg.mat22d, device=device)
+    om = tg.zeros(1, dtype=tg.mat22d, device=device)
+    tg.launch(type_construction_kernel, dim=1, inputs=[m, om], device=device)
+    np.testing.assert_array_equal(om.numpy()[0], np.eye(2) * 6.0)
+
+    for value, dtype in ((2.0, tg.float32), (np.float64(-1.5), tg.float64)):
+        o = tg.zeros(1, dtype=dtype, device=device)
+        tg.launch(type_as_argument_kernel, dim=1, inputs=[value, o], device=device)
+        assert o.numpy()[0] == 2.0 * float(value) + 2.0
+
+    s = Triple()
+    s.x, s.y, s.z = 1.0, 2.0, 3.0
+    o = tg.zeros(2, dtype=float, device=device)
+    tg.launch(struct_construction_kernel, dim=1, inputs=[s, o], device=device)
+    np.testing.assert_array_equal(o.numpy(), [3.0, 1.0])
+
+
+def test_identity_in_python_scope():
+    np.testing.assert_array_equal(tg.identity(3, tg.float64), np.eye(3))
+    assert type(tg.identity(n=2)) is type(tg.mat22(0.0))
+
+
+# ------------------------------------------------------------------ Int / Float / Scalar
+
+
+@tg.func
+def vec_sum_int(v: tg.types.vector(3, tg.Int)) -> tg.Int:
+    return v[0] + v[1] + v[2]
+
+
+@tg.func
+def vec_sum_scalar(v: tg.types.vector(3, tg.Scalar)) -> tg.Scalar:
+    return v[0] + v[1] + v[2]
+
+
+@tg.func
+def mat_sum_float(m: tg.types.matrix((2, 2), tg.Float)) -> tg.Float:
+    return m[0, 0] + m[0, 1] + m[1, 0] + m[1, 1]
+
+
+mat22d = tg.types.matrix((2, 2), tg.float64)
+
+
+@tg.kernel
+def generic_annotations_kernel(oi: tg.array(dtype=tg.int16), of: tg.array(dtype=tg.float64)):
+    oi[0] = vec_sum_int(tg.vec3s(1, 2, 3))
+    oi[1] = vec_sum_scalar(tg.vec3s(1, 2, 4))
+    of[0] = vec_sum_scalar(tg.vec3d(1.0, 2.0, 3.5))
+    of[1] = mat_sum_float(mat22d(1.0, 2.0, 3.0, 4.5))
+
+
+def test_int_float_scalar_annotations_specialize_per_type():
+    oi = tg.zeros(2, dtype=tg.int16)
+    of = tg.zeros(2, dtype=tg.float64)
+    tg.launch(generic_annotations_kernel, dim=1, inputs=[oi, of])
+    np.testing.assert_array_equal(oi.numpy(), [6, 7])
+    np.testing.assert_array_equal(of.numpy(), [6.5, 10.5])
+    assert vec_sum_scalar(tg.vec3d(1.0, 2.0, 3.5)) == 6.5
+    with pytest.raises(RuntimeError, match="no overload found"):
+        vec_sum_int(tg.vec3d(1.0, 2.0, 3.0))   # Int takes no float vector
+
+
+# ------------------------------------------------------------------ tg.grad
+
+
+@tg.func
+def square(x: float):
+    return x * x
+
+
+@tg.func
+def square_plus_grad(x: float):
+    return x + tg.grad(square)(x)
+
+
+@tg.kernel(enable_backward=False)
+def grad_kernel(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    g = tg.grad(square)
+    out[4 * i] = tg.float64(g(float(x[i])))
+    dy, dx = tg.grad(tg.atan2)(y[i], x[i])
+    out[4 * i + 1] = dy
+    out[4 * i + 2] = dx
+    out[4 * i + 3] = tg.float64(square_plus_grad(float(x[i])))
+
+
+@tg.func
+def safe_sqrt(x: float):
+    return tg.sqrt(x)
+
+
+@tg.func_grad(safe_sqrt)
+def adj_safe_sqrt(x: float, adj_ret: float):
+    if x > 0.0:
+        tg.adjoint[x] += tg.grad(tg.sqrt)(x) * adj_ret
+
+
+@tg.kernel
+def safe_sqrt_kernel(x: tg.array(dtype=float), y: tg.array(dtype=float)):
+    i = tg.tid()
+    y[i] = safe_sqrt(x[i])
+
+
+def test_grad_of_funcs_and_builtins_in_kernels(device):
+    xs = np.array([0.5, 1.0, 2.0, 3.0])
+    ys = np.array([1.0, -2.0, 0.25, 4.0])
+    out = tg.zeros(16, dtype=tg.float64, device=device)
+    tg.launch(grad_kernel, dim=4, inputs=[tg.array(xs, dtype=tg.float64, device=device),
+                                          tg.array(ys, dtype=tg.float64, device=device), out], device=device)
+    o = out.numpy().reshape(4, 4)
+    h = 1e-6   # float64 central differences of the same functions
+    np.testing.assert_allclose(o[:, 0], 2 * xs.astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(o[:, 1], (np.arctan2(ys + h, xs) - np.arctan2(ys - h, xs)) / (2 * h), rtol=1e-6)
+    np.testing.assert_allclose(o[:, 2], (np.arctan2(ys, xs + h) - np.arctan2(ys, xs - h)) / (2 * h), rtol=1e-6)
+    np.testing.assert_allclose(o[:, 3], 3 * xs, rtol=1e-6)
+
+
+def test_grad_inside_a_custom_adjoint(device):
+    xs = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    x = tg.array(xs, dtype=float, device=device, requires_grad=True)
+    y = tg.zeros_like(x, requires_grad=True)
+    with tg.Tape() as tape:
+        tg.launch(safe_sqrt_kernel, dim=4, inputs=[x, y], device=device)
+    tape.backward(grads={y: tg.ones(4, dtype=float, device=device)})
+    np.testing.assert_allclose(x.grad.numpy(), 0.5 / np.sqrt(xs.astype(np.float64)), rtol=1e-6)
+
+
+def test_grad_rejects_what_is_not_a_function():
+    with pytest.raises(TypeError, match="grad\\(\\) expects a Warp function"):
+        tg.grad(3.0)
+    with pytest.raises(RuntimeError, match="only be called inside a kernel"):
+        tg.grad(square)(1.0)
+
+
+# ------------------------------------------------------------------ Python scope, messages
+
+
+def test_expect_eq_in_python_scope(capsys):
+    tg.expect_eq(tg.vec3(1.0, 2.0, 3.0), tg.vec3(1.0, 2.0, 3.0))
+    assert capsys.readouterr().out == ""
+    tg.expect_eq(1.0, 2.0)
+    assert "expect_eq() failed" in capsys.readouterr().out
+    tg.expect_neq(tg.vec3(0.0), tg.vec2(0.0))
+    assert capsys.readouterr().out == ""
+    tg.expect_near(1.0, 1.0 + 1e-7)
+    assert capsys.readouterr().out == ""
+
+
+def test_expect_neq_of_different_types_is_warps_error():
+    @tg.kernel(module="unique")
+    def mismatch():
+        tg.expect_neq(tg.vec3f(0.0, 0.0, 0.0), tg.vec2f(0.0, 0.0))
+
+    with pytest.raises(RuntimeError, match=r"Can't test equality for objects with different types$"):
+        tg.launch(mismatch, dim=1, inputs=[])
+
+
+def test_attribute_errors_use_warps_words():
+    @tg.kernel(module="unique")
+    def missing_function():
+        tg.missing_func(42)
+
+    with pytest.raises(AttributeError, match="Could not find function tg.missing_func"):
+        tg.launch(missing_function, dim=1, inputs=[])
+
+    @tg.kernel(module="unique")
+    def bad_intermediate():
+        tg.foo.bar.tid()
+
+    with pytest.raises(AttributeError, match="`foo` is not an attribute of"):
+        tg.launch(bad_intermediate, dim=1, inputs=[])
+
+    @tg.kernel(module="unique")
+    def bad_field(s: Triple):
+        s.nonexisting = 1.0 if s.x > 0.0 else s.nonexisting
+
+    with pytest.raises(AttributeError, match=r"`nonexisting` is not an attribute of 's' \([\w.]+\.Triple\)$"):
+        tg.launch(bad_field, dim=1, inputs=[Triple()])
+
+    @tg.kernel(module="unique")
+    def type_attribute():
+        a = tg.vec3(0.0)
+        _ = a.dtype.shape
+
+    with pytest.raises(AttributeError, match="`shape` is not an attribute of"):
+        tg.launch(type_attribute, dim=1, inputs=[])
