@@ -376,3 +376,15 @@ def _identity_py(n, dtype=float32):
 Builtin("identity", _identity_py, "identity(n, dtype=float32): the n x n identity matrix of dtype (n and dtype "
                                   "are compile-time constants)")
 
+
+def cast(a, dtype):
+    """Warp's ``wp.cast(a, dtype)`` inside kernels: ``a``'s bits reinterpreted as a ``dtype`` of
+    the same size (a scalar, vector, matrix or struct; not differentiable). In Python scope,
+    ``numpy``'s ``.view`` does the same.
+
+    Raises:
+        RuntimeError: called in Python scope.
+    """
+    raise RuntimeError("tapegrad.cast() can only be called inside a kernel or @func (in Python scope use numpy's "
+                       ".view(dtype))")
+

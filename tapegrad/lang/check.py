@@ -315,6 +315,13 @@ def _grad(types, ret):   # tg.grad(f)(args): the arguments' adjoints, a tuple st
     return "gives the adjoint of each operand (one, or a tuple of them)"
 
 
+def _bit_cast(types, ret):   # tg.cast(a, T): same size, values only
+    if len(types) == 1 and not is_array(types[0]) and ret is not None and not is_array(ret) \
+            and getattr(ret, "size", None) == getattr(types[0], "size", -1):
+        return None
+    return "reinterprets one value as a type of the same size"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
-            "load_cell": _load_cell, "grad": _grad}
+            "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast}

@@ -30,7 +30,8 @@ from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
 from .builtins_atomic import ATOMIC_VALUES, Where
 from .builtins_linalg import OUT_PARAMS as LINALG_OUT_PARAMS
 from .builtins_random import DRAWS
-from .ir import Const, If, Print, Read, Var, Write
+from .builtins_warp import cast as bit_cast
+from .ir import Const, If, Op, Print, Read, Var, Write
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
     is_array,
@@ -62,6 +63,9 @@ from .values import (
     is_constant,
 )
 
+# Warp's parameter names of builtins callable with keywords (wp.pow(x=2.0, y=4.0))
+BUILTIN_PARAMS = {"pow": ("x", "y"), "atan2": ("y", "x"), "transform_compose": ("position", "rotation", "scale"),
+                  "lerp": ("a", "b", "t"), "clamp": ("x", "low", "high"), "min": ("a", "b"), "max": ("a", "b")}
 # builtins writing their results into local variables: name -> (inputs, the builtin of each result)
 OUT_PARAMS = {"quat_to_axis_angle": (1, ("quat_to_axis_angle_axis", "quat_to_axis_angle_angle")), **LINALG_OUT_PARAMS}
 # builtins updating their first argument (a local variable): name -> the builtin of the new value
@@ -103,6 +107,16 @@ def _call_handler(obj):
             if h is not None:
                 break
     return h
+
+
+_SCALAR_CALLS = {"float": float, "int": int, "bool": bool}
+
+
+def is_function_object(obj) -> bool:
+    """Whether a compile-time object is something kernels call (a builtin, a ``@func``, a
+    ``tg.grad(...)`` result...), as opposed to a type, a module or a value."""
+    return isinstance(obj, Builtin) or _resolver(obj) is not None or \
+        (_call_handler(obj) is not None and not isinstance(obj, type))
 
 
 def _resolver(obj):
@@ -217,6 +231,8 @@ class ExprMixin:
             try:
                 obj = getattr(base.obj, attr)
             except AttributeError:
+                if attr in _SCALAR_CALLS and getattr(base.obj, "tid", None) is REGISTRY["tid"]:
+                    return PyObj(_SCALAR_CALLS[attr])   # wp.float(x), wp.int(x): Python's casts, as Warp's
                 if node is self.callee:   # wp.missing_func(...): Warp's words
                     self.error(f"Could not find function {ast.unparse(node)} ({describe(base)} has no attribute "
                                f"'{attr}')", node, WarpCodegenAttributeError)
@@ -423,6 +439,8 @@ class ExprMixin:
         handler = _call_handler(obj) if CALL_HANDLERS else None
         if handler is not None:
             return handler(self, obj, node)
+        if obj is bit_cast:
+            return self.bit_cast(node, kwargs)
         if obj is type:     # type(x): x's type, a compile-time value (type(a)(b) casts, type(a).dtype...)
             if len(node.args) != 1 or kwargs:
                 self.error(f"type() operator expects exactly one argument, got {len(node.args) + len(kwargs)}", node,
@@ -483,6 +501,8 @@ class ExprMixin:
             return self.typed_identity(name, kwargs["dtype"], node)
         if name == "identity":
             return self.identity_value(node, kwargs)
+        if kwargs and name in BUILTIN_PARAMS:   # Warp's parameter names: pow(x=2.0, y=4.0)
+            node, kwargs = self.positional_call(name, node, kwargs), {}
         if kwargs:
             self.error(f"{name}() takes no keyword arguments", node)
         if name in DRAWS:
@@ -538,6 +558,44 @@ class ExprMixin:
         if name == "round" and len(args) == 1 and isinstance(args[0], Var) and is_float(args[0].type):
             return self.builtin("round", args, node)
         return self.builtin(name, args, node)
+
+    def bit_cast(self, node, kwargs):
+        """``tg.cast(a, dtype)``: ``a``'s bits as a ``dtype`` value of the same size."""
+        given = dict(zip(("a", "dtype"), node.args))
+        given.update(kwargs)
+        if set(given) != {"a", "dtype"} or len(node.args) + len(kwargs) != 2:
+            self.error("cast() takes a value and a dtype: cast(a, dtype)", node)
+        v = self.materialize(self.expr(given["a"]))
+        d = self.expr(given["dtype"])
+        try:
+            t = type_of(d.obj) if isinstance(d, PyObj) else None
+        except TypeError:
+            t = None
+        if t is None or is_array(t) or is_array(v.type):
+            self.error("cast(a, dtype): a must be a value and dtype a scalar, vector, matrix or struct type", node)
+        if t.size != v.type.size:
+            self.error(f"cast(a, dtype): a {type_name(v.type)} ({v.type.size} bytes) cannot be reinterpreted as a "
+                       f"{type_name(t)} ({t.size} bytes)", node)
+        return self.call_op(Op("bit_cast", lambda a, t=t: f"tg::wx_bit_cast<{t.cname}>({a[0]})", t), [v], node)
+
+    def positional_call(self, name, node, kwargs):
+        """``node`` with its keyword arguments put in the places Warp's signature of builtin
+        ``name`` gives them (``BUILTIN_PARAMS``)."""
+        params = BUILTIN_PARAMS[name]
+        args = list(node.args)
+        if len(args) > len(params):
+            self.error(f"{name}() takes {len(params)} arguments ({', '.join(params)}), got {len(args)}", node)
+        slots = dict(zip(params, args))
+        for k, v in kwargs.items():
+            if k not in params:
+                self.error(f"{name}() got an unexpected keyword argument '{k}' (it takes {', '.join(params)})", node)
+            if k in slots:
+                self.error(f"{name}() got multiple values for argument '{k}'", node)
+            slots[k] = v
+        missing = [p for p in params if p not in slots]
+        if missing:
+            self.error(f"{name}() missing argument '{missing[0]}'", node)
+        return ast.copy_location(ast.Call(func=node.func, args=[slots[p] for p in params], keywords=[]), node)
 
     def out_param_call(self, name, node):
         """Warp's builtins that write results into local variables (``quat_to_axis_angle(q,

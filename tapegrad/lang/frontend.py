@@ -9,13 +9,15 @@ small trip count are unrolled, other loops become ``Loop`` statements.
 from __future__ import annotations
 
 import ast
+import inspect
+import typing
 
 import numpy as np
 
 from ..errors import KERNEL_RETURN_MESSAGE, WarpCodegenError, WarpCodegenTypeError
 from ..types import ScalarType, TransformType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
-from .expressions import ExprMixin
+from .expressions import ExprMixin, is_function_object
 from .flow import Paths, meet
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
 from .signature import source_of
@@ -355,6 +357,8 @@ class Builder(ExprMixin):
         tgt = node.target
         if isinstance(tgt, ast.Subscript) and self.is_adjoint_marker(tgt.value):
             return self.adjoint_accum(tgt, node)
+        if isinstance(tgt, ast.Name):
+            self.check_function_rebind(tgt.id, None, node)
         current = self.expr(tgt)
         rhs = self.expr(node.value)
         anchor = current.type if isinstance(current, Var) else None
@@ -428,8 +432,24 @@ class Builder(ExprMixin):
         new = self.builtin_args("struct_set", [base, TypeArg(FieldName(target.attr)), val], node)
         self.assign(target.value, new, node)
 
+    def check_function_rebind(self, name, value, node):
+        """A local naming a function (``f = helper``, ``g = tg.grad(f)``) cannot be rebound to
+        another function or to a value (``value`` None: an augmented assignment): kernels have no
+        function pointers, so Warp refuses it (WarpCodegenError)."""
+        cur = self.scope.get(name)
+        if not (isinstance(cur, PyObj) and is_function_object(cur.obj)) or _same_binding(cur, value):
+            return
+        if getattr(cur.obj, "is_grad_of", False):
+            self.error(f"Cannot reassign local '{name}', which holds a gradient function from wp.grad() "
+                       f"(tg.grad(...)); use another name", node, WarpCodegenError)
+        other = "another function" if isinstance(value, PyObj) and is_function_object(value.obj) else \
+            "a non-function value"
+        self.error(f"rebinding function-valued local '{name}' to {other} is not supported (kernels have no "
+                   f"function pointers); use another name", node, WarpCodegenError)
+
     def assign_name(self, name, value, node):
         self.paths.assigned(name, getattr(node, "lineno", 1) + self.first - 1)
+        self.check_function_rebind(name, value, node)
         cur = self.scope.get(name)
         if isinstance(value, (PyObj, TupleVal, ShapeOf)) or (isinstance(value, Var) and is_array(value.type)):
             if isinstance(cur, Var) and cur.kind == "local":
@@ -501,6 +521,10 @@ class Builder(ExprMixin):
                 self.ret_var = self.new_var(self.ret_type, "local", "ret")
             v = self.materialize(value, self.ret_type) if isinstance(value, Lit) else self.materialize(value)
             if v.type is not self.ret_type:
+                if self.declared_ret is not None:
+                    self.error(f"The function `{self.label}` has its return type annotated as "
+                               f"`{self.return_annotation_text()}` but the code returns a value of type "
+                               f"`{type_name(v.type)}`.", node, WarpCodegenError)
                 self.error(f"returns {type_name(v.type)} but the function returns {type_name(self.ret_type)}", node,
                            WarpCodegenError)
             self.emit(Write(self.ret_var, v, self.loc(node)))
@@ -513,10 +537,20 @@ class Builder(ExprMixin):
         """``return a, b``: the tuple as a value of its generated struct (``structs.tuple_struct``)."""
         items = value.items
         if self.ret_type is not None:
-            if not is_tuple_struct(self.ret_type) or len(self.ret_type.fields) != len(items):
-                self.error(f"returns a tuple of {len(items)} but the function returns "
-                           f"{type_name(self.ret_type)}", node, WarpCodegenError)
+            head = f"The function `{self.label}` has its return type annotated as"
+            if not is_tuple_struct(self.ret_type):
+                self.error(f"{head} `{self.return_annotation_text()}` but the code returns {len(items)} values.", node,
+                           WarpCodegenError)
+            if len(self.ret_type.fields) != len(items):
+                self.error(f"{head} a tuple of {len(self.ret_type.fields)} elements but the code returns "
+                           f"{len(items)} values.", node, WarpCodegenError)
             st = self.ret_type
+            got = [v.type if isinstance(v, Var) else (v.type or default_type(v.value)) if isinstance(v, Lit) else None
+                   for v in items]
+            if any(not self.returnable(v, ft) for v, (_, ft) in zip(items, st.fields)):
+                types = ", ".join(type_name(t) if t is not None else describe(v) for t, v in zip(got, items))
+                self.error(f"{head} `{self.return_annotation_text()}` but the code returns a tuple with types "
+                           f"`({types})`.", node, WarpCodegenError)
         else:
             types = []
             for v in items:
@@ -531,6 +565,26 @@ class Builder(ExprMixin):
         vals = [self.field_value(st, n, v, node) for (n, _), v in zip(st.fields, items)]
         return self.builtin_args("struct_new", [TypeArg(StructInit(st, tuple(n for n, _ in st.fields)))] + vals,
                                  node)
+
+    def return_annotation_text(self) -> str:
+        """The function's return annotation as written (``int``, ``tuple[int, int]``, ``int16``)."""
+        ann = inspect.signature(self.pyfunc).return_annotation
+        if isinstance(ann, str):
+            return ann
+        if isinstance(ann, type) and not typing.get_args(ann):
+            return ann.__name__
+        if typing.get_origin(ann) is not None:
+            return repr(ann).replace("typing.", "")
+        return type_name(ann) if hasattr(ann, "cname") else repr(ann)
+
+    @staticmethod
+    def returnable(v, ft) -> bool:
+        """Whether a returned tuple item ``v`` fits the annotated member type ``ft``."""
+        if isinstance(v, Lit) and v.type is None:
+            return is_scalar(ft) and not (isinstance(v.value, float) and ft.kind != "float"
+                                          and not float(v.value).is_integer())
+        t = v.type if isinstance(v, (Var, Lit)) else None
+        return t is ft or (is_composite(ft) and t == ft)
 
     def s_While(self, node):
         if node.orelse:

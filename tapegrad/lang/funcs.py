@@ -435,6 +435,8 @@ class GradOf:
     tuple for several (as Warp's ``wp.grad``). Forward-only: no gradient flows through it in the
     adjoint of the code that calls it; inside a ``@func_grad`` it is ordinary code."""
 
+    is_grad_of = True   # what the frontend's rebinding check looks for
+
     def __init__(self, f):
         self.func = f
 

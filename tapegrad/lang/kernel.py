@@ -472,12 +472,17 @@ class KernelModule:
             device: a device or its name. block_dim: accepted as in Warp (a positive int); the
                 compiled code does not depend on it.
         Returns:
-            The loaded module.
+            The loaded module (a generic kernel loads each of its specializations made so far
+            and returns the last one's module, None when there is none yet).
         Raises:
             TypeError/ValueError: a bad ``block_dim``. KernelError, CompileError: as for a launch.
         """
         check_block_dim(block_dim, "Module.load")
-        return self.kernel.module_for(get_device(device))
+        device = get_device(device)
+        if self.kernel.is_generic():   # Warp's module loads every overload made so far
+            mods = [k.module_for(device) for k in list(self.kernel._specs.values())]
+            return mods[-1] if mods else None
+        return self.kernel.module_for(device)
 
     def __repr__(self):
         return f"<tapegrad module of kernel {self.kernel.key}>"

@@ -317,7 +317,8 @@ def test_func_returning_another_type_raises_warp_codegen_error():
     def k(x: int):
         _ = wrong(x)
 
-    with pytest.raises(tg.WarpCodegenError, match="returns int8 but the function returns int16"):
+    with pytest.raises(tg.WarpCodegenError, match="The function `wrong` has its return type annotated as `int16` "
+                                                  "but the code returns a value of type `int8`"):
         tg.launch(k, dim=1, inputs=[1])
 
 

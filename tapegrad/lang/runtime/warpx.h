@@ -222,6 +222,17 @@ template <typename V, typename T> TG_FUNC void wx_expect_near(const V& actual, c
     }
 }
 
+// tg.cast(a, T): a's bytes reinterpreted as a T of the same size (Warp's wp.cast); a byte
+// copy (no memcpy needed under NVRTC), which compilers turn into a register move
+template <typename T, typename S> TG_FUNC T wx_bit_cast(const S& s) {
+    static_assert(sizeof(T) == sizeof(S), "tg.cast: the value and the target type differ in size");
+    T t;
+    const char* src = reinterpret_cast<const char*>(&s);
+    char* dst = reinterpret_cast<char*>(&t);
+    for (int i = 0; i < (int)sizeof(T); ++i) dst[i] = src[i];
+    return t;
+}
+
 #undef TG_WX_C
 // lower_bound: the first index in [lo, hi) of a sorted 1-D array whose element is >= v, hi - 1 if
 // none (Warp's: the result stays a valid index of the range)
