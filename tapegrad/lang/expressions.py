@@ -256,8 +256,9 @@ class ExprMixin:
             if is_struct(t):
                 fields = dict(t.fields)
                 if attr not in fields:
-                    self.error(f"`{attr}` is not an attribute of '{ast.unparse(node.value)}' ({_struct_repr(t)})",
-                               node, WarpCodegenAttributeError, last=True)
+                    self.error(f"struct {t.name} has no field '{attr}': `{attr}` is not an attribute of "
+                               f"'{ast.unparse(node.value)}' ({_struct_repr(t)})", node, WarpCodegenAttributeError,
+                               last=True)
                 return self.call_op(op_field(t, attr), [base], node)
             found = self.type_attribute(t, attr)
             if found is not None:

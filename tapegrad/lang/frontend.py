@@ -20,7 +20,7 @@ from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin, is_function_object
 from .flow import Paths, meet
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
-from .signature import source_of
+from .signature import annotations, source_of
 from .structs import FieldName, StructInit, is_tuple_struct, tuple_struct
 from .typeutil import (
     constant_value,
@@ -568,7 +568,10 @@ class Builder(ExprMixin):
 
     def return_annotation_text(self) -> str:
         """The function's return annotation as written (``int``, ``tuple[int, int]``, ``int16``)."""
-        ann = inspect.signature(self.pyfunc).return_annotation
+        try:
+            ann = annotations(self.pyfunc, "function")[1]   # evaluated (from __future__ import annotations)
+        except KernelError:
+            ann = inspect.signature(self.pyfunc).return_annotation
         if isinstance(ann, str):
             return ann
         if isinstance(ann, type) and not typing.get_args(ann):

@@ -392,3 +392,145 @@ def test_attribute_errors_use_warps_words():
 
     with pytest.raises(AttributeError, match="`shape` is not an attribute of"):
         tg.launch(type_attribute, dim=1, inputs=[])
+
+
+# ------------------------------------------------------------------ codegen details
+
+
+@tg.func
+def ret_mismatch(x: tg.int32) -> tg.int16:
+    return tg.int8(x)
+
+
+@tg.func
+def ret_tuple_for_scalar(x: int) -> int:
+    return (x + x, x * x)
+
+
+@tg.func
+def ret_tuple_types(x: int) -> tuple[int, int]:
+    return (x, 1.23)
+
+
+@tg.func
+def ret_tuple_count(x: int) -> tuple[int, int, int]:
+    return (x + x, x * x)
+
+
+def test_return_annotation_mismatch_texts():
+    def k1():
+        _ = ret_mismatch(123)
+
+    def k2():
+        _ = ret_tuple_for_scalar(123)
+
+    def k3():
+        _x, _y = ret_tuple_types(123)
+
+    def k4():
+        _x, _y, _z = ret_tuple_count(123)
+
+    cases = [(k1, r"The function `ret_mismatch` has its return type annotated as `int16` but the code returns a "
+                  r"value of type `int8`\."),
+             (k2, r"annotated as `int` but the code returns 2 values\."),
+             (k3, r"annotated as `tuple\[int, int\]` but the code returns a tuple with types `\(int32, float32\)`\."),
+             (k4, r"annotated as a tuple of 3 elements but the code returns 2 values\.")]
+    for fn, text in cases:
+        with pytest.raises(tg.WarpCodegenError, match=text):
+            tg.launch(tg.kernel(fn, module="unique"), dim=1, inputs=[])
+
+
+@tg.func
+def doubled(x: float):
+    return 2.0 * x
+
+
+@tg.func
+def halved(x: float):
+    return 0.5 * x
+
+
+def test_function_valued_locals_cannot_be_rebound():
+    def to_function(out: tg.array(dtype=float)):
+        f = doubled
+        f = halved
+        out[0] = f(3.0)
+
+    def to_value(out: tg.array(dtype=float)):
+        f = doubled
+        f = 1.0
+        out[0] = f
+
+    def grad_to_value(out: tg.array(dtype=float)):
+        g = tg.grad(doubled)
+        g, x = (1.0, 2.0)
+        out[0] = x
+
+    def grad_augassign(out: tg.array(dtype=float)):
+        g = tg.grad(doubled)
+        g += 1.0
+
+    def bound_then_grad(out: tg.array(dtype=float)):
+        f = doubled
+        g = tg.grad(f)
+        out[0] = g(3.0) + f(1.0)
+
+    for fn, text in ((to_function, "rebinding function-valued local 'f' to another function"),
+                     (to_value, "rebinding function-valued local.*non-function"),
+                     (grad_to_value, "Cannot reassign local 'g'.*wp.grad"),
+                     (grad_augassign, "Cannot reassign local 'g'.*wp.grad")):
+        with pytest.raises(tg.WarpCodegenError, match=text):
+            tg.launch(tg.kernel(fn, module="unique"), dim=1, inputs=[tg.zeros(1, dtype=float)])
+    out = tg.zeros(1, dtype=float)
+    tg.launch(tg.kernel(bound_then_grad, module="unique"), dim=1, inputs=[out])
+    assert out.numpy()[0] == 4.0
+
+
+@tg.struct
+class Pun:
+    f: tg.float16
+    i: tg.int16
+
+
+@tg.kernel
+def keywords_and_casts_kernel(out: tg.array(dtype=float), bits: tg.array(dtype=tg.int32)):
+    out[0] = tg.cast(tg.int32(0x3FA00000), tg.float32)
+    p = Pun()
+    p.f = tg.float16(2.0)
+    p.i = tg.int16(123)
+    bits[0] = tg.cast(p, tg.int32)
+    out[1] = tg.pow(y=4.0, x=2.0) + tg.pow(2.0, y=1.0)
+    out[2] = tg.float(tg.int(2.7))
+    m = tg.transform_compose(rotation=tg.quat(0.0, 0.0, 0.0, 1.0), position=tg.vec3(1.0, 2.0, 3.0),
+                             scale=tg.vec3(2.0, 3.0, 4.0))
+    out[3] = m[0, 0] + m[1, 3]
+
+
+def test_builtin_keywords_bit_cast_and_python_casts(device):
+    out = tg.zeros(4, dtype=float, device=device)
+    bits = tg.zeros(1, dtype=tg.int32, device=device)
+    tg.launch(keywords_and_casts_kernel, dim=1, inputs=[out, bits], device=device)
+    expected_bits = np.frombuffer(np.array([2.0], np.float16).tobytes() + np.array([123], np.int16).tobytes(),
+                                  np.int32)[0]
+    np.testing.assert_array_equal(out.numpy(), [1.25, 18.0, 2.0, 4.0])
+    assert bits.numpy()[0] == expected_bits
+
+
+def test_bit_cast_needs_equal_sizes():
+    def k():
+        _ = tg.cast(tg.int64(1), tg.float32)
+
+    with pytest.raises(tg.KernelError, match="cannot be reinterpreted"):
+        tg.launch(tg.kernel(k, module="unique"), dim=1, inputs=[])
+    with pytest.raises(RuntimeError, match="only be called inside a kernel"):
+        tg.cast(1, tg.float32)
+
+
+def test_module_load_of_a_generic_kernel_loads_its_overloads():
+    @tg.kernel(module="unique")
+    def generic_load(x: Any, out: tg.array(dtype=float)):
+        out[0] = float(x)
+
+    assert generic_load.module.load("cpu") is None     # no overload yet: nothing to build
+    spec = tg.overload(generic_load, [tg.float64, tg.array(dtype=float)])
+    assert generic_load.module.load("cpu") is spec.module("cpu")
