@@ -94,6 +94,11 @@ class ScalarType:
     def __reduce__(self):   # by reference: the one object of that name
         return (_scalar_named, (self.name,))
 
+    def __instancecheck__(self, obj) -> bool:
+        """``isinstance(v, tg.uint8)``: whether ``v`` is a NumPy scalar of this type (what
+        ``tg.uint8(1)`` returns); a Python int or float is none of them, as in Warp."""
+        return isinstance(obj, np.generic) and obj.dtype == self.np_dtype
+
     # the attributes Warp code reads on its dtypes (``dtype._type_``, ``dtype._length_``)
     @property
     def _type_(self):
@@ -621,8 +626,11 @@ def struct(cls):
     (scalar, vector, matrix, array annotation or another struct).
 
     Raises:
-        TypeError: a field's annotation is not a tapegrad type.
+        TypeError: a field's annotation is not a tapegrad type; later, one number assigned to a
+            vector/matrix field. RuntimeError: the class derives from another class (as Warp).
     """
+    if any(b is not object for b in cls.__bases__):
+        raise RuntimeError(f"struct {cls.__name__}: Warp structs must be defined as base classes")
     hints = dict(getattr(cls, "__annotations__", {}))
     if any(isinstance(v, str) for v in hints.values()):  # `from __future__ import annotations`
         import sys
@@ -666,8 +674,20 @@ def struct(cls):
         inner = ", ".join(f"{f}={getattr(self, f)!r}" for f, _ in fields)
         return f"{cls.__name__}({inner})"
 
+    composite = {f: t for f, t in fields if isinstance(t, (VectorType, MatrixType))}
+
+    def __setattr__(self, name, value):
+        t = composite.get(name)
+        if t is not None and np.ndim(value) == 0 and not isinstance(value, (list, tuple)):
+            # one number would fill every component silently; Warp refuses it
+            raise TypeError(f"Struct field '{name}' expects {t.__name__} but got a single value "
+                            f"({type(value).__name__}); assign a {t.__name__} (e.g. tg.{t.name}(...))")
+        object.__setattr__(self, name, value)
+
     cls.__init__ = __init__
     cls.__repr__ = __repr__
+    if composite:
+        cls.__setattr__ = __setattr__
     cls._tg_struct = st
     if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
         cls.cls = cls

@@ -27,6 +27,7 @@ from ..types import MatrixType, ScalarType, VectorType, float32, float64, int32
 from .adjoint import active
 from .elementwise import cuda_forward_entry, vector_plan, window_function
 from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, walk
+from .structs import is_tuple_struct
 from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
 
 _RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
@@ -424,9 +425,20 @@ class FunctionEmitter:
         ps = self.params(kernel) + self.adj_params()
         if fn.kind == "grad":
             # a user adjoint: its last parameter is adj_ret, its body accumulates tg.adjoint[...]
-            last = fn.params[-1]
-            ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(last.type)} {last.name}"]
-            lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
+            rt = fn.adj_ret_type
+            fields = list(rt.fields) if is_tuple_struct(rt) else None
+            if fields is not None:
+                # a function returning a tuple: callers pass the adjoint of the tuple struct; the
+                # user's adj_ret0, adj_ret1... are its members
+                n = len(fields)
+                ps = self.params(False)[:-n] + self.adj_params()[:-n] + [f"{rt.cname} tg_adj_ret"]
+                lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
+                lines += [f"    {self.ctype(p.type)} {p.name} = tg_adj_ret.{f};"
+                          for p, (f, _) in zip(fn.params[-n:], fields)]
+            else:
+                last = fn.params[-1]
+                ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(last.type)} {last.name}"]
+                lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
             lines += self.decls(False)
             self._last_loc = None
             self.fwd(fn.body, lines, 1, False)

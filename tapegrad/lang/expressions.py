@@ -874,6 +874,31 @@ class ExprMixin:
         spelling): components, or one value converted to ``T`` (the first typed argument's float type
         when no dtype is given)."""
         what = obj.__name__
+        if obj is transformation and {k.arg for k in node.keywords} & {"p", "q"}:
+            # Warp's transformation(p=..., q=..., dtype=...): the parts by keyword
+            kw = {k.arg: k.value for k in node.keywords}
+            unknown = [k for k in kw if k not in ("p", "q", "dtype")]
+            if unknown:
+                self.error(f"transformation() in a kernel takes p=, q= and dtype=, got {unknown[0]}=", node)
+            args = [self.expr(a) for a in node.args]
+            parts = {k: self.expr(v) for k, v in kw.items() if k != "dtype"}
+            dtype = float32
+            if "dtype" in kw:
+                d = self.expr(kw["dtype"])
+                dtype = resolve_dtype(d.obj) if isinstance(d, PyObj) else None
+            else:
+                typed = [v.type for v in list(parts.values()) + args if isinstance(v, Var)]
+                dtype = next((scalar_of(t) for t in typed if is_float(scalar_of(t))), float32)
+            if not is_scalar(dtype) or not is_float(dtype):
+                self.error("transformation(dtype=...) must be a float type such as float or tg.float64", node)
+            given = dict(zip(("p", "q"), args))
+            if set(given) & set(parts) or len(args) > 2:
+                self.error("transformation(): p and q are given once each", node)
+            given.update(parts)
+            v3, qt = vector(3, dtype), quaternion(dtype)
+            p = given.get("p", Lit(v3(0.0, 0.0, 0.0), v3))
+            q = given.get("q", Lit(qt(0.0, 0.0, 0.0, 1.0), qt))
+            return self.construct(transformation(dtype), [p, q], node, {})
         unknown = [k.arg for k in node.keywords if k.arg != "dtype"]
         if unknown:
             self.error(f"{what}() in a kernel takes the values and a dtype= keyword, got {unknown[0]}=", node)

@@ -82,6 +82,8 @@ class Builder(ExprMixin):
         self.declared_ret = ret_type
         self.grad_of = grad_of
         self.grad_has_ret = ret_type is not None and kind == "grad"
+        # a custom adjoint's last parameters: adj_ret, or one per member of a returned tuple
+        self.n_adj_ret = (len(ret_type.fields) if is_tuple_struct(ret_type) else 1) if self.grad_has_ret else 0
         if kind == "grad":
             ret_type = None
         self.globals = pyfunc.__globals__
@@ -270,7 +272,7 @@ class Builder(ExprMixin):
         if fdef.body and any(_has_return(s) for s in fdef.body):
             self.ret_flag = self.new_var(bool_, "flag", "ret")
         for k, p in enumerate(params):
-            if self.kind == "grad" and self.grad_has_ret and k == len(params) - 1:
+            if self.kind == "grad" and self.grad_has_ret and k >= len(params) - self.n_adj_ret:
                 self.scope[p.label] = p      # adj_ret: read directly, never reassigned
                 continue
             if is_array(p.type):
@@ -286,7 +288,8 @@ class Builder(ExprMixin):
         self.stmts(body)
         fn = FunctionIR(self.name, self.kind, params, self.block, ret_type=self.ret_type, ret_var=self.ret_var,
                         vars=self.vars, loc=Loc(self.file, self.first, self.label), side_effects=self.side_effects,
-                        callees=self.callees, ret_flag=self.ret_flag, tid_ndim=self.tid_ndim)
+                        callees=self.callees, ret_flag=self.ret_flag, tid_ndim=self.tid_ndim,
+                        adj_ret_type=self.declared_ret if self.kind == "grad" else None)
         return fn
 
     # ------------------------------------------------------------------ statements

@@ -24,7 +24,7 @@ from .generic import generic_accepts, infer_type, is_generic_annotation
 from .ir import FunctionIR, Op, Var, c_identifier
 from .lower import Target, lower
 from .signature import annotations, capture_source, resolve_type, short_hash, where
-from .structs import tuple_struct
+from .structs import is_tuple_struct, tuple_struct
 from .typeutil import is_array, is_composite, is_scalar, is_struct, type_name, type_of_value
 from .values import Lit, PyObj, TupleVal, default_type
 
@@ -184,7 +184,9 @@ class Func:
             with depends.recording() as record:
                 ir = lower(Target(ov.pyfunc, "func", name, types, ret_type=rt, label=self.name))
                 if ov.grad is not None:
-                    gtypes = types + ((ir.ret_type,) if ir.ret_type is not None else ())
+                    rt = ir.ret_type   # a tuple's adjoint comes as one parameter per member
+                    gtypes = types + (tuple(ft for _, ft in rt.fields) if is_tuple_struct(rt) else
+                                      (rt,) if rt is not None else ())
                     ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
                                               label=getattr(ov.grad, "__name__", self.name)))
                     ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees)

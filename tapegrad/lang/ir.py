@@ -186,6 +186,7 @@ class FunctionIR:
     param_access: list = field(default_factory=list)  # [(reads, writes)] per param
     grad_ir: Optional["FunctionIR"] = None          # for kind == "func": the @func_grad body, if any
     tid_ndim: int = 0               # for kind == "kernel": the most indices tid() is unpacked into
+    adj_ret_type: Any = None        # for kind == "grad": the function's return type (a tuple: one adj param each)
 
 
 def walk(stmts):

@@ -463,7 +463,7 @@ def test_function_valued_locals_cannot_be_rebound():
 
     def grad_to_value(out: tg.array(dtype=float)):
         g = tg.grad(doubled)
-        g, x = (1.0, 2.0)
+        g, x = (1.0, 2.0)  # noqa: F841  (the rebinding is what is tested)
         out[0] = x
 
     def grad_augassign(out: tg.array(dtype=float)):
@@ -534,3 +534,46 @@ def test_module_load_of_a_generic_kernel_loads_its_overloads():
     assert generic_load.module.load("cpu") is None     # no overload yet: nothing to build
     spec = tg.overload(generic_load, [tg.float64, tg.array(dtype=float)])
     assert generic_load.module.load("cpu") is spec.module("cpu")
+
+
+# ------------------------------------------------------------------ structs and scalar types
+
+
+def test_struct_rules_as_warp():
+    with pytest.raises(RuntimeError, match=r"Warp structs must be defined as base classes$"):
+        @tg.struct
+        class Child(Pun):
+            y: int
+
+    @tg.struct
+    class Fields:
+        u8: tg.uint8
+        v: tg.vec3
+        t: tg.transform
+
+    s = Fields()
+    assert isinstance(s.u8, tg.uint8) and not isinstance(s.u8, tg.int32)
+    assert isinstance(np.float16(1), tg.float16) and not isinstance(1, tg.int32)
+    for value in (123, 1.5, tg.float32(1.5)):
+        with pytest.raises(TypeError, match="Struct field 'v' expects vec3f but got a single value"):
+            s.v = value
+        with pytest.raises(TypeError, match="Struct field 't' expects transformf but got a single value"):
+            s.t = value
+    s.v = [1.0, 2.0, 3.0]    # sequences still convert
+    s.u8 = 7
+    assert s.u8 == 7
+
+
+@tg.kernel
+def transformation_keywords_kernel(vs: tg.array(dtype=tg.vec3), qs: tg.array(dtype=tg.quat),
+                                   out: tg.array(dtype=tg.transform)):
+    out[0] = tg.transformation(p=vs[0], q=qs[0])
+    out[1] = tg.transformation(q=qs[0], dtype=float)
+
+
+def test_transformation_keywords_in_kernels(device):
+    vs = tg.array([[2.0, 3.0, 4.0]], dtype=tg.vec3, device=device)
+    qs = tg.array([[5.0, 6.0, 7.0, 8.0]], dtype=tg.quat, device=device)
+    out = tg.zeros(2, dtype=tg.transform, device=device)
+    tg.launch(transformation_keywords_kernel, dim=1, inputs=[vs, qs, out], device=device)
+    np.testing.assert_array_equal(out.numpy(), [[2, 3, 4, 5, 6, 7, 8], [0, 0, 0, 5, 6, 7, 8]])
