@@ -577,3 +577,40 @@ def test_transformation_keywords_in_kernels(device):
     out = tg.zeros(2, dtype=tg.transform, device=device)
     tg.launch(transformation_keywords_kernel, dim=1, inputs=[vs, qs, out], device=device)
     np.testing.assert_array_equal(out.numpy(), [[2, 3, 4, 5, 6, 7, 8], [0, 0, 0, 5, 6, 7, 8]])
+
+
+# ------------------------------------------------------------------ custom adjoints of tuple returns
+
+
+@tg.func
+def two_outputs(x: float, y: float):
+    return x * 3.0 + y / 3.0, y * y
+
+
+@tg.func_grad(two_outputs)
+def two_outputs_grad(x: float, y: float, adj_ret0: float, adj_ret1: float):
+    # deliberately not the true derivative: the test sees this body ran
+    tg.adjoint[x] += x * adj_ret0 * 42.0 + y * adj_ret1 * 10.0
+    tg.adjoint[y] += y * adj_ret1 * 3.0
+
+
+@tg.kernel
+def two_outputs_kernel(xs: tg.array(dtype=float), ys: tg.array(dtype=float), o0: tg.array(dtype=float),
+                       o1: tg.array(dtype=float)):
+    i = tg.tid()
+    a, b = two_outputs(xs[i], ys[i])
+    o0[i] = a
+    o1[i] = b
+
+
+def test_custom_adjoint_of_a_tuple_returning_function(device):
+    xs_np, ys_np = np.array([1.0, 2.0, 3.0]), np.array([10.0, 11.0, 12.0])
+    xs = tg.array(xs_np, dtype=float, requires_grad=True, device=device)
+    ys = tg.array(ys_np, dtype=float, requires_grad=True, device=device)
+    o0 = tg.zeros(3, dtype=float, requires_grad=True, device=device)
+    o1 = tg.zeros(3, dtype=float, requires_grad=True, device=device)
+    with tg.Tape() as tape:
+        tg.launch(two_outputs_kernel, dim=3, inputs=[xs, ys, o0, o1], device=device)
+    tape.backward(grads={o0: tg.ones(3, dtype=float, device=device), o1: tg.full(3, 2.0, dtype=float, device=device)})
+    np.testing.assert_allclose(xs.grad.numpy(), xs_np * 42.0 + ys_np * 2.0 * 10.0, rtol=1e-6)
+    np.testing.assert_allclose(ys.grad.numpy(), ys_np * 2.0 * 3.0, rtol=1e-6)
