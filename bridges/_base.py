@@ -30,7 +30,11 @@ import weakref
 from tapegrad import types
 from tapegrad.array import array
 from tapegrad.device import Device, get_device
-from tapegrad.errors import BridgeTypeError, GradLayoutError  # re-exported: every error lives in tapegrad.errors
+from tapegrad.errors import (  # re-exported: every error lives in tapegrad.errors
+    ArgnamesError,
+    BridgeTypeError,
+    GradLayoutError,
+)
 from tapegrad.launch import ArrayCtype
 from tapegrad.storage import fold_inner_dims
 
@@ -799,3 +803,24 @@ def pending_releases() -> int:
     with _pending_lock:
         _purge()
         return len(_pending)
+
+
+def check_argnames(names, params, who: str, what: str = "in_out_argnames") -> None:
+    """Check a list of parameter names given to a bridge (``in_out_argnames``...).
+
+    Args:
+        names: the names given (None or empty: nothing to check). params: the parameters'
+            names. who: the caller, for messages. what: the argument's name.
+    Raises:
+        ArgnamesError: a name given twice (Warp's AssertionError). ValueError: a name that is
+            no parameter.
+    """
+    names = list(names or ())
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ArgnamesError(f"{who}: {what} must not contain duplicate names, got {names}")
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"{who}: {what} {missing} did not match any function argument names (the parameters are "
+                         f"{list(params)})")
+

@@ -38,6 +38,7 @@ from .device import (  # noqa: F401
     synchronize_device,
 )
 from .errors import (  # noqa: F401
+    ArgnamesError,
     BridgeTypeError,
     CacheDirError,
     CacheWarning,

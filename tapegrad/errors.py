@@ -10,8 +10,9 @@ from __future__ import annotations
 
 __all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning",
            "TapeCompileWarning", "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
-           "BridgeTypeError", "GradLayoutError", "KernelIndexError", "WarpCodegenError", "WarpCodegenTypeError",
-           "WarpCodegenAttributeError", "WarpCodegenValueError", "WarpCodegenIndexError", "WarpCodegenKeyError"]
+           "BridgeTypeError", "GradLayoutError", "ArgnamesError", "KernelIndexError", "WarpCodegenError",
+           "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError", "WarpCodegenIndexError",
+           "WarpCodegenKeyError"]
 
 
 # ------------------------------------------------------------------------- kernels and builds
@@ -135,6 +136,14 @@ class BridgeTypeError(TypeError, RuntimeError):
 
     A ``TypeError`` (tapegrad's policy for type problems) that is also a ``RuntimeError``, so
     code written for Warp (which raises RuntimeError here) keeps working.
+    """
+
+
+class ArgnamesError(ValueError, AssertionError):
+    """A list of parameter names (``in_out_argnames``...) naming one parameter twice.
+
+    A ``ValueError`` (tapegrad's policy for bad values) that is also an ``AssertionError``,
+    which Warp raises there.
     """
 
 

@@ -30,7 +30,7 @@ from tapegrad import types
 from tapegrad.array import array as tg_array
 from tapegrad.device import ScopedDevice, get_device
 
-from .._base import Layout
+from .._base import Layout, check_argnames
 from .._op import KernelSignature, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
@@ -517,6 +517,8 @@ def jax_callable(func, num_outputs=1, graph_mode=GraphMode.JAX, vmap_method="bro
         ValueError: bad ``num_outputs``, names, ``graph_mode`` or ``vmap_method``.
     """
     norm = lambda x: None if not x else tuple(x)  # noqa: E731
+    if in_out_argnames:   # checked before the cache: a cached wrapper must not hide a bad list
+        check_argnames(in_out_argnames, list(inspect.signature(func).parameters), _WHO)
     key = config_key(func, num_outputs, int(graph_mode) if isinstance(graph_mode, (int, GraphMode)) else graph_mode,
                      vmap_method, output_dims, norm(in_out_argnames), norm(stage_in_argnames),
                      norm(stage_out_argnames), int(module_preload_mode), bool(has_side_effect))

@@ -26,6 +26,7 @@ import numpy as np
 from tapegrad import abi
 from tapegrad.lang.facts import check_grid_fits
 
+from .._base import check_argnames
 from .._op import GenericOp, KernelSignature, config_key, dims_of
 from . import entry
 from . import plan as ffi_plan
@@ -431,8 +432,7 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
     if getattr(kernel, "is_generic", None) is not None and kernel.is_generic():
         return _generic(kernel, num_outputs, vmap_method, launch_dims, output_dims, in_out_argnames,
                         module_preload_mode, enable_backward, has_side_effect, block_dim)
-    if in_out_argnames is not None and len(set(in_out_argnames)) != len(in_out_argnames):
-        raise ValueError(f"{_WHO}: in_out_argnames has duplicates: {list(in_out_argnames)}")
+    check_argnames(in_out_argnames, kernel.arg_names, _WHO)
     key = config_key(kernel, num_outputs, vmap_method, launch_dims, output_dims,
                      tuple(in_out_argnames) if in_out_argnames else None, int(module_preload_mode),
                      bool(enable_backward), bool(has_side_effect), block_dim)

@@ -172,8 +172,11 @@ def from_dlpack(x, dtype=None, device=None, copy=None):
     else:
         dt = types.resolve_dtype(dtype, arg="from_dlpack(dtype=...)")
         if isinstance(dt, types.StructType) or not types.can_alias(dt.scalar, sc):
-            raise DLPackDtypeError(f"Incompatible data types: DLPack {sc.name} and tapegrad {dt!r} "
-                                   "(only same-size integer/bool aliases, or vector/matrix types of the same scalar)")
+            # Warp's words (DLPack's type as code name + bits: bool8, float32; Warp's type name)
+            dl_name = ("bool" if sc.kind == "bool" else sc.name.rstrip("0123456789")) + str(sc.bits)
+            raise DLPackDtypeError(f"Incompatible data types: DLPack {dl_name} and Warp "
+                                   f"{getattr(dt, '__name__', dt)} (tapegrad {dt!r}: only same-size integer/bool "
+                                   f"aliases, or vector/matrix types of the same scalar)")
     if dt.inner_shape or len(shape) > types.MAX_DIMS:
         dt, shape, bstrides = fold_inner_dims(sc, dt, shape, bstrides, "from_dlpack")
     if min(bstrides) < 0:

@@ -377,6 +377,11 @@ Builtin("identity", _identity_py, "identity(n, dtype=float32): the n x n identit
                                   "are compile-time constants)")
 
 
+Builtin("block_dim", None, "block_dim(): the number of threads per block of the running launch (1 on the CPU; "
+                           "on CUDA the block size the launch used)").add(
+    lambda ts: int32 if not ts else NO, lambda ts, r: (lambda a: "tg::wx_block_dim()"))
+
+
 def cast(a, dtype):
     """Warp's ``wp.cast(a, dtype)`` inside kernels: ``a``'s bits reinterpreted as a ``dtype`` of
     the same size (a scalar, vector, matrix or struct; not differentiable). In Python scope,

@@ -233,6 +233,15 @@ template <typename T, typename S> TG_FUNC T wx_bit_cast(const S& s) {
     return t;
 }
 
+// block_dim(): the threads per block of the running launch (a CPU launch runs blocks of one)
+TG_FUNC int32_t wx_block_dim() {
+#if defined(__CUDA_ARCH__)
+    return (int32_t)blockDim.x;
+#else
+    return 1;
+#endif
+}
+
 #undef TG_WX_C
 // lower_bound: the first index in [lo, hi) of a sorted 1-D array whose element is >= v, hi - 1 if
 // none (Warp's: the result stays a valid index of the range)
