@@ -322,6 +322,11 @@ def _bit_cast(types, ret):   # tg.cast(a, T): same size, values only
     return "reinterprets one value as a type of the same size"
 
 
+def _adjoint_array(types, ret):   # tg.adjoint[a] of an array parameter in a @func_grad
+    return None if not types and is_array(ret) else "takes nothing and gives an array (a gradient array)"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
-            "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast}
+            "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast,
+            "adjoint_array": _adjoint_array}

@@ -435,6 +435,9 @@ class FunctionEmitter:
                 lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
                 lines += [f"    {self.ctype(p.type)} {p.name} = tg_adj_ret.{f};"
                           for p, (f, _) in zip(fn.params[-n:], fields)]
+            elif rt is None:   # a function without a result: its adjoint gets no adj_ret
+                ps = self.params(False) + self.adj_params()
+                lines = [f"static TG_FUNC void {name}({', '.join(ps)}) {{"]
             else:
                 last = fn.params[-1]
                 ps = self.params(False)[:-1] + self.adj_params()[:-1] + [f"{self.ctype(last.type)} {last.name}"]

@@ -19,7 +19,7 @@ from ..types import ScalarType, TransformType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin, is_function_object
 from .flow import Paths, meet
-from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, SetFlag, Var, Write, c_identifier
+from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, SetFlag, Var, Write, c_identifier
 from .signature import annotations, source_of
 from .structs import FieldName, StructInit, is_tuple_struct, tuple_struct
 from .typeutil import (
@@ -360,6 +360,9 @@ class Builder(ExprMixin):
         tgt = node.target
         if isinstance(tgt, ast.Subscript) and self.is_adjoint_marker(tgt.value):
             return self.adjoint_accum(tgt, node)
+        if isinstance(tgt, ast.Subscript) and isinstance(tgt.value, ast.Subscript) \
+                and self.is_adjoint_marker(tgt.value.value):
+            return self.adjoint_array_accum(tgt, node)
         if isinstance(tgt, ast.Name):
             self.check_function_rebind(tgt.id, None, node)
         current = self.expr(tgt)
@@ -770,6 +773,27 @@ class Builder(ExprMixin):
         if v.type is not p.type:
             self.error(f"adjoint of '{p.label}' must be a {type_name(p.type)}, got {type_name(v.type)}", node)
         self.emit(AdjAccum(p, v, self.loc(node)))
+
+
+    def adjoint_array_accum(self, tgt, node):
+        """``tg.adjoint[a][i, ...] += v`` in a ``@func_grad``: ``v`` added (atomically) into the
+        gradient array of array parameter ``a`` at the index (Warp's spelling)."""
+        if self.kind != "grad":
+            self.error("tg.adjoint[...] can only be used inside a @func_grad function", node)
+        if not isinstance(node.op, ast.Add):
+            self.error("tg.adjoint[a][i] only supports +=", node)
+        sl = tgt.value.slice
+        p = next((p for p in self.params if isinstance(sl, ast.Name) and p.label == sl.id), None)
+        if p is None or not is_array(p.type):
+            self.error("tg.adjoint[a][i] must name an array parameter of the function", node)
+        idx = self.index_vars(self.indices(tgt.slice), node)
+        if len(idx) != p.type.ndim:
+            self.error(f"array has {p.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
+        v = self.expr(node.value)
+        v = self.materialize(v, p.type.dtype) if isinstance(v, Lit) else self.materialize(v)
+        # the adjoint function's parameter holding the gradient array (emit.adj_name of the param)
+        grad = self.call_op(Op("adjoint_array", lambda a, n=f"adj_{p.name}": n, p.type), [], node)
+        self.builtin_args("atomic_add", [grad] + idx + [v], node)
 
 
 class _SubBlock:

@@ -184,14 +184,19 @@ class Func:
             with depends.recording() as record:
                 ir = lower(Target(ov.pyfunc, "func", name, types, ret_type=rt, label=self.name))
                 if ov.grad is not None:
+                    # the adjoint may call the function itself (its forward): it finds this IR
+                    ov.specs[types] = _Spec(ir)
                     rt = ir.ret_type   # a tuple's adjoint comes as one parameter per member
                     gtypes = types + (tuple(ft for _, ft in rt.fields) if is_tuple_struct(rt) else
                                       (rt,) if rt is not None else ())
                     ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
                                               label=getattr(ov.grad, "__name__", self.name)))
-                    ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees)
+                    ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees and c is not ir)
             spec = _Spec(ir, record=record())
             ov.specs[types] = spec
+        except BaseException:
+            ov.specs.pop(types, None)   # no provisional specialization outlives a failed build
+            raise
         finally:
             ov._building.discard(types)
         return spec

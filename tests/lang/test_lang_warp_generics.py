@@ -614,3 +614,48 @@ def test_custom_adjoint_of_a_tuple_returning_function(device):
     tape.backward(grads={o0: tg.ones(3, dtype=float, device=device), o1: tg.full(3, 2.0, dtype=float, device=device)})
     np.testing.assert_allclose(xs.grad.numpy(), xs_np * 42.0 + ys_np * 2.0 * 10.0, rtol=1e-6)
     np.testing.assert_allclose(ys.grad.numpy(), ys_np * 2.0 * 3.0, rtol=1e-6)
+
+
+@tg.func
+def sigmoid(x: float):
+    return 1.0 / (1.0 + tg.exp(-x))
+
+
+@tg.func_grad(sigmoid)
+def adj_sigmoid(x: float, adj: float):
+    # the adjoint calls the function it differentiates (its forward), as Warp allows
+    tg.adjoint[x] += adj * sigmoid(x) * (1.0 - sigmoid(x))
+
+
+@tg.func
+def sigmoid_into(i: int, xs: tg.array(dtype=float), ys: tg.array(dtype=float)):
+    ys[i] = sigmoid(xs[i])
+
+
+@tg.func_grad(sigmoid_into)
+def adj_sigmoid_into(i: int, xs: tg.array(dtype=float), ys: tg.array(dtype=float)):
+    tg.adjoint[xs][i] += ys[i] * (1.0 - ys[i])   # into the gradient array of xs
+
+
+@tg.kernel
+def sigmoid_value_kernel(xs: tg.array(dtype=float), ys: tg.array(dtype=float)):
+    i = tg.tid()
+    ys[i] = sigmoid(xs[i])
+
+
+@tg.kernel
+def sigmoid_into_kernel(xs: tg.array(dtype=float), ys: tg.array(dtype=float)):
+    i = tg.tid()
+    sigmoid_into(i, xs, ys)
+
+
+def test_custom_adjoints_calling_their_function_and_writing_array_adjoints(device):
+    xs_np = np.array([1.0, 2.0, -3.0, 0.5])
+    s = 1.0 / (1.0 + np.exp(-xs_np))
+    for kernel in (sigmoid_value_kernel, sigmoid_into_kernel):
+        xs = tg.array(xs_np, dtype=float, requires_grad=True, device=device)
+        ys = tg.zeros(4, dtype=float, requires_grad=True, device=device)
+        with tg.Tape() as tape:
+            tg.launch(kernel, dim=4, inputs=[xs, ys], device=device)
+        tape.backward(grads={ys: tg.ones(4, dtype=float, device=device)})
+        np.testing.assert_allclose(xs.grad.numpy(), s * (1.0 - s), rtol=1e-5)
