@@ -18,7 +18,7 @@ from . import builtins as builtin_table
 # these register builtins into the table
 from . import builtins_atomic, builtins_linalg, builtins_math, builtins_random, builtins_warp, spatial, structs  # noqa: F401
 from .builtins_warp import cast
-from .funcs import Func, GradOf, func, func_grad, grad
+from .funcs import Func, GradOf, func, func_grad, func_replay, grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant
 
@@ -26,4 +26,4 @@ _exported = builtin_table.exported()
 globals().update(_exported)
 
 __all__ = ["kernel", "func", "func_grad", "Kernel", "Func", "KernelError", "TapeCompileWarning", "constant",
-           "adjoint", "overload", "grad", "GradOf", "cast"] + sorted(_exported)
+           "adjoint", "overload", "grad", "GradOf", "cast", "func_replay"] + sorted(_exported)

@@ -620,7 +620,7 @@ def op_call(fn, label, has_adjoint=True) -> Op:
     Python name): ``NAME_fwd`` forward, ``NAME_rep`` in the replay when it has side effects,
     ``NAME_adj`` in the adjoint."""
     name = fn.name
-    rep = f"{name}_rep" if fn.side_effects else f"{name}_fwd"
+    rep = f"{name}_rep" if fn.side_effects or fn.replay_ir is not None else f"{name}_fwd"
     end = "" if fn.ret_type is not None else ";"
 
     def fwd(a):

@@ -550,7 +550,9 @@ def emit_func(fn, grad=None, sites=None) -> str:
     debug build's table of bounds checks (None: no checks)."""
     e = FunctionEmitter(fn, sites)
     parts = [e.forward_function(f"{fn.name}_fwd")]
-    if fn.side_effects:
+    if fn.replay_ir is not None:   # the user's @func_replay body, run as it is
+        parts.append(FunctionEmitter(fn.replay_ir, sites).forward_function(f"{fn.name}_rep"))
+    elif fn.side_effects:
         parts.append(e.forward_function(f"{fn.name}_rep", replay=True))
     if grad is not None:
         parts.append(FunctionEmitter(grad, sites).adjoint_function(f"{fn.name}_adj"))
@@ -686,6 +688,8 @@ def callee_order(fn) -> list:
                 visit(c)
                 if c.grad_ir is not None:
                     visit(c.grad_ir)
+                if c.replay_ir is not None:
+                    visit(c.replay_ir)
                 order.append(c)
     visit(fn)
     return order

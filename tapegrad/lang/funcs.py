@@ -34,6 +34,7 @@ class _Overload:
         self.pyfunc = pyfunc
         self.index = index
         self.grad = None
+        self.replay = None          # @func_replay body: what the adjoint's forward replay runs instead
         self.specs: dict = {}
         self._params = None
         self._building = set()
@@ -192,6 +193,10 @@ class Func:
                     ir.grad_ir = lower(Target(ov.grad, "grad", name + "_grad", gtypes, ret_type=ir.ret_type,
                                               label=getattr(ov.grad, "__name__", self.name)))
                     ir.callees.extend(c for c in ir.grad_ir.callees if c not in ir.callees and c is not ir)
+                if ov.replay is not None:
+                    ir.replay_ir = lower(Target(ov.replay, "func", name + "_replay", types, ret_type=ir.ret_type,
+                                                label=getattr(ov.replay, "__name__", self.name)))
+                    ir.callees.extend(c for c in ir.replay_ir.callees if c not in ir.callees and c is not ir)
             spec = _Spec(ir, record=record())
             ov.specs[types] = spec
         except BaseException:
@@ -403,6 +408,36 @@ def func_grad(f):
 
 
 
+def func_replay(f):
+    """Decorator supplying the replay of ``@func`` ``f`` (Warp's ``wp.func_replay``): what the
+    adjoint pass runs instead of ``f``'s forward when it recomputes the forward values. For a
+    function with side effects that must not happen twice (an ``atomic_add`` handing out
+    slots), the replay reads what the forward recorded instead. Same parameters and result as
+    ``f``.
+
+    Raises:
+        TypeError: ``f`` is not a ``@tg.func``.
+    """
+    if not isinstance(f, Func):
+        raise TypeError(f"func_replay expects a @tg.func, got {f!r}")
+
+    def wrap(g):
+        capture_source(g)
+        try:
+            want = [a for _, a in annotations(g, "replay function")[0]]
+        except KernelError:
+            want = None
+        target = f.overloads[0]
+        for ov in f.overloads:
+            if want is not None and [a for _, a in annotations(ov.pyfunc, "function")[0]] == want:
+                target = ov
+                break
+        target.replay = g
+        target.specs.clear()
+        return g
+    return wrap
+
+
 def _fingerprint(f: Func):
     """Every overload's (and custom adjoint's) identity, source and parameter types: what
     specializing ``f`` for a call reads besides the lookups in its body (``depends``)."""
@@ -419,9 +454,10 @@ def _fingerprint(f: Func):
             return None
         src = depends.source_fingerprint(ov.pyfunc)
         grad = depends.source_fingerprint(ov.grad) if ov.grad is not None else "-"
-        if src is None or grad is None:
+        replay = depends.source_fingerprint(ov.replay) if ov.replay is not None else "-"
+        if src is None or grad is None or replay is None:
             return None
-        parts += [src, grad, *names, *fps]
+        parts += [src, grad, replay, *names, *fps]
     return "func:" + depends.digest(*parts)
 
 
@@ -433,7 +469,7 @@ def _generic_fingerprint(t) -> str:
 
 
 def _scopes(f: Func):
-    return [p for ov in f.overloads for p in (ov.pyfunc, ov.grad) if p is not None]
+    return [p for ov in f.overloads for p in (ov.pyfunc, ov.grad, ov.replay) if p is not None]
 
 
 class GradOf:

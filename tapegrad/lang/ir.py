@@ -187,6 +187,7 @@ class FunctionIR:
     grad_ir: Optional["FunctionIR"] = None          # for kind == "func": the @func_grad body, if any
     tid_ndim: int = 0               # for kind == "kernel": the most indices tid() is unpacked into
     adj_ret_type: Any = None        # for kind == "grad": the function's return type (a tuple: one adj param each)
+    replay_ir: Optional["FunctionIR"] = None        # for kind == "func": the @func_replay body, if any
 
 
 def walk(stmts):

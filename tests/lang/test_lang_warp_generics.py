@@ -659,3 +659,40 @@ def test_custom_adjoints_calling_their_function_and_writing_array_adjoints(devic
             tg.launch(kernel, dim=4, inputs=[xs, ys], device=device)
         tape.backward(grads={ys: tg.ones(4, dtype=float, device=device)})
         np.testing.assert_allclose(xs.grad.numpy(), s * (1.0 - s), rtol=1e-5)
+
+
+@tg.func
+def take_slot(counter: tg.array(dtype=int), value: int, slots: tg.array(dtype=int), tid: int):
+    """Hands out slots: an atomic that must not run again in the adjoint's replay."""
+    slot = tg.atomic_add(counter, 0, value)
+    slots[tid] = slot
+    return slot
+
+
+@tg.func_replay(take_slot)
+def take_slot_replay(counter: tg.array(dtype=int), value: int, slots: tg.array(dtype=int), tid: int):
+    """The replay reads the slot the forward recorded."""
+    return slots[tid]
+
+
+@tg.kernel
+def slots_kernel(x: tg.array(dtype=float), counter: tg.array(dtype=int), slots: tg.array(dtype=int),
+                 y: tg.array(dtype=float)):
+    tid = tg.tid()
+    k = take_slot(counter, 1, slots, tid)
+    y[k] = x[k] * x[k]
+
+
+def test_func_replay_replaces_the_forward_in_the_adjoint(device):
+    n = 64
+    x_np = np.arange(n, dtype=np.float32)
+    x = tg.array(x_np, dtype=float, requires_grad=True, device=device)
+    y = tg.zeros(n, dtype=float, requires_grad=True, device=device)
+    counter = tg.zeros(1, dtype=tg.int32, device=device)
+    slots = tg.zeros(n, dtype=tg.int32, device=device)
+    with tg.Tape() as tape:
+        tg.launch(slots_kernel, dim=n, inputs=[x, counter, slots, y], device=device)
+    tape.backward(grads={y: tg.ones(n, dtype=float, device=device)})
+    np.testing.assert_allclose(x.grad.numpy(), 2.0 * x_np)
+    assert counter.numpy()[0] == n       # the replay did not hand out slots again
+    assert "recorded" in take_slot_replay.__doc__
