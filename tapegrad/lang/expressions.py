@@ -447,8 +447,6 @@ class ExprMixin:
                 self.error(f"type() operator expects exactly one argument, got {len(node.args) + len(kwargs)}", node,
                            WarpCodegenError)
             return PyObj(self.type_of_operand(self.expr(node.args[0]), node))
-        if (obj is vector or obj is matrix) and not node.args and fn.chain is not None and "types" in fn.chain[:-1]:
-            return PyObj(self.composite_type(obj, node))   # wp.types.vector(length=n, dtype=T): the type
         if obj in PY_ALIASES.keys() if hashable(obj) else False:
             obj = REGISTRY[PY_ALIASES[obj]]
         if isinstance(obj, Builtin):
@@ -739,27 +737,6 @@ class ExprMixin:
         if isinstance(v, PyObj):
             return type(v.obj)
         self.error(f"type() of {describe(v)} is not supported", node)
-
-    def composite_type(self, obj, node):
-        """``tg.types.vector(length=n, dtype=T)`` / ``matrix(shape=(r, c), dtype=T)`` in a kernel:
-        the type (Warp evaluates the type factory at compile time)."""
-        size_kw = "length" if obj is vector else "shape"
-        kw = {k.arg: self.expr(k.value) for k in node.keywords}
-        unknown = [k for k in kw if k not in (size_kw, "dtype")]
-        if unknown or size_kw not in kw:
-            self.error(f"tg.types.{obj.__name__}() in a kernel takes {size_kw}= and dtype=", node)
-        size = kw[size_kw]
-        if isinstance(size, TupleVal) and all(isinstance(x, Lit) for x in size.items):
-            size = tuple(int(x.value) for x in size.items)
-        elif isinstance(size, Lit):
-            size = int(size.value)
-        else:
-            self.error(f"tg.types.{obj.__name__}({size_kw}=...) must be a constant", node)
-        d = kw.get("dtype", PyObj(float32))
-        try:
-            return obj(size, d.obj if isinstance(d, PyObj) else None)
-        except (TypeError, ValueError) as e:
-            self.error(str(e), node)
 
     def type_attribute(self, t, attr):
         """Warp's type attributes in kernels: ``T.dtype`` (the scalar type of a value type, an
