@@ -27,7 +27,7 @@ from ..errors import IRCheckError
 from ..types import bool_, int32, int64
 from .builtins import COPY, REGISTRY
 from .ir import AdjAccum, Assign, Const, If, Loop, Op, Print, Read, SetFlag, Var, Write, walk
-from .typeutil import constant_value, is_array, is_int, is_printable, is_scalar, is_struct, type_name
+from .typeutil import constant_value, is_array, is_composite, is_int, is_printable, is_scalar, is_struct, type_name
 
 _STATEMENTS = (Assign, Const, Read, Write, SetFlag, If, Loop, AdjAccum, Print)
 _OPERAND_KINDS = ("temp", "param", "typearg")
@@ -248,7 +248,17 @@ class _Checker:
         if s.param not in self.fn.params:
             self.fail(f"accumulates into '{s.param.name}', not a parameter")
         self.use(s.src, "accumulated value")
-        self.same_type(s.src.type, s.param.type, "accumulated value vs parameter")
+        t = s.param.type
+        for step in s.path:   # struct fields, then vector/matrix components
+            if isinstance(step, str):
+                if not is_struct(t) or step not in dict(t.fields):
+                    self.fail(f"adjoint path {s.path}: no field '{step}'")
+                t = dict(t.fields)[step]
+            elif is_composite(t) and isinstance(step, int):
+                t = t.scalar
+            elif not (isinstance(step, int) and is_scalar(t)):   # a matrix's second index
+                self.fail(f"adjoint path {s.path}: bad step {step!r}")
+        self.same_type(s.src.type, t, "accumulated value vs parameter")
 
     def s_Print(self, s):
         for item in s.items:

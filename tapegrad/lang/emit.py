@@ -112,6 +112,28 @@ _ACCESS_VALUES = {"load": 0, "store": 1, "atomic_add": 1, "atomic_sub": 1, "atom
                   "atomic_exch": 1, "atomic_cas": 2, "atomic_and": 1, "atomic_or": 1, "atomic_xor": 1}
 
 
+def adjoint_path(t, path) -> str:
+    """The C++ accessor of ``path`` (struct field names, constant component indices) below a
+    value of type ``t`` (``AdjAccum.path``)."""
+    out = []
+    k = 0
+    while k < len(path):
+        step = path[k]
+        if isinstance(step, str):
+            out.append(f".{step}")
+            t = dict(t.fields)[step]
+            k += 1
+        elif is_mat(t):
+            out.append(f".data[{path[k]}][{path[k + 1]}]")
+            t = t.scalar
+            k += 2
+        else:
+            out.append(f".c[{step}]")
+            t = t.scalar
+            k += 1
+    return "".join(out)
+
+
 def adj_name(v) -> str:
     if getattr(v, "kind", None) == "typearg":
         return ""
@@ -347,7 +369,7 @@ class FunctionEmitter:
             elif isinstance(s, Loop):
                 self.loop(s, lines, ind, replay)
             elif isinstance(s, AdjAccum):
-                lines.append(f"{pad}tg::accum({adj_name(s.param)}, {s.src.name});")
+                lines.append(f"{pad}tg::accum({adj_name(s.param)}{adjoint_path(s.param.type, s.path)}, {s.src.name});")
             elif isinstance(s, Print):
                 if replay:
                     continue

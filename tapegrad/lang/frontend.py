@@ -756,23 +756,46 @@ class Builder(ExprMixin):
 
     # ------------------------------------------------------------------ misc
 
-    def adjoint_accum(self, tgt, node):
+    def adjoint_target(self, expr, node):
+        """``(param, path, type)`` of what ``tg.adjoint[expr]`` names: a parameter, or a struct
+        field of one (``x.vec``: path ``("vec",)``)."""
+        if isinstance(expr, ast.Name):
+            p = next((p for p in self.params if p.label == expr.id), None)
+            if p is None:
+                self.error("tg.adjoint[...] must name a parameter of the function", node)
+            return p, (), p.type
+        if isinstance(expr, ast.Attribute):
+            p, path, t = self.adjoint_target(expr.value, node)
+            if not is_struct(t) or expr.attr not in dict(t.fields):
+                self.error(f"tg.adjoint[...]: `{ast.unparse(expr)}` is not a field of a struct parameter", node)
+            return p, path + (expr.attr,), dict(t.fields)[expr.attr]
+        self.error("tg.adjoint[...] must name a parameter of the function (or a struct field of one)", node)
+
+    def adjoint_accum(self, tgt, node, components=()):
+        """``tg.adjoint[x] += v`` (also ``x.field``, and ``components``: constant indices of a
+        vector/matrix, from ``tg.adjoint[x.vec][0]``)."""
         if self.kind != "grad":
             self.error("tg.adjoint[...] can only be used inside a @func_grad function", node)
         if not isinstance(node.op, ast.Add):
             self.error("tg.adjoint[x] only supports +=", node)
-        sl = tgt.slice
-        if not isinstance(sl, ast.Name) or sl.id not in {p.label for p in self.params}:
-            self.error("tg.adjoint[...] must name a parameter of the function", node)
-        p = next(p for p in self.params if p.label == sl.id)
-        if is_array(p.type):
-            self.error("adjoints of array parameters are their gradient arrays; they cannot be accumulated here",
-                       node)
+        p, path, t = self.adjoint_target(tgt.slice, node)
+        if is_array(t):
+            self.error("adjoints of array parameters are their gradient arrays; add into an element with "
+                       "tg.adjoint[a][i] += v", node)
+        if components:
+            dims = (t.length_,) if is_vec(t) else (t.rows, t.cols) if is_composite(t) else ()
+            if len(components) != len(dims):
+                self.error(f"tg.adjoint[...][...]: a {type_name(t)} takes {len(dims)} constant index(es)", node)
+            for i, n in zip(components, dims):
+                if not 0 <= i < n:
+                    self.error(f"tg.adjoint[...][{i}]: index out of range for a {type_name(t)}", node)
+            path, t = path + tuple(components), t.scalar
         v = self.expr(node.value)
-        v = self.materialize(v, p.type) if isinstance(v, Lit) else self.materialize(v)
-        if v.type is not p.type:
-            self.error(f"adjoint of '{p.label}' must be a {type_name(p.type)}, got {type_name(v.type)}", node)
-        self.emit(AdjAccum(p, v, self.loc(node)))
+        v = self.materialize(v, t) if isinstance(v, Lit) else self.materialize(v)
+        if v.type is not t:
+            self.error(f"adjoint of '{ast.unparse(tgt.slice)}' must be a {type_name(t)}, got {type_name(v.type)}",
+                       node)
+        self.emit(AdjAccum(p, v, self.loc(node), path))
 
 
     def adjoint_array_accum(self, tgt, node):
@@ -783,8 +806,13 @@ class Builder(ExprMixin):
         if not isinstance(node.op, ast.Add):
             self.error("tg.adjoint[a][i] only supports +=", node)
         sl = tgt.value.slice
-        p = next((p for p in self.params if isinstance(sl, ast.Name) and p.label == sl.id), None)
-        if p is None or not is_array(p.type):
+        p, path, t = self.adjoint_target(sl, node)
+        if not is_array(t):    # tg.adjoint[x.vec][0]: a component of a value's adjoint
+            idx = [self.expr(e) for e in (tgt.slice.elts if isinstance(tgt.slice, ast.Tuple) else [tgt.slice])]
+            if not all(isinstance(i, Lit) and isinstance(i.value, (int, np.integer)) for i in idx):
+                self.error("tg.adjoint[x][i]: the component index must be a constant", node)
+            return self.adjoint_accum(tgt.value, node, tuple(int(i.value) for i in idx))
+        if path:
             self.error("tg.adjoint[a][i] must name an array parameter of the function", node)
         idx = self.index_vars(self.indices(tgt.slice), node)
         if len(idx) != p.type.ndim:

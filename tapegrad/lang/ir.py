@@ -149,11 +149,14 @@ class Loop(Stmt):
 
 @dataclass
 class AdjAccum(Stmt):
-    """``tg.adjoint[x] += value`` inside a ``@func_grad`` body."""
+    """``tg.adjoint[x] += value`` inside a ``@func_grad`` body; ``path``: the struct fields
+    (names) and vector/matrix components (constant indices) below ``x`` it adds into
+    (``tg.adjoint[x.vec][0]``)."""
 
     param: Var
     src: Var
     loc: Loc = None
+    path: tuple = ()
 
 
 @dataclass

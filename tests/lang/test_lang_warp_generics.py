@@ -696,3 +696,46 @@ def test_func_replay_replaces_the_forward_in_the_adjoint(device):
     np.testing.assert_allclose(x.grad.numpy(), 2.0 * x_np)
     assert counter.numpy()[0] == n       # the replay did not hand out slots again
     assert "recorded" in take_slot_replay.__doc__
+
+
+@tg.struct
+class Sv:
+    scalar: float
+    vec: tg.vec3
+
+
+@tg.func
+def struct_outputs(x: Sv):
+    return x.vec[0] * x.vec[1] * 4.0, x.scalar * x.scalar
+
+
+@tg.func_grad(struct_outputs)
+def struct_outputs_grad(x: Sv, adj_ret0: float, adj_ret1: float):
+    tg.adjoint[x.scalar] += 2.0 * x.scalar * adj_ret1
+    tg.adjoint[x.vec][0] += adj_ret0 * x.vec[1] * 4.0
+    tg.adjoint[x.vec][1] += adj_ret0 * x.vec[0] * 4.0
+
+
+@tg.kernel
+def struct_outputs_kernel(xs: tg.array(dtype=Sv), out: tg.array(dtype=float)):
+    i = tg.tid()
+    a, b = struct_outputs(xs[i])
+    out[i] = a + 3.0 * b
+
+
+def test_custom_adjoint_into_struct_fields_and_components(device):
+    vals = [(4.0, (1.0, 2.0, 3.0)), (-1.5, (5.0, -6.0, 7.0))]
+    items = []
+    for sc, v in vals:
+        s = Sv()
+        s.scalar, s.vec = sc, tg.vec3(*v)
+        items.append(s)
+    xs = tg.array(items, dtype=Sv, requires_grad=True, device=device)
+    out = tg.zeros(2, dtype=float, requires_grad=True, device=device)
+    with tg.Tape() as tape:
+        tg.launch(struct_outputs_kernel, dim=2, inputs=[xs, out], device=device)
+    tape.backward(grads={out: tg.ones(2, dtype=float, device=device)})
+    g = xs.grad.numpy()
+    for k, (sc, (vx, vy, _)) in enumerate(vals):   # the true derivatives of a + 3 b
+        assert g[k][0] == pytest.approx(6.0 * sc)
+        np.testing.assert_allclose(g[k][1], [4.0 * vy, 4.0 * vx, 0.0])
