@@ -818,7 +818,7 @@ def check_argnames(names, params, who: str, what: str = "in_out_argnames") -> No
     names = list(names or ())
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ArgnamesError(f"{who}: {what} must not contain duplicate names, got {names}")
+        raise ArgnamesError(f"{who}: {what} must not contain duplicate names (duplicates: {dup}; got {names})")
     missing = [n for n in names if n not in params]
     if missing:
         raise ValueError(f"{who}: {what} {missing} did not match any function argument names (the parameters are "

@@ -739,3 +739,9 @@ def test_custom_adjoint_into_struct_fields_and_components(device):
     for k, (sc, (vx, vy, _)) in enumerate(vals):   # the true derivatives of a + 3 b
         assert g[k][0] == pytest.approx(6.0 * sc)
         np.testing.assert_allclose(g[k][1], [4.0 * vy, 4.0 * vx, 0.0])
+
+
+def test_dlpack_dtype_mismatch_in_warps_words():
+    source = tg.zeros(1, dtype=tg.bool)
+    with pytest.raises(RuntimeError, match=r"Incompatible data types: DLPack bool8 and Warp float32"):
+        tg.from_dlpack(tg.to_dlpack(source), dtype=tg.float32)

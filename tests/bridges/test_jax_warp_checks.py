@@ -1,0 +1,54 @@
+"""Warp's checks of jax_kernel / jax_callable arguments (issue 28): in_out_argnames naming a
+parameter twice (tg.ArgnamesError, an AssertionError as Warp's) or no parameter, checked before
+the wrapper cache; and the block_dim() builtin under jax_kernel."""
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+pytestmark = pytest.mark.jax
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+
+@tg.kernel
+def triple_into(inp: tg.array(dtype=float), output: tg.array(dtype=float)):
+    i = tg.tid()
+    output[i] = 3.0 * inp[i]
+
+
+def triple_func(inp: tg.array(dtype=float), output: tg.array(dtype=float)):
+    tg.launch(triple_into, dim=inp.shape, inputs=[inp], outputs=[output])
+
+
+@pytest.mark.parametrize("make, obj", [(tg.jax_kernel, triple_into), (tg.jax_callable, triple_func)])
+def test_in_out_argnames_checked_even_after_a_cached_wrapper(make, obj):
+    first = make(obj, num_outputs=1, in_out_argnames=["output"])
+    assert first is make(obj, num_outputs=1, in_out_argnames=["output"])
+    with pytest.raises(AssertionError, match="must not contain duplicate names"):
+        make(obj, num_outputs=1, in_out_argnames=["output", "output"])
+    with pytest.raises(tg.ArgnamesError):
+        make(obj, num_outputs=1, in_out_argnames=["output", "output"])
+    with pytest.raises(ValueError, match="did not match any function argument names"):
+        make(obj, num_outputs=1, in_out_argnames=["missing"])
+
+
+@tg.kernel(module="unique")
+def block_scaled(a: tg.array(dtype=float), b: tg.array(dtype=float)):
+    i = tg.tid()
+    b[i] = a[i] * float(tg.block_dim())
+
+
+def test_block_dim_builtin_on_the_cpu():
+    x = np.arange(8, dtype=np.float32)
+    wrapper = tg.jax_kernel(block_scaled, num_outputs=1, block_dim=64, enable_backward=True)
+    with jax.default_device(jax.devices("cpu")[0]):
+        values = jnp.asarray(x)
+        out = wrapper(values)[0]
+        grad = jax.grad(lambda v: jnp.sum(wrapper(v)[0]))(values)
+    np.testing.assert_allclose(np.asarray(out), x)      # a CPU launch runs blocks of one thread
+    np.testing.assert_allclose(np.asarray(grad), np.ones(8))
+    b = tg.zeros(8, dtype=float)
+    tg.launch(block_scaled, dim=8, inputs=[tg.array(x, dtype=float), b])
+    np.testing.assert_array_equal(b.numpy(), x)
