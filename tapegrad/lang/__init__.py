@@ -16,14 +16,23 @@ from ..errors import KernelError, TapeCompileWarning
 from . import builtins as builtin_table
 
 # these register builtins into the table
-from . import builtins_atomic, builtins_linalg, builtins_math, builtins_random, builtins_warp, spatial, structs  # noqa: F401
+from . import (  # noqa: F401
+    builtins_atomic,
+    builtins_linalg,
+    builtins_math,
+    builtins_random,
+    builtins_warp,
+    slices,
+    spatial,
+    structs,
+)
 from .builtins_warp import cast
 from .funcs import Func, GradOf, func, func_grad, func_replay, grad
 from .kernel import Kernel, kernel, overload
-from .values import adjoint, constant
+from .values import adjoint, constant, static
 
 _exported = builtin_table.exported()
 globals().update(_exported)
 
 __all__ = ["kernel", "func", "func_grad", "Kernel", "Func", "KernelError", "TapeCompileWarning", "constant",
-           "adjoint", "overload", "grad", "GradOf", "cast", "func_replay"] + sorted(_exported)
+           "adjoint", "overload", "grad", "GradOf", "cast", "func_replay", "static"] + sorted(_exported)

@@ -645,6 +645,45 @@ def op_field(struct_t, name) -> Op:
     return Op("field", lambda a: f"{a[0]}.{name}", ft, adj, linear=frozenset({0}))
 
 
+def op_view(arr_t, pattern) -> Op:
+    """A sub-array view of an array of type ``arr_t`` (``a[i]`` of a 2-D array, ``a[1:n:2, k]``).
+
+    ``pattern`` has one entry per subscript component: ``"i"`` (an index: that dimension goes,
+    one operand) or ``(given, has_step)`` (a slice: ``given`` bit 0 start, bit 1 stop; an
+    operand for each part given). The result shares the array's memory; its adjoint
+    descriptor is the same view of the array's adjoint descriptor.
+    """
+    from ..types import ArrayType
+    ndim = arr_t.ndim - sum(1 for p in pattern if p == "i")
+
+    def render(a):
+        expr, d, k = a[0], 0, 1
+        for p in pattern:
+            if p == "i":
+                expr = f"tg::view_index({expr}, {d}, {a[k]})"
+                k += 1
+                continue
+            given, has_step = p
+            parts = []
+            for bit, default in ((1, "0"), (2, "0")):
+                if given & bit:
+                    parts.append(a[k])
+                    k += 1
+                else:
+                    parts.append(default)
+            if has_step:
+                parts.append(a[k])
+                k += 1
+            else:
+                parts.append("1")
+            expr = f"tg::view_slice({expr}, {d}, {', '.join(parts)}, {given})"
+            d += 1
+        return expr
+
+    return Op("view", render, ArrayType(arr_t.dtype, ndim), array_adj=lambda a, aa: render([aa[0]] + list(a[1:])),
+              view=tuple(pattern))
+
+
 Builtin("print", None, "print(x): print a value (scalars, vectors, matrices)", export=False)
 Builtin("printf", None, "printf(fmt, args...): C printf on CPU and CUDA")
 

@@ -336,7 +336,14 @@ def _adjoint_array(types, ret):   # tg.adjoint[a] of an array parameter in a @fu
     return None if not types and is_array(ret) else "takes nothing and gives an array (a gradient array)"
 
 
+def _view(types, ret):
+    if types and is_array(types[0]) and is_array(ret) and _same(ret.dtype, types[0].dtype) \
+            and 1 <= ret.ndim <= types[0].ndim and all(is_int(t) for t in types[1:]):
+        return None
+    return "takes an array and integer indices / slice bounds and gives an array of its dtype"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
             "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast,
-            "adjoint_array": _adjoint_array}
+            "adjoint_array": _adjoint_array, "view": _view}

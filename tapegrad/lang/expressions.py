@@ -7,8 +7,9 @@ import builtins as python_builtins
 
 import numpy as np
 
-from ..errors import WarpCodegenAttributeError, WarpCodegenError, WarpCodegenKeyError
+from ..errors import WarpCodegenAttributeError, WarpCodegenError, WarpCodegenKeyError, WarpCodegenValueError
 from ..types import (
+    MAX_DIMS,
     MatrixType,
     ScalarType,
     TransformType,
@@ -26,12 +27,13 @@ from ..types import (
     vector,
 )
 from . import depends
-from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid
+from .builtins import REGISTRY, Builtin, op_call, op_field, op_shape, op_tid, op_view
 from .builtins_atomic import ATOMIC_VALUES, Where
 from .builtins_linalg import OUT_PARAMS as LINALG_OUT_PARAMS
 from .builtins_random import DRAWS
 from .builtins_warp import cast as bit_cast
 from .ir import Const, If, Op, Print, Read, Var, Write
+from .slices import SliceError, literal_bound, slice_spec
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
     is_array,
@@ -54,6 +56,7 @@ from .values import (
     Lit,
     PyObj,
     ShapeOf,
+    SliceVal,
     TupleVal,
     TypeArg,
     adjoint,
@@ -61,6 +64,7 @@ from .values import (
     describe,
     hashable,
     is_constant,
+    static,
 )
 
 # Warp's parameter names of builtins callable with keywords (wp.pow(x=2.0, y=4.0))
@@ -150,6 +154,9 @@ class ExprMixin:
     """Expression methods of ``frontend.Builder``."""
 
     def expr(self, node):
+        memo = getattr(self, "memo", None)
+        if memo is not None and id(node) in memo:
+            return memo[id(node)][1]
         self_node = self.node
         self.node = node if isinstance(node, ast.expr) else self_node
         method = getattr(self, "e_" + type(node).__name__, None)
@@ -157,9 +164,12 @@ class ExprMixin:
             kind = type(node).__name__
             self.error(f"unsupported expression `{kind}`{EXPRESSION_HINTS.get(kind, '')}", node)
         try:
-            return method(node)
+            value = method(node)
         finally:
             self.node = self_node
+        if memo is not None:
+            memo[id(node)] = (node, value)     # the node is kept: its id stays its own
+        return value
 
     def e_Constant(self, node):
         v = node.value
@@ -268,11 +278,42 @@ class ExprMixin:
         self.error(f"{describe(base)} has no attribute '{attr}'", node, WarpCodegenAttributeError)
 
     def indices(self, sl):
+        """The components of a subscript: values, and ``SliceVal`` for ``start:stop:step`` parts."""
         if isinstance(sl, ast.Tuple):
-            return [self.expr(e) for e in sl.elts]
-        if isinstance(sl, ast.Slice):
-            self.error("slices are not supported in kernels", sl)
-        return [self.expr(sl)]
+            return [self.subscript_part(e) for e in sl.elts]
+        return [self.subscript_part(sl)]
+
+    def subscript_part(self, e):
+        if not isinstance(e, ast.Slice):
+            return self.expr(e)
+        parts = [None if p is None else self.expr(p) for p in (e.lower, e.upper, e.step)]
+        step = parts[2]
+        if isinstance(step, Lit) and not isinstance(step.value, bool) and isinstance(step.value, (int, np.integer)) \
+                and int(step.value) == 0:
+            self.error("Slice step cannot be zero", e, WarpCodegenValueError)
+        return SliceVal(*parts)
+
+    def array_view(self, base, idx, node):
+        """``a[i]`` of a 2-D array, ``a[i:j, k]``...: a sub-array sharing ``a``'s memory (``op_view``)."""
+        nd = base.type.ndim
+        if len(idx) > nd:
+            self.error(f"Incorrect number of indices specified for array indexing: the array has {nd} dimension(s), "
+                       f"{len(idx)} index(es) were given", node, WarpCodegenError)
+        pattern, args = [], [base]
+        for v in idx:
+            if not isinstance(v, SliceVal):
+                pattern.append("i")
+                args += self.index_vars([v], node)
+                continue
+            given = 0
+            for bit, part in ((1, v.start), (2, v.stop)):
+                if part is not None:
+                    given |= bit
+                    args += self.index_vars([part], node)
+            if v.step is not None:
+                args += self.index_vars([v.step], node)
+            pattern.append((given, v.step is not None))
+        return self.call_op(op_view(base.type, pattern), args, node)
 
     def index_vars(self, idx, node):
         out = []
@@ -297,17 +338,30 @@ class ExprMixin:
             if len(idx) != 1 or not isinstance(idx[0], Lit):
                 self.error("a.shape must be indexed with one constant", node)
             k = int(idx[0].value)
-            if not 0 <= k < base.array.type.ndim:
-                self.error(f"shape index {k} out of range for a {base.array.type.ndim}-D array", node)
+            if not 0 <= k < MAX_DIMS:
+                self.error(f"shape index {k} out of range (arrays have at most {MAX_DIMS} dimensions)", node)
+            if k >= base.array.type.ndim:
+                return Lit(0, int32)      # Warp's shape has MAX_DIMS entries, 0 past ndim
             return self.call_op(op_shape(k, self.wide), [base.array], node)
+        if isinstance(base, PyObj) and not isinstance(base.obj, type) and hasattr(base.obj, "__getitem__") \
+                and len(idx) == 1 and isinstance(idx[0], (Lit, PyObj)):
+            # an item of a module-level dict / tuple, looked up when the kernel compiles
+            key = idx[0].value if isinstance(idx[0], Lit) else idx[0].obj
+            try:
+                item = base.obj[key]
+            except Exception as e:
+                self.error(f"{describe(base)}[{key!r}] failed when the kernel compiled: {e!r}", node)
+            return self.wrap_global(item, "", node, captured=False)
         if isinstance(base, TupleVal):
             if len(idx) != 1 or not isinstance(idx[0], Lit):
                 self.error("tuples must be indexed with a constant", node)
             return base.items[int(idx[0].value)]
         if isinstance(base, Var) and is_array(base.type):
-            if len(idx) != base.type.ndim:
-                self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
+            if len(idx) != base.type.ndim or any(isinstance(v, SliceVal) for v in idx):
+                return self.array_view(base, idx, node)
             return self.builtin_args("load", [base] + self.index_vars(idx, node), node)
+        if any(isinstance(v, SliceVal) for v in idx):
+            return self.slice_value(base, idx, node)
         if isinstance(base, Var) and is_composite(base.type):
             idx = self.component_indices(base.type, idx, node)
             return self.builtin_args("extract", [base] + self.index_vars(idx, node), node)
@@ -315,6 +369,37 @@ class ExprMixin:
             idx = self.component_indices(base.type, idx, node)
             return self.builtin_args("extract", [self.materialize(base)] + self.index_vars(idx, node), node)
         self.error(f"{describe(base)} cannot be indexed", node)
+
+    def slice_value(self, base, idx, node):
+        """``v[1:3]``, ``m[0, :]``, ``m[:2, 1:]``: constant slices of a vector/matrix value."""
+        if isinstance(base, Lit) and base.type is not None and is_composite(base.type):
+            base = self.materialize(base)
+        if not (isinstance(base, Var) and is_composite(base.type)):
+            self.error(f"{describe(base)} cannot be sliced", node)
+        return self.builtin_args("extract_slice", [base, TypeArg(self.slice_spec(base.type, idx, node))], node)
+
+    def slice_spec(self, t, idx, node):
+        """The ``SliceSpec`` of the constant subscript ``idx`` (values and ``SliceVal``) of type ``t``."""
+        parts = []
+        for v in idx:
+            if isinstance(v, SliceVal):
+                bounds = []
+                for b in (v.start, v.stop, v.step):
+                    k = None if b is None else literal_bound(b)
+                    if b is not None and k is None:
+                        self.error(f"slices of a {type_name(t)} need constant bounds (got {describe(b)})", node)
+                    bounds.append(k)
+                parts.append(tuple(bounds))
+            else:
+                k = literal_bound(v)
+                if k is None:
+                    self.error(f"an index next to a slice of a {type_name(t)} must be a constant (got {describe(v)})",
+                               node)
+                parts.append(k)
+        try:
+            return slice_spec(t, parts)
+        except SliceError as e:
+            self.error(str(e), node, WarpCodegenValueError)
 
     def component_indices(self, t, idx, node):
         """Constant component indices of a vector/matrix ``t`` checked against its shape and
@@ -451,6 +536,8 @@ class ExprMixin:
             obj = REGISTRY[PY_ALIASES[obj]]
         if isinstance(obj, Builtin):
             return self.call_builtin(obj, node, kwargs)
+        if obj is static:
+            return self.static_value(node, kwargs)
         if obj is vector or obj is matrix:
             return self.composite_value(obj, node)
         if obj is quaternion or obj is transformation:
@@ -595,6 +682,15 @@ class ExprMixin:
         if missing:
             self.error(f"{name}() missing argument '{missing[0]}'", node)
         return ast.copy_location(ast.Call(func=node.func, args=[slots[p] for p in params], keywords=[]), node)
+    def static_value(self, node, kwargs):
+        """``tg.static(expr)``: the expression's compile-time value (an error if it has none)."""
+        if kwargs or len(node.args) != 1:
+            self.error("static() takes one expression", node)
+        v = self.expr(node.args[0])
+        if isinstance(v, (Lit, PyObj)):
+            return v
+        self.error(f"static(): `{ast.unparse(node.args[0])}` is not known when the kernel compiles "
+                   f"({describe(v)})", node)
 
     def out_param_call(self, name, node):
         """Warp's builtins that write results into local variables (``quat_to_axis_angle(q,

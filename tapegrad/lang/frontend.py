@@ -9,18 +9,20 @@ small trip count are unrolled, other loops become ``Loop`` statements.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import typing
 
 import numpy as np
 
-from ..errors import KERNEL_RETURN_MESSAGE, WarpCodegenError, WarpCodegenTypeError
+from ..errors import KERNEL_RETURN_MESSAGE, WarpCodegenError, WarpCodegenTypeError, WarpCodegenValueError
 from ..types import ScalarType, TransformType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin, is_function_object
 from .flow import Paths, meet
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, SetFlag, Var, Write, c_identifier
 from .signature import annotations, source_of
+from .slices import slice_result_type
 from .structs import FieldName, StructInit, is_tuple_struct, tuple_struct
 from .typeutil import (
     constant_value,
@@ -28,6 +30,7 @@ from .typeutil import (
     is_composite,
     is_float,
     is_int,
+    is_mat,
     is_scalar,
     is_struct,
     is_vec,
@@ -42,6 +45,7 @@ from .values import (
     Lit,
     PyObj,
     ShapeOf,
+    SliceVal,
     TupleVal,
     TypeArg,
     default_type,
@@ -110,6 +114,7 @@ class Builder(ExprMixin):
         self.tid_ndim = 0              # the most indices tid() is unpacked into (launch checks len(dim))
         self.paths = Paths()           # the locals bound on the path being built (flow.py)
         self.dynamic = 0               # depth of run-time branches / loops around the statement being built
+        self.memo = None               # id(node) -> (node, value) while an assignment target is built
 
     # ------------------------------------------------------------------ utilities
     def loc(self, node=None):
@@ -342,9 +347,21 @@ class Builder(ExprMixin):
         try:
             value = self.expr(node.value)
             for target in node.targets:
-                self.assign(target, value, node)
+                with self.target_memo():
+                    self.assign(target, value, node)
         finally:
             self.assign_targets = None
+
+    @contextlib.contextmanager
+    def target_memo(self):
+        """Evaluate each expression inside an assignment's target once: ``a[f()] += x`` and
+        ``s[f()].v = x`` call ``f`` once, though the target is read and then written back
+        through its parts (every value stays valid: the parts are written only at the end)."""
+        saved, self.memo = self.memo, {}
+        try:
+            yield
+        finally:
+            self.memo = saved
 
     def s_AnnAssign(self, node):
         if node.value is None:
@@ -365,11 +382,12 @@ class Builder(ExprMixin):
             return self.adjoint_array_accum(tgt, node)
         if isinstance(tgt, ast.Name):
             self.check_function_rebind(tgt.id, None, node)
-        current = self.expr(tgt)
-        rhs = self.expr(node.value)
-        anchor = current.type if isinstance(current, Var) else None
-        value = self.builtin(opname, [current, rhs], node, anchor=anchor)
-        self.assign(tgt, value, node)
+        with self.target_memo():
+            current = self.expr(tgt)
+            rhs = self.expr(node.value)
+            anchor = current.type if isinstance(current, Var) else None
+            value = self.builtin(opname, [current, rhs], node, anchor=anchor)
+            self.assign(tgt, value, node)
 
     def assign(self, target, value, node):
         if isinstance(target, ast.Name):
@@ -387,7 +405,15 @@ class Builder(ExprMixin):
         if isinstance(target, ast.Subscript):
             base = self.expr(target.value)
             idx = self.indices(target.slice)
+            sliced = any(isinstance(v, SliceVal) for v in idx)
             if isinstance(base, Var) and is_array(base.type):
+                if len(idx) > base.type.ndim:
+                    self.error(f"Incorrect number of indices specified for array indexing: the array has "
+                               f"{base.type.ndim} dimension(s), {len(idx)} index(es) were given", node,
+                               WarpCodegenError)
+                if sliced or len(idx) < base.type.ndim:
+                    self.error("cannot assign to a sub-array; assign its elements (view = a[i, :]; view[j] = x)",
+                               node)
                 args = [base] + self.index_vars(idx, target) + [self.materialize(value, base.type.dtype)
                                                                if isinstance(value, Lit) else self.materialize(value)]
                 if args[-1].type is not base.type.dtype:
@@ -397,6 +423,8 @@ class Builder(ExprMixin):
                     self.error(f"array has {base.type.ndim} dimension(s) but {len(idx)} index(es) were given", node)
                 self.builtin_args("store", args, node)
                 return
+            if sliced:
+                return self.assign_slice(target.value, base, idx, value, node)
             return self.assign_component(target.value, base, idx, value, node)
         if isinstance(target, ast.Attribute):
             base = self.expr(target.value)
@@ -416,13 +444,29 @@ class Builder(ExprMixin):
         self.error(f"cannot assign to `{ast.unparse(target)}`", node)
 
     def assign_component(self, base_node, base, idx, value, node):
-        if not (isinstance(base, Var) and is_composite(base.type)) or not _assignable(base_node):
-            self.error("only components of local vector/matrix variables (or of their struct fields) can be "
-                       "assigned", node)
+        if not (isinstance(base, Var) and is_composite(base.type)) or not _assignable(base_node, arrays=True):
+            self.error("only components of vector/matrix variables (or of their struct fields or array elements) "
+                       "can be assigned", node)
         t = base.type
         idx = self.component_indices(t, idx, node)
         val = self.materialize(value, t.scalar) if isinstance(value, Lit) else self.materialize(value)
         new = self.builtin_args("assign", [base] + self.index_vars(idx, node) + [val], node)
+        self.assign(base_node, new, node)
+
+    def assign_slice(self, base_node, base, idx, value, node):
+        """``v[1:3] = w``, ``m[0, :] = r``, ``t[:3] += p``: a new value written back to what ``v`` names."""
+        if not (isinstance(base, Var) and is_composite(base.type)) or not _assignable(base_node, arrays=True):
+            self.error("only slices of vector/matrix variables (or of their struct fields or array elements) can be "
+                       "assigned", node)
+        t = base.type
+        spec = self.slice_spec(t, idx, node)
+        want = slice_result_type(t, spec)
+        val = value if not isinstance(value, Lit) else self.materialize(value, t.scalar)
+        if not isinstance(val, Var):
+            val = self.materialize(val)
+        if val.type is not want:
+            self.error(_slice_value_message(want, val.type), node, WarpCodegenValueError, last=True)
+        new = self.builtin_args("assign_slice", [base, TypeArg(spec), val], node)
         self.assign(base_node, new, node)
 
     def assign_field(self, target, base, value, node):
@@ -863,6 +907,27 @@ def _assignable(node, arrays=False):
     if isinstance(node, ast.Attribute):
         return _assignable(node.value, arrays)
     return arrays and isinstance(node, ast.Subscript)
+
+
+def _slice_value_message(want, got) -> str:
+    """Warp's texts for a value of the wrong type assigned to a slice."""
+    if is_vec(want):
+        if is_vec(got) and got.length_ != want.length_:
+            return (f"The length of the provided vector ({got.length_}) isn't compatible with the given slice "
+                    f"(expected {want.length_}).")
+        if is_vec(got):
+            return (f"The provided vector is expected to be of length {want.length_} with dtype "
+                    f"{type_name(want.scalar)}.")
+        return (f"The provided value is expected to be a vector of length {want.length_}, with dtype "
+                f"{type_name(want.scalar)}.")
+    if is_mat(got) and (got.rows, got.cols) != (want.rows, want.cols):
+        return (f"The shape of the provided matrix ({got.rows}, {got.cols}) isn't compatible with the given slice "
+                f"(expected ({want.rows}, {want.cols})).")
+    if is_mat(got):
+        return (f"The provided matrix is expected to be of shape ({want.rows}, {want.cols}) with dtype "
+                f"{type_name(want.scalar)}.")
+    return (f"The provided value is expected to be a matrix of shape ({want.rows}, {want.cols}), with dtype "
+            f"{type_name(want.scalar)}.")
 
 
 def _same_binding(a, b) -> bool:

@@ -104,7 +104,8 @@ def _sites(stmts, arr):
                     if name in ("load", "store") and s.args[0] is arr and \
                             not any(a is arr for a in s.args[1:]):
                         out.append((s, here))
-                    elif s.op.reads or s.op.writes or s.op.callee is not None or s.op.side_effect:
+                    elif s.op.reads or s.op.writes or s.op.callee is not None or s.op.side_effect \
+                            or s.op.view is not None:     # a view aliases the element
                         return False
             elif isinstance(s, If):
                 if visit(s.body, here) is False or visit(s.orelse, here) is False:

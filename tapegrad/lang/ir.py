@@ -71,6 +71,7 @@ class Op:
     array_adj: Optional[Callable[[list, list], str]] = None  # adjoint descriptor of an array-valued result
     tid: Optional[tuple] = None     # ``tid()`` ops: (k, n), the component k of n this one computes
     bounds_checked: bool = False    # an access the compiler added, checked against the shape (never out of range)
+    view: Optional[tuple] = None    # ``view`` ops: the subscript pattern (the result aliases args[0])
 
 
 class Stmt:

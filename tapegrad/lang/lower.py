@@ -85,22 +85,30 @@ def param_access(ir: FunctionIR, target: Target) -> FunctionIR:
     """Record per parameter ``(reads, writes)``: whether the forward loads from / stores into
     (or atomically updates) that array, through the function's own ops and its callees'."""
     access = {id(p): [False, False] for p in ir.params}
+    root = {}                       # id(view temp) -> id of the parameter whose memory it views
+    for s in walk(ir.body):
+        if isinstance(s, Assign) and s.op.view is not None and s.out is not None:
+            base = id(s.args[0])
+            root[id(s.out)] = root.get(base, base)
     for s in walk(ir.body):
         if not isinstance(s, Assign):
             continue
         for pos in s.op.reads:
-            if id(s.args[pos]) in access:
-                access[id(s.args[pos])][0] = True
+            a = root.get(id(s.args[pos]), id(s.args[pos]))
+            if a in access:
+                access[a][0] = True
         for pos in s.op.writes:
-            if id(s.args[pos]) in access:
-                access[id(s.args[pos])][1] = True
+            a = root.get(id(s.args[pos]), id(s.args[pos]))
+            if a in access:
+                access[a][1] = True
         callee = s.op.callee
         if callee is not None:
-            for i, a in enumerate(s.args):
-                if id(a) in access and i < len(callee.param_access):
+            for i, arg in enumerate(s.args):
+                a = root.get(id(arg), id(arg))
+                if a in access and i < len(callee.param_access):
                     r, w = callee.param_access[i]
-                    access[id(a)][0] |= r
-                    access[id(a)][1] |= w
+                    access[a][0] |= r
+                    access[a][1] |= w
     ir.param_access = [tuple(access[id(p)]) if is_array(p.type) else (False, False) for p in ir.params]
     return ir
 

@@ -44,6 +44,17 @@ class TupleVal:
         self.items = list(items)
 
 
+class SliceVal:
+    """One ``start:stop:step`` component of a subscript; each part a value or None (not given)."""
+
+    __slots__ = ("start", "stop", "step")
+
+    def __init__(self, start, stop, step):
+        self.start = start
+        self.stop = stop
+        self.step = step
+
+
 class ShapeOf:
     __slots__ = ("array",)
 
@@ -59,6 +70,22 @@ class _AdjointMarker:
 
 
 adjoint = _AdjointMarker()
+
+
+def static(expr):
+    """Warp's ``wp.static(expr)``: in a kernel, ``expr`` evaluated when the kernel compiles.
+
+    Inside a kernel or ``@func``, the expression must give a compile-time value (a number, a
+    type, a ``@tg.func``, a ``tg.constant`` value, an item of a module-level dict or tuple...):
+    ``tg.static(len(v))`` is the constant length of a vector argument ``v``. In Python scope it
+    returns its argument.
+
+    Args:
+        expr: the value.
+    Returns:
+        ``expr``.
+    """
+    return expr
 
 
 _CONSTANTS: dict = {}   # id -> weak reference of each vector/matrix value constant() returned

@@ -49,6 +49,61 @@ template <typename T> TG_FUNC array_t<T> grad_array(const array_t<T>& a, const a
     return r;
 }
 
+// Sub-array views (a[i] of a 2-D array, a[i:j, k]...): a descriptor over the same memory. The
+// data and grad pointers move together (a null one stays null, so an absent gradient stays
+// absent); negative indices count from the end, as in Python and Warp.
+template <typename T> TG_FUNC T* view_offset(T* p, int64_t bytes) {
+    return p ? reinterpret_cast<T*>(reinterpret_cast<char*>(p) + bytes) : p;
+}
+// a[..., i, ...] with the index at dimension d: that dimension removed
+template <typename T> TG_FUNC array_t<T> view_index(const array_t<T>& a, int d, int64_t i) {
+    if (i < 0) i += a.shape[d];
+    array_t<T> r = a;
+    const int64_t off = i * a.strides[d];
+    r.data = view_offset(a.data, off);
+    r.grad = view_offset(a.grad, off);
+    for (int k = d; k < 3; ++k) { r.shape[k] = a.shape[k + 1]; r.strides[k] = a.strides[k + 1]; }
+    r.shape[3] = 0; r.strides[3] = 0;
+    r.ndim = a.ndim - 1;
+    r.flags &= ~2u;   // a view does not retain its gradient (as Warp's: its store adjoint consumes it)
+    return r;
+}
+TG_FUNC void slice_step_zero() {
+#ifdef TG_CUDA
+    printf("tapegrad: slice step cannot be zero\n");
+    __trap();
+#else
+    fprintf(stderr, "tapegrad: slice step cannot be zero\n");
+    fflush(stderr);
+    __builtin_trap();
+#endif
+}
+// Python's rule for one slice bound (PySlice_AdjustIndices) against extent n
+TG_FUNC int64_t slice_bound(int64_t v, int64_t n, int64_t step) {
+    if (v < 0) { v += n; if (v < 0) v = step < 0 ? -1 : 0; }
+    else if (v >= n) v = step < 0 ? n - 1 : n;
+    return v;
+}
+// a[..., start:stop:step, ...] at dimension d; `given` bit 0: start given, bit 1: stop given
+template <typename T> TG_FUNC array_t<T> view_slice(const array_t<T>& a, int d, int64_t start, int64_t stop,
+                                                    int64_t step, int given) {
+    if (step == 0) slice_step_zero();
+    const int64_t n = a.shape[d];
+    start = (given & 1) ? slice_bound(start, n, step) : (step < 0 ? n - 1 : 0);
+    stop = (given & 2) ? slice_bound(stop, n, step) : (step < 0 ? -1 : n);
+    int64_t count = 0;
+    if (step > 0 && start < stop) count = (stop - start - 1) / step + 1;
+    if (step < 0 && stop < start) count = (start - stop - 1) / (-step) + 1;
+    array_t<T> r = a;
+    const int64_t off = count > 0 ? start * a.strides[d] : 0;
+    r.data = view_offset(a.data, off);
+    r.grad = view_offset(a.grad, off);
+    r.shape[d] = count;
+    r.strides[d] = a.strides[d] * step;
+    r.flags &= ~2u;
+    return r;
+}
+
 template <typename T> TG_FUNC int32_t len(const array_t<T>& a) { return int32_t(a.shape[0]); }
 template <typename T> TG_FUNC int32_t shape(const array_t<T>& a, int k) { return int32_t(a.shape[k]); }
 

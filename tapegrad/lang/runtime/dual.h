@@ -170,6 +170,15 @@ template <typename T> struct darray_t {
 };
 template <typename T> TG_FUNC int32_t len(const darray_t<T>& a) { return int32_t(a.p.shape[0]); }
 template <typename T> TG_FUNC int32_t shape(const darray_t<T>& a, int k) { return int32_t(a.p.shape[k]); }
+// views of an array and of its tangent array, the same sub-array of each
+template <typename T> TG_FUNC darray_t<T> view_index(const darray_t<T>& a, int d, int64_t i) {
+    darray_t<T> r = a; r.p = view_index(a.p, d, i); r.t = a.t.data ? view_index(a.t, d, i) : a.t; return r;
+}
+template <typename T> TG_FUNC darray_t<T> view_slice(const darray_t<T>& a, int d, int64_t start, int64_t stop,
+                                                     int64_t step, int given) {
+    darray_t<T> r = a; r.p = view_slice(a.p, d, start, stop, step, given);
+    r.t = a.t.data ? view_slice(a.t, d, start, stop, step, given) : a.t; return r;
+}
 template <typename T> TG_FUNC darray_t<T> make_darray(const array_t<T>& p, const array_t<T>& t, int32_t mode) {
     darray_t<T> r; r.p = p; r.t = t; r.mode = mode; return r;
 }

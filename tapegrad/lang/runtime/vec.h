@@ -148,6 +148,30 @@ template <int R, int C, typename T, typename I> TG_FUNC void adj_assign(const ma
     for (int a = 0; a < R; ++a) for (int b = 0; b < C; ++b) { if (a != i) accum(am.data[a][b], g.data[a][b]); else accum(ax.c[b], g.data[a][b]); }
 }
 
+// constant slices (v[1:3], m[:2, 1:]; lang/slices.py): the components at flat indices I...
+template <typename Out, int... I, typename In> TG_FUNC Out gather(const In& a) {
+    const int idx[] = {I...};
+    Out r;
+    for (int k = 0; k < int(sizeof...(I)); ++k) flat(r)[k] = flat(a)[idx[k]];
+    return r;
+}
+template <typename Out, int... I, typename In> TG_FUNC void adj_gather(const In&, In& aa, const Out& g) {
+    const int idx[] = {I...};
+    for (int k = 0; k < int(sizeof...(I)); ++k) accum(flat(aa)[idx[k]], flat(g)[k]);
+}
+// a[slice] = v: a new value (the IR stays in SSA form)
+template <int... I, typename In, typename V> TG_FUNC In scatter(In a, const V& v) {
+    const int idx[] = {I...};
+    for (int k = 0; k < int(sizeof...(I)); ++k) flat(a)[idx[k]] = flat(v)[k];
+    return a;
+}
+template <int... I, typename In, typename V> TG_FUNC void adj_scatter(const In&, const V&, In& aa, V& av, const In& g) {
+    const int idx[] = {I...};
+    In rest = g;   // the components the update overwrote get nothing from the old value
+    for (int k = 0; k < int(sizeof...(I)); ++k) { accum(flat(av)[k], flat(g)[idx[k]]); zero(flat(rest)[idx[k]]); }
+    accum(aa, rest);
+}
+
 // ---- vector algebra
 template <int N, typename T> TG_FUNC T dot(const vec_t<N, T>& a, const vec_t<N, T>& b) { return inner(a, b); }
 template <int N, typename T> TG_FUNC void adj_dot(const vec_t<N, T>& a, const vec_t<N, T>& b, vec_t<N, T>& aa, vec_t<N, T>& ab, T g) { aa += scale(b, g); ab += scale(a, g); }
