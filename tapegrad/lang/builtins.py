@@ -274,6 +274,11 @@ for _name, _op, _py in (("eq", "==", np.equal), ("ne", "!=", np.not_equal), ("lt
                         ("le", "<=", np.less_equal), ("gt", ">", np.greater), ("ge", ">=", np.greater_equal)):
     Builtin(_name, _py, f"a {_op} b", export=False).add(
         to(2, lambda t: is_scalar(t), lambda t: bool_), infix(_op))
+# v == w on vectors/matrices of one type: one bool, every component equal (Warp's)
+REGISTRY["eq"].add(lambda ts: bool_ if len(ts) == 2 and is_composite(ts[0]) and ts[1] == ts[0] else NO,
+                   lambda ts, r: (lambda a: f"tg::all_equal({a[0]}, {a[1]})"))
+REGISTRY["ne"].add(lambda ts: bool_ if len(ts) == 2 and is_composite(ts[0]) and ts[1] == ts[0] else NO,
+                   lambda ts, r: (lambda a: f"(!tg::all_equal({a[0]}, {a[1]}))"))
 for _name, _op in (("bit_and", "&"), ("bit_or", "|"), ("bit_xor", "^"), ("lshift", "<<"), ("rshift", ">>")):
     Builtin(_name, None, f"a {_op} b on integers", export=False).add(same(2, is_int), infix(_op))
 Builtin("invert", None, "~a on integers", export=False).add(same(1, is_int), prefix("~"))

@@ -428,13 +428,13 @@ class Builder(ExprMixin):
             return self.assign_component(target.value, base, idx, value, node)
         if isinstance(target, ast.Attribute):
             base = self.expr(target.value)
-            local = self.scope.get(target.value.id) if isinstance(target.value, ast.Name) else None
             if isinstance(base, Var) and isinstance(base.type, TransformType) and target.attr in ("p", "q") \
-                    and isinstance(local, Var) and local.kind == "local":
-                # t.p = v on a local transform: t = transform_with_translation(t, v), as Warp's setter
+                    and _assignable(target.value, arrays=True):
+                # t.p = v (t a local, a struct field or an array element): t = transform_with_translation(t, v),
+                # as Warp's setter
                 part = "transform_with_translation" if target.attr == "p" else "transform_with_rotation"
                 v = self.materialize(value, base.type.scalar) if isinstance(value, Lit) else self.materialize(value)
-                self.emit(Write(local, self.builtin_args(part, [base, v], node), self.loc(node)))
+                self.assign(target.value, self.builtin_args(part, [base, v], node), node)
                 return
             if isinstance(base, Var) and is_vec(base.type) and target.attr in COMPONENTS:
                 return self.assign_component(target.value, base, [Lit(COMPONENTS[target.attr])], value, node)

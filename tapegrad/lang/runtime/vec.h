@@ -148,6 +148,11 @@ template <int R, int C, typename T, typename I> TG_FUNC void adj_assign(const ma
     for (int a = 0; a < R; ++a) for (int b = 0; b < C; ++b) { if (a != i) accum(am.data[a][b], g.data[a][b]); else accum(ax.c[b], g.data[a][b]); }
 }
 
+// v == w of two vectors/matrices: every component equal
+template <typename V> TG_FUNC bool all_equal(const V& a, const V& b) {
+    for (int k = 0; k < int(comp<V>::n); ++k) if (!(flat(a)[k] == flat(b)[k])) return false;
+    return true;
+}
 // constant slices (v[1:3], m[:2, 1:]; lang/slices.py): the components at flat indices I...
 template <typename Out, int... I, typename In> TG_FUNC Out gather(const In& a) {
     const int idx[] = {I...};
