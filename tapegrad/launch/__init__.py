@@ -24,8 +24,8 @@ from .core import (
 )
 from .devices import register_device_of
 from .grid import MAX_LAUNCH_SIZE, NARROW_LAUNCH_SIZE
-from .packers import ArrayCtype, register_launch_adapter, scalar_range, zero_value
+from .packers import ArrayCtype, register_launch_adapter, zero_value
 
 __all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher", "LaunchPlan",
-           "scalar_range", "MAX_LAUNCH_SIZE", "NARROW_LAUNCH_SIZE"]
+           "MAX_LAUNCH_SIZE", "NARROW_LAUNCH_SIZE"]

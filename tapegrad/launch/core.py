@@ -29,7 +29,7 @@ from ..storage import CheckedDesc
 from . import fastlaunch
 from .devices import cai_kind, infer_device
 from .grid import NARROW_LAUNCH_SIZE, check_grid, launch_bounds
-from .packers import ArrayCtype, adjoint_values, arg_label, check_adjoint_shapes, grad_desc, make_packers, scalar_range
+from .packers import ArrayCtype, adjoint_values, arg_label, check_adjoint_shapes, grad_desc, make_packers
 
 __all__ = ["launch", "LaunchPlan", "LaunchRecord", "PreparedLaunch", "prepare_launch", "adjoint_descriptors",
            "register_tangent_launcher"]
@@ -113,16 +113,14 @@ def _native_plan(kernel, packers, written, tid_checks=()):
             _listen_for_build_changes()
     if _fast is None:
         return None
-    kinds, ndims, dtypes, zero_sizes, ranges = [], [], [], [], []
+    kinds, ndims, dtypes, zero_sizes = [], [], [], []
     for t in kernel.arg_types:
         if isinstance(t, types.ArrayType):
             kinds.append("array")
             ndims.append(t.ndim)
             dtypes.append(t.dtype)
             zero_sizes.append(0)
-            ranges.append(None)
             continue
-        ranges.append(scalar_range(t) if isinstance(t, types.ScalarType) else None)
         kinds.append(t.name if isinstance(t, types.ScalarType) and t.name in fastlaunch.KINDS else "py")
         ndims.append(0)
         dtypes.append(None)
@@ -133,7 +131,7 @@ def _native_plan(kernel, packers, written, tid_checks=()):
         zero_sizes.append(ctypes.sizeof(t.ctype))
     w = set(written)
     return fastlaunch.new_plan(kinds, ndims, [i in w for i in range(len(kinds))], dtypes, packers, kernel.tid_ndim,
-                               zero_sizes, tid_checks, ranges)
+                               zero_sizes, tid_checks)
 
 def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks):
     """Record a launch the native helper is about to make on the recording tape (as the Python

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tg_abi.h"   /* the kernel ABI (tapegrad/abi); inlined by tapegrad.native when compiled from text */
+/* the kernel ABI (tapegrad/abi): structs, parameter kinds, integer ranges, the grid formula */
+#include "tg_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,14 +86,8 @@ static struct {
 #define NLAY 4       /* foreign layouts remembered per parameter */
 #define NSPEC 8      /* registered foreign tensor types */
 #define NKEY 4       /* key attributes per foreign type */
-#define DESC_SIZE TG_SIZEOF_ARRAY_DESC
-
 typedef tg_bounds_t bounds_t;
 typedef tg_array_desc_t desc_t;
-
-/* parameter kinds: the kernel ABI's codes (fastlaunch.py's KINDS is the same table) */
-enum { K_PY = TG_KIND_PY, K_ARRAY = TG_KIND_ARRAY, K_F32 = TG_KIND_FLOAT32, K_F64 = TG_KIND_FLOAT64,
-       K_F16 = TG_KIND_FLOAT16, K_BF16 = TG_KIND_BFLOAT16, K_BOOL = TG_KIND_BOOL };
 
 typedef int (*cuLaunchKernel_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 unsigned, void *, void **, void **);
@@ -161,8 +156,6 @@ typedef struct {
     int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: its
                                        adjoint launches take the Python path) */
     PyObject *dtype;                /* arrays: the element type the parameter expects */
-    long long lo;                   /* integer scalars: the range the Python packer takes (the plan's) */
-    unsigned long long hi;
     layout_t lay[NLAY];
     int lay_next;
     np_layout_t np_lay[NLAY];
@@ -189,7 +182,7 @@ typedef struct {
                                        each array access every thread makes, indexed by tid() unguarded;
                                        a grid past that array's length is launch()'s error */
     unsigned char checks[NCHK][4];
-    PyObject *packers;              /* tuple of the Python packers (K_PY parameters, layout misses) */
+    PyObject *packers;              /* tuple of the Python packers (TG_KIND_PY parameters, layout misses) */
     entry_t ent[NENT];
     param_t p[1];
 } plan_t;
@@ -382,28 +375,21 @@ static void plan_free(PyObject *cap) {
 
 #define ZMAX 8192    /* bytes of zeroed adjoint slots per launch (more: the Python path) */
 
-/* an int of tuple ``t`` at ``i`` as a long long (0 when it is none); unsigned when ``u`` */
-static void tuple_int(PyObject *t, Py_ssize_t i, long long *out, unsigned long long *uout) {
+/* the int of tuple ``t`` at ``i`` as a long long (0 when it is none) */
+static void tuple_int(PyObject *t, Py_ssize_t i, long long *out) {
     PyObject *v = api.tuple_getitem(t, i);
-    *out = 0;
-    if (uout) *uout = 0;
-    if (!v || TYPE(v) != api.t_int) { api.err_clear(); return; }
-    if (uout) {
-        *uout = api.long_as_ull(v);
-        if (api.err_occurred()) { api.err_clear(); *uout = 0; }
-        return;
-    }
     int ovf = 0;
+    *out = 0;
+    if (!v || TYPE(v) != api.t_int) { api.err_clear(); return; }
     *out = api.long_as_ll_ovf(v, &ovf);
     if (api.err_occurred() || ovf) { api.err_clear(); *out = 0; }
 }
 
 /* kinds/ndims/written: one byte per parameter; dtypes: a tuple (None for non-arrays);
-   zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native);
-   lows/highs: tuples of ints, each integer scalar parameter's range (its Python packer's) */
+   zsizes: a tuple of ints, the bytes of each non-array parameter's value (0: none native) */
 TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, const char *written,
                                    PyObject *dtypes, PyObject *packers, int tid_ndim, PyObject *zsizes,
-                                   int nchecks, const unsigned char *checks, PyObject *lows, PyObject *highs) {
+                                   int nchecks, const unsigned char *checks) {
     if (n < 0 || n > MAXP || nchecks < 0 || nchecks > NCHK) { api.incref(api.none); return api.none; }
     plan_t *p = (plan_t *)calloc(1, sizeof(plan_t) + sizeof(param_t) * (n > 0 ? n : 1));
     if (!p) { api.incref(api.none); return api.none; }
@@ -421,10 +407,8 @@ TG_EXPORT PyObject *tg_fl_plan_new(int n, const char *kinds, const char *ndims, 
         api.incref(dt);
         p->p[i].dtype = dt;
         long long z = 0;
-        tuple_int(zsizes, i, &z, NULL);
+        tuple_int(zsizes, i, &z);
         p->p[i].zsize = z > 0 && z <= ZMAX ? (int)z : 0;
-        tuple_int(lows, i, &p->p[i].lo, NULL);
-        tuple_int(highs, i, &z, &p->p[i].hi);
     }
     api.incref(packers);
     p->packers = packers;
@@ -569,32 +553,32 @@ static int pack_float(int kind, PyObject *v, scalar_t *out) {
         if (api.err_occurred()) { api.err_clear(); return 0; }
     } else return 0;
     switch (kind) {
-    case K_F32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
-    case K_F64: out->d = d; return 1;
-    case K_F16: { int32_t h = half_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
+    case TG_KIND_FLOAT32: out->f = (float)d; return 1;   /* as ctypes.c_float(x) */
+    case TG_KIND_FLOAT64: out->d = d; return 1;
+    case TG_KIND_FLOAT16: { int32_t h = half_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
     default: { int32_t h = bfloat16_bits(d); if (h < 0) return 0; out->u16 = (uint16_t)h; return 1; }
     }
 }
 
 /* integer parameters: exact ints, bools and numpy integers (through __index__, as int(v)) in
-   the parameter's range [lo, hi] (the plan's, from its Python packer), stored in the kind's
+   the kind's range (the ABI table's, which the Python packer checks), stored in the kind's
    width (two's complement: the low bytes); anything else takes the Python path */
-static int pack_int(const param_t *pp, PyObject *v, scalar_t *out) {
+static int pack_int(int kind, PyObject *v, scalar_t *out) {
     PyObject *t = TYPE(v);
     if (t != api.t_int && t != api.t_bool && !in_types(t, np_ints, n_np_ints)) return 0;
     int ovf = 0;
-    unsigned long long u;
+    unsigned long long u, hi = tg_kind_max(kind);
     long long x = api.long_as_ll_ovf(v, &ovf);
     if (api.err_occurred()) { api.err_clear(); return 0; }
     if (ovf > 0) {              /* past int64: only a 64-bit unsigned range holds it */
         u = api.long_as_ull(v);
         if (api.err_occurred()) { api.err_clear(); return 0; }
-        if (u > pp->hi) return 0;
+        if (u > hi) return 0;
     } else {
-        if (ovf < 0 || x < pp->lo || (x >= 0 && (unsigned long long)x > pp->hi)) return 0;
+        if (ovf < 0 || x < tg_kind_min(kind) || (x >= 0 && (unsigned long long)x > hi)) return 0;
         u = (unsigned long long)x;
     }
-    switch (tg_kind_size(pp->kind)) {
+    switch (tg_kind_size(kind)) {
     case 1: out->u8 = (uint8_t)u; return 1;
     case 2: out->u16 = (uint16_t)u; return 1;
     case 4: out->u32 = (uint32_t)u; return 1;
@@ -605,10 +589,9 @@ static int pack_int(const param_t *pp, PyObject *v, scalar_t *out) {
 
 /* 1: packed; 0: not a value the fast path takes */
 static int pack_scalar(const param_t *pp, PyObject *v, scalar_t *out) {
-    if (pp->kind == K_BOOL) return pack_bool(v, out);
-    if (pp->kind == K_F32 || pp->kind == K_F64 || pp->kind == K_F16 || pp->kind == K_BF16)
-        return pack_float(pp->kind, v, out);
-    return pack_int(pp, v, out);
+    if (pp->kind == TG_KIND_BOOL) return pack_bool(v, out);
+    if (tg_kind_is_float(pp->kind)) return pack_float(pp->kind, v, out);
+    return pack_int(pp->kind, v, out);
 }
 
 /* a new reference to attribute ``name``, NULL (error cleared) when missing */
@@ -710,7 +693,7 @@ static int make_bounds(PyObject *dim, bounds_t *b) {
     }
     if (TYPE(dim) != api.t_tuple) return 0;
     Py_ssize_t n = api.tuple_size(dim);
-    if (n < 1 || n > 4) return 0;
+    if (n < 1 || n > TG_MAX_DIMS) return 0;
     int64_t size = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (!read_int(api.tuple_getitem(dim, k), &d) || d < 0 || d > MAX_SIZE) return 0;
@@ -749,7 +732,7 @@ static int grid_overruns(const plan_t *p, const bounds_t *b, void *const *argv) 
 static int adjoint_mismatch(const desc_t *primal, const desc_t *adj) {
     if (!adj->data) return 0;
     if (adj->ndim != primal->ndim) return 1;
-    for (int k = 0; k < primal->ndim && k < 4; k++)
+    for (int k = 0; k < primal->ndim && k < TG_MAX_DIMS; k++)
         if (adj->shape[k] != primal->shape[k]) return 1;
     return 0;
 }
@@ -984,8 +967,8 @@ static PyObject *foreign_device(plan_t *p, PyObject **args, int n, refs_t *refs,
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i], *t = TYPE(a);
         if (t == api.t_float || t == api.t_int || t == api.t_bool) continue;   /* no device */
-        spec_t *s = p->p[i].kind == K_ARRAY ? spec_for(t) : NULL;
-        if (!s && p->p[i].kind == K_ARRAY && cai_kind(a) == 1) {
+        spec_t *s = p->p[i].kind == TG_KIND_ARRAY ? spec_for(t) : NULL;
+        if (!s && p->p[i].kind == TG_KIND_ARRAY && cai_kind(a) == 1) {
             PyObject *d = attr(a, S_CAI);
             if (!d) return NULL;
             keep(refs, d);
@@ -1042,7 +1025,7 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
    the descriptor, kept alive by the caller, holds check_fn) */
 static int storage_ok(PyObject *d) {
     const char *buf = (const char *)CBUF(d);
-    PyObject *fn = *(PyObject *const *)(buf + DESC_SIZE + 8);
+    PyObject *fn = *(PyObject *const *)(buf + TG_SIZEOF_ARRAY_DESC + 8);
     if (!fn) return 0;
     PyObject *r = api.vectorcall(fn, NULL, 0, NULL);
     if (!r) { api.err_clear(); return 0; }
@@ -1050,7 +1033,7 @@ static int storage_ok(PyObject *d) {
     if (TYPE(r) == api.t_int) {
         unsigned long long now = api.long_as_ull(r);
         if (api.err_occurred()) api.err_clear();
-        else ok = now == *(const uint64_t *)(buf + DESC_SIZE);
+        else ok = now == *(const uint64_t *)(buf + TG_SIZEOF_ARRAY_DESC);
     }
     api.decref(r);
     return ok;
@@ -1105,7 +1088,7 @@ static desc_t *ctype_desc(param_t *pp, PyObject *a, PyObject *dev) {
    0 on a miss */
 static int np_hit(param_t *pp, PyObject *v, desc_t *out) {
     np_array_t *a = (np_array_t *)v;
-    if (a->nd < 0 || a->nd > 4) return 0;
+    if (a->nd < 0 || a->nd > TG_MAX_DIMS) return 0;
     int w = (a->flags & NPY_WRITEABLE) != 0;
     for (int l = 0; l < NLAY; l++) {
         np_layout_t *nl = &pp->np_lay[l];
@@ -1123,7 +1106,7 @@ static int np_hit(param_t *pp, PyObject *v, desc_t *out) {
 
 static void np_remember(param_t *pp, PyObject *v, const desc_t *d) {
     np_array_t *a = (np_array_t *)v;
-    if (a->nd < 0 || a->nd > 4) return;
+    if (a->nd < 0 || a->nd > TG_MAX_DIMS) return;
     np_layout_t *nl = &pp->np_lay[pp->np_next];
     pp->np_next = (pp->np_next + 1) % NLAY;
     xdecref(nl->descr);
@@ -1379,12 +1362,13 @@ static int given_stream(call_t *c) {
     return 1;
 }
 
-/* CUDA blocks and threads per block: the kernel ABI's grid (tg_grid_blocks), as CudaModule.launch */
+/* CUDA blocks and threads per block: the ABI's grid formula (tg_grid_blocks); an elementwise
+   entry runs one CUDA thread per group of `lanes` launch threads (adjoint entries are grid-stride
+   loops over single threads) */
 static int grid_size(call_t *c) {
     long long bd, mb;
     if (!read_int(c->block_dim, &bd) || !read_int(c->max_blocks, &mb) || bd < 0 || bd > TG_MAX_BLOCK_DIM) return 0;
     if (bd == 0) bd = TG_DEFAULT_BLOCK_DIM;
-    /* adjoint entries are grid-stride loops over single threads */
     c->blocks = (unsigned)tg_grid_blocks(c->bounds.size, bd, c->adjoint ? 1 : c->e->lanes, mb, c->e->threads_cap);
     c->threads = (unsigned)bd;
     return 1;
@@ -1408,7 +1392,7 @@ static int call_cuda(call_t *c) {
     c->cur.stream = NULL;
     c->cur.ok = 0;
     c->blocks = 0;
-    c->threads = 256;
+    c->threads = TG_DEFAULT_BLOCK_DIM;
     if (!c->e->cuda) return c->stream == api.none;
     c->cur = current_stream(c->e);
     if (!c->cur.ok) return 0;
@@ -1508,12 +1492,12 @@ static int pack_forward(call_t *c) {
     spec_t *checked = NULL;
     for (int i = 0; i < c->n; i++) {
         param_t *pp = &c->p->p[i];
-        if (pp->kind == K_ARRAY) {
+        if (pp->kind == TG_KIND_ARRAY) {
             desc_t *desc = pack_array(c, i, &checked);
             if (!desc) return 0;
-            if (pp->written && (desc->flags & 1u)) return 0;   /* read-only: the Python path's error */
+            if (pp->written && (desc->flags & TG_ARRAY_FLAG_READONLY)) return 0;   /* read-only: the Python path's error */
             c->argv[i] = desc;
-        } else if (pp->kind == K_PY) {
+        } else if (pp->kind == TG_KIND_PY) {
             void *buf = py_pack(c->p, i, c->args[i], c->dev, &c->refs, NULL);
             if (!buf) return 0;
             c->argv[i] = buf;
@@ -1576,7 +1560,7 @@ static int pack_adjoint(call_t *c) {
     for (int i = 0; i < c->n; i++) {
         PyObject *g = adjoint_given(c, i);
         if (!g) return 0;
-        int array = c->p->p[i].kind == K_ARRAY;
+        int array = c->p->p[i].kind == TG_KIND_ARRAY;
         void *slot = array ? adjoint_array(c, i, g) : adjoint_value(c, i, g);
         if (!slot) return 0;
         if (array && adjoint_mismatch((const desc_t *)c->argv[i], (const desc_t *)slot)) return 0;

@@ -59,17 +59,16 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .. import abi, modules, native
+from .. import abi, modules, native, types  # noqa: F401  types registers the scalar table's kinds with abi
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "NativeHooks", "load", "new_plan", "register_module", "register_foreign",
            "invalidate", "numpy_off", "forget_types", "cai_decision", "stats", "error"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
-# parameter kinds: the kernel ABI's (py, array, one per scalar type), by name -> the C enum's code
-KINDS = tuple(k.name for k in abi.kinds())
+# parameter kinds by name: the kernel ABI's (the C side's TG_KIND_* enum of tg_abi.h)
 _KIND = {k.name: k.code for k in abi.kinds()}
-_INT_KINDS = frozenset(k.name for k in abi.kinds() if k.kind in ("int", "uint"))
+KINDS = tuple(_KIND)
 
 # Order of the C-API table handed to tg_fl_init (must match the C enum).
 _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", "PyObject_RichCompareBool",
@@ -94,7 +93,7 @@ _V = ctypes.c_void_p
 
 def _layout_ok(types) -> bool:
     """The object layouts the C code relies on: ob_type after the refcount, a ctypes object's
-    buffer pointer after the head, and the ABI structs' sizes."""
+    buffer pointer after the head, and the ABI structs' sizes (the ctypes twins against the table)."""
     # free-threaded builds ("t" ABI flag; sysconfig would say so too, at 2 ms of import per process)
     if "t" in getattr(sys, "abiflags", ""):
         return False
@@ -108,7 +107,6 @@ def _layout_ok(types) -> bool:
 
 
 def _build():
-    from .. import types
     if os.environ.get("TAPEGRAD_FAST_LAUNCH", "1") == "0":
         raise OSError("disabled by TAPEGRAD_FAST_LAUNCH=0")
     if sys.implementation.name != "cpython" or not _layout_ok(types):
@@ -138,7 +136,7 @@ def _build():
     lib.tg_fl_register_foreign.argtypes = [_P] * 5 + [ctypes.c_char_p, _P, _P]
     lib.tg_fl_register_foreign.restype = ctypes.c_int
     lib.tg_fl_plan_new.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _P, _P,
-                                   ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p, _P, _P]
+                                   ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p]
     lib.tg_fl_plan_new.restype = _P
     lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, _V, ctypes.c_longlong, _V,
                                     ctypes.c_longlong, ctypes.c_longlong]
@@ -257,7 +255,7 @@ def numpy_off() -> None:
 _NCHK = 128  # fastlaunch.c NCHK
 
 
-def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=(), ranges=None):
+def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None, tid_checks=()):
     """A native plan (a capsule) for one kernel, or None when the helper is not loaded.
 
     Args:
@@ -271,24 +269,16 @@ def new_plan(kinds, ndims, written, dtypes, packers, tid_ndim=0, zero_sizes=None
             Python path).
         tid_checks: ``lang.facts.TidAccess``es of array parameters: a grid that overruns one
             takes the Python path (which raises); more than 128: no native plan.
-        ranges: per parameter, ``(lo, hi)``, the values an integer scalar parameter's Python
-            packer takes (None elsewhere); others take the Python path (which raises).
     """
     lib = _state.get("lib")
     if lib is None or len(kinds) > 64 or len(tid_checks) > _NCHK:
         return None
     n = len(kinds)
     zs = tuple(int(z) for z in zero_sizes) if zero_sizes is not None else (0,) * n
-    ranges = tuple(ranges) if ranges is not None else (None,) * n
-    # an integer parameter without its range: the Python packer packs it
-    kinds = ["py" if k in _INT_KINDS and ranges[i] is None else k for i, k in enumerate(kinds)]
-    lows = tuple(r[0] if r else 0 for r in ranges)
-    highs = tuple(r[1] if r else 0 for r in ranges)   # 0: an integer parameter without a range takes nothing
     cap = lib.tg_fl_plan_new(n, bytes(_KIND[k] for k in kinds) + b"\0", bytes(ndims) + b"\0",
                              bytes(1 if w else 0 for w in written) + b"\0", tuple(dtypes), tuple(packers),
                              int(tid_ndim), zs, len(tid_checks),
-                             bytes(v for c in tid_checks for v in (c.param, c.dim, c.component, c.components)) + b"\0",
-                             lows, highs)
+                             bytes(v for c in tid_checks for v in (c.param, c.dim, c.component, c.components)) + b"\0")
     return cap
 
 

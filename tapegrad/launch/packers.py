@@ -14,14 +14,14 @@ import weakref
 
 import numpy as np
 
-from .. import abi, types
+from .. import types
 from ..array import array
 from ..frameworks import bridge_for_type_module
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from . import fastlaunch
 
-__all__ = ["ArrayCtype", "register_launch_adapter", "adapter_for", "arg_label", "foreign_desc", "scalar_range",
+__all__ = ["ArrayCtype", "register_launch_adapter", "adapter_for", "arg_label", "foreign_desc",
            "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes"]
 
 
@@ -175,13 +175,6 @@ def _make_array_packer(kernel, i, ptype):
             _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
         return value
     return pack
-
-def scalar_range(ptype):
-    """``(lo, hi)``: the values an integer scalar parameter of type ``ptype`` takes (None for
-    float and bool parameters): the kernel ABI's range (``abi.int_range``), which the packer
-    (``types.scalar_packer``) checks: ctypes would wrap an out-of-range int silently."""
-    return abi.int_range(ptype.kind, ptype.bits) if ptype.kind in ("int", "uint") else None
-
 
 def _make_scalar_packer(kernel, i, ptype):
     return types.scalar_packer(ptype, arg_label(kernel, i))   # the rule jax_kernel's static values share

@@ -6,10 +6,11 @@ and message. The helper may pass any launch to the Python path, so each test als
 the native path did take the launches it should (its counters), or the property would hold
 trivially.
 
-Mirrored rules: the scalar conversions and integer ranges (``launch.scalar_range``, the
-packers), the grid (``_make_bounds``), ``tid()`` unpacking and the unguarded-``tid()`` grid
-check (``lang.facts``), the device choice (``_infer_device``), adjoint arguments
-(``_adjoint_values``, ``_grad_desc``, ``_check_adjoint_shapes``) and version bumps.
+Mirrored rules: the scalar conversions (``types.scalar_packer``; the integer ranges are the ABI
+table's, ``abi.int_range``, which tg_abi.h carries too), the grid (``grid.make_bounds``),
+``tid()`` unpacking and the unguarded-``tid()`` grid check (``grid.check_grid``,
+``lang.facts``), the device choice (``devices.infer_device``), adjoint arguments
+(``packers.adjoint_values``, ``grad_desc``, ``check_adjoint_shapes``) and version bumps.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad.launch import fastlaunch, scalar_range
+from tapegrad import abi
+from tapegrad.launch import fastlaunch
 
 L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -215,7 +217,7 @@ def float_values():
 def test_integer_scalars_as_the_packers(device, kind):
     kernel = INTS[kind]
     dtype = getattr(tg, kind)
-    lo, hi = scalar_range(dtype)
+    lo, hi = abi.int_range(dtype.kind, dtype.bits)
     assert (lo, hi) == (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
     warm(kernel, device, tg.zeros(1, dtype=dtype, device=device), 0)
     took = []
