@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import abi
+from tapegrad import abi, protocols
 from tapegrad.launch import fastlaunch
 
 L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
@@ -459,3 +460,54 @@ def test_tape_backward_into_a_view_made_before_its_base_had_a_gradient(device):
     tape.backward(grads={y: tg.array(np.ones(4), dtype=tg.float64, device=device)})
     assert fastlaunch.stats(adjoint=True)[0] - b0 == 1
     np.testing.assert_array_equal(base.grad.numpy(), [0, 0, 8, 12, 16, 20, 0, 0])   # 2 * 2.0 * x
+
+
+# ------------------------------------------------------------------ the CAI v3 stream rule
+
+def _python_stream_action(iface, cur, blocking):
+    """What the Python path (``protocols.parse_cuda_array_interface``) does about ``iface``'s
+    stream, on a launch whose device's current tapegrad stream is ``cur``."""
+    try:
+        h = protocols.cai_stream(iface)
+    except (TypeError, ValueError):
+        return "raises"
+    if h is None or protocols.foreign_stream_ordered(h, types.SimpleNamespace(cuda_stream=cur,
+                                                                               is_blocking=blocking)):
+        return "nothing"
+    return "wait"
+
+
+_STREAMS = st.one_of(st.none(), st.integers(-3, 12), st.integers(2 ** 31, 2 ** 70), st.booleans(),
+                     st.sampled_from([1.0, "7", np.int64(7), b"1"]))
+
+
+@SETTINGS
+@given(stream=_STREAMS, has_stream=st.booleans(), version=st.one_of(st.sampled_from([None, 2, 3, 4, "3"]),
+                                                                     st.integers(-1, 5)),
+       cur=st.integers(0, 12), blocking=st.booleans(), ro=st.sampled_from([False, True, 1]),
+       offset=st.sampled_from([None, 0, 8, 0.0]), mask=st.sampled_from([None, "absent", object()]))
+def test_cai_stream_rule_as_protocols(stream, has_stream, version, cur, blocking, ro, offset, mask):
+    """The helper's CAI v3 stream rule (``fastlaunch.c``'s ``cai_stream_rule``, asked through
+    ``fastlaunch.cai_decision``) against its Python owner (``protocols.cai_stream`` and
+    ``foreign_stream_ordered``): the helper reads a dict natively only where the Python path
+    neither waits for the producer's stream nor raises, and always so for a plain dict with an
+    int or None stream; a dict it does not read goes to the packer."""
+    iface = {"shape": (4,), "typestr": "<f4", "data": (4096, ro), "strides": None}
+    if version is not None:
+        iface["version"] = version
+    if has_stream:
+        iface["stream"] = stream
+    if offset is not None:
+        iface["offset"] = offset
+    if mask != "absent":
+        iface["mask"] = mask
+    c = fastlaunch.cai_decision(iface, cur, blocking)
+    py = _python_stream_action(iface, cur, blocking)
+    if c == "native":
+        assert py == "nothing"
+        protocols.interface_layout(iface, "x")   # a layout the Python packer takes
+    plain = (type(stream) is int or stream is None or not has_stream) and type(ro) is bool and \
+        (version is None or type(version) is int) and (offset is None or (type(offset) is int and offset == 0)) \
+        and mask in (None, "absent")
+    if plain:
+        assert c == ("native" if py == "nothing" else "fallback"), (iface, cur, blocking, c, py)
