@@ -301,9 +301,20 @@ class TransformType(VectorType):
     def cname(self) -> str:
         return f"tg::vec_t<7, {self.scalar.cname}>"
 
-    def __call__(self, *values, p=None, q=None):
-        if p is not None or q is not None:
-            values = (np.zeros(3) if p is None else p, np.array([0, 0, 0, 1]) if q is None else q) + values
+    def __call__(self, *values, **parts):
+        unknown = [k for k in parts if k not in ("p", "q")]
+        if unknown:   # Warp's words
+            raise TypeError(f"got an unexpected keyword argument '{unknown[0]}'")
+        if parts:   # positional values fill p, then q; keywords the rest
+            if len(values) > 2:
+                raise TypeError(f"transform(): p and q take 2 values, got {len(values)} positional and "
+                                f"{sorted(parts)}")
+            given = dict(zip(("p", "q"), values))
+            for k, v in parts.items():
+                if k in given:
+                    raise TypeError(f"transform(): got multiple values for argument '{k}'")
+                given[k] = v
+            values = (given.get("p", np.zeros(3)), given.get("q", np.array([0, 0, 0, 1])))
         if not values:
             return super().__call__([0, 0, 0, 0, 0, 0, 1])
         if len(values) == 2 and np.size(values[0]) == 3 and np.size(values[1]) == 4:

@@ -745,3 +745,14 @@ def test_dlpack_dtype_mismatch_in_warps_words():
     source = tg.zeros(1, dtype=tg.bool)
     with pytest.raises(RuntimeError, match=r"Incompatible data types: DLPack bool8 and Warp float32"):
         tg.from_dlpack(tg.to_dlpack(source), dtype=tg.float32)
+
+
+def test_transform_positional_and_keyword_parts_on_the_host():
+    expected = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert list(tg.transform((1.0, 2.0, 3.0), q=(4.0, 5.0, 6.0, 7.0))) == expected
+    assert list(tg.transform(q=(4.0, 5.0, 6.0, 7.0), p=(1.0, 2.0, 3.0))) == expected
+    assert list(tg.transform(q=(4.0, 5.0, 6.0, 7.0))) == [0.0, 0.0, 0.0, 4.0, 5.0, 6.0, 7.0]
+    with pytest.raises(TypeError, match=r"^got an unexpected keyword argument 'pos'$"):
+        tg.transform(pos=tg.vec3(), rot=tg.quat())
+    with pytest.raises(TypeError, match="multiple values for argument 'p'"):
+        tg.transform((1.0, 2.0, 3.0), p=(1.0, 2.0, 3.0))
