@@ -812,6 +812,12 @@ class ExprMixin:
             return self.construct(t, [p, q], node, {})
         if kwargs:
             self.error(f"{type_name(t)}() takes no keyword arguments", node)
+        if isinstance(t, TransformType) and len(args) not in (0, 1, 7):
+            parts = len(args) == 2 and all(isinstance(a, (Var, Lit)) and a.type is not None and is_composite(a.type)
+                                           for a in args)
+            if not parts:   # Warp's words: 2 scalars (or 3...) are no transform
+                self.error(f"incompatible number of values given ({len(args)}) when constructing a transform; "
+                           f"expected 0, 1, or 7", node, WarpCodegenError, last=True)
         if all(isinstance(a, Lit) for a in args) and args:
             try:
                 return Lit(t(*[a.value for a in args]), t)

@@ -756,3 +756,16 @@ def test_transform_positional_and_keyword_parts_on_the_host():
         tg.transform(pos=tg.vec3(), rot=tg.quat())
     with pytest.raises(TypeError, match="multiple values for argument 'p'"):
         tg.transform((1.0, 2.0, 3.0), p=(1.0, 2.0, 3.0))
+
+
+def test_transform_with_a_wrong_number_of_values_in_a_kernel():
+    def two():
+        tg.transform(1.0, 2.0)
+
+    def three(x: float):
+        tg.transform(x, 2.0, 3.0)
+
+    for fn, n, args in ((two, 2, []), (three, 3, [1.0])):
+        with pytest.raises(tg.WarpCodegenError, match=rf"incompatible number of values given \({n}\) when "
+                                                      rf"constructing a transform; expected 0, 1, or 7$"):
+            tg.launch(tg.kernel(fn, module="unique"), dim=1, inputs=args)
