@@ -27,7 +27,7 @@ from . import (  # noqa: F401
     structs,
 )
 from .builtins_warp import cast
-from .funcs import Func, GradOf, func, func_grad, func_replay, grad
+from .funcs import Func, GradOf, NativeFunc, func, func_grad, func_native, func_replay, grad
 from .kernel import Kernel, kernel, overload
 from .values import adjoint, constant, static
 
@@ -35,4 +35,5 @@ _exported = builtin_table.exported()
 globals().update(_exported)
 
 __all__ = ["kernel", "func", "func_grad", "Kernel", "Func", "KernelError", "TapeCompileWarning", "constant",
-           "adjoint", "overload", "grad", "GradOf", "cast", "func_replay", "static"] + sorted(_exported)
+           "adjoint", "overload", "grad", "GradOf", "cast", "func_replay", "static", "func_native", "NativeFunc"] + \
+    sorted(_exported)

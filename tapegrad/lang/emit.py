@@ -441,6 +441,22 @@ class FunctionEmitter:
         lines.append("}")
         return "\n".join(lines)
 
+    def native_functions(self) -> str:
+        """A ``@func_native``'s functions: the user's C++ bodies under the parameters' own names
+        (``a``, ``adj_a``, ``adj_ret``)."""
+        fn = self.fn
+        body, adj, replay = fn.native
+        ret = self.ctype(fn.ret_type) if fn.ret_type is not None else "void"
+        ps = ", ".join(self.params(False))
+        parts = [f"static TG_FUNC {ret} {fn.name}_fwd({ps}) {{\n{body}\n}}"]
+        if fn.side_effects:
+            parts.append(f"static TG_FUNC {ret} {fn.name}_rep({ps}) {{\n{replay if replay is not None else body}\n}}")
+        aps = self.params(False) + self.adj_params()
+        if fn.ret_type is not None:
+            aps.append(f"{self.ctype(fn.ret_type)} adj_ret")
+        parts.append(f"static TG_FUNC void {fn.name}_adj({', '.join(aps)}) {{\n{adj or ''}\n}}")
+        return "\n\n".join(parts)
+
     def adjoint_function(self, name):
         fn = self.fn
         kernel = fn.kind == "kernel"
@@ -571,6 +587,8 @@ def emit_func(fn, grad=None, sites=None) -> str:
     ``_adj`` (generated, or the user's ``@func_grad`` when ``grad`` is given); ``sites``: the
     debug build's table of bounds checks (None: no checks)."""
     e = FunctionEmitter(fn, sites)
+    if fn.native is not None:
+        return e.native_functions()
     parts = [e.forward_function(f"{fn.name}_fwd")]
     if fn.replay_ir is not None:   # the user's @func_replay body, run as it is
         parts.append(FunctionEmitter(fn.replay_ir, sites).forward_function(f"{fn.name}_rep"))

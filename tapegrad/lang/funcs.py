@@ -21,7 +21,7 @@ from .builtins import REGISTRY, Builtin, op_field
 from .emit import literal
 from .expressions import register_call_handler, register_callable
 from .generic import generic_accepts, infer_type, is_generic_annotation
-from .ir import FunctionIR, Op, Var, c_identifier
+from .ir import FunctionIR, Loc, Op, Var, c_identifier
 from .lower import Target, lower
 from .signature import annotations, capture_source, resolve_type, short_hash, where
 from .structs import is_tuple_struct, tuple_struct
@@ -569,7 +569,104 @@ def _lower_grad_call(builder, g, node):
     return TupleVal([builder.call_op(op_field(out, n), [value], node) for n, _ in out.fields])
 
 
+class NativeFunc:
+    """A ``@tg.func_native``: a function whose body is C++ (Warp's native snippets)."""
+
+    def __init__(self, pyfunc, snippet, adj_snippet, replay_snippet):
+        self.name = pyfunc.__name__
+        self.key = f"{pyfunc.__module__}.{pyfunc.__qualname__}".replace(".<locals>", "")
+        self.pyfunc = pyfunc
+        self.snippet, self.adj_snippet, self.replay_snippet = snippet, adj_snippet, replay_snippet
+        self.__name__ = pyfunc.__name__
+        self.__doc__ = pyfunc.__doc__
+        self.__wrapped__ = pyfunc
+        self._ir = None
+
+    def __repr__(self):
+        return f"<tapegrad native func {self.key}>"
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"tapegrad native function '{self.name}' (C++) can only be called inside a kernel or "
+                           f"@func")
+
+    def ir(self) -> FunctionIR:
+        """The function's IR: its signature, with the C++ bodies to emit (``FunctionIR.native``).
+
+        Raises:
+            KernelError: a parameter without a kernel type annotation, or a name C++ cannot use.
+        """
+        if self._ir is None:
+            params, ret = annotations(self.pyfunc, "native function")
+            vs = []
+            for n, a in params:
+                if c_identifier(n) != n or n.startswith("adj_"):
+                    raise KernelError(f"{where(self.pyfunc)}: native function '{self.name}': parameter '{n}' "
+                                      f"cannot be a C++ name of the snippet")
+                vs.append(Var(n, resolve_type(self.pyfunc, "native function", n, a), "param", n))
+            rt = None if ret in (inspect.Signature.empty, None, type(None)) else \
+                resolve_type(self.pyfunc, "native function", "return", ret)
+            name = f"tgn_{c_identifier(self.name)}_{short_hash(self.key, self.snippet, self.adj_snippet or '')}"
+            code = self.pyfunc.__code__
+            self._ir = FunctionIR(name, "func", vs, [], ret_type=rt,
+                                  loc=Loc(code.co_filename, code.co_firstlineno, self.name),
+                                  side_effects=any(is_array(v.type) for v in vs),
+                                  native=(self.snippet, self.adj_snippet, self.replay_snippet))
+        return self._ir
+
+    def resolve_call(self, builder, values, node, kwargs=None):
+        """The call's ``(FunctionIR, has_adjoint, argument types, argument values)``
+        (``expressions.register_callable``'s protocol).
+
+        Raises:
+            KernelError: the arguments do not fit the annotations.
+        """
+        fir = self.ir()
+        bound = _bind(self.pyfunc, values, kwargs or {})
+        actual = _accepts([p.type for p in fir.params], bound)[0] if bound is not None else None
+        if actual is None:
+            got = ", ".join(type_name(v.type) if isinstance(v, (Var, Lit)) and v.type is not None else
+                            type(getattr(v, "value", v)).__name__ for v in values)
+            builder.error(f"native function {self.name}() does not accept ({got})", node)
+        return fir, self.adj_snippet is not None, actual, bound
+
+
+def func_native(snippet: str, adj_snippet: str | None = None, replay_snippet: str | None = None):
+    """Decorator defining a kernel function by its C++ body (Warp's ``wp.func_native``): the
+    decorated stub gives the signature (annotated parameters and result), ``snippet`` the body
+    (``return a + 2.0f;``), ``adj_snippet`` the adjoint's (it adds into ``adj_<param>`` from
+    ``adj_ret``). The snippets are compiled as tapegrad's C++ (its ``tg::`` runtime, not Warp's
+    ``wp::``), for the CPU and CUDA alike.
+
+    Args:
+        snippet: the C++ body. adj_snippet: the adjoint's body (None: not differentiable).
+        replay_snippet: the body the adjoint pass replays instead of ``snippet`` (functions
+            taking arrays, which may write them).
+    Returns:
+        A decorator making a ``NativeFunc``.
+    """
+    if not isinstance(snippet, str):
+        raise TypeError(f"func_native(snippet): expected the C++ body as a str, got {type(snippet).__name__}")
+
+    def wrap(fn):
+        return NativeFunc(fn, snippet, adj_snippet, replay_snippet)
+    return wrap
+
+
+def _native_fingerprint(f: NativeFunc):
+    try:
+        fir = f.ir()
+    except KernelError:
+        return None
+    fps = [depends.type_fingerprint(p.type) for p in fir.params] + [
+        depends.type_fingerprint(fir.ret_type) if fir.ret_type is not None else "-"]
+    if any(x is None for x in fps):
+        return None
+    return "native:" + depends.digest(f.key, f.snippet, f.adj_snippet or "-", f.replay_snippet or "-", *fps)
+
+
 register_callable(Func, Func.resolve_call)
+register_callable(NativeFunc, NativeFunc.resolve_call)
+depends.register_fingerprint(NativeFunc, _native_fingerprint, lambda f: [f.pyfunc])
 register_call_handler(grad, _lower_grad)
 register_call_handler(GradOf, _lower_grad_call)
 depends.register_fingerprint(Func, _fingerprint, _scopes)

@@ -192,6 +192,7 @@ class FunctionIR:
     tid_ndim: int = 0               # for kind == "kernel": the most indices tid() is unpacked into
     adj_ret_type: Any = None        # for kind == "grad": the function's return type (a tuple: one adj param each)
     replay_ir: Optional["FunctionIR"] = None        # for kind == "func": the @func_replay body, if any
+    native: Optional[tuple] = None  # a @func_native: (C++ body, adjoint body or None, replay body or None)
 
 
 def walk(stmts):

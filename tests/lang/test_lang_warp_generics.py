@@ -769,3 +769,44 @@ def test_transform_with_a_wrong_number_of_values_in_a_kernel():
         with pytest.raises(tg.WarpCodegenError, match=rf"incompatible number of values given \({n}\) when "
                                                       rf"constructing a transform; expected 0, 1, or 7$"):
             tg.launch(tg.kernel(fn, module="unique"), dim=1, inputs=args)
+
+
+@tg.func_native("return a + 2.0f;", adj_snippet="adj_a += adj_ret;")
+def add_two_native(a: float) -> float:
+    """C++: a + 2."""
+    ...
+
+
+@tg.func_native("return a * 2.0f;", adj_snippet="adj_a += 2.0f * adj_ret;")
+def times_two_native(a: float) -> float:
+    ...
+
+
+@tg.func
+def plus_one(x: float):
+    return x + 1.0
+
+
+@tg.func_grad(plus_one)
+def plus_one_grad(x: float, adj_ret: float):
+    tg.adjoint[x] += times_two_native(1.0) * adj_ret   # deliberately 2: a native call in an adjoint
+
+
+@tg.kernel
+def native_kernel(x: tg.array(dtype=float), y: tg.array(dtype=float)):
+    i = tg.tid()
+    y[i] = add_two_native(x[i]) * 3.0 + plus_one(x[i])
+
+
+def test_func_native_forward_adjoint_and_from_custom_adjoints(device):
+    xs = np.array([1.0, 2.0, -3.0], dtype=np.float32)
+    x = tg.array(xs, dtype=float, requires_grad=True, device=device)
+    y = tg.zeros(3, dtype=float, requires_grad=True, device=device)
+    with tg.Tape() as tape:
+        tg.launch(native_kernel, dim=3, inputs=[x, y], device=device)
+    tape.backward(grads={y: tg.ones(3, dtype=float, device=device)})
+    np.testing.assert_allclose(y.numpy(), (xs + 2.0) * 3.0 + xs + 1.0)
+    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 3.0 + 2.0))
+    with pytest.raises(RuntimeError, match="can only be called inside a kernel"):
+        add_two_native(1.0)
+    assert add_two_native.__doc__ == "C++: a + 2."
