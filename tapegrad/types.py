@@ -355,6 +355,11 @@ _SUFFIX = {float32: "", float64: "d", float16: "h", int32: "i", int8: "b", uint8
            uint16: "us", uint32: "ui", int64: "l", uint64: "ul"}
 
 
+def _dim(d) -> str:
+    """A size in a type's name: its number, or ``Any`` for a generic annotation's."""
+    return "Any" if d is typing.Any else str(d)
+
+
 def _warp_name(t) -> str:
     """The ``__name__`` Warp's class of ``t`` has (its explicit-suffix spelling: ``vec3f``)."""
     s = t.scalar
@@ -366,10 +371,10 @@ def _warp_name(t) -> str:
     if isinstance(t, VectorType):
         if t.length_ == 6 and getattr(s, "is_float", False):
             return "spatial_vector" + suffix
-        return f"vec{t.length_}{suffix}"
+        return f"vec{_dim(t.length_)}{suffix}"
     if (t.rows, t.cols) == (6, 6) and getattr(s, "is_float", False):
         return "spatial_matrix" + suffix
-    return f"mat{t.rows}{t.cols}{suffix}"
+    return f"mat{_dim(t.rows)}{_dim(t.cols)}{suffix}"
 
 
 # Warp's generic component annotations: a ``@func`` parameter annotated ``vector(3, Float)``
@@ -395,14 +400,16 @@ def vector(length: int, dtype=float32) -> VectorType:
 
     Raises:
         TypeError: ``dtype`` is not a scalar type.
-        ValueError: ``length`` is not a non-negative integer (0: an empty vector, as Warp's).
+        ValueError: ``length`` is not a non-negative integer (0: an empty vector, as Warp's) or
+            ``typing.Any`` (a generic annotation: a parameter taking vectors of any length).
     """
     s = _component_scalar(dtype, "vector")
-    if not isinstance(length, int) or isinstance(length, bool) or length < 0:   # 0: Warp's empty slice type
-        raise ValueError(f"vector(length=...) expects a non-negative int, got {length!r}")
+    # 0: Warp's empty slice type; typing.Any: a generic annotation (any length, per argument)
+    if length is not typing.Any and (not isinstance(length, int) or isinstance(length, bool) or length < 0):
+        raise ValueError(f"vector(length=...) expects a non-negative int (or typing.Any), got {length!r}")
     key = (length, s)
     if key not in _VEC_CACHE:
-        _VEC_CACHE[key] = VectorType(length, s, f"vec{length}{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
+        _VEC_CACHE[key] = VectorType(length, s, f"vec{_dim(length)}{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
     return _VEC_CACHE[key]
 
 
@@ -411,16 +418,18 @@ def matrix(shape, dtype=float32) -> MatrixType:
 
     Raises:
         TypeError: ``dtype`` is not a scalar type.
-        ValueError: ``shape`` is not two non-negative integers.
+        ValueError: ``shape`` is not two non-negative integers (or ``typing.Any``: generic).
     """
     s = _component_scalar(dtype, "matrix")
     shape = tuple(shape)
-    if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise ValueError(f"matrix(shape=...) expects two non-negative ints, got {shape!r}")
+    if len(shape) != 2 or not all(d is typing.Any or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+                                  for d in shape):
+        raise ValueError(f"matrix(shape=...) expects two non-negative ints (or typing.Any), got {shape!r}")
     key = (shape, s)
     if key not in _MAT_CACHE:
         _MAT_CACHE[key] = MatrixType(shape[0], shape[1], s,
-                                     f"mat{shape[0]}{shape[1]}{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
+                                     f"mat{_dim(shape[0])}{_dim(shape[1])}"
+                                     f"{_SUFFIX.get(s, '_' + getattr(s, 'name', str(s)))}")
     return _MAT_CACHE[key]
 
 

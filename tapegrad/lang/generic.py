@@ -29,26 +29,34 @@ __all__ = ["is_generic_type", "infer_type", "concrete_type", "is_generic_annotat
 
 
 def is_generic_annotation(t) -> bool:
-    """Whether ``t`` is Warp's ``Int``/``Float``/``Scalar`` or a vector/matrix of one."""
+    """Whether ``t`` is Warp's ``Int``/``Float``/``Scalar``, or a vector/matrix of one or of
+    ``typing.Any`` length/shape (``vector(Any, float)``)."""
     if isinstance(t, typing.TypeVar):
         return t in GENERIC_SCALARS
-    return isinstance(t, (VectorType, MatrixType)) and isinstance(t.scalar, typing.TypeVar)
+    return isinstance(t, (VectorType, MatrixType)) and (
+        isinstance(t.scalar, typing.TypeVar) or any(d is typing.Any for d in t.inner_shape))
 
 
 def generic_accepts(ann, t) -> bool:
     """Whether a value of concrete type ``t`` fits the generic annotation ``ann``
-    (``is_generic_annotation``): the same shape and kind, a scalar of the kinds it names."""
+    (``is_generic_annotation``): the same kind and shape (``Any``: any size), a scalar of the
+    kinds it names (or its own scalar type)."""
     if isinstance(ann, typing.TypeVar):
         return ann in GENERIC_SCALARS and getattr(t, "kind", None) in GENERIC_SCALARS[ann] \
             and not isinstance(t, (VectorType, MatrixType))
-    if type(ann) is not type(t) or ann.inner_shape != t.inner_shape:
+    if type(ann) is not type(t) or len(ann.inner_shape) != len(t.inner_shape):
         return False
-    return getattr(t.scalar, "kind", None) in GENERIC_SCALARS.get(ann.scalar, ())
+    if any(a is not typing.Any and a != b for a, b in zip(ann.inner_shape, t.inner_shape)):
+        return False
+    if isinstance(ann.scalar, typing.TypeVar):
+        return getattr(t.scalar, "kind", None) in GENERIC_SCALARS.get(ann.scalar, ())
+    return t.scalar is ann.scalar
 
 
 def is_generic_type(t) -> bool:
-    """Whether a resolved annotation is generic (None: ``Any``; an array of ``Any``)."""
-    return t is None or (isinstance(t, ArrayType) and t.dtype is typing.Any)
+    """Whether a resolved annotation is generic (None: ``Any``; an array of ``Any``; a
+    vector/matrix of ``Any`` size or of ``Int``/``Float``/``Scalar``)."""
+    return t is None or (isinstance(t, ArrayType) and t.dtype is typing.Any) or is_generic_annotation(t)
 
 
 def _array_type_of(value):
@@ -77,6 +85,12 @@ def infer_type(param, value, label):
         TypeError: the argument's type cannot be read (pass a tapegrad array or a typed value,
             or specialize explicitly with ``tg.overload``).
     """
+    if is_generic_annotation(param):
+        t = type_of_value(value)
+        if t is None or not generic_accepts(param, t):
+            raise TypeError(f"{label}: expected a value fitting {param!r}, got {type(value).__name__}"
+                            + (f" ({type_name(t)})" if t is not None else ""))
+        return t
     if isinstance(param, ArrayType):
         got = _array_type_of(value)
         if got is None:

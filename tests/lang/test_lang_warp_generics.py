@@ -810,3 +810,23 @@ def test_func_native_forward_adjoint_and_from_custom_adjoints(device):
     with pytest.raises(RuntimeError, match="can only be called inside a kernel"):
         add_two_native(1.0)
     assert add_two_native.__doc__ == "C++: a + 2."
+
+
+@tg.kernel(enable_backward=False)
+def any_size_kernel(v: tg.types.vector(Any, float), m: tg.types.matrix((Any, Any), float),
+                    out: tg.array(dtype=int)):
+    out[0] = len(v)
+    out[1] = len(m)
+    out[2] = int(v[0])
+
+
+def test_vector_and_matrix_of_any_size_annotations():
+    out = tg.zeros(3, dtype=int)
+    tg.launch(any_size_kernel, dim=1, inputs=[tg.vec4(7.0), tg.mat22(), out])
+    np.testing.assert_array_equal(out.numpy(), [4, 2, 7])
+    tg.launch(any_size_kernel, dim=1, inputs=[tg.vec2(3.0), tg.types.matrix((3, 5), float)(), out])
+    np.testing.assert_array_equal(out.numpy(), [2, 3, 3])
+    with pytest.raises(TypeError, match="expected a value fitting"):
+        tg.launch(any_size_kernel, dim=1, inputs=[tg.vec2d(1.0), tg.mat22(), out])   # float64: not float
+    with pytest.raises(ValueError, match="typing.Any"):
+        tg.vector(-2, float)
