@@ -70,6 +70,9 @@ class _Gradients(dict):
         return super().__ior__(other)
 
 
+_NO_PLAN = object()   # Tape._plans: kernel not seen yet
+
+
 class Tape:
     """Records launches inside ``with tape:`` and computes gradients with ``backward``.
 
@@ -93,7 +96,10 @@ class Tape:
                             f"{type(save_overwritten).__name__}")
         self.save_overwritten = save_overwritten
         self.records: list = []
-        self.gradients: dict = _Gradients()   # array -> its gradient array (every array touched)
+        self._gradients: dict = _Gradients()   # ``gradients``: array -> its gradient array (every array touched)
+        # the arrays of plain launches recorded since ``gradients`` was last read: tracked
+        # (``_track``) in one pass when it is next needed, not one by one at each record
+        self._untracked: list = []
         self._owned: dict = {}         # id(array) -> tape-owned seed buffer
         # id(array) -> (record index, read label, array): a differentiable record read the
         # array's current values (its adjoint needs them), so overwriting them needs a save
@@ -110,6 +116,7 @@ class Tape:
         # id(array) -> (array, its tensor's in-place version, record index): arrays viewing a
         # framework tensor (from_torch...), checked unchanged at backward as torch checks its saves
         self._foreign: dict = {}
+        self._plans: dict = {}         # kernel -> its array parameters' reads (_record_plain_launch), or None
 
     # -------------------------------------------------------------------------- recording
     def __enter__(self):
@@ -164,14 +171,43 @@ class Tape:
             raise RuntimeError(msg)
         warnings.warn(msg, TapeWarning, stacklevel=_caller_level())
 
+    @property
+    def gradients(self) -> dict:
+        """``{array: its gradient array}`` of every array a record touched (and of struct
+        instances: a struct of their arrays' gradients), as Warp's ``tape.gradients``."""
+        if self._untracked:
+            self._track_pending()
+        return self._gradients
+
+    @gradients.setter
+    def gradients(self, value) -> None:
+        self._untracked = []
+        self._gradients = value
+
+    def _track_pending(self) -> None:
+        """``_track`` the arrays of the plain launches recorded since the last call (in record
+        order: ``gradients`` keeps the order the arrays were first touched)."""
+        pending, self._untracked = self._untracked, []
+        gradients, roots = self._gradients, self._grad_roots
+        for arrays in pending:
+            for a, _ in arrays:
+                if a._link is not None:        # tracked when recorded (its gradient is the tensor's)
+                    continue
+                g = a._grad
+                if g is not None and a._requires_grad and gradients.get(a) is not g:
+                    gradients[a] = g
+                    roots.add(id(tape_saves.memory_root(a)))
+
     def _track(self, a):
+        if self._untracked:
+            self._track_pending()
         link = a._link
         if link is not None and id(a) not in self._foreign:
             self._foreign[id(a)] = (a, link.version(a), len(self.records))
         g = a.grad
         # set only when new: each set counts as a change of the table (Tape.zero's plan)
-        if g is not None and a.requires_grad and self.gradients.get(a) is not g:
-            self.gradients[a] = g
+        if g is not None and a.requires_grad and self._gradients.get(a) is not g:
+            self._gradients[a] = g
             self._grad_roots.add(id(tape_saves.memory_root(a)))
 
     def record_write(self, a, what: str) -> None:
@@ -180,6 +216,8 @@ class Tape:
         with a gradient over the same allocation, or read values of it an adjoint still needs.
         A write to memory the tape never saw changes no gradient and is not recorded (an array
         created and filled inside ``with tape:``)."""
+        if self._untracked:
+            self._track_pending()
         root = id(tape_saves.memory_root(a))
         if root in self._grad_roots or self._live_roots.get(root):
             self.record(FillRecord(a, what))
@@ -275,57 +313,81 @@ class Tape:
         differentiable record still needs; an array the launch itself reads and then overwrites
         (an in-place step, ``x[i] = f(x[i])``) is saved as the general path saves it. Returns
         False, having changed nothing, for any other launch: ``record``'s general path decides
-        it (and words its warnings)."""
-        params = tape_saves.distinct_array_reads(rec.kernel)
-        if params is None:
+        it (and words its warnings).
+
+        This runs once per recorded launch, so it is written for speed: the kernel's reads come
+        from a per-tape dict, memory roots are looked up only for views, and the gradient
+        tracking of ``_track`` is inlined."""
+        kernel = rec.kernel
+        plan = self._plans.get(kernel, _NO_PLAN)
+        if plan is _NO_PLAN:
+            params = tape_saves.distinct_array_reads(kernel)
+            plan = self._plans[kernel] = None if params is None else tuple(
+                (i, r.before, r.after, r.writes, r.name) for i, r in params)
+        if plan is None:
             return False
         args = rec.inputs + rec.outputs
-        arrays, ids, diff = [], set(), False
-        for i, r in params:
-            a = args[i]
+        arrays, diff = [], False
+        for p in plan:
+            a = args[p[0]]
             if a.__class__ is array:
-                arrays.append((a, r))
-                ids.add(id(a))
-                diff = diff or a.grad is not None
+                arrays.append((a, p))
+                # a.grad without the property call (an array viewing a framework tensor asks it)
+                if (a._grad if a._link is None else a.grad) is not None:
+                    diff = True
             elif isinstance(a, array):         # a subclass
                 return False
-        if len(ids) != len(arrays):
+        if len(arrays) > 1 and len({id(a) for a, _ in arrays}) != len(arrays):
             return False                       # an array passed twice
-        diff = diff and rec.kernel.enable_backward      # as _differentiable
+        diff = diff and kernel.enable_backward      # as _differentiable
         live_roots = self._live_roots
-        reading, written, own = [], set(), []
-        for a, r in arrays:
-            if r.writes:
-                if diff and r.after:
+        reading, written, own = [], None, None
+        for a, (_, before, after, writes, name) in arrays:
+            owner = a._owner
+            root = id(a) if owner is None or owner.__class__ is not array and not isinstance(owner, array) \
+                else id(tape_saves.memory_root(a))
+            if writes:
+                if diff and after:
                     return False               # reads back what it wrote
-                root = id(tape_saves.memory_root(a))
-                if root in written:
+                if written is None:
+                    written = {root}
+                elif root in written:
                     return False               # writes two views of one allocation
-                written.add(root)
+                else:
+                    written.add(root)
                 needed = live_roots.get(root)  # memory recorded reads may still need
-                if diff and r.before:          # in place: its own adjoint needs the old values
+                if diff and before:            # in place: its own adjoint needs the old values
                     if not self.save_overwritten or (needed and (len(needed) > 1 or id(a) not in needed)):
                         return False
-                    own.append(a)
+                    own = [a] if own is None else own + [a]
                 elif needed:
                     return False
-            elif diff and r.before:
-                reading.append((a, r.name, id(tape_saves.memory_root(a))))
-        for _, _, root in reading:
-            if root in written:
-                return False                   # writes a view of what it reads
-        stream = rec.stream
-        saves = [tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), True, stream) for a in own]
-        for a in own:                          # the tape changes only from here on
-            self._live_pop(id(a))
+            elif diff and before:
+                reading.append((a, name, root))
+        if written is not None:
+            for _, _, root in reading:
+                if root in written:
+                    return False               # writes a view of what it reads
+        saves = None
+        if own is not None:
+            stream = rec.stream
+            saves = [tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), True, stream) for a in own]
+            for a in own:                      # the tape changes only from here on
+                self._live_pop(id(a))
         live = self._live
         for a, name, root in reading:
             if id(a) not in live:
                 live[id(a)] = (index, name, a)
-                live_roots.setdefault(root, set()).add(id(a))
+                roots = live_roots.get(root)
+                if roots is None:
+                    live_roots[root] = {id(a)}
+                else:
+                    roots.add(id(a))
         for a, _ in arrays:
-            self._track(a)
-        if saves:
+            if a._link is not None:            # a framework tensor's version is noted now
+                self._track(a)
+        self._untracked.append(arrays)         # the gradients: tracked when next needed
+        if saves is not None:
             self._saves[index] = saves
             self._shadows.add(saves)
         self.records.append(rec)
