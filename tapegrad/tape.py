@@ -107,6 +107,7 @@ class Tape:
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._shadows = tape_saves.Shadows()   # backward's private copies of the memory saves came from
+        self._arena = tape_saves.SaveArena()   # where the saved copies are carved from
         self._remapped = None          # (array.grad_changes, views of the copies, launch records over them)
         self._loss = None
         self._zero_plan = None         # (signature, ids of the buffers, their BufferZeroPlan)
@@ -272,7 +273,7 @@ class Tape:
                 if k in saves:
                     continue
                 if self.save_overwritten:
-                    saves[k] = tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), before, stream)
+                    saves[k] = tape_saves.SavedValues(a, self._arena.snapshot(a, stream), before, stream)
                 elif prev is None or (own and k == key):
                     messages.append(f"Tape: {rec.label(index)} reads and writes array '{u.name}' in place, "
                                     f"and this tape does not save overwritten values (save_overwritten=False): "
@@ -371,7 +372,7 @@ class Tape:
         saves = None
         if own is not None:
             stream = rec.stream
-            saves = [tape_saves.SavedValues(a, tape_saves.snapshot(a, stream), True, stream) for a in own]
+            saves = [tape_saves.SavedValues(a, self._arena.snapshot(a, stream), True, stream) for a in own]
             for a in own:                      # the tape changes only from here on
                 self._live_pop(id(a))
         live = self._live
@@ -627,6 +628,7 @@ class Tape:
         self._live.clear()
         self._live_roots.clear()
         self._saves.clear()
+        self._arena.reset()               # the next recording carves its copies from the same buffers
         self._shadows = tape_saves.Shadows()
         self._remapped = None
         self._foreign.clear()

@@ -29,13 +29,15 @@ an allocation overwrites values another view (or the base) still needs.
 """
 from __future__ import annotations
 
+import ctypes
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import memory_ops, types
+from . import cpu_capture, memory_ops, types
 from .array import array
 from .cuda.stream import ScopedStream
+from .storage import contiguous_strides
 from .lang.adjoint import active
 from .lang.direct import register_fact
 from .lang.ir import Assign, If, Loop, Read, Write, walk
@@ -43,7 +45,7 @@ from .lang.typeutil import float_based
 from .types import ArrayType, StructType
 
 __all__ = ["ArrayReads", "SavedValues", "kernel_reads", "distinct_array_reads", "needed_loads", "is_struct_instance",
-           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "restore",
+           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "SaveArena", "restore",
            "record_arrays", "Shadow", "Shadows"]
 
 
@@ -149,6 +151,65 @@ def snapshot(a, stream=None):
         return out
     with ScopedStream(stream, sync_enter=False):
         return snapshot(a)
+
+
+class SaveArena:
+    """Where a tape's saved copies live: carved from a few large buffers instead of one
+    allocation per save (an in-place step saves a small array each time it runs: the
+    allocation cost more than the copy). A buffer is a plain array of its device, allocated on
+    the saving stream (as ``snapshot``'s); each saved copy is a contiguous view into it that
+    keeps it alive. ``reset()`` starts carving again (host buffers reused): the tape calls it
+    once it dropped its saves, so the next recording on the same tape allocates nothing on
+    the CPU.
+    """
+
+    CHUNK = 1 << 16      # bytes per buffer (a larger save gets a buffer of its own size)
+    ALIGN = 64
+
+    def __init__(self):
+        self._chunks: dict = {}    # (device, stream) -> [[buffer, used bytes], ...], the open one last
+        self._spent: dict = {}     # (device, stream) -> full buffers, reused after reset()
+
+    def snapshot(self, a, stream=None):
+        """``snapshot(a, stream)``, the copy carved from this arena (the same values, dtype,
+        shape; contiguous)."""
+        nbytes = a.nbytes
+        if not nbytes or a.device.is_cpu and cpu_capture.capturing():
+            return snapshot(a, stream)     # a CPU graph capture owns the memory it records with
+        key = (a.device, stream)
+        chunks = self._chunks.get(key)
+        size = -(-nbytes // self.ALIGN) * self.ALIGN
+        if chunks is None or chunks[-1][1] + size > chunks[-1][0].nbytes:
+            spent = self._spent.get(key)
+            if spent and spent[-1].nbytes >= size:
+                buf = spent.pop()
+            elif stream is None:
+                buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
+            else:
+                with ScopedStream(stream, sync_enter=False):
+                    buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
+            if chunks is None:
+                chunks = self._chunks[key] = []
+            chunks.append([buf, 0])
+        entry = chunks[-1]
+        buf, used = entry
+        entry[1] = used + size
+        out = array.wrap_memory(buf.ptr + used, a.dtype, a.shape, contiguous_strides(a.shape, a.dtype.size),
+                                a.device, buf, False)
+        if key[0].is_cpu and a.is_contiguous:
+            ctypes.memmove(out.ptr, a.ptr, nbytes)    # memory_ops.copy's host case, its checks done here
+        else:
+            restore(out, a, stream)
+        return out
+
+    def reset(self) -> None:
+        """Carve from the start again (the copies handed out are no longer needed). Host
+        buffers are kept for reuse; device buffers go back to their pool (a backward still
+        queued on some stream may read them: the pool orders their reuse)."""
+        for key, chunks in self._chunks.items():
+            if key[0].is_cpu:
+                self._spent.setdefault(key, []).extend(sorted((b for b, _ in chunks), key=lambda b: b.nbytes))
+        self._chunks = {}
 
 
 def restore(dest, src, stream=None) -> None:
