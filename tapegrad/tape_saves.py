@@ -37,16 +37,16 @@ from typing import Any
 from . import cpu_capture, memory_ops, types
 from .array import array
 from .cuda.stream import ScopedStream
-from .storage import contiguous_strides
 from .lang.adjoint import active
 from .lang.direct import register_fact
 from .lang.ir import Assign, If, Loop, Read, Write, walk
 from .lang.typeutil import float_based
+from .storage import contiguous_strides
 from .types import ArrayType, StructType
 
 __all__ = ["ArrayReads", "SavedValues", "kernel_reads", "distinct_array_reads", "needed_loads", "is_struct_instance",
-           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "SaveArena", "restore",
-           "record_arrays", "Shadow", "Shadows"]
+           "struct_arrays", "memory_root", "memory_range", "overlaps", "drop_covered", "snapshot", "SaveArena",
+           "restore", "record_arrays", "Shadow", "Shadows"]
 
 
 @dataclass(frozen=True)
