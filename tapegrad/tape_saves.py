@@ -36,6 +36,7 @@ from typing import Any
 
 from . import cpu_capture, memory_ops, types
 from .array import array
+from .cuda import graph as cuda_graph
 from .cuda.stream import ScopedStream
 from .lang.adjoint import active
 from .lang.direct import register_fact
@@ -174,9 +175,18 @@ class SaveArena:
         """``snapshot(a, stream)``, the copy carved from this arena (the same values, dtype,
         shape; contiguous)."""
         nbytes = a.nbytes
-        if not nbytes or a.device.is_cpu and cpu_capture.capturing():
-            return snapshot(a, stream)     # a CPU graph capture owns the memory it records with
-        key = (a.device, stream)
+        dev = a.device
+        if not nbytes:
+            return snapshot(a, stream)
+        if dev.is_cpu:
+            if cpu_capture.capturing():
+                return snapshot(a, stream)     # a CPU graph capture owns the memory it records with
+            key = (dev, None)
+        else:
+            s = dev.stream if stream is None else stream
+            if cuda_graph.is_capturing(stream=s):
+                return snapshot(a, stream)     # graph-owned memory: the graph may outlive this tape
+            key = (dev, s)                     # a buffer serves the stream it was allocated on
         chunks = self._chunks.get(key)
         size = -(-nbytes // self.ALIGN) * self.ALIGN
         if chunks is None or chunks[-1][1] + size > chunks[-1][0].nbytes:
@@ -196,7 +206,7 @@ class SaveArena:
         entry[1] = used + size
         out = array.wrap_memory(buf.ptr + used, a.dtype, a.shape, contiguous_strides(a.shape, a.dtype.size),
                                 a.device, buf, False)
-        if key[0].is_cpu and a.is_contiguous:
+        if dev.is_cpu and a.is_contiguous:
             ctypes.memmove(out.ptr, a.ptr, nbytes)    # memory_ops.copy's host case, its checks done here
         else:
             restore(out, a, stream)
