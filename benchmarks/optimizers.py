@@ -3,8 +3,11 @@
 - native: ``tg.optim.Adam``/``SGD`` vs Warp's ``warp.optim`` and ``torch.optim`` (``fused=True``
   on CUDA, ``foreach`` on the CPU);
 - optax: one step of ``tg.optax_optimizer`` vs the manual pattern of scenario s20 (``to_jax``
-  views, ``tx.update``, ``apply_updates``, ``assign``; target <= 0.5x) and vs
-  ``torch.optim.Adam`` stepping ``to_torch`` views of the same tapegrad parameters.
+  views, ``tx.update``, ``apply_updates``, ``assign``; target <= 0.5x), vs ``torch.optim.Adam``
+  (``fused=True`` on CUDA, ``foreach`` on the CPU) stepping ``to_torch`` views of the same
+  tapegrad parameters (issue 30: <= 2x on the H200), and vs the bare jitted optax update on
+  JAX arrays (state donated: JAX's own per-call cost, the floor of a one-call step); also the
+  step of JAX-declared parameters (``tg.from_jax`` views: the step writes into JAX's memory).
 
 The parameters are ``--n`` float32 values split into a few arrays of different sizes (a small
 model: 60%, 30%, 9%, 1%), gradients fixed; one sample times ``--steps`` steps and waits for the
@@ -13,6 +16,7 @@ device at the end (execution time, not only submission).
     python benchmarks/optimizers.py                    # 10^6 parameters, CPU
     python benchmarks/optimizers.py --device cuda:0
     python benchmarks/optimizers.py --one-core         # work per element: one thread, CPU time
+    python benchmarks/optimizers.py --n 32             # per-call overhead (optax: 4 tiny arrays)
 
 ``--one-core`` runs every contender on one thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``) and times the calling thread's CPU time, which a loaded shared
@@ -22,6 +26,7 @@ Prints a table and writes ``benchmarks/results/optimizers_<device>.json``; the f
 ratios tapegrad / peer of one run.
 """
 import argparse
+import functools
 import importlib.util
 import os
 import time
@@ -79,7 +84,11 @@ def torch_step(n, device, cls="Adam"):
 
 
 def optax_steps(n, device):
-    """``(one-call step, manual s20 step, torch-on-to_torch step, sync)`` over tapegrad parameters."""
+    """``{name: step}`` over the same parameter sizes, and a sync: ``one_call`` (tapegrad
+    parameters), ``jax_declared`` (``tg.from_jax`` views of JAX arrays), ``manual`` (the s20
+    pattern), ``torch`` (Adam on ``to_torch`` views; fused on CUDA) and ``bare`` (the jitted optax
+    update on JAX arrays, no tapegrad)."""
+    import jax
     import optax
 
     import tapegrad as tg
@@ -92,7 +101,15 @@ def optax_steps(n, device):
             p.grad.assign(rng.normal(size=p.shape).astype(np.float32))
         return ps
 
-    one_call = tg.optax_optimizer(tx, params())
+    steps = {"one_call": tg.optax_optimizer(tx, params()).step}
+    jdev = tg.device_to_jax(device)
+    held = [jax.device_put(rng.normal(size=k).astype(np.float32), jdev) for k in sizes(n)]
+    jps = [tg.from_jax(j) for j in held]
+    for p in jps:
+        p.requires_grad = True
+        p.grad.assign(rng.normal(size=p.shape).astype(np.float32))
+    steps["jax_declared"] = tg.optax_optimizer(tx, jps).step    # (a from_jax view keeps its JAX array alive)
+
     manual_ps = params()
     state = [tx.init([tg.to_jax(p) for p in manual_ps])]
 
@@ -101,16 +118,33 @@ def optax_steps(n, device):
         updates, state[0] = tx.update(grads, state[0], vals)
         for p, v in zip(manual_ps, optax.apply_updates(vals, updates)):
             p.assign(v)
+    steps["manual"] = manual
 
-    torch_step = None
+    bare_p = [jax.device_put(rng.normal(size=k).astype(np.float32), jdev) for k in sizes(n)]
+    bare_g = [jax.device_put(rng.normal(size=k).astype(np.float32), jdev) for k in sizes(n)]
+    bare_state = [bare_p, tx.init(bare_p)]
+
+    @functools.partial(jax.jit, donate_argnums=(0, 2))
+    def update(ps, gs, st):
+        u, st = tx.update(gs, st, ps)
+        return optax.apply_updates(ps, u), st
+
+    def bare():
+        bare_state[0], bare_state[1] = update(bare_state[0], bare_g, bare_state[1])
+    steps["bare"] = bare
+
     try:
         import torch
         tps = params()
-        topt = torch.optim.Adam([tg.to_torch(p) for p in tps], lr=1e-3)
-        torch_step = topt.step
+        kw = {"fused": True} if tg.get_device(device).is_cuda else {"foreach": True}
+        steps["torch"] = torch.optim.Adam([tg.to_torch(p) for p in tps], lr=1e-3, **kw).step
     except ImportError:
         pass
-    return one_call.step, manual, torch_step, (lambda: tg.synchronize_device(device))
+
+    def sync():
+        tg.synchronize_device(device)
+        jax.block_until_ready(bare_state[0])
+    return steps, sync
 
 
 def cpu_time_per_call(fn, calls):
@@ -165,16 +199,17 @@ def main():
             print(f"{cls:<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
     # (not with --one-core: JAX computes on threads of its own, which the calling thread's CPU time misses)
     if importlib.util.find_spec("optax") is not None and not args.one_core:
-        one_call, manual, torch_adam, sync = optax_steps(args.n, args.device)
-        samplers = {"one_call": per_call(one_call, args.steps, sync), "manual": per_call(manual, args.steps, sync)}
-        if torch_adam is not None:
-            samplers["torch"] = per_call(torch_adam, args.steps, sync)
-        samples = interleave(samplers, rounds=args.rounds)
-        for peer, label in (("manual", "manual s20 pattern"), ("torch", "torch Adam, to_torch")):
+        steps, sync = optax_steps(args.n, args.device)
+        samples = interleave({k: per_call(f, args.steps, sync) for k, f in steps.items()}, rounds=args.rounds)
+        for ours, peer, label in (("one_call", "manual", "manual s20 pattern"),
+                                  ("one_call", "torch", "torch Adam, to_torch"),
+                                  ("one_call", "bare", "bare jitted optax"),
+                                  ("jax_declared", "torch", "JAX-declared / torch"),
+                                  ("jax_declared", "bare", "JAX-declared / bare")):
             if peer in samples:
-                c = compare(samples, "one_call", peer)
-                rows.append({"optimizer": "optax_optimizer", "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer,
-                             "ratio": c.ratio})
+                c = compare(samples, ours, peer)
+                rows.append({"optimizer": "optax_optimizer" if ours == "one_call" else "optax_optimizer_jax_declared",
+                             "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
                 print(f"{'optax':<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
     name = f"optimizers_{args.device.replace(':', '')}{'_one_core' if args.one_core else ''}"
     out = write_results(name, {"n": args.n, "device": args.device, "one_core": args.one_core, "rows": rows})

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from tapegrad import types
 from tapegrad.array import array, copy
 from tapegrad.creation import zeros
 from tapegrad.cuda import memory as cuda_memory
@@ -126,7 +127,7 @@ class OptaxOptimizer:
         self._raw = [(p.ptr, p.nbytes) if p.is_contiguous else None for p in params]
         # CUDA: the per-step ordering token and the previous step's outputs (kept until the next
         # update is queued after the write-back that reads them, so their memory is not reused early)
-        self._token = zeros(1, dtype=params[0].dtype.scalar, device=self._device) if self._device.is_cuda else None
+        self._token = zeros(1, dtype=types.float32, device=self._device) if self._device.is_cuda else None
         self._in_flight = None
         # the state is donated: optax's moments are updated in place by XLA, step after step
         self._update = jax.jit(lambda ps, gs, st, tok: _apply(transformation, ps, gs, st, token=tok),
@@ -251,7 +252,7 @@ class OptaxOptimizer:
             return
         # one import of one output: tapegrad's stream now waits for the update (all its outputs
         # become ready together), so the other outputs' memory is copied from by pointer
-        from_jax(new[-1], dtype=self.params[-1].dtype)
+        from_jax(new[-1])
         stream = dev.stream.cuda_stream
         for p, raw, v in zip(self.params, self._raw, new):
             if raw is None:
