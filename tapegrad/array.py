@@ -16,7 +16,7 @@ import numpy as np
 from . import memory_ops, storage, types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
-from .errors import CopyArgumentError, CopyTypeError
+from .errors import CopyArgumentError, CopyTypeError, ReshapeError, ViewDtypeError
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
 from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
@@ -630,7 +630,28 @@ class array:
         return a.astype(dtype) if dtype is not None else a
 
     def list(self):
-        return self.numpy().tolist()
+        """Every element, in row-major order, as one flat list of Python values (Warp's ``list()``):
+        numbers for scalar dtypes, vector/matrix values, struct instances (array fields None)."""
+        a = self.numpy()
+        dt = self.dtype
+        if isinstance(dt, types.StructType):
+            return [_struct_value(dt, rec) for rec in a.reshape(-1)]
+        if dt.inner_shape:
+            return [dt(x) for x in a.reshape((-1,) + tuple(dt.inner_shape))]
+        return a.reshape(-1).tolist()
+
+    def cptr(self):
+        """A ctypes pointer to the elements (``ctypes.POINTER`` of the dtype's ctypes type), as
+        Warp's ``cptr()``: ``p[i]`` reads element ``i`` of a contiguous CPU array. The pointer
+        does not keep the array alive: hold a reference while using it.
+
+        Raises:
+            RuntimeError: the array is not on the CPU (its memory is not readable from Python).
+        """
+        if not self.device.is_cpu:
+            raise RuntimeError(f"cptr(): the array is on {self.device}; a ctypes pointer reads host memory only "
+                               f"(use .to('cpu').cptr())")
+        return ctypes.cast(self.ptr, ctypes.POINTER(self.dtype.ctype))
 
     def __repr__(self):
         if self._ptr == 0 and self.size == 0 and self.device is None:
@@ -672,6 +693,8 @@ class array:
                 component shape.
         """
         self._check_writable("fill_")
+        if isinstance(self.dtype, types.StructType):
+            return self._fill_struct(value)
         inner = self.dtype.inner_shape
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(f"fill_(value): expected a number{' or a value of shape ' + str(inner) if inner else ''} "
@@ -688,6 +711,22 @@ class array:
         if tape is not None:     # part of the recorded program: its adjoint stops the gradient
             tape.record_write(self, "fill_")
         memory_ops.fill(self, value)
+        self._bump()
+        return self
+
+    def _fill_struct(self, value):
+        st = self.dtype
+        if not isinstance(value, st.cls):
+            raise TypeError(f"fill_(value): expected an instance of struct {st.name} for an array of {st!r}, "
+                            f"got {value!r}")
+        rec = np.frombuffer(bytes(st.to_ctype(value, self.device)), dtype=st.np_dtype)[0]
+        tape = active_tape()
+        if tape is not None:
+            tape.record_write(self, "fill_")
+        if self.device.is_cpu:
+            memory_ops.fill(self, rec)
+        else:   # the records built on the host, then one copy
+            memory_ops.copy(self, array(np.full(self.shape, rec, dtype=st.np_dtype), dtype=st, device="cpu"))
         self._bump()
         return self
 
@@ -774,7 +813,8 @@ class array:
             shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
         shape = normalize_shape(shape)
         if math.prod(shape) != self.size:
-            raise ValueError(f"reshape: cannot reshape {self.shape} into {shape}")
+            raise ReshapeError(f"reshape: cannot reshape array of shape {self.shape} (size {self.size}) into shape "
+                               f"{shape} (size {math.prod(shape)})")
         if not self.is_contiguous:
             raise ValueError("reshape: the array is not contiguous (call .contiguous() first)")
         v = _view(self, self._ptr, shape, contiguous_strides(shape, self.dtype.size))
@@ -825,26 +865,62 @@ class array:
         return v
 
     def view(self, dtype):
-        """Reinterpret the memory as another dtype of the same size.
+        """Reinterpret the memory as another dtype, as Warp's ``view``.
 
-        The view keeps the gradient link when both dtypes have the same scalar type (``vec4`` and
-        ``quat``, ``mat22`` and ``vec4``: component for component the same numbers); a view as
-        another scalar type (bits reinterpreted) has no gradient.
+        Same element size: the same shape. A vector/matrix array viewed as its scalar type (or
+        another of that size) gets the component dims appended (``vec4`` ``(n,)`` -> ``(n, 4)``);
+        a scalar array whose trailing dims are contiguous and match a vector/matrix type's
+        component shape views as that type (``(n, 2, 2)`` -> ``mat22`` ``(n,)``; ``(2, 2)`` ->
+        ``(1,)``, arrays have at least one dim). The view keeps the gradient link when both
+        dtypes have the same scalar type; a view as another scalar type (bits reinterpreted) has
+        no gradient.
 
         Raises:
-            ValueError: the dtypes' sizes differ.
+            ViewDtypeError (a TypeError and ValueError): the sizes do not fit (Warp's message),
+                or the trailing dims do not match the component shape.
         """
         dt = types.resolve_dtype(dtype)
-        if dt.size != self.dtype.size:
-            raise ValueError(f"view: {dt!r} ({dt.size} bytes) has not the size of {self.dtype!r} "
-                             f"({self.dtype.size} bytes)")
-        v = _view(self, self._ptr, self._shape, self._strides)
+        src = self.dtype
+        shape, strides = self._shape, self._strides
+
+        def refuse(detail):
+            raise ViewDtypeError(f"view: cannot create an array view with dtype {_dtype_name(dt)} from source dtype "
+                                 f"{_dtype_name(src)}: {detail}")
+
+        src_inner = tuple(getattr(src, "inner_shape", ()))
+        dt_inner = tuple(getattr(dt, "inner_shape", ()))
+        if dt.size == src.size:
+            pass
+        elif src_inner and not dt_inner and not isinstance(dt, types.StructType):
+            if dt.size != src.scalar.size:
+                refuse(f"source scalar dtype {_dtype_name(src.scalar)} has size {src.scalar.size} bytes, but target "
+                       f"dtype has size {dt.size} bytes")
+            shape = tuple(shape) + src_inner
+            strides = tuple(strides) + contiguous_strides(src_inner, dt.size)
+        elif dt_inner and not src_inner and not isinstance(src, types.StructType):
+            if src.size != dt.scalar.size:
+                refuse(f"source dtype has size {src.size} bytes, but target scalar dtype {_dtype_name(dt.scalar)} has "
+                       f"size {dt.scalar.size} bytes")
+            k = len(dt_inner)
+            if tuple(shape[-k:]) != dt_inner or tuple(strides[-k:]) != contiguous_strides(dt_inner, src.size):
+                refuse(f"the trailing dims of shape {self.shape} (strides {self.strides}) are not a contiguous "
+                       f"{dt_inner} block")
+            shape, strides = tuple(shape[:-k]), tuple(strides[:-k])
+            if not shape:      # arrays have at least one dim
+                shape, strides = (1,), (dt.size,)
+        else:
+            refuse(f"source dtype has size {src.size} bytes, but target dtype has size {dt.size} bytes")
+        v = _view(self, self._ptr, shape, strides)
         v.dtype = dt
         v.__dict__.pop("_contig", None)
         g = self._grad
-        if g is not None and getattr(dt, "scalar", None) is not None and dt.scalar is self.dtype.scalar:
+        if g is not None and getattr(dt, "scalar", None) is not None and dt.scalar is getattr(src, "scalar", None):
             _link_grad(self, v, g.view(dt))
         return v
+
+
+def _dtype_name(t) -> str:
+    return getattr(t, "__name__", None) or getattr(t, "name", None) or repr(t)
 
 
 array1d, array2d, array3d, array4d = (_ArrayAnnotationGetter(n) for n in (1, 2, 3, 4))
@@ -1023,3 +1099,19 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
         tape.record(CopyRecord(dest, src, dest_offset, src_offset, count))
     memory_ops.copy(*pair)
     dest._bump()
+
+
+def _struct_value(st, rec):
+    """A struct instance from a record of its NumPy structured dtype (array fields stay None)."""
+    kwargs = {}
+    for fname, ftype in st.fields:
+        v = rec[fname]
+        if isinstance(ftype, types.ArrayType):
+            continue
+        if isinstance(ftype, types.StructType):
+            kwargs[fname] = _struct_value(ftype, v)
+        elif isinstance(ftype, types.ScalarType):
+            kwargs[fname] = v.item()
+        else:
+            kwargs[fname] = ftype(np.asarray(v))
+    return st.cls(**kwargs)

@@ -44,6 +44,8 @@ def full(shape=None, value=0, dtype=None, device=None, requires_grad=False, pinn
          **kwargs) -> array:
     """A new array filled with ``value``; dtype inferred from the value when None."""
     shape = _shape(shape, kwargs, "full")
+    if dtype is None and hasattr(type(value), "_tg_struct"):     # a struct instance: its struct
+        dtype = type(value)
     if dtype is None:
         dtype = float if isinstance(value, float) else (int if isinstance(value, int) and not isinstance(value, bool)
                                                         else (bool if isinstance(value, bool) else float))

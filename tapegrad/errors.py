@@ -165,3 +165,13 @@ class CopyArgumentError(ValueError, RuntimeError):
 class CopyTypeError(TypeError, RuntimeError):
     """``tg.copy`` got a non-integer offset or count, or arrays of different element types. A
     ``TypeError`` (tapegrad's policy) that is also a ``RuntimeError`` (Warp's for ``wp.copy``)."""
+
+
+class ReshapeError(ValueError, RuntimeError):
+    """``a.reshape(shape)`` with another number of elements. A ``ValueError`` (tapegrad's policy)
+    that is also Warp's ``RuntimeError``, with Warp's wording."""
+
+
+class ViewDtypeError(TypeError, ValueError):
+    """``a.view(dtype)`` between dtypes whose sizes do not fit (Warp's ``TypeError``, with its
+    wording; also the ``ValueError`` tapegrad raised before)."""

@@ -85,7 +85,7 @@ def normalize_shape(shape, arg="shape"):
     if len(shape) == 0:
         raise ValueError(f"{arg}: at least one dimension is required, got ()")
     if any(d < 0 for d in shape):
-        raise ValueError(f"{arg}: dimensions must be >= 0, got {shape}")
+        raise ValueError(f"{arg}: dimensions must be >= 0 (Array shapes must be non-negative), got {shape}")
     if any(d > MAX_BYTES for d in shape):
         raise ValueError(f"{arg}: dimensions must be at most {MAX_BYTES} (int64 sizes), got {shape}")
     return shape

@@ -704,11 +704,20 @@ def struct(cls):
                             f"({type(value).__name__}); assign a {t.__name__} (e.g. tg.{t.name}(...))")
         object.__setattr__(self, name, value)
 
+    def numpy_value(self):
+        """This instance as a record of the struct's NumPy structured dtype (Warp's ``numpy_value``)."""
+        return np.frombuffer(bytes(st.to_ctype(self)), dtype=st.np_dtype)[0]
+
     cls.__init__ = __init__
     cls.__repr__ = __repr__
     if composite:
         cls.__setattr__ = __setattr__
     cls._tg_struct = st
+    # Warp's struct classes give their NumPy structured dtype (array fields: their descriptor's bytes)
+    if "numpy_dtype" not in hints:
+        cls.numpy_dtype = classmethod(lambda c: st.np_dtype)
+    if "numpy_value" not in hints:
+        cls.numpy_value = numpy_value
     if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
         cls.cls = cls
     return cls

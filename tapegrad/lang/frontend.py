@@ -531,6 +531,8 @@ class Builder(ExprMixin):
             self.stmts(node.body if cond.value else node.orelse)
             return
         cond = self.materialize(cond)
+        if is_array(cond.type):     # Warp's `if arr:`: whether the array has memory
+            cond = self.builtin("array_nonnull", [cond], node.test)
         entry = self.paths.snapshot()
         self.dynamic += 1
         with self.sub_block() as body:

@@ -26,6 +26,14 @@ static_assert(__builtin_offsetof(array_t<float>, data) == TG_OFFSETOF_ARRAY_DESC
               "array_t: the kernel ABI's field offsets");
 #endif
 
+// an array's truth value (Warp's `if arr:` / `not arr`): whether it has elements (Warp's empty
+// arrays have no memory, so its test of the pointer is this one)
+template <typename T> TG_FUNC bool array_nonnull(const array_t<T>& a) {
+    if (a.data == 0) return false;
+    for (int d = 0; d < a.ndim; ++d) if (a.shape[d] <= 0) return false;
+    return true;
+}
+
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i) {
     return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0]);
 }

@@ -226,6 +226,7 @@ namespace tg {
 template <typename T> TG_FUNC auto rng_sample_cdf(uint32_t s, const darray_t<T>& cdf) -> decltype(rng_sample_cdf(s, cdf.p)) {
     return rng_sample_cdf(s, cdf.p);
 }
+template <typename T> TG_FUNC bool array_nonnull(const darray_t<T>& a) { return array_nonnull(a.p); }
 template <typename T> TG_FUNC darray_t<T> grad_array(const darray_t<T>& a, const darray_t<T>& adj) {
     if (adj.p.data) return adj;
     darray_t<T> r;
