@@ -290,9 +290,11 @@ Builtin("logical_or", None, "a or b", export=False).add(
     lambda ts, r: (lambda a: f"(bool({a[0]}) || bool({a[1]}))"))
 Builtin("logical_not", None, "not a", export=False).add(
     lambda ts: bool_ if len(ts) == 1 and is_scalar(ts[0]) else NO, lambda ts, r: (lambda a: f"(!bool({a[0]}))")).add(
-    lambda ts: bool_ if len(ts) == 1 and is_array(ts[0]) else NO, lambda ts, r: (lambda a: f"(!tg::array_nonnull({a[0]}))"))
+    lambda ts: bool_ if len(ts) == 1 and is_array(ts[0]) else NO,
+    lambda ts, r: (lambda a: f"(!tg::array_nonnull({a[0]}))"))
 Builtin("array_nonnull", None, "an array's truth value (if arr: ...): whether it has elements", export=False).add(
-    lambda ts: bool_ if len(ts) == 1 and is_array(ts[0]) else NO, lambda ts, r: (lambda a: f"tg::array_nonnull({a[0]})"))
+    lambda ts: bool_ if len(ts) == 1 and is_array(ts[0]) else NO,
+    lambda ts, r: (lambda a: f"tg::array_nonnull({a[0]})"))
 
 # --------------------------------------------------------------------------- scalar math
 
