@@ -631,11 +631,12 @@ class array:
 
     def list(self):
         """Every element, in row-major order, as one flat list of Python values (Warp's ``list()``):
-        numbers for scalar dtypes, vector/matrix values, struct instances (array fields None)."""
+        numbers for scalar dtypes, vector/matrix values, struct instances (their array fields:
+        arrays that do not own the memory, as Warp's)."""
         a = self.numpy()
         dt = self.dtype
         if isinstance(dt, types.StructType):
-            return [_struct_value(dt, rec) for rec in a.reshape(-1)]
+            return [_struct_value(dt, rec, self.device) for rec in a.reshape(-1)]
         if dt.inner_shape:
             return [dt(x) for x in a.reshape((-1,) + tuple(dt.inner_shape))]
         return a.reshape(-1).tolist()
@@ -1101,15 +1102,21 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
     dest._bump()
 
 
-def _struct_value(st, rec):
-    """A struct instance from a record of its NumPy structured dtype (array fields stay None)."""
+def _struct_value(st, rec, device):
+    """A struct instance from a record of its NumPy structured dtype. Array fields become arrays
+    around the memory their descriptors name, which they do not own (as Warp's); a null one None."""
     kwargs = {}
     for fname, ftype in st.fields:
         v = rec[fname]
         if isinstance(ftype, types.ArrayType):
+            desc = types.ArrayDesc.from_buffer_copy(np.ascontiguousarray(v).tobytes())
+            if desc.data:
+                nd = int(desc.ndim)
+                kwargs[fname] = array.wrap_memory(int(desc.data), ftype.dtype, tuple(desc.shape[:nd]),
+                                                  tuple(desc.strides[:nd]), device, None)
             continue
         if isinstance(ftype, types.StructType):
-            kwargs[fname] = _struct_value(ftype, v)
+            kwargs[fname] = _struct_value(ftype, v, device)
         elif isinstance(ftype, types.ScalarType):
             kwargs[fname] = v.item()
         else:

@@ -496,6 +496,13 @@ class StructType:
     def __call__(self, **kwargs):
         return self.cls(**kwargs)
 
+    def __eq__(self, other):
+        # Warp's arrays of structs name the struct class as dtype: a.dtype == MyStruct
+        return other is self or other is self.cls
+
+    def __hash__(self):
+        return id(self)
+
     def __repr__(self):
         return f"tapegrad.struct {self.name}"
 

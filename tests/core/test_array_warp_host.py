@@ -147,3 +147,21 @@ def test_array_truth_value_in_kernels(device):
     tg.launch(truth, dim=1, inputs=[tg.zeros(0, dtype=float, device=device), tg.zeros(8, dtype=float, device=device)],
               outputs=[out], device=device)
     assert out.numpy()[0] == 11
+
+
+@tg.struct
+class Holder:
+    n: int
+    half: tg.float16
+    grid: tg.array2d(dtype=float)
+
+
+def test_struct_array_dtype_and_array_fields_in_list(device):
+    grid = tg.zeros((2, 3), dtype=float, device=device)
+    h = Holder(n=4, half=-1.25, grid=grid)
+    a = tg.full((2, 2), h, dtype=Holder, device=device)
+    assert a.dtype == Holder and a.dtype != Particle     # Warp's: the struct class
+    items = a.list()
+    assert len(items) == 4 and items[3].n == 4 and items[3].half == -1.25
+    g = items[3].grid          # an array around the field's memory (not owning it, as Warp's)
+    assert g.ptr == grid.ptr and g.shape == (2, 3) and g.dtype is grid.dtype

@@ -259,7 +259,22 @@ template <typename T> TG_FUNC T determinant(const mat_t<3, 3, T>& m) {
          - m.data[0][1] * (m.data[1][0] * m.data[2][2] - m.data[1][2] * m.data[2][0])
          + m.data[0][2] * (m.data[1][0] * m.data[2][1] - m.data[1][1] * m.data[2][0]);
 }
-template <typename T> TG_FUNC T determinant(const mat_t<4, 4, T>& m) { return lu_inverse<4, T>(m, 0); }
+// 4x4: Laplace expansion by the 2x2 minors of the first two rows, float32 (and half) in double:
+// finite differences of a determinant in float32 cancel most digits, so its last bits matter
+template <typename C> struct det_wide { typedef C type; };
+template <> struct det_wide<float> { typedef double type; };
+template <typename T> TG_FUNC T determinant(const mat_t<4, 4, T>& m) {
+    typedef typename det_wide<typename compute<T>::type>::type W;
+    W a[4][4];
+    for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) a[i][j] = W(m.data[i][j]);
+    W s0 = a[0][0] * a[1][1] - a[1][0] * a[0][1], s1 = a[0][0] * a[1][2] - a[1][0] * a[0][2];
+    W s2 = a[0][0] * a[1][3] - a[1][0] * a[0][3], s3 = a[0][1] * a[1][2] - a[1][1] * a[0][2];
+    W s4 = a[0][1] * a[1][3] - a[1][1] * a[0][3], s5 = a[0][2] * a[1][3] - a[1][2] * a[0][3];
+    W c5 = a[2][2] * a[3][3] - a[3][2] * a[2][3], c4 = a[2][1] * a[3][3] - a[3][1] * a[2][3];
+    W c3 = a[2][1] * a[3][2] - a[3][1] * a[2][2], c2 = a[2][0] * a[3][3] - a[3][0] * a[2][3];
+    W c1 = a[2][0] * a[3][2] - a[3][0] * a[2][2], c0 = a[2][0] * a[3][1] - a[3][0] * a[2][1];
+    return T(s0 * c5 - s1 * c4 + s2 * c3 + s3 * c2 - s4 * c1 + s5 * c0);
+}
 template <int N, typename T> TG_FUNC void adj_determinant(const mat_t<N, N, T>& m, mat_t<N, N, T>& am, T g) {
     // d det / dM = cofactor matrix = det * inv(M)^T
     mat_t<N, N, T> inv; T d = lu_inverse<N, T>(m, &inv);
