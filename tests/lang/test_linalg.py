@@ -277,3 +277,22 @@ def test_python_scope_rejects_output_arguments():
         tg.svd3(m, tg.mat33(), tg.vec3(), tg.mat33())
     with pytest.raises(TypeError, match=r"expected a 3x3 matrix, got shape \(2, 2\)"):
         tg.eig3(tg.mat22(1.0, 0.0, 0.0, 1.0))
+
+
+@tg.kernel
+def det44(a: tg.array(dtype=tg.mat44), out: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    out[i] = tg.determinant(a[i])
+
+
+def test_determinant_4x4_float32_correctly_rounded(device):
+    # nearly singular matrices: the determinant is a small difference of large products, which
+    # float32 elimination loses (Warp's finite-difference test of it needs these digits)
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(64, 4, 4))
+    base[:, 3] = base[:, 0] + base[:, 1] + 1e-3 * rng.normal(size=(64, 4))
+    a = base.astype(np.float32)
+    out = tg.zeros(64, dtype=tg.float32, device=device)
+    tg.launch(det44, dim=64, inputs=[tg.array(a, dtype=tg.mat44, device=device)], outputs=[out], device=device)
+    exact = np.linalg.det(a.astype(np.float64))
+    np.testing.assert_allclose(out.numpy(), exact, rtol=3e-7, atol=0)
