@@ -25,57 +25,17 @@
 #define TGX_EXPORT extern "C" __attribute__((visibility("default")))
 #define TGX_MAX_SLOTS 128
 #define TGX_MAX_BATCH 8
-#define TGX_MAX_DEVICES 16
-#define TGX_MAGIC 0x7467786A61786B31LL   // "tgxjaxk1"
 
-// ----------------------------------------------------------- the kernel ABI (tapegrad/abi)
-// the header's text is inlined here by bridges/jax/ffi.py (tapegrad.abi.inline_header)
+// ------------------------------------------- the kernel ABI and the plan (tapegrad/abi: one table)
+// the header's text is inlined here by bridges/jax/ffi.py (tapegrad.abi.inline_header); TG_ABI_XLA
+// declares the plan bridges/jax/plan.py builds (tg_xla_plan_t, its slots and slot kinds)
+#define TG_ABI_XLA 1
 #include "tg_abi.h"
 typedef tg_bounds_t tgx_launch;
 typedef tg_array_desc_t tgx_array;
-
-// ------------------------------------------------------ the plan (ctypes twin: bridges/jax/plan.py)
-enum {
-    TGX_IN = 0,          // array read from call-frame argument `arg`
-    TGX_OUT = 1,         // array written to call-frame result `ret` (zeroed first)
-    TGX_INOUT = 2,       // argument `arg` aliased to (or copied into) result `ret`
-    TGX_VALUE = 3,       // a static value packed in plan->values
-    TGX_NULL_ARRAY = 4,  // an array slot with no buffer (no gradient wanted)
-    TGX_NULL_VALUE = 5,  // a scalar adjoint slot: NULL on the CPU, zero bytes (in plan->values) on CUDA
-};
-
-struct tgx_slot {
-    int32_t kind;
-    int32_t arg;
-    int32_t ret;
-    int32_t ndim;         // tapegrad array ndim
-    int32_t rank;         // XLA rank of one unbatched buffer (ndim + vector/matrix inner dims)
-    int32_t dtype;        // expected XLA_FFI_DataType
-    int64_t dims[6];      // expected unbatched XLA dims
-    int64_t elem_size;    // bytes of one tapegrad element (vec3: 12)
-    int64_t value_offset;
-    int64_t value_size;
-    const char* name;
-};
-
-struct tgx_plan;
-typedef int32_t (*tgx_loader)(tgx_plan* plan, int32_t platform, int32_t ordinal, char* msg, int64_t msglen);
-
-struct tgx_plan {
-    int64_t magic;
-    int32_t nslots, nargs, nrets, adjoint;
-    tgx_launch bounds;
-    void* cpu_entry;                       // void (*)(const tgx_launch*, void**)
-    void* cuda_fn[TGX_MAX_DEVICES];        // CUfunction per device ordinal
-    int64_t cuda_threads_cap[TGX_MAX_DEVICES];   // the device's grid cap in threads (tg_threads_cap; 0: none)
-    int32_t cuda_lanes[TGX_MAX_DEVICES];         // the entry's launch threads per CUDA thread (elementwise forward)
-    int32_t block_dim;
-    int32_t pad;
-    tgx_loader loader;                     // loads a missing entry point (Python, first call only)
-    const char* kernel;
-    tgx_slot* slots;
-    unsigned char* values;
-};
+typedef tg_xla_slot_t tgx_slot;
+typedef tg_xla_plan_t tgx_plan;
+#define TGX_MAX_DEVICES TG_XLA_MAX_DEVICES
 
 typedef void (*tgx_cpu_entry)(const tgx_launch*, void**);
 
@@ -196,7 +156,7 @@ static int tgx_geometry(const tgx_plan* p, XLA_FFI_CallFrame* f, tgx_geom* g, ch
     g->brank = -1;
     for (int32_t i = 0; i < p->nslots; ++i) {
         const tgx_slot* s = &p->slots[i];
-        if (s->kind != TGX_OUT && s->kind != TGX_INOUT) continue;
+        if (s->kind != TG_XLA_OUT && s->kind != TG_XLA_INOUT) continue;
         const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->rets.rets[s->ret];
         int64_t extra = tgx_check_buffer(p, s, b, "output", msg, msglen);
         if (extra < 0) return -1;
@@ -215,11 +175,11 @@ static int tgx_geometry(const tgx_plan* p, XLA_FFI_CallFrame* f, tgx_geom* g, ch
     for (int32_t i = 0; i < p->nslots; ++i) {
         const tgx_slot* s = &p->slots[i];
         g->in_ptr[i] = g->out_ptr[i] = 0;
-        if (s->kind > TGX_INOUT) continue;
+        if (s->kind > TG_XLA_INOUT) continue;
         int64_t item = s->elem_size;
         for (int32_t k = 0; k < s->ndim; ++k) item *= s->dims[k];
         g->item_bytes[i] = item;
-        if (s->kind == TGX_IN || s->kind == TGX_INOUT) {
+        if (s->kind == TG_XLA_IN || s->kind == TG_XLA_INOUT) {
             const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->args.args[s->arg];
             int64_t extra = tgx_check_buffer(p, s, b, "argument", msg, msglen);
             if (extra < 0) return -1;
@@ -239,7 +199,7 @@ static int tgx_geometry(const tgx_plan* p, XLA_FFI_CallFrame* f, tgx_geom* g, ch
             g->in_ptr[i] = b->data;
             tgx_batch_strides(g, b, extra, item, g->in_bstride[i]);
         }
-        if (s->kind == TGX_OUT || s->kind == TGX_INOUT) {
+        if (s->kind == TG_XLA_OUT || s->kind == TG_XLA_INOUT) {
             const XLA_FFI_Buffer* b = (const XLA_FFI_Buffer*)f->rets.rets[s->ret];
             g->out_ptr[i] = b->data;
             tgx_batch_strides(g, b, g->brank, item, g->out_bstride[i]);
@@ -266,16 +226,16 @@ static void tgx_fill(const tgx_plan* p, const tgx_geom* g, int64_t b, tgx_array*
     for (int32_t i = 0; i < p->nslots; ++i) {
         const tgx_slot* s = &p->slots[i];
         switch (s->kind) {
-            case TGX_VALUE: argv[i] = p->values + s->value_offset; continue;
-            case TGX_NULL_VALUE: argv[i] = cuda ? p->values + s->value_offset : 0; continue;
+            case TG_XLA_VALUE: argv[i] = p->values + s->value_offset; continue;
+            case TG_XLA_NULL_VALUE: argv[i] = cuda ? p->values + s->value_offset : 0; continue;
             default: break;
         }
         tgx_array* a = &arrs[i];
         memset(a, 0, sizeof(*a));
         a->ndim = s->ndim;
-        if (s->kind != TGX_NULL_ARRAY) {
-            char* base = (char*)(s->kind == TGX_IN ? g->in_ptr[i] : g->out_ptr[i]);
-            const int64_t* st = s->kind == TGX_IN ? g->in_bstride[i] : g->out_bstride[i];
+        if (s->kind != TG_XLA_NULL_ARRAY) {
+            char* base = (char*)(s->kind == TG_XLA_IN ? g->in_ptr[i] : g->out_ptr[i]);
+            const int64_t* st = s->kind == TG_XLA_IN ? g->in_bstride[i] : g->out_bstride[i];
             a->data = base + tgx_offset(g, st, b);
             int64_t stride = s->elem_size;
             for (int32_t k = s->ndim - 1; k >= 0; --k) {
@@ -283,7 +243,7 @@ static void tgx_fill(const tgx_plan* p, const tgx_geom* g, int64_t b, tgx_array*
                 a->strides[k] = stride;
                 stride *= s->dims[k];
             }
-            if (s->kind == TGX_IN) a->flags = 1;   // XLA's operands are read-only
+            if (s->kind == TG_XLA_IN) a->flags = 1;   // XLA's operands are read-only
         } else {
             for (int32_t k = 0; k < s->ndim; ++k) a->shape[k] = s->dims[k];
         }
@@ -345,7 +305,7 @@ static const tgx_plan* tgx_plan_by_key(const char* key, size_t len, char* msg, s
             addr = tgx_resolver(key, (int64_t)len, msg, (int64_t)msglen);
             if (!addr && !msg[0]) snprintf(msg, msglen, "tapegrad FFI handler: cannot resolve the call's kernel");
         }
-        if (addr && ((const tgx_plan*)addr)->magic == TGX_MAGIC) {
+        if (addr && ((const tgx_plan*)addr)->magic == TG_XLA_PLAN_MAGIC) {
             tgx_resolved* r = (tgx_resolved*)malloc(sizeof(tgx_resolved));
             char* copy = (char*)malloc(len + 1);
             if (r && copy) {
@@ -373,7 +333,7 @@ static const tgx_plan* tgx_get_plan(XLA_FFI_CallFrame* f, char* msg, size_t msgl
         // traced in this process: the address is one of this process's plans (kept alive forever)
         if (tgx_attr_i64(f, "tapegrad_plan", &addr) == 0 && addr) {
             const tgx_plan* p = (const tgx_plan*)addr;
-            if (p->magic == TGX_MAGIC) return p;
+            if (p->magic == TG_XLA_PLAN_MAGIC) return p;
         }
         snprintf(msg, msglen, "tapegrad FFI handler: attribute 'tapegrad_plan' does not point at a tapegrad plan");
         return 0;
@@ -394,8 +354,8 @@ static void tgx_cpu_copy_in(const tgx_plan* p, const tgx_geom* g) {
     // in-out arrays that XLA did not alias (vmap with expand_dims/legacy_vectorized): copy, broadcasting
     for (int32_t i = 0; i < p->nslots; ++i) {
         const tgx_slot* s = &p->slots[i];
-        if (s->kind == TGX_OUT && g->item_bytes[i]) memset(g->out_ptr[i], 0, (size_t)(g->item_bytes[i] * g->nbatch));
-        if (s->kind != TGX_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
+        if (s->kind == TG_XLA_OUT && g->item_bytes[i]) memset(g->out_ptr[i], 0, (size_t)(g->item_bytes[i] * g->nbatch));
+        if (s->kind != TG_XLA_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
         for (int64_t b = 0; b < g->nbatch; ++b)
             memcpy((char*)g->out_ptr[i] + tgx_offset(g, g->out_bstride[i], b),
                    (char*)g->in_ptr[i] + tgx_offset(g, g->in_bstride[i], b), (size_t)g->item_bytes[i]);
@@ -546,9 +506,9 @@ TGX_EXPORT XLA_FFI_Error* tgx_kernel_cuda(XLA_FFI_CallFrame* f) {
     }
     for (int32_t i = 0; i < p->nslots && !r; ++i) {
         const tgx_slot* s = &p->slots[i];
-        if (s->kind == TGX_OUT && g->item_bytes[i])
+        if (s->kind == TG_XLA_OUT && g->item_bytes[i])
             r = tgx_cu_zero((CUdeviceptr_t)g->out_ptr[i], (size_t)(g->item_bytes[i] * g->nbatch), stream);
-        if (s->kind != TGX_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
+        if (s->kind != TG_XLA_INOUT || g->in_ptr[i] == g->out_ptr[i]) continue;
         for (int64_t b = 0; b < g->nbatch && !r; ++b)
             r = tgx_cu.memcpy_dd((CUdeviceptr_t)((char*)g->out_ptr[i] + tgx_offset(g, g->out_bstride[i], b)),
                                  (CUdeviceptr_t)((char*)g->in_ptr[i] + tgx_offset(g, g->in_bstride[i], b)),

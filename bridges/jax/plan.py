@@ -19,9 +19,10 @@ from tapegrad import abi, types
 __all__ = ["Slot", "PlanSpec", "Plan", "IN", "OUT", "INOUT", "VALUE", "NULL_ARRAY", "NULL_VALUE", "MAX_DEVICES",
            "xla_dtype"]
 
-IN, OUT, INOUT, VALUE, NULL_ARRAY, NULL_VALUE = range(6)
-MAX_DEVICES = 16
-MAGIC = 0x7467786A61786B31
+# the slot kinds, the device limit and the plan's magic: the kernel ABI table's (tapegrad/abi)
+IN, OUT, INOUT, VALUE, NULL_ARRAY, NULL_VALUE = range(len(abi.XLA_SLOT_KINDS))
+MAX_DEVICES = abi.XLA_MAX_DEVICES
+MAGIC = abi.XLA_PLAN_MAGIC
 
 # XLA's element type names (xla_data.proto's PrimitiveType; XLA_FFI_DataType has the same values)
 # by DLPack type code: the name is the prefix and the scalar table's bits ("S8", "BF16"; bool: "PRED")
@@ -40,27 +41,12 @@ def xla_dtype(scalar) -> int:
     return code
 
 
-class _CSlot(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int32), ("arg", ctypes.c_int32), ("ret", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("rank", ctypes.c_int32), ("dtype", ctypes.c_int32), ("dims", ctypes.c_int64 * 6),
-                ("elem_size", ctypes.c_int64), ("value_offset", ctypes.c_int64), ("value_size", ctypes.c_int64),
-                ("name", ctypes.c_char_p)]
+# the C structs (tg_xla_slot_t, tg_xla_plan_t of tapegrad/include/tg_abi.h), from the ABI table
+_CSlot, _CPlan = abi.XlaSlot, abi.XlaPlan
 
-
-class _CPlan(ctypes.Structure):
-    pass
-
-
+# the plan's loader callback (tg_xla_loader_t)
 LOADER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(_CPlan), ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
                           ctypes.c_int64)
-
-_CPlan._fields_ = [
-    ("magic", ctypes.c_int64), ("nslots", ctypes.c_int32), ("nargs", ctypes.c_int32), ("nrets", ctypes.c_int32),
-    ("adjoint", ctypes.c_int32), ("bounds", abi.LaunchBounds), ("cpu_entry", ctypes.c_void_p),
-    ("cuda_fn", ctypes.c_void_p * MAX_DEVICES), ("cuda_threads_cap", ctypes.c_int64 * MAX_DEVICES),
-    ("cuda_lanes", ctypes.c_int32 * MAX_DEVICES), ("block_dim", ctypes.c_int32), ("pad", ctypes.c_int32),
-    ("loader", LOADER),
-    ("kernel", ctypes.c_char_p), ("slots", ctypes.POINTER(_CSlot)), ("values", ctypes.c_void_p)]
 
 
 def abi_version() -> int:
@@ -144,9 +130,10 @@ class Plan:
             size *= d
         p.bounds.ndim, p.bounds.size = len(dims), size
         p.block_dim = spec.block_dim
-        p.loader = loader
+        self._loader = loader       # the callback object stays alive with the plan
+        p.loader = ctypes.cast(loader, ctypes.c_void_p).value
         p.kernel = self._kernel_name
-        p.slots = ctypes.cast(self._slots, ctypes.POINTER(_CSlot))
+        p.slots = ctypes.addressof(self._slots)
         p.values = ctypes.addressof(self._values)
         self.address = ctypes.addressof(p)
         self.lock = threading.Lock()

@@ -29,11 +29,12 @@ import sys
 from dataclasses import dataclass
 
 __all__ = ["Field", "Struct", "Kind", "BOUNDS", "ARRAY", "DEBUG_SLOT", "STRUCTS", "LaunchBounds", "ArrayDesc",
-           "DebugSlot", "MAX_DIMS", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD", "MAX_BLOCK_DIM",
-           "DEFAULT_BLOCK_DIM", "MAX_GRID_BLOCKS", "MAX_NARROW_THREADS", "CAP_THREADS_PER_SM", "CAP_WAVES",
-           "TARGETS", "ENTRIES", "CUDA_DEBUG_SLOT", "entry_name", "grid_blocks", "threads_cap", "register_scalars",
-           "kinds", "kind_code", "int_range", "HEADER_NAME", "HEADER_PATH", "header_text", "generate_header",
-           "inline_header", "main"]
+           "DebugSlot", "XLA_SLOT", "XLA_PLAN", "XlaSlot", "XlaPlan", "XLA_MAX_DEVICES", "XLA_SLOT_DIMS",
+           "XLA_PLAN_MAGIC", "XLA_SLOT_KINDS", "MAX_DIMS", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD",
+           "MAX_BLOCK_DIM", "DEFAULT_BLOCK_DIM", "MAX_GRID_BLOCKS", "MAX_NARROW_THREADS", "CAP_THREADS_PER_SM",
+           "CAP_WAVES", "TARGETS", "ENTRIES", "CUDA_DEBUG_SLOT", "entry_name", "grid_blocks", "threads_cap",
+           "register_scalars", "kinds", "kind_code", "int_range", "HEADER_NAME", "HEADER_PATH", "header_text",
+           "generate_header", "inline_header", "main"]
 
 MAX_DIMS = 4                 # array and grid dimensions
 ARRAY_FLAG_READONLY = 1      # kernels may not write the data
@@ -52,8 +53,9 @@ CAP_WAVES = 4
 # ---------------------------------------------------------------------------- the structs
 
 # field type -> (C type, ctypes type); every size equals its alignment on the targets tapegrad builds for
-_CTYPES = {"ptr": ("void *", ctypes.c_void_p), "int32": ("int32_t", ctypes.c_int32),
-           "uint32": ("uint32_t", ctypes.c_uint32), "int64": ("int64_t", ctypes.c_int64)}
+_CTYPES = {"ptr": ("void *", ctypes.c_void_p), "cstr": ("const char *", ctypes.c_char_p),
+           "int32": ("int32_t", ctypes.c_int32), "uint32": ("uint32_t", ctypes.c_uint32),
+           "int64": ("int64_t", ctypes.c_int64)}
 
 
 @dataclass(frozen=True)
@@ -61,22 +63,35 @@ class Field:
     """One field of an ABI struct.
 
     Attributes:
-        name: the field name (the same in C and ctypes). type: ``ptr``, ``int32``, ``uint32`` or
-        ``int64``. count: array length (1: a plain field). doc: what it holds (a header comment).
+        name: the field name (the same in C and ctypes). type: ``ptr``, ``cstr`` (a C string),
+        ``int32``, ``uint32``, ``int64``, or a ``Struct`` (nested). count: array length (1: a
+        plain field). doc: what it holds (a header comment). c: a pointer's C type where C
+        needs a typed one (``ctypes`` holds it as ``c_void_p``).
     """
 
     name: str
-    type: str
+    type: object
     count: int = 1
     doc: str = ""
+    c: str = ""
+
+    def _ctype(self):
+        return _STRUCT_CTYPES[self.type] if isinstance(self.type, Struct) else _CTYPES[self.type][1]
 
     @property
     def size(self) -> int:
-        return ctypes.sizeof(_CTYPES[self.type][1]) * self.count
+        return ctypes.sizeof(self._ctype()) * self.count
 
     @property
     def align(self) -> int:
-        return ctypes.alignment(_CTYPES[self.type][1])
+        return ctypes.alignment(self._ctype())
+
+    @property
+    def ctype_c(self) -> str:
+        """The field's C type."""
+        if isinstance(self.type, Struct):
+            return self.type.cname
+        return self.c or _CTYPES[self.type][0]
 
 
 @dataclass(frozen=True)
@@ -114,7 +129,7 @@ class Struct:
 
     def ctypes_fields(self) -> list:
         """``_fields_`` of the ctypes twin."""
-        return [(f.name, _CTYPES[f.type][1] * f.count if f.count > 1 else _CTYPES[f.type][1]) for f in self.fields]
+        return [(f.name, f._ctype() * f.count if f.count > 1 else f._ctype()) for f in self.fields]
 
 
 BOUNDS = Struct("tg_bounds_t", (
@@ -142,12 +157,13 @@ DEBUG_SLOT = Struct("tg_debug_slot_t", (
     Field("shape", "int64", MAX_DIMS),
 ), "a debug build's error slot: the first out-of-range access of a launch", "tg::dbg_slot_t")
 
-STRUCTS = (BOUNDS, ARRAY, DEBUG_SLOT)
+_STRUCT_CTYPES: dict = {}   # Struct -> its ctypes class (nested struct fields)
 
 
 def _ctype_class(s: Struct, name: str, doc: str):
-    return type(name, (ctypes.Structure,), {"_fields_": s.ctypes_fields(), "__doc__": doc,
-                                            "__module__": __name__})
+    cls = _STRUCT_CTYPES[s] = type(name, (ctypes.Structure,), {"_fields_": s.ctypes_fields(), "__doc__": doc,
+                                                                "__module__": __name__})
+    return cls
 
 
 LaunchBounds = _ctype_class(BOUNDS, "LaunchBounds",
@@ -156,6 +172,56 @@ ArrayDesc = _ctype_class(ARRAY, "ArrayDesc",
                          "The array descriptor every kernel receives (``ARRAY``); ``strides`` are in bytes, "
                          "``grad`` may be NULL.")
 DebugSlot = _ctype_class(DEBUG_SLOT, "DebugSlot", "A debug build's error slot (``DEBUG_SLOT``).")
+
+# The jax_kernel plan (bridges/jax/plan.py builds it at trace time, the XLA handler
+# bridges/jax/ffi_handler.cpp reads it per execution; declared in the header under TG_ABI_XLA).
+XLA_MAX_DEVICES = 16
+XLA_SLOT_DIMS = MAX_DIMS + 2         # an array's dims and a matrix's two component dims
+XLA_PLAN_MAGIC = 0x7467786A61786B31  # "tgxjaxk1": an attribute that is a plan's address
+# slot kinds, by code: an array read from operand `arg`; written to result `ret` (zeroed first);
+# operand `arg` aliased to (or copied into) result `ret`; a static value packed in the plan's
+# values; an array slot with no buffer (no gradient wanted); a scalar adjoint slot (NULL on the
+# CPU, zero bytes on CUDA)
+XLA_SLOT_KINDS = ("in", "out", "inout", "value", "null_array", "null_value")
+
+XLA_SLOT = Struct("tg_xla_slot_t", (
+    Field("kind", "int32", doc="TG_XLA_IN, _OUT, _INOUT, _VALUE, _NULL_ARRAY, _NULL_VALUE"),
+    Field("arg", "int32", doc="call-frame operand (-1: none)"),
+    Field("ret", "int32", doc="call-frame result (-1: none)"),
+    Field("ndim", "int32", doc="tapegrad array ndim"),
+    Field("rank", "int32", doc="XLA rank of one unbatched buffer (ndim + vector/matrix inner dims)"),
+    Field("dtype", "int32", doc="expected XLA_FFI_DataType"),
+    Field("dims", "int64", XLA_SLOT_DIMS, "expected unbatched XLA dims"),
+    Field("elem_size", "int64", doc="bytes of one tapegrad element (vec3: 12)"),
+    Field("value_offset", "int64"),
+    Field("value_size", "int64"),
+    Field("name", "cstr", doc="the parameter's name, for messages"),
+), "one kernel parameter of a jax_kernel call", "bridges/jax/plan.py Slot")
+
+XLA_PLAN = Struct("tg_xla_plan_t", (
+    Field("magic", "int64", doc="TG_XLA_PLAN_MAGIC"),
+    Field("nslots", "int32"),
+    Field("nargs", "int32"),
+    Field("nrets", "int32"),
+    Field("adjoint", "int32"),
+    Field("bounds", BOUNDS),
+    Field("cpu_entry", "ptr", doc="void (*)(const tg_bounds_t*, void**)"),
+    Field("cuda_fn", "ptr", XLA_MAX_DEVICES, "CUfunction per device ordinal"),
+    Field("cuda_threads_cap", "int64", XLA_MAX_DEVICES, "the device's grid cap in threads (0: none)"),
+    Field("cuda_lanes", "int32", XLA_MAX_DEVICES, "the entry's launch threads per CUDA thread"),
+    Field("block_dim", "int32"),
+    Field("pad", "int32"),
+    Field("loader", "ptr", doc="loads a missing entry point (Python, first call only)", c="tg_xla_loader_t"),
+    Field("kernel", "cstr", doc="the kernel's key, for messages"),
+    Field("slots", "ptr", c="tg_xla_slot_t *"),
+    Field("values", "ptr", doc="the packed static values", c="unsigned char *"),
+), "the static facts of one jax_kernel call (its address is the call's tapegrad_plan attribute)",
+    "bridges/jax/plan.py Plan")
+
+XlaSlot = _ctype_class(XLA_SLOT, "XlaSlot", "A jax_kernel plan's slot (``XLA_SLOT``).")
+XlaPlan = _ctype_class(XLA_PLAN, "XlaPlan", "A jax_kernel plan (``XLA_PLAN``).")
+
+STRUCTS = (BOUNDS, ARRAY, DEBUG_SLOT, XLA_SLOT, XLA_PLAN)
 
 # ------------------------------------------------------------------------ entry points
 
@@ -285,9 +351,10 @@ HEADER_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 
 def _c_struct(s: Struct) -> list:
-    lines = [f"/* {s.doc} (C++ runtime: {s.runtime}) */", f"typedef struct {s.cname} {{"]
+    lines = [f"/* {s.doc} (twin: {s.runtime}) */", f"typedef struct {s.cname} {{"]
     for f in s.fields:
-        decl = f"{_CTYPES[f.type][0]}{'' if f.type == 'ptr' else ' '}{f.name}" + (f"[{f.count}]" if f.count > 1 else "")
+        t = f.ctype_c
+        decl = f"{t}{'' if t.endswith('*') else ' '}{f.name}" + (f"[{f.count}]" if f.count > 1 else "")
         lines.append(f"    {decl};" + (f"  /* {f.doc} */" if f.doc else ""))
     lines.append(f"}} {s.cname};")
     up = s.cname[3:-2].upper()
@@ -322,8 +389,16 @@ def generate_header() -> str:
            f"#define TG_MAX_NARROW_THREADS {MAX_NARROW_THREADS}LL",
            f"#define TG_CAP_THREADS_PER_SM {CAP_THREADS_PER_SM}",
            f"#define TG_CAP_WAVES {CAP_WAVES}", ""]
-    for s in STRUCTS:
+    for s in (BOUNDS, ARRAY, DEBUG_SLOT):
         out += _c_struct(s) + [""]
+    out += ["/* the jax_kernel plan: only the XLA handler (bridges/jax/ffi_handler.cpp) defines TG_ABI_XLA */",
+            "#ifdef TG_ABI_XLA", f"#define TG_XLA_MAX_DEVICES {XLA_MAX_DEVICES}",
+            f"#define TG_XLA_PLAN_MAGIC 0x{XLA_PLAN_MAGIC:X}LL", ""]
+    out += ["enum {"] + [f"    TG_XLA_{k.upper()} = {i}," for i, k in enumerate(XLA_SLOT_KINDS)] + ["};", ""]
+    out += _c_struct(XLA_SLOT) + ["", "struct tg_xla_plan_t;",
+                                  "typedef int32_t (*tg_xla_loader_t)(struct tg_xla_plan_t *plan, int32_t platform, "
+                                  "int32_t ordinal, char *msg, int64_t msglen);"]
+    out += _c_struct(XLA_PLAN) + ["#endif  /* TG_ABI_XLA */", ""]
     out.append("/* entry points: <symbol><suffix> */")
     out += [f'#define TG_ENTRY_{t.upper()}_{e.upper()} "{entry_name("", t, e)}"' for t in TARGETS for e in ENTRIES
             if not (t == "cuda" and e == "dbg_slot")]

@@ -23,7 +23,7 @@ typedef long long int64_t;
 #define TG_CAP_THREADS_PER_SM 2048
 #define TG_CAP_WAVES 4
 
-/* the launch grid, the first argument of every entry point (C++ runtime: tg::launch_t) */
+/* the launch grid, the first argument of every entry point (twin: tg::launch_t) */
 typedef struct tg_bounds_t {
     int64_t shape[4];  /* grid dims, row-major; dims past ndim are 1 */
     int32_t ndim;
@@ -36,7 +36,7 @@ typedef struct tg_bounds_t {
 #define TG_OFFSETOF_BOUNDS_PAD 36
 #define TG_OFFSETOF_BOUNDS_SIZE 40
 
-/* the array descriptor every kernel receives per array (identical on CPU and CUDA) (C++ runtime: tg::array_t<T>) */
+/* the array descriptor every kernel receives per array (identical on CPU and CUDA) (twin: tg::array_t<T>) */
 typedef struct tg_array_desc_t {
     void *data;
     void *grad;  /* NULL: none; shares strides with data */
@@ -53,7 +53,7 @@ typedef struct tg_array_desc_t {
 #define TG_OFFSETOF_ARRAY_DESC_NDIM 80
 #define TG_OFFSETOF_ARRAY_DESC_FLAGS 84
 
-/* a debug build's error slot: the first out-of-range access of a launch (C++ runtime: tg::dbg_slot_t) */
+/* a debug build's error slot: the first out-of-range access of a launch (twin: tg::dbg_slot_t) */
 typedef struct tg_debug_slot_t {
     int32_t flag;  /* 0: no violation yet; 1: the fields below describe the first one */
     int32_t site;  /* which access (the host's table of sites of the module) */
@@ -69,6 +69,87 @@ typedef struct tg_debug_slot_t {
 #define TG_OFFSETOF_DEBUG_SLOT_COUNT 12
 #define TG_OFFSETOF_DEBUG_SLOT_INDEX 16
 #define TG_OFFSETOF_DEBUG_SLOT_SHAPE 48
+
+/* the jax_kernel plan: only the XLA handler (bridges/jax/ffi_handler.cpp) defines TG_ABI_XLA */
+#ifdef TG_ABI_XLA
+#define TG_XLA_MAX_DEVICES 16
+#define TG_XLA_PLAN_MAGIC 0x7467786A61786B31LL
+
+enum {
+    TG_XLA_IN = 0,
+    TG_XLA_OUT = 1,
+    TG_XLA_INOUT = 2,
+    TG_XLA_VALUE = 3,
+    TG_XLA_NULL_ARRAY = 4,
+    TG_XLA_NULL_VALUE = 5,
+};
+
+/* one kernel parameter of a jax_kernel call (twin: bridges/jax/plan.py Slot) */
+typedef struct tg_xla_slot_t {
+    int32_t kind;  /* TG_XLA_IN, _OUT, _INOUT, _VALUE, _NULL_ARRAY, _NULL_VALUE */
+    int32_t arg;  /* call-frame operand (-1: none) */
+    int32_t ret;  /* call-frame result (-1: none) */
+    int32_t ndim;  /* tapegrad array ndim */
+    int32_t rank;  /* XLA rank of one unbatched buffer (ndim + vector/matrix inner dims) */
+    int32_t dtype;  /* expected XLA_FFI_DataType */
+    int64_t dims[6];  /* expected unbatched XLA dims */
+    int64_t elem_size;  /* bytes of one tapegrad element (vec3: 12) */
+    int64_t value_offset;
+    int64_t value_size;
+    const char *name;  /* the parameter's name, for messages */
+} tg_xla_slot_t;
+#define TG_SIZEOF_XLA_SLOT 104
+#define TG_OFFSETOF_XLA_SLOT_KIND 0
+#define TG_OFFSETOF_XLA_SLOT_ARG 4
+#define TG_OFFSETOF_XLA_SLOT_RET 8
+#define TG_OFFSETOF_XLA_SLOT_NDIM 12
+#define TG_OFFSETOF_XLA_SLOT_RANK 16
+#define TG_OFFSETOF_XLA_SLOT_DTYPE 20
+#define TG_OFFSETOF_XLA_SLOT_DIMS 24
+#define TG_OFFSETOF_XLA_SLOT_ELEM_SIZE 72
+#define TG_OFFSETOF_XLA_SLOT_VALUE_OFFSET 80
+#define TG_OFFSETOF_XLA_SLOT_VALUE_SIZE 88
+#define TG_OFFSETOF_XLA_SLOT_NAME 96
+
+struct tg_xla_plan_t;
+typedef int32_t (*tg_xla_loader_t)(struct tg_xla_plan_t *plan, int32_t platform, int32_t ordinal, char *msg, int64_t msglen);
+/* the static facts of one jax_kernel call (its address is the call's tapegrad_plan attribute) (twin: bridges/jax/plan.py Plan) */
+typedef struct tg_xla_plan_t {
+    int64_t magic;  /* TG_XLA_PLAN_MAGIC */
+    int32_t nslots;
+    int32_t nargs;
+    int32_t nrets;
+    int32_t adjoint;
+    tg_bounds_t bounds;
+    void *cpu_entry;  /* void (*)(const tg_bounds_t*, void**) */
+    void *cuda_fn[16];  /* CUfunction per device ordinal */
+    int64_t cuda_threads_cap[16];  /* the device's grid cap in threads (0: none) */
+    int32_t cuda_lanes[16];  /* the entry's launch threads per CUDA thread */
+    int32_t block_dim;
+    int32_t pad;
+    tg_xla_loader_t loader;  /* loads a missing entry point (Python, first call only) */
+    const char *kernel;  /* the kernel's key, for messages */
+    tg_xla_slot_t *slots;
+    unsigned char *values;  /* the packed static values */
+} tg_xla_plan_t;
+#define TG_SIZEOF_XLA_PLAN 440
+#define TG_OFFSETOF_XLA_PLAN_MAGIC 0
+#define TG_OFFSETOF_XLA_PLAN_NSLOTS 8
+#define TG_OFFSETOF_XLA_PLAN_NARGS 12
+#define TG_OFFSETOF_XLA_PLAN_NRETS 16
+#define TG_OFFSETOF_XLA_PLAN_ADJOINT 20
+#define TG_OFFSETOF_XLA_PLAN_BOUNDS 24
+#define TG_OFFSETOF_XLA_PLAN_CPU_ENTRY 72
+#define TG_OFFSETOF_XLA_PLAN_CUDA_FN 80
+#define TG_OFFSETOF_XLA_PLAN_CUDA_THREADS_CAP 208
+#define TG_OFFSETOF_XLA_PLAN_CUDA_LANES 336
+#define TG_OFFSETOF_XLA_PLAN_BLOCK_DIM 400
+#define TG_OFFSETOF_XLA_PLAN_PAD 404
+#define TG_OFFSETOF_XLA_PLAN_LOADER 408
+#define TG_OFFSETOF_XLA_PLAN_KERNEL 416
+#define TG_OFFSETOF_XLA_PLAN_SLOTS 424
+#define TG_OFFSETOF_XLA_PLAN_VALUES 432
+#endif  /* TG_ABI_XLA */
 
 /* entry points: <symbol><suffix> */
 #define TG_ENTRY_CPU_FORWARD "_cpu_forward"

@@ -45,7 +45,7 @@ def test_the_generated_header_is_deterministic():
 
 def _probe_source() -> str:
     """A C++ unit exporting the compiled header's sizes, offsets and functions."""
-    lines = ['#include "tg_abi.h"', "#include <stddef.h>", '#define X __attribute__((visibility("default")))',
+    lines = ["#define TG_ABI_XLA 1", '#include "tg_abi.h"', "#include <stddef.h>", '#define X __attribute__((visibility("default")))',
              'extern "C" {']
     for s in abi.STRUCTS:
         lines.append(f"X long long probe_size_{s.cname}(void) "
@@ -79,7 +79,8 @@ def probe():
 
 
 def test_the_c_structs_have_the_python_layout(probe):
-    pyclass = {"tg_bounds_t": abi.LaunchBounds, "tg_array_desc_t": abi.ArrayDesc, "tg_debug_slot_t": abi.DebugSlot}
+    pyclass = {"tg_bounds_t": abi.LaunchBounds, "tg_array_desc_t": abi.ArrayDesc, "tg_debug_slot_t": abi.DebugSlot,
+               "tg_xla_slot_t": abi.XlaSlot, "tg_xla_plan_t": abi.XlaPlan}
     for s in abi.STRUCTS:
         fn = getattr(probe, f"probe_size_{s.cname}")
         fn.restype = ctypes.c_longlong
@@ -90,6 +91,7 @@ def test_the_c_structs_have_the_python_layout(probe):
             assert off() == s.offsets()[f.name] == getattr(pyclass[s.cname], f.name).offset, (s.cname, f.name)
     # the layout every consumer has relied on (a change here is an ABI break: rebuild everything)
     assert (abi.BOUNDS.size, abi.ARRAY.size, abi.DEBUG_SLOT.size) == (48, 88, 80)
+    assert [s.cname for s in abi.STRUCTS] == list(pyclass)
     assert types.ArrayDesc is abi.ArrayDesc and types.LaunchBounds is abi.LaunchBounds
 
 
