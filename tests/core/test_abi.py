@@ -45,8 +45,8 @@ def test_the_generated_header_is_deterministic():
 
 def _probe_source() -> str:
     """A C++ unit exporting the compiled header's sizes, offsets and functions."""
-    lines = ["#define TG_ABI_XLA 1", '#include "tg_abi.h"', "#include <stddef.h>", '#define X __attribute__((visibility("default")))',
-             'extern "C" {']
+    lines = ["#define TG_ABI_XLA 1", '#include "tg_abi.h"', "#include <stddef.h>",
+             '#define X __attribute__((visibility("default")))', 'extern "C" {']
     for s in abi.STRUCTS:
         lines.append(f"X long long probe_size_{s.cname}(void) "
                      f"{{ return (long long)sizeof({s.cname}); }}")
