@@ -260,7 +260,8 @@ def test_parameters_jax_cannot_alias_are_still_stepped(device):
     x0s = [p.numpy().copy() for p in ps]
     tx = optax.adam(0.1)
     opt = tg.optax_optimizer(tx, ps)
-    assert opt._copied == [0]                # the path under test: JAX copied the shifted parameter
+    if not tg.get_device(device).is_cuda:    # JAX's CUDA import takes the 4-byte aligned address as is
+        assert opt._copied == [0]            # the path under test: JAX copied the shifted parameter
     rng = np.random.default_rng(6)
     history = []
     for _ in range(3):

@@ -440,8 +440,9 @@ def test_cupy_only_launch_finds_its_device_without_python(monkeypatch):
     for _ in range(3):
         tg.launch(k_copy1, 8, inputs=[x], outputs=[y])     # no device=: CuPy's pointer decides
     calls = []
-    real = L.pointer_device
-    monkeypatch.setattr(L, "pointer_device", lambda ptr: (calls.append(ptr), real(ptr))[1])
+    devices = sys.modules["tapegrad.launch.devices"]     # the Python device rule's pointer lookup
+    real = devices.pointer_device
+    monkeypatch.setattr(devices, "pointer_device", lambda ptr: (calls.append(ptr), real(ptr))[1])
     x2 = cp.arange(8, dtype=cp.float32) * 3
     with counted(fast=1):
         tg.launch(k_copy1, 8, inputs=[x2], outputs=[y])

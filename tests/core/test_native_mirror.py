@@ -348,7 +348,13 @@ def test_unguarded_tid_grid_check_2d(device, shape, dim):
 
 def test_device_choice_as_infer_device():
     """CPU launches with tapegrad arrays, numpy arrays and ``device=`` values: the same device
-    (or the same error) on both paths."""
+    (or the same error) on both paths. The CPU is the default device throughout (the arrays are
+    made without ``device=``), also on a GPU machine, where a CUDA default would mix devices."""
+    with tg.ScopedDevice("cpu"):
+        _device_choice_cases()
+
+
+def _device_choice_cases():
     warm(k_copy, "cpu", tg.zeros(1), tg.zeros(1))
     arg = st.sampled_from(["tg", "np", "np_ro", "ctype"])
     dev = st.sampled_from([None, "cpu", "cuda", "cuda:0", "cuda:7", "gpu", 3, tg.get_device("cpu")])
