@@ -54,19 +54,11 @@ def _positions(part, n, what):
         start, stop, step = part
         if step == 0:
             raise SliceError("Slice step cannot be zero")
-        picked = list(range(*slice(start, stop, step).indices(n)))
-        if not picked:
-            raise SliceError(f"the slice {_text(part)} of {what} is empty (zero-length vectors are not supported)")
-        return picked
+        return list(range(*slice(start, stop, step).indices(n)))
     k = int(part)
     if not -n <= k < n:
         raise SliceError(f"index {k} is out of range for {what} (valid: 0..{n - 1}, or -{n}..-1 from the end)")
     return k % n
-
-
-def _text(part):
-    start, stop, step = ("" if p is None else str(p) for p in part)
-    return f"[{start}:{stop}" + (f":{step}]" if step else "]")
 
 
 def slice_spec(t, parts) -> SliceSpec:
@@ -79,7 +71,7 @@ def slice_spec(t, parts) -> SliceSpec:
     Returns:
         The ``SliceSpec``.
     Raises:
-        SliceError: too many components, an index out of range, a zero step or an empty slice.
+        SliceError: too many components, an index out of range or a zero step.
     """
     if is_vec(t):
         if len(parts) != 1:
@@ -95,7 +87,8 @@ def slice_spec(t, parts) -> SliceSpec:
     cl = cols if isinstance(cols, list) else [cols]
     flat = tuple(i * t.cols + j for i in rl for j in cl)
     if isinstance(rows, list) and isinstance(cols, list):
-        return SliceSpec(flat, (len(rl), len(cl)))
+        # an empty slice of a matrix is Warp's 0x0 matrix, whichever dimension came out empty
+        return SliceSpec(flat, (len(rl), len(cl)) if flat else (0, 0))
     return SliceSpec(flat, (len(flat),))
 
 
@@ -133,19 +126,29 @@ def _flat_args(ts):
     return ", ".join(str(i) for i in ts[1].t.flat)
 
 
+# an empty slice (Warp's zero-length vector, 0x0 matrix) picks nothing: a zero value, an update
+# that changes nothing
 def _gather_fwd(ts, r):
+    if not ts[1].t.flat:
+        return lambda a: f"{r.cname}()"
     return lambda a: f"tg::gather<{r.cname}, {_flat_args(ts)}>({a[0]})"
 
 
 def _gather_adj(ts, r):
+    if not ts[1].t.flat:
+        return lambda a, aa, g: ";"
     return lambda a, aa, g: f"tg::adj_gather<{r.cname}, {_flat_args(ts)}>({a[0]}, {aa[0]}, {g});"
 
 
 def _scatter_fwd(ts, r):
+    if not ts[1].t.flat:
+        return lambda a: a[0]
     return lambda a: f"tg::scatter<{_flat_args(ts)}>({a[0]}, {a[2]})"
 
 
 def _scatter_adj(ts, r):
+    if not ts[1].t.flat:
+        return lambda a, aa, g: f"tg::accum({aa[0]}, {g});"
     return lambda a, aa, g: f"tg::adj_scatter<{_flat_args(ts)}>({a[0]}, {a[2]}, {aa[0]}, {aa[2]}, {g});"
 
 

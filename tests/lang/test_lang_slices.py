@@ -190,7 +190,7 @@ def zero_step():
     (wrong_dtype, r"The provided vector is expected to be of length 3 with dtype float32\.$"),
     (scalar_value, r"The provided value is expected to be a vector of length 3, with dtype float32\.$"),
     (wrong_length, r"The length of the provided vector \(2\) isn't compatible with the given slice \(expected 3\)\.$"),
-    (empty_slice, r"is empty"),
+    (empty_slice, r"The length of the provided vector \(2\) isn't compatible with the given slice \(expected 0\)\.$"),
     (zero_step, r"Slice step cannot be zero"),
 ])
 def test_slice_assignment_errors(kernel, message):
@@ -353,3 +353,25 @@ def test_transform_parts_of_array_elements_and_composite_equality(device):
     assert same.numpy().tolist() == [1, 1]
     ts.zero_()
     _tape_gradients_agree(transform_parts, 2, [x, q], [ts, same], device)
+
+
+vec0 = tg.types.vector(0, float)
+mat00 = tg.types.matrix((0, 0), float)
+mat13 = tg.types.matrix((1, 3), float)
+
+
+@tg.kernel
+def empty_slices(out: tg.array[tg.int32]):
+    v = tg.vec4(1.0, 2.0, 3.0, 4.0)
+    m = tg.mat33(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
+    if v[123:] == vec0() and v[:-123] == vec0() and m[5:] == mat00() and m[:, 3:] == mat00():
+        out[0] = 1
+    v[4:] = vec0()
+    if v == tg.vec4(1.0, 2.0, 3.0, 4.0) and m[::5] == mat13(1.0, 2.0, 3.0):
+        out[1] = 1
+
+
+def test_empty_slices_are_zero_length_values():
+    out = tg.zeros(2, dtype=tg.int32)
+    tg.launch(empty_slices, dim=1, inputs=[out])
+    assert out.numpy().tolist() == [1, 1]
