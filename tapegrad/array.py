@@ -113,6 +113,8 @@ class array:
                  ndim=None, capacity=None, readonly=False, retain_grad=False):
         if readonly:
             self.readonly = True
+        if dtype is typing.Any and data is not None:   # Warp's: the dtype of the data
+            dtype = None
         if ptr is not None:
             if data is not None:
                 raise RuntimeError("array: pass either data= or ptr=, not both")

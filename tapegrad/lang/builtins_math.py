@@ -8,7 +8,7 @@ import numpy as np
 
 from ..types import bool_
 from .builtins import NO, Builtin, Sample, same
-from .typeutil import is_composite, is_float, is_quat
+from .typeutil import is_bool, is_composite, is_float, is_quat, is_scalar
 
 __all__ = []
 
@@ -34,9 +34,9 @@ def _smoothstep(a, b, x):
 
 Builtin("smoothstep", _smoothstep, "smoothstep(a, b, x): Hermite step from 0 at a to 1 at b").add(
     same(3, is_float), "tg::smoothstep", "tg::adj_smoothstep", samples=[Sample(("S:lo", "S:hi", "S:unit"), "S")])
-Builtin("step", lambda x: np.where(np.asarray(x) < 0, 1.0, 0.0)[()],
-        "step(x): 1 where x < 0 else 0; zero gradient").add(
-    same(1, is_float), "tg::step")
+Builtin("step", lambda x: np.where(np.asarray(x) < 0, 1, 0).astype(np.asarray(x).dtype)[()],
+        "step(x): 1 where x < 0 else 0, of x's type (floats and ints, as Warp's); zero gradient").add(
+    same(1, lambda t: is_scalar(t) and not is_bool(t)), "tg::step")
 for _name, _py in (("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)):
     Builtin(_name, lambda x, f=_py, every=_name == "isfinite": bool(np.all(f(x)) if every else np.any(f(x))),
             f"{_name}(x): of a float scalar, or of any component of a vector/matrix/quaternion").add(

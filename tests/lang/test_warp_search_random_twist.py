@@ -177,3 +177,23 @@ def test_frame_maps_invert_and_keep_power(device):
     np.testing.assert_allclose(wr.numpy(), x, atol=1e-12)
     # the power tau . w + f . v of a wrench on a twist does not depend on the frame
     np.testing.assert_allclose(power.numpy(), 0.0, atol=1e-11)
+
+
+@tg.kernel
+def int_steps(a: tg.array(dtype=tg.int16), b: tg.array(dtype=tg.int64), c: tg.array(dtype=tg.uint8),
+              out: tg.array(dtype=tg.int64)):
+    i = tg.tid()
+    out[i] = tg.int64(tg.step(a[i])) + tg.int64(10) * tg.step(b[i]) + tg.int64(100) * tg.int64(tg.step(c[i]))
+
+
+def test_step_of_integers(device):
+    # Warp's step takes every scalar type: 1 where x < 0 else 0, of x's type
+    a = np.array([-2, 0, 3], dtype=np.int16)
+    b = np.array([5, -1, 0], dtype=np.int64)
+    c = np.array([0, 7, 255], dtype=np.uint8)
+    out = tg.zeros(3, dtype=tg.int64, device=device)
+    tg.launch(int_steps, dim=3, inputs=[tg.array(a, dtype=tg.int16, device=device),
+                                        tg.array(b, dtype=tg.int64, device=device),
+                                        tg.array(c, dtype=tg.uint8, device=device)], outputs=[out], device=device)
+    assert out.numpy().tolist() == [1, 10, 0]
+    assert tg.step(np.int32(-3)) == 1 and tg.step(np.int32(4)) == 0
