@@ -165,3 +165,11 @@ def test_struct_array_dtype_and_array_fields_in_list(device):
     assert len(items) == 4 and items[3].n == 4 and items[3].half == -1.25
     g = items[3].grid          # an array around the field's memory (not owning it, as Warp's)
     assert g.ptr == grid.ptr and g.shape == (2, 3) and g.dtype is grid.dtype
+
+
+def test_array_from_data_with_dtype_any():
+    import typing
+    src = tg.array(np.arange(12, dtype=np.float32).reshape(3, 4), dtype=float)
+    dst = tg.array(src, dtype=typing.Any, shape=(3, 2, 2))     # Warp's: Any takes the data's dtype
+    assert dst.dtype is src.dtype and dst.shape == (3, 2, 2)
+    np.testing.assert_array_equal(dst.numpy(), np.arange(12).reshape(3, 2, 2))
