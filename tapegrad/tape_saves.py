@@ -204,9 +204,10 @@ class SaveArena:
         entry = chunks[-1]
         buf, used = entry
         entry[1] = used + size
-        out = array.wrap_memory(buf.ptr + used, a.dtype, a.shape, contiguous_strides(a.shape, a.dtype.size),
-                                a.device, buf, False)
-        if dev.is_cpu and a.is_contiguous:
+        dense = a.is_contiguous
+        out = array.wrap_memory(buf.ptr + used, a.dtype, a.shape,
+                                a.strides if dense else contiguous_strides(a.shape, a.dtype.size), dev, buf, False)
+        if dev.is_cpu and dense:
             ctypes.memmove(out.ptr, a.ptr, nbytes)    # memory_ops.copy's host case, its checks done here
         else:
             restore(out, a, stream)
