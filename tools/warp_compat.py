@@ -66,8 +66,15 @@ SAME = {
           "adjoints by finite differences)" for n in (
         "lower_bound", "poisson", "quat_twist", "quat_twist_angle", "quat_twist_angle_signed", "sample_cdf",
         "transform_twist", "transform_wrench", "velocity_at_point")},
+    **{n: "tests/lang/test_lang_warp_generics.py (Warp's semantics and messages: stubs, Python-scope overload "
+          "resolution, generic annotations, gradients of functions, replays, C++ snippets)" for n in (
+        "overload", "grad", "func_replay", "Int", "Float", "Scalar", "expect_eq", "expect_neq", "identity")},
 }
 DIFFERENT = {
+    "func_native": "the snippets compile against tapegrad's C++ runtime (`tg::` types and functions), not "
+                   "Warp's `wp::`: plain C++ on scalars is the same (tests/lang/test_lang_warp_generics.py)",
+    "block_dim": "1 on the CPU as Warp; on CUDA the block size the launch really used (tapegrad keeps a "
+                 "requested `block_dim` but launches with its own), tests/bridges/test_jax_warp_checks.py",
     "eig3": "eigenvalues in ascending order and Q a rotation (Warp's come in its Jacobi iteration's order); "
             "decomposes (A + A^T) / 2",
     "Tape": "`backward(grads={y: g})` copies `g` instead of adopting it (re-entrant backward, see docs/tape.md); "
