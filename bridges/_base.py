@@ -1,11 +1,13 @@
 """What every framework bridge shares: layouts, vector/matrix component dims, grad wiring,
 fast descriptors and stream-ordered keep-alive.
 
-A bridge (``tapegrad.bridges.torch``, ``.paddle``, ``.jax``) supplies a small *framework
-adapter* (see ``FrameworkAdapter``) saying how to read a tensor's layout, pointer and gradient,
-and how to make a tensor that aliases tapegrad memory. ``Bridge`` turns that into ``from_X`` /
-``to_X`` / the launch adapter, so the framework modules hold only what differs between
-frameworks. The other framework-neutral pieces a bridge builds on:
+A bridge (``tapegrad.bridges.torch``, ``.paddle``, ``.jax``) describes each tensor type once,
+as a ``tapegrad.tensortypes.TensorType`` row (layout, pointer, device, stream rule, version;
+registered in one block at the end of the bridge module), plus a small *framework adapter*
+(see ``FrameworkAdapter``) for what only conversions need: the framework's gradients and how to
+make a tensor that aliases tapegrad memory. ``Bridge`` turns the two into ``from_X`` / ``to_X``,
+so the framework modules hold only what differs between frameworks. The other
+framework-neutral pieces a bridge builds on:
 
 - ``DtypeMap(framework, module)``: the two dtype maps, derived once from the scalar table's
   ``<framework>_name`` column (``tapegrad.types``), with Warp-style errors.
@@ -35,119 +37,17 @@ from tapegrad.errors import (  # re-exported: every error lives in tapegrad.erro
     BridgeTypeError,
     GradLayoutError,
 )
-from tapegrad.launch import ArrayCtype
-from tapegrad.storage import fold_inner_dims
+from tapegrad.tensortypes import Layout, TensorType, check_compatible, layout_cache, layout_of
 
 __all__ = ["BridgeTypeError", "GradLayoutError", "FrameworkAdapter", "TensorLink", "GradLink", "ViewLink", "AliasLink",
            "Layout", "Bridge", "check_compatible",
            "DtypeMap", "DeviceMap", "wrap_stream_handle", "unordered_handle", "wait_for_handle", "cai_typestr",
            "CudaView", "release_after", "pending_releases"]
 
-_LAYOUT_CACHE_MAX = 4096
-# dtype= views of bfloat16 data as its raw bits (kept from before bf16 existed)
-_RAW_BF16 = (types.uint16, types.int16)
-
-
-
-def check_compatible(src: types.ScalarType, dst: types.ScalarType, src_name: str, fname: str) -> None:
-    """Raise unless a tensor of scalar type ``src`` may be viewed as ``dst`` (no conversion).
-
-    The rule is DLPack's (``tapegrad.dlpack``), so every import path agrees: the same type, or
-    integer/bool types of one width (int32 as uint32, bool as uint8...).
-    """
-    if not types.can_alias(dst, src):
-        raise BridgeTypeError(f"{fname}: cannot view a tensor of {src_name} as tapegrad {dst!r} "
-                              f"(zero-copy views need the same element type, or an integer/bool type of "
-                              f"the same width; cast the tensor first)")
-
-
-class Layout:
-    """How a tensor's memory reads as a tapegrad array: dtype, shape, byte strides, device.
-
-    Holds no pointer, so one Layout serves every tensor with the same metadata. The layout is
-    checked once, when the Layout is built (through the ``array`` constructor); ``new_array``
-    then uses ``array.wrap_memory`` (no re-checking) and ``new_ctype`` copies a descriptor template,
-    which makes conversions a dict lookup plus a few attribute stores.
-    """
-
-    __slots__ = ("dtype", "shape", "strides", "device", "cuda", "_tmpl")
-
-    def __init__(self, dtype, shape, strides, device):
-        proto = array.layout_prototype(dtype, shape, strides, device)   # checks
-        self.dtype, self.shape, self.strides, self.device = dtype, proto.shape, proto.strides, device
-        self.cuda = device.is_cuda
-        self._tmpl = bytes(proto.descriptor())
-
-    @classmethod
-    def build(cls, scalar, shape, elem_strides, device, dtype, fname, src_name):
-        """Layout of a tensor of ``scalar`` elements viewed as ``dtype`` (None: ``scalar``).
-
-        Scalar dtypes keep shape and strides (0-strides included); vector/matrix dtypes
-        consume trailing, contiguous component dims (SPEC R11).
-
-        Raises:
-            TypeError: ``dtype`` is not a tapegrad dtype, or is a struct.
-            BridgeTypeError: element types are incompatible.
-            RuntimeError: component dims missing, mismatched or not contiguous; > 4 dims.
-        """
-        size = scalar.size
-        shape = tuple(shape)
-        strides = tuple(s * size for s in elem_strides)
-        if dtype is None:
-            dt = scalar
-        else:
-            dt = types.resolve_dtype(dtype, arg=f"{fname}(dtype=...)")
-            if isinstance(dt, types.StructType):
-                raise BridgeTypeError(f"{fname}: struct dtype {dt.name} cannot view a tensor")
-            if not (scalar is types.bfloat16 and dt.scalar in _RAW_BF16):   # raw bits, asked for explicitly
-                check_compatible(scalar, dt.scalar, src_name, fname)
-        if not shape:                              # 0-d tensor: one element
-            shape, strides = (1,), (size,)
-        if dt.inner_shape and shape == dt.inner_shape:
-            shape, strides = (1,) + shape, (dt.size,) + strides  # exactly one vector/matrix
-        dt, shape, strides = fold_inner_dims(dt.scalar, dt, shape, strides, f"{fname}: tensor of shape {shape}")
-        return cls(dt, shape, strides, device)
-
-    def new_array(self, ptr: int, owner) -> array:
-        """A tapegrad array of this layout at ``ptr``, keeping ``owner`` alive."""
-        return array.wrap_memory(ptr, self.dtype, self.shape, self.strides, self.device, owner)
-
-    def new_ctype(self, ptr: int, grad_ptr: int, refs) -> ArrayCtype:
-        """A launchable descriptor of this layout; ``refs`` stay alive as long as it does."""
-        d = ArrayCtype.from_buffer_copy(self._tmpl)   # flags (read-only: no) come from the template
-        d.data = ptr
-        if grad_ptr:
-            d.grad = grad_ptr
-        d.tg_dtype, d.tg_device, d.tg_refs = self.dtype, self.device, refs   # as ArrayCtype.bind
-        return d
-
-
 class FrameworkAdapter:
-    """The framework-specific half of a bridge (subclass it; methods are duck-typed).
-
-    Attributes:
-        name: "torch", "paddle"...; used in messages as ``from_<name>``/``to_<name>``.
-        tensor_types: tuple of the framework's tensor classes.
-    """
-
-    name = "framework"
-    tensor_types: tuple = ()
-
-    def layout_key(self, t):
-        """A hashable of everything that determines the layout (dtype, shape, strides, device)."""
-        raise NotImplementedError
-
-    def describe(self, t, dtype):
-        """``(scalar ScalarType, shape, element strides, tapegrad Device, dtype name)`` of ``t``.
-
-        ``dtype`` is the tapegrad dtype asked for (None when inferred). Raises the bridge's
-        TypeError for element types tapegrad lacks.
-        """
-        raise NotImplementedError
-
-    def data_ptr(self, t) -> int:
-        """The tensor's data address (may be a class attribute such as ``operator.methodcaller``)."""
-        raise NotImplementedError
+    """The conversions' framework-specific half of a bridge (subclass it; methods are
+    duck-typed): gradients and tensors over tapegrad memory. How a tensor is read (layout,
+    pointer, device, stream rule, version) is its ``TensorType`` row's."""
 
     def requires_grad(self, t) -> bool:
         """Whether the framework tracks gradients for ``t`` (may be an ``operator.attrgetter``)."""
@@ -162,10 +62,6 @@ class FrameworkAdapter:
         gradient and return it (B3: no foreign allocation, no device-wide sync)."""
         raise NotImplementedError
 
-    # ``storage_check(t, ptr) -> tapegrad.storage.StorageCheck`` for a framework that can move or
-    # free a tensor's storage under a view (torch's resize_): None, no check
-    storage_check = None
-
     def wrap(self, a: array):
         """A framework tensor aliasing ``a`` (a scalar layout: vector/matrix component dims
         appended, as ``a.numpy()`` and ``a.flat_layout()`` give it), keeping ``a`` alive for
@@ -176,14 +72,7 @@ class FrameworkAdapter:
         """Make ``t`` a leaf that requires grad; attach ``g`` (a tensor, or None) as its grad."""
         raise NotImplementedError
 
-    def on_use(self, t, device) -> None:
-        """Called when ``t`` is handed to tapegrad work on ``device`` (CUDA: stream bookkeeping)."""
-
-    # gradient links (``TensorLink``, ``GradLink``)
-    def version(self, t) -> int:
-        """The framework's in-place version counter of ``t`` (bumped by its in-place ops)."""
-        raise NotImplementedError
-
+    # gradient links (``GradLink``)
     def grad_linkable(self, t) -> bool:
         """Whether ``t``'s ``.grad`` is where the framework accumulates its gradient (a leaf)."""
         raise NotImplementedError
@@ -208,17 +97,22 @@ class TensorLink:
     tensor's in-place version, which ``Tape.backward`` checks unchanged since the records that
     used the array. Shared by every such array of one framework (no per-conversion object)."""
 
-    __slots__ = ("fw", "framework")
+    __slots__ = ("fw", "framework", "row")
 
-    def __init__(self, fw: FrameworkAdapter):
-        self.fw, self.framework = fw, fw.name
+    def __init__(self, fw: FrameworkAdapter, row: TensorType):
+        self.fw, self.framework, self.row = fw, row.framework, row
 
     def sync_grad(self, a) -> None:
         """Nothing: the array's gradient is its own."""
 
     def version(self, a) -> int:
         """The in-place version of the tensor ``a`` views (``a`` holds it as its owner)."""
-        return self.fw.version(a._owner)
+        return self.version_of(a._owner)
+
+    def version_of(self, t) -> int:
+        """The row's in-place version of tensor ``t`` (0 for a row without a ``version``)."""
+        v = self.row.version
+        return v(t) if v is not None else 0
 
     def view_of(self, base) -> "ViewLink":
         """The link of a view of ``base`` (an array this link belongs to)."""
@@ -271,7 +165,7 @@ class AliasLink:
     __slots__ = ("fw", "framework", "ref", "garr", "bridge")
 
     def __init__(self, bridge: "Bridge", t, garr):
-        self.fw, self.framework, self.bridge = bridge.fw, bridge.fw.name, bridge
+        self.fw, self.framework, self.bridge = bridge.fw, bridge.row.framework, bridge
         self.ref, self.garr = weakref.ref(t), garr
 
     def version(self, a) -> int:
@@ -291,7 +185,7 @@ class AliasLink:
         if cur is None:
             fw.reinstall_grad(t, fw.wrap(garr))
             return
-        if fw.data_ptr(cur) == garr._ptr:
+        if self.bridge.row.data_ptr(cur) == garr._ptr:
             return
         g = self.bridge.from_tensor(fw.keep_grad(cur), dtype=a.dtype, requires_grad=False)
         if (g.dtype, g.shape, g.strides, g.device) != (a.dtype, a.shape, a.strides, a.device):
@@ -346,33 +240,33 @@ class GradLink(TensorLink):
         self.garr, self.keep = g, g._owner
 
     def version(self, a) -> int:
-        return self.fw.version(self.tensor)
+        return self.plain.version_of(self.tensor)
 
 
 class Bridge:
-    """``from_X``/``to_X``/launch-adapter logic over a ``FrameworkAdapter``, and the bundle of
-    what a framework's other modules (its op builder) need: ``dtypes`` (a ``DtypeMap``),
-    ``devices`` (a ``DeviceMap``), ``stream_handle(ordinal)`` and ``layout``.
+    """``from_X``/``to_X`` logic over a tensor type's row and a ``FrameworkAdapter``, and the
+    bundle of what a framework's other modules (its op builder) need: ``row`` (the
+    ``TensorType``), ``dtypes`` (a ``DtypeMap``), ``devices`` (a ``DeviceMap``),
+    ``stream_handle(ordinal)`` and ``layout``.
 
-    ``from_tensor``, ``to_tensor`` and ``launch_adapter`` are closures built once with every
-    lookup bound locally: they are the per-call hot paths (one Python frame per conversion).
-    A framework module publishes them under its own names with ``public(...)``.
+    ``from_tensor`` and ``to_tensor`` are closures built once with every lookup bound locally:
+    they are the per-call hot paths (one Python frame per conversion). A framework module
+    publishes them under its own names with ``public(...)``. The launch path reads the row
+    itself (``tapegrad.tensortypes``); both share the row's layout cache.
     """
 
-    def __init__(self, fw: FrameworkAdapter, dtypes: "DtypeMap" = None, devices: "DeviceMap" = None,
-                 stream_handle=None):
-        self.fw = fw
+    def __init__(self, row: TensorType, fw: FrameworkAdapter, dtypes: "DtypeMap" = None,
+                 devices: "DeviceMap" = None, stream_handle=None):
+        self.row, self.fw = row, fw
         self.dtypes, self.devices = dtypes, devices
         # f(ordinal) -> raw handle of the framework's current CUDA stream (None: no CUDA streams)
         self.stream_handle = stream_handle
-        self.from_name = f"from_{fw.name}"
-        self.to_name = f"to_{fw.name}"
-        self._layouts: dict = {}
-        self.tensor_link = TensorLink(fw)
+        self.from_name = f"from_{row.framework}"
+        self.to_name = f"to_{row.framework}"
+        self.tensor_link = TensorLink(fw, row)
         self.grad_array = self._grad_array
         self.from_tensor = self._make_from()
         self.to_tensor = self._make_to()
-        self.launch_adapter = self._make_launch_adapter()
 
     @staticmethod
     def public(fn, name, doc, module):
@@ -384,24 +278,16 @@ class Bridge:
 
     # ------------------------------------------------------------------------- layouts
     def layout(self, t, dtype=None, fname=None) -> Layout:
-        """The (cached) Layout of tensor ``t`` viewed as ``dtype``."""
-        key = (self.fw.layout_key(t), dtype)
-        lay = self._layouts.get(key)
-        if lay is None:
-            scalar, shape, elem_strides, device, src_name = self.fw.describe(t, dtype)
-            lay = Layout.build(scalar, shape, elem_strides, device, dtype, fname or self.from_name, src_name)
-            if len(self._layouts) >= _LAYOUT_CACHE_MAX:
-                self._layouts.clear()
-            self._layouts[key] = lay
-        return lay
+        """The (cached) Layout of tensor ``t`` viewed as ``dtype`` (``tensortypes.layout_of``)."""
+        return layout_of(self.row, t, dtype, fname or self.from_name)
 
     # ----------------------------------------------------------------------- from_X
     def _make_from(self):
-        fw, fname = self.fw, self.from_name
-        tensor_types, key_of, requires_grad_of, ptr_of = fw.tensor_types, fw.layout_key, fw.requires_grad, fw.data_ptr
-        cached, layout, grad_array = self._layouts.get, self.layout, self._grad_array
+        fw, fname, row = self.fw, self.from_name, self.row
+        tensor_types, key_of, requires_grad_of, ptr_of = row.classes, row.layout_key, fw.requires_grad, row.data_ptr
+        cached, layout, grad_array = layout_cache(row).get, self.layout, self._grad_array
         plain, linkable, bridge = self.tensor_link, fw.grad_linkable, self
-        check_of = fw.storage_check
+        check_of, on_use = row.storage_check, row.on_use
 
         def from_tensor(t, dtype=None, requires_grad=None, grad=None, return_ctype=False, retain_grad=False):
             """Wrap tensor ``t`` as a tapegrad array (or a launchable descriptor), zero-copy.
@@ -413,7 +299,7 @@ class Bridge:
             (``array.retain_grad``; also on ``return_ctype`` descriptors, which Warp drops).
             """
             if not isinstance(t, tensor_types):
-                raise TypeError(f"{fname}: expected a {fw.name} tensor, got {type(t).__name__}")
+                raise TypeError(f"{fname}: expected a {row.framework} tensor, got {type(t).__name__}")
             lay = cached((key_of(t), dtype)) or layout(t, dtype)
             shared = False                  # the gradient is the tensor's own .grad
             if grad is None and (requires_grad_of(t) if requires_grad is None else requires_grad):
@@ -424,8 +310,8 @@ class Bridge:
                 if grad is None:
                     grad = fw.alloc_grad(t)
                 shared = True
-            if lay.cuda:
-                fw.on_use(t, lay.device)
+            if lay.cuda and on_use is not None:
+                on_use(t, lay.device)
             if retain_grad and grad is None:
                 raise ValueError(f"{fname}(retain_grad=True): the array gets no gradient; pass requires_grad=True "
                                  "(or grad=...) too")
@@ -454,10 +340,10 @@ class Bridge:
     def _grad_array(self, grad, lay) -> array:
         """``grad`` (an array or a tensor) as an array with exactly the layout ``lay``."""
         fw = self.fw
-        if isinstance(grad, fw.tensor_types):
+        if isinstance(grad, self.row.classes):
             grad = self.from_tensor(fw.keep_grad(grad), dtype=lay.dtype, requires_grad=False)
         elif not isinstance(grad, array):
-            raise TypeError(f"{self.from_name}(grad=...): expected a tapegrad array or a {fw.name} tensor, "
+            raise TypeError(f"{self.from_name}(grad=...): expected a tapegrad array or a {self.row.framework} tensor, "
                             f"got {type(grad).__name__}")
         have = (grad.dtype, grad.shape, grad.strides, grad.device)
         want = (lay.dtype, lay.shape, lay.strides, lay.device)
@@ -466,19 +352,6 @@ class Bridge:
                                   f"and device {want}, got {have} (kernels address a gradient with its array's "
                                   "strides)")
         return grad
-
-    def _make_launch_adapter(self):
-        fw = self.fw
-        key_of, ptr_of, cached, layout = fw.layout_key, fw.data_ptr, self._layouts.get, self.layout
-
-        def launch_adapter(t, device, arg, dtype) -> ArrayCtype:
-            """``launch`` calls this for a tensor passed directly: a descriptor, no gradient (R1)."""
-            lay = cached((key_of(t), dtype)) or layout(t, dtype, fname=arg)
-            if lay.cuda:
-                fw.on_use(t, lay.device)
-            return lay.new_ctype(ptr_of(t), 0, (t,))
-
-        return launch_adapter
 
     # ------------------------------------------------------------------------- to_X
     def _make_to(self):
@@ -511,7 +384,8 @@ class Bridge:
 
     def _check_wrappable(self, a):
         if isinstance(a.dtype, types.StructType):
-            raise BridgeTypeError(f"{self.to_name}: struct arrays ({a.dtype.name}) have no {self.fw.name} equivalent")
+            raise BridgeTypeError(f"{self.to_name}: struct arrays ({a.dtype.name}) have no {self.row.framework} "
+                                  "equivalent")
         if a.device is None or (not a._ptr and a.size):
             raise ValueError(f"{self.to_name}: the array has no memory (an annotation-only array)")
 

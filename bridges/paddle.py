@@ -25,8 +25,8 @@ import paddle
 from tapegrad import types
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import to_dlpack
-from tapegrad.launch import register_launch_adapter
 from tapegrad.storage import StorageCheck
+from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 
 from ._base import Bridge, DeviceMap, DtypeMap, FrameworkAdapter, release_after, wait_for_handle
 from .paddle_op import make_paddle_op
@@ -243,24 +243,40 @@ def _key_cpu_only(t):
     return (id(t.dtype), tuple(t.shape), tuple(t.strides))
 
 
+def _layout(t):
+    pdt = t.dtype
+    scalar = _lookup(pdt) or dtype_from_paddle(pdt)   # the latter raises the explanatory TypeError
+    return TensorLayout(scalar, tuple(t.shape), tuple(t.strides), device_from_paddle(t.place), str(pdt))
+
+
+def _storage_check(t, ptr):
+    # _clear_data() frees t's memory under a view (data_ptr() is None after it): compared at every use
+    return StorageCheck(t.data_ptr, ptr, "paddle tensor")
+
+
+_PLACE_DEVICES: dict = {}    # a tensor's place string ("Place(gpu:0)") -> tapegrad Device
+
+
+def _tensor_device(t):
+    # the place's string is cached by paddle: hashing a Place object costs ~1.5 us
+    key = t._place_str
+    d = _PLACE_DEVICES.get(key)
+    if d is None:
+        d = _PLACE_DEVICES[key] = device_from_paddle(t.place)
+    return d
+
+
+# paddle.Tensor's one row (registered at the end of this module): launch, from_paddle/to_paddle
+# and the tape's version checks read it
+TENSOR_TYPE = TensorType(
+    framework="paddle", classes=(_Tensor,), layout=_layout,
+    layout_key=_key_with_place if _PLACES_VARY else _key_cpu_only,
+    data_ptr=operator.methodcaller("data_ptr"),   # includes the view's offset
+    device=_tensor_device, version=operator.methodcaller("_inplace_version"),   # paddle's in-place counter
+    storage_check=_storage_check)
+
+
 class PaddleAdapter(FrameworkAdapter):
-    name = "paddle"
-    tensor_types = (_Tensor,)
-
-    layout_key = staticmethod(_key_with_place if _PLACES_VARY else _key_cpu_only)
-
-    def describe(self, t, dtype):
-        pdt = t.dtype
-        scalar = _lookup(pdt) or dtype_from_paddle(pdt)   # the latter raises the explanatory TypeError
-        return scalar, tuple(t.shape), tuple(t.strides), device_from_paddle(t.place), str(pdt)
-
-    data_ptr = operator.methodcaller("data_ptr")   # includes the view's offset
-
-    @staticmethod
-    def storage_check(t, ptr):
-        # _clear_data() frees t's memory under a view (data_ptr() is None after it): compared at every use
-        return StorageCheck(t.data_ptr, ptr, "paddle tensor")
-
     @staticmethod
     def requires_grad(t):
         return not t.stop_gradient
@@ -284,8 +300,6 @@ class PaddleAdapter(FrameworkAdapter):
             dev = device_from_paddle(place)
             wait_for_handle(dev, current_stream_handle(dev.ordinal))
         return g
-
-    version = operator.methodcaller("_inplace_version")   # paddle's in-place counter
 
     @staticmethod
     def grad_linkable(t):
@@ -321,8 +335,7 @@ class PaddleAdapter(FrameworkAdapter):
             t.grad_ = g
 
 
-_bridge = Bridge(PaddleAdapter(), DTYPES, _DEVICES, current_stream_handle)
-register_launch_adapter(_Tensor, _bridge.launch_adapter)
+_bridge = Bridge(TENSOR_TYPE, PaddleAdapter(), DTYPES, _DEVICES, current_stream_handle)
 paddle_op = make_paddle_op(_bridge)   # the op builder is its own module; it gets the bridge, not an import
 
 
@@ -370,3 +383,7 @@ to_paddle = Bridge.public(_bridge.to_tensor, "to_paddle", """\
         ValueError: an array without memory, or a read-only one.
     """, __name__)
 
+
+# ---------------------------------------------------------------------------- registration
+# paddle's one registration: launch, the conversions above and the tape read this row
+register_tensor_type(TENSOR_TYPE)

@@ -16,8 +16,8 @@ import torch
 
 from tapegrad import types
 from tapegrad.device import Device, get_device
-from tapegrad.launch import fastlaunch, register_device_of, register_launch_adapter
 from tapegrad.storage import StorageCheck
+from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 
 from . import torch_memory  # noqa: F401  registers the "torch" allocator and torch.cuda.graph's pool
 from ._base import (
@@ -155,32 +155,84 @@ def _torch_stream(s):
     return ts
 
 
+# ------------------------------------------------------------------ reading a tensor (the row)
+
+def _layout_key(t):
+    # get_device() (an int) and is_cpu say what t.device says (-1 and True: CPU; N: cuda:N;
+    # -1 and False: meta and others, which never get a Layout) without building a
+    # torch.device object per conversion
+    return (t.dtype, t.shape, t.stride(), t.get_device(), t.is_cpu)
+
+
+def _layout(t):
+    tdt = t.dtype
+    scalar = _lookup(tdt) or dtype_from_torch(tdt)   # the latter raises the explanatory TypeError
+    return TensorLayout(scalar, tuple(t.shape), t.stride(), device_from_torch(t.device), str(tdt))
+
+
+def _storage_check(t, ptr):
+    # resize_ / set_ / storage resizing move or free t's data under a view: its bound
+    # data_ptr (one C call per use) is compared with the view's address at every use
+    return StorageCheck(t.data_ptr, ptr, "torch tensor")
+
+
+_ORDINAL_DEVICES: dict = {}   # Tensor.get_device() (-1: CPU) -> tapegrad Device
+
+
+def _tensor_device(t):
+    # get_device() is an int from C (no torch.device object): a launch with tensors passed
+    # directly asks it once per launch
+    if t.is_cuda:
+        k = t.get_device()
+    elif t.is_cpu:
+        k = -1
+    else:           # meta, mps...: the generic probing (and its error)
+        return None
+    d = _ORDINAL_DEVICES.get(k)
+    if d is None:
+        d = _ORDINAL_DEVICES[k] = device_from_torch(t.device)
+    return d
+
+
+_ordered = [None, None, None]   # (device, tapegrad stream, torch stream handle) last found ordered
+
+
+def _on_use(t, device):
+    # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
+    # freeing t does not let torch reuse the block before that stream has passed.
+    # It runs per CUDA tensor of every conversion (return_ctype): the raw handle inline, and
+    # the pair of streams last found ordered remembered (a stream's handle never changes)
+    ordinal = device.ordinal
+    h = _raw_stream(ordinal) if _raw_stream is not None else current_stream_handle(ordinal)
+    d, ts, th = _ordered
+    if d is device and th == h and ts is device.stream:
+        return
+    s, handle = unordered_handle(device, h)
+    if handle is None:
+        _ordered[:] = (device, s, h)
+    else:
+        t.record_stream(_torch_stream(s))
+
+
+# torch.Tensor's one row (registered at the end of this module): launch (the Python packers and
+# the native helper, which caches the descriptor per parameter under a layout key of the
+# tensor's dtype, shape, strides and device read from C, and reads only data_ptr() per launch;
+# torch's raw current stream says whether the stream rule's record_stream is needed, which the
+# Python path then does), from_torch/to_torch and the tape's version checks all read it
+TENSOR_TYPE = TensorType(
+    framework="torch", classes=(torch.Tensor, torch.nn.Parameter), layout=_layout, layout_key=_layout_key,
+    data_ptr=operator.methodcaller("data_ptr"), device=_tensor_device, on_use=_on_use,
+    current_stream=_raw_stream or current_stream_handle,   # no Python frame on CUDA torch
+    version=operator.attrgetter("_version"),   # torch's in-place counter (what autograd checks)
+    storage_check=_storage_check,
+    native_keys=(("dtype", False), ("shape", False), ("stride", True), ("device", False)), native_ptr="data_ptr")
+
+
 # ------------------------------------------------------------------------------ the adapter
 
 class TorchAdapter(FrameworkAdapter):
-    name = "torch"
-    tensor_types = (torch.Tensor,)
-
-    def layout_key(self, t):
-        # get_device() (an int) and is_cpu say what t.device says (-1 and True: CPU; N: cuda:N;
-        # -1 and False: meta and others, which never get a Layout) without building a
-        # torch.device object per conversion
-        return (t.dtype, t.shape, t.stride(), t.get_device(), t.is_cpu)
-
-    def describe(self, t, dtype):
-        tdt = t.dtype
-        scalar = _lookup(tdt) or dtype_from_torch(tdt)   # the latter raises the explanatory TypeError
-        return scalar, tuple(t.shape), t.stride(), device_from_torch(t.device), str(tdt)
-
-    # C-level accessors (no Python frame): these run once or twice per conversion
-    data_ptr = operator.methodcaller("data_ptr")
+    # C-level accessor (no Python frame): it runs once per conversion
     requires_grad = operator.attrgetter("requires_grad")
-
-    @staticmethod
-    def storage_check(t, ptr):
-        # resize_ / set_ / storage resizing move or free t's data under a view: its bound
-        # data_ptr (one C call per use) is compared with the view's address at every use
-        return StorageCheck(t.data_ptr, ptr, "torch tensor")
 
     def get_grad(self, t):
         # a non-leaf's .grad is only populated with retain_grad() (reading it otherwise warns)
@@ -195,8 +247,6 @@ class TorchAdapter(FrameworkAdapter):
             dev = device_from_torch(g.device)
             wait_for_handle(dev, current_stream_handle(dev.ordinal))
         return g
-
-    version = operator.attrgetter("_version")   # torch's in-place counter (what autograd checks)
 
     @staticmethod
     def grad_linkable(t):
@@ -237,54 +287,8 @@ class TorchAdapter(FrameworkAdapter):
         if g is not None:
             t.grad = g
 
-    _ordered = (None, None, None)   # (device, tapegrad stream, torch stream handle) last found ordered
 
-    def on_use(self, t, device):
-        # tapegrad's work on its own stream reads t: tell torch's caching allocator, so that
-        # freeing t does not let torch reuse the block before that stream has passed.
-        # It runs per CUDA tensor of every conversion (return_ctype): the raw handle inline, and
-        # the pair of streams last found ordered remembered (a stream's handle never changes)
-        ordinal = device.ordinal
-        h = _raw_stream(ordinal) if _raw_stream is not None else current_stream_handle(ordinal)
-        d, ts, th = self._ordered
-        if d is device and th == h and ts is device.stream:
-            return
-        s, handle = unordered_handle(device, h)
-        if handle is None:
-            self._ordered = (device, s, h)
-        else:
-            t.record_stream(_torch_stream(s))
-
-
-_bridge = Bridge(TorchAdapter(), DTYPES, _DEVICES, current_stream_handle)
-register_launch_adapter(torch.Tensor, _bridge.launch_adapter)
-_ORDINAL_DEVICES: dict = {}   # Tensor.get_device() (-1: CPU) -> tapegrad Device
-
-
-def _tensor_device(t):
-    # get_device() is an int from C (no torch.device object): a launch with tensors passed
-    # directly asks it once per launch
-    if t.is_cuda:
-        k = t.get_device()
-    elif t.is_cpu:
-        k = -1
-    else:           # meta, mps...: the generic probing (and its error)
-        return None
-    d = _ORDINAL_DEVICES.get(k)
-    if d is None:
-        d = _ORDINAL_DEVICES[k] = device_from_torch(t.device)
-    return d
-
-
-register_device_of(torch.Tensor, _tensor_device)
-register_device_of(torch.nn.Parameter, _tensor_device)
-# The native launch path caches the adapter's descriptor per parameter under a layout key of
-# the tensor's dtype, shape, strides and device (read from C) and reads only data_ptr()
-# per launch; torch's current stream (the raw handle, no Stream object) says whether the
-# adapter's record_stream is needed, which the Python path then does.
-for _cls in (torch.Tensor, torch.nn.Parameter):
-    fastlaunch.register_foreign(_cls, (("dtype", False), ("shape", False), ("stride", True), ("device", False)),
-                                "data_ptr", _raw_stream or current_stream_handle)   # no Python frame on CUDA torch
+_bridge = Bridge(TENSOR_TYPE, TorchAdapter(), DTYPES, _DEVICES, current_stream_handle)
 torch_op = make_torch_op(_bridge)   # the op builder is its own module; it gets the bridge, not an import
 
 
@@ -386,3 +390,8 @@ def stream_to_torch(stream_or_device=None):
     ts = torch.cuda.ExternalStream(s.cuda_stream, device=f"cuda:{s.device.ordinal}")
     ts._tg_stream = s
     return ts
+
+
+# ---------------------------------------------------------------------------- registration
+# torch's one registration: launch, the conversions above and the tape read this row
+register_tensor_type(TENSOR_TYPE)

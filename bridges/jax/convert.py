@@ -16,10 +16,10 @@ from tapegrad import types
 from tapegrad.array import array
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import from_dlpack as _tg_from_dlpack
-from tapegrad.launch import register_launch_adapter
 from tapegrad.storage import StorageCheck
+from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 
-from .._base import Bridge, DtypeMap, FrameworkAdapter
+from .._base import DtypeMap
 
 __all__ = ["from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax", "DTYPES",
            "jax_scalar", "Tracer", "ArrayImpl"]
@@ -224,39 +224,29 @@ def _disable_fast_import():
 
 # ------------------------------------------------------------------ launch(): JAX arrays directly
 
-class _JaxAdapter(FrameworkAdapter):
-    """What ``launch`` needs to take a concrete JAX array as a kernel argument (no gradient)."""
-
-    name = "jax"
-    tensor_types = (jax.Array,)
-
-    def layout_key(self, t):
-        return (t.dtype, t.shape, t.sharding)
-
-    def describe(self, t, dtype):
-        if isinstance(t, Tracer):
-            raise TypeError("launch: got a traced JAX value: use tg.jax_kernel inside jax.jit/grad/vmap")
-        scalar = dtype_from_jax(t.dtype)
-        shape = tuple(t.shape)
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= n
-        return scalar, shape, tuple(reversed(strides)), device_from_jax(next(iter(t.devices()))), str(t.dtype)
-
-    @staticmethod
-    def data_ptr(t):
-        return t.unsafe_buffer_pointer()
-
-    def requires_grad(self, t):
-        return False
-
-    def get_grad(self, t):
-        return None
-
-    def wrap(self, a):
-        return to_jax(a)
+def _layout(t):
+    if isinstance(t, Tracer):
+        raise TypeError("launch: got a traced JAX value: use tg.jax_kernel inside jax.jit/grad/vmap")
+    scalar = dtype_from_jax(t.dtype)
+    shape = tuple(t.shape)
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return TensorLayout(scalar, shape, tuple(reversed(strides)), _array_device(t), str(t.dtype))
 
 
-_bridge = Bridge(_JaxAdapter())
-register_launch_adapter(ArrayImpl, _bridge.launch_adapter)
+def _array_device(t):
+    return device_from_jax(next(iter(t.devices())))
+
+
+# a concrete JAX array's one row (registered at the end of this module): what launch needs to
+# take it as a kernel argument (no gradient; from_jax/to_jax go through DLPack)
+TENSOR_TYPE = TensorType(
+    framework="jax", classes=(ArrayImpl,), layout=_layout, layout_key=lambda t: (t.dtype, t.shape, t.sharding),
+    data_ptr=lambda t: t.unsafe_buffer_pointer(), device=_array_device)
+
+
+# ---------------------------------------------------------------------------- registration
+# JAX's one registration: launch reads this row
+register_tensor_type(TENSOR_TYPE)

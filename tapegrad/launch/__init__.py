@@ -2,9 +2,9 @@
 
 - ``core``: ``launch()``, the Python path, the per-kernel ``LaunchPlan`` (packers and the native
   helper's plan), ``LaunchRecord`` (a launch on a tape), ``prepare_launch``.
-- ``packers``: the Python packers, the reference and the source of every error; ``ArrayCtype``;
-  the launch adapters bridges register; adjoint arguments.
-- ``devices``: the launch device (``infer_device``) and the device accessors bridges register.
+- ``packers``: the Python packers, the reference and the source of every error; the adapters
+  of registered tensor types (``tapegrad.tensortypes`` rows); adjoint arguments.
+- ``devices``: the launch device (``infer_device``; a tensor type's device from its row).
 - ``grid``: ``dim`` into launch bounds; the unguarded-``tid()`` grid check.
 - ``fastlaunch`` (``fastlaunch.c``): the native helper, which takes the common launches in one
   C call from the plan's data and hooks, and passes every other one to the Python path.
@@ -22,10 +22,9 @@ from .core import (
                    prepare_launch,
                    register_tangent_launcher,
 )
-from .devices import register_device_of
 from .grid import MAX_LAUNCH_SIZE, NARROW_LAUNCH_SIZE
-from .packers import ArrayCtype, register_launch_adapter, zero_value
+from .packers import ArrayCtype, zero_value
 
-__all__ = ["launch", "ArrayCtype", "register_launch_adapter", "register_device_of", "LaunchRecord", "PreparedLaunch",
+__all__ = ["launch", "ArrayCtype", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher", "LaunchPlan",
            "MAX_LAUNCH_SIZE", "NARROW_LAUNCH_SIZE"]

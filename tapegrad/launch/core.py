@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cpu_capture, types
+from .. import cpu_capture, tensortypes, types
 from ..array import array
 from ..config import config
 from ..device import Device, get_device
@@ -27,12 +27,37 @@ from ..lang.kernel import Kernel
 from ..recording import Access, active_tape
 from ..storage import CheckedDesc
 from . import fastlaunch
-from .devices import cai_kind, infer_device
+from .devices import cai_kind, forget_device_accessors, infer_device
 from .grid import NARROW_LAUNCH_SIZE, check_grid, launch_bounds
-from .packers import ArrayCtype, adjoint_values, arg_label, check_adjoint_shapes, grad_desc, make_packers
+from .packers import (
+    ArrayCtype,
+    adjoint_values,
+    arg_label,
+    check_adjoint_shapes,
+    forget_adapters,
+    grad_desc,
+    make_packers,
+)
 
 __all__ = ["launch", "LaunchPlan", "LaunchRecord", "PreparedLaunch", "prepare_launch", "adjoint_descriptors",
            "register_tangent_launcher"]
+
+
+def _on_tensor_type(row):
+    """A ``TensorType`` row was registered (``tensortypes.add_listener``): forget the per-type
+    adapters and device accessors, and set up the native helper's layout cache of its classes."""
+    numpy_row = row.covers(np.ndarray)
+    forget_adapters(numpy_row)
+    forget_device_accessors()
+    if numpy_row:
+        fastlaunch.numpy_off()   # the row decides numpy descriptors now: not the helper's cache
+    if row.native_keys and row.grad is None:   # a gradient pointer is read per launch: not a cached layout
+        for cls in row.classes:
+            fastlaunch.register_foreign(cls, row.native_keys, row.native_ptr, row.current_stream)
+    fastlaunch.forget_types()    # a CAI type the helper caches may be the row's now
+
+
+tensortypes.add_listener(_on_tensor_type)
 
 
 @dataclass(frozen=True)
@@ -256,7 +281,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
                 raise TypeError(f"launch(adjoint=True): adj_inputs/adj_outputs must have {n_in}/{len(outputs)} "
                                 f"entries, got {len(ai)}/{len(ao)}")
             adj_given = ai + ao
-        adj_vals = adjoint_values(kernel, args, adj_given, dev)
+        adj_vals = adjoint_values(kernel, args, adj_given, dev, vals)
         adj_descs = [grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
         check_adjoint_shapes(kernel, plan.arrays, vals, adj_descs)
         vals = vals + adj_descs
@@ -349,7 +374,7 @@ def prepare_launch(kernel, dim, inputs, outputs, device, stream) -> PreparedLaun
 def adjoint_descriptors(prep: PreparedLaunch, args, adj_args) -> list:
     """The adjoint arguments of a prepared launch: ``adj_args[i]`` when given, else each
     array's ``.grad`` (None: no gradient), else a zero value (as ``launch(adjoint=True)``)."""
-    vals = adjoint_values(prep.kernel, args, adj_args, prep.device)
+    vals = adjoint_values(prep.kernel, args, adj_args, prep.device, prep.values)
     return [grad_desc(g, pack, prep.device) for g, pack in zip(vals, prep.packers)]
 
 @dataclass(frozen=True, init=False)

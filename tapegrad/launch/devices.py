@@ -1,5 +1,5 @@
 """The launch device: ``device=``, else the stream's, else the first tapegrad array's, else a
-foreign object's (its registered accessor, its ``device`` attribute, its protocol, its CAI
+foreign object's (its ``TensorType`` row's accessor, its ``device`` attribute, its protocol, its CAI
 pointer), else the current device; and how the native helper may treat a CAI type (``cai_kind``).
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 from ..array import array
 from ..device import get_device
 from ..protocols import pointer_device
-from . import fastlaunch
+from ..tensortypes import tensor_type_for
 from .packers import ArrayCtype, adapter_for
 
-__all__ = ["infer_device", "register_device_of", "cai_kind"]
+__all__ = ["infer_device", "forget_device_accessors", "cai_kind"]
 
 
 def infer_device(device, stream, args):
@@ -37,19 +37,23 @@ def infer_device(device, stream, args):
             return d
     return get_device(None)
 
-_DEVICE_OF: dict = {}   # foreign tensor type -> fn(obj) -> Device (registered by its bridge)
+_DEVICE_OF: dict = {}    # exact type -> its row's device accessor, or None (misses too)
 
-def register_device_of(cls, fn):
-    """Let ``launch`` read the device of ``cls`` instances passed directly with ``fn(obj) -> Device``
-    (a framework's own cheap accessor) instead of the generic attribute probing."""
-    _DEVICE_OF[cls] = fn
-    fastlaunch.forget_types()   # the native helper's cai_kind answers may change
+
+def forget_device_accessors() -> None:
+    """Forget the per-type device accessors (a ``TensorType`` row was registered)."""
+    _DEVICE_OF.clear()
+
 
 def _foreign_device(a):
     """Device of a foreign array object passed directly, or None when ``a`` is not one."""
-    fn = _DEVICE_OF.get(a.__class__)
+    cls = a.__class__
+    fn = _DEVICE_OF.get(cls, _DEVICE_OF)
+    if fn is _DEVICE_OF:
+        row = tensor_type_for(cls)
+        fn = _DEVICE_OF[cls] = None if row is None else row.device or _layout_device(row)
     if fn is not None:
-        return fn(a)
+        return fn(a)   # the row's accessor
     if isinstance(a, np.ndarray):   # before the call below: CPU launches with numpy arrays ask per launch
         return get_device("cpu")
     d = _declared_device(a)
@@ -59,18 +63,25 @@ def _foreign_device(a):
         return pointer_device(a.__cuda_array_interface__["data"][0])
     return None
 
+
+def _layout_device(row):
+    """The device accessor of a row without one: its layout reader's device."""
+    return lambda t: row.layout(t).device
+
+
 def _declared_device(a):
     """The device a foreign object other than a numpy array names itself (a ``device``
-    attribute of torch's or paddle's kind, ``__array_interface__``), or None (a CAI object's
-    comes from its pointer)."""
+    attribute: an object whose ``type`` is "cpu" or "cuda" with an ``index``, or the name "cpu"
+    or "cuda:N"; else ``__array_interface__``: the CPU), or None (a CAI object's comes from its
+    pointer). Tensor types with a registered row use its ``device`` accessor instead."""
     d = getattr(a, "device", None)
-    kind = getattr(d, "type", None)          # torch.device and similar
+    kind = getattr(d, "type", None)          # a device object of the "type"/"index" kind
     if kind == "cpu":
         return get_device("cpu")
     if kind == "cuda":
         return get_device("cuda" if d.index is None else f"cuda:{d.index}")
-    if isinstance(d, str) and (d == "cpu" or d.startswith("gpu:")):   # paddle tensors: "cpu", "gpu:N"
-        return get_device("cpu" if d == "cpu" else "cuda:" + d[4:])
+    if isinstance(d, str) and (d == "cpu" or d.startswith("cuda")):   # tapegrad's own device names
+        return get_device(d)
     if hasattr(a, "__array_interface__"):
         return get_device("cpu")
     return None
@@ -79,14 +90,14 @@ def cai_kind(obj) -> int:
     """How the native helper treats objects of ``type(obj)`` passed for an array parameter on
     CUDA (it asks once per exact type, with the first object it meets):
 
-    0: not its CAI path (tapegrad arrays, numpy arrays, types a launch adapter packs, objects
-       without ``__cuda_array_interface__``): the Python packer, called from C, as before.
+    0: not its CAI path (tapegrad arrays, numpy arrays, types a registered ``TensorType`` row
+       covers, objects without ``__cuda_array_interface__``): the Python packer, called from C.
     1: the Python packer reads ``__cuda_array_interface__`` (``foreign_desc``) and a launch
        with no tapegrad array takes its device from the data pointer (``_foreign_device``):
        the helper caches the packer's descriptor per layout and may infer the device from the
        pointer's (the driver's ordinal of device memory, as the packer's layout was cached).
-    2: as 1, but the device comes from elsewhere (a ``device`` attribute, a registered
-       accessor): the helper takes it only when the launch's other arguments fix the device.
+    2: as 1, but the device comes from elsewhere (a ``device`` attribute): the helper takes it
+       only when the launch's other arguments fix the device.
     """
     try:
         if isinstance(obj, (array, ArrayCtype, np.ndarray)) or adapter_for(obj) is not None:
@@ -95,8 +106,6 @@ def cai_kind(obj) -> int:
             return 0
     except Exception:  # noqa: BLE001  an object whose attributes raise: the packer (and its error)
         return 0
-    if obj.__class__ in _DEVICE_OF:
-        return 2
     try:
         declared = _declared_device(obj) is not None
     except Exception:  # noqa: BLE001  it names a device that does not resolve: never the pointer's

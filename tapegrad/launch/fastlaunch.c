@@ -1527,9 +1527,9 @@ static void *adjoint_array(call_t *c, int i, PyObject *g) {
         if (!g) return NULL;
         keep(&c->refs, g);
     }
-    if (g == api.none && TYPE(v) == T_ARRAYCTYPE && ((desc_t *)c->argv[i])->grad) {
-        /* a descriptor carrying a gradient pointer (return_ctype=True): its gradient, laid out
-           as the data */
+    if (g == api.none && TYPE(v) != T_ARRAY && ((desc_t *)c->argv[i])->grad) {
+        /* a descriptor carrying a gradient pointer (return_ctype=True, or a tensor whose
+           TensorType row reads a gradient): its gradient, laid out as the data */
         c->gdesc[i] = *(desc_t *)c->argv[i];
         c->gdesc[i].data = c->gdesc[i].grad;
         c->gdesc[i].grad = NULL;

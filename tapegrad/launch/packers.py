@@ -3,88 +3,52 @@
 They are the reference of the launch and the source of every error message it raises: the
 native helper (``fastlaunch``) takes only values it packs exactly as they do, and passes every
 other launch to the Python path, whose packers raise. Also here: ``ArrayCtype`` (a launchable
-descriptor), the launch adapters bridges register for their tensor types, and the adjoint
+descriptor, ``tensortypes``' own), the adapters of registered tensor types (their rows), and the adjoint
 arguments of ``launch(adjoint=True)`` (each array's ``.grad``, a buffer given, a zero value).
 """
 from __future__ import annotations
 
 import ctypes
-import importlib
 import weakref
 
 import numpy as np
 
-from .. import types
+from .. import tensortypes, types
 from ..array import array
-from ..frameworks import bridge_for_type_module
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
-from . import fastlaunch
+from ..tensortypes import ArrayCtype, tensor_type_for
 
-__all__ = ["ArrayCtype", "register_launch_adapter", "adapter_for", "arg_label", "foreign_desc",
+__all__ = ["ArrayCtype", "forget_adapters", "adapter_for", "arg_label", "foreign_desc",
            "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes"]
 
 
-_DESC_GRAD = types.ArrayDesc.grad   # the field's own accessor (None for NULL)
-
-class ArrayCtype(types.ArrayDesc):
-    """A launchable array descriptor that remembers its dtype/device and keeps owners alive.
-
-    Returned by ``from_torch(..., return_ctype=True)`` and friends; pass it to ``launch``.
-    ``grad`` is the gradient's address as an int, 0 when there is none (Warp's ``array_t``).
-    """
-
-    grad = property(lambda self: _DESC_GRAD.__get__(self) or 0, lambda self, v: _DESC_GRAD.__set__(self, v),
-                    doc="The gradient's address (int; 0: no gradient), as Warp's array_t.grad.")
-
-    def bind(self, dtype, device, refs=(), readonly=False):
-        self.tg_dtype = dtype
-        self.tg_device = device
-        self.tg_refs = tuple(refs)  # the tensor and its grad: alive as long as the descriptor
-        self.flags = 1 if readonly else 0
-        return self
-
-
-# Foreign tensor types whose protocol path is missing, refuses or is slow (torch tensors that
-# require grad raise RuntimeError from __cuda_array_interface__, CPU torch tensors have no
-# __array_interface__): a bridge registers fn(obj, device, arg, dtype) -> ArrayCtype, where
-# ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
-# object's trailing component dims). Registered adapters are consulted before the protocols.
-
-
-# Foreign tensor types whose protocol path is missing, refuses or is slow (torch tensors that
-# require grad raise RuntimeError from __cuda_array_interface__, CPU torch tensors have no
-# __array_interface__): a bridge registers fn(obj, device, arg, dtype) -> ArrayCtype, where
-# ``dtype`` is the element type the kernel parameter expects (vector/matrix types fold the
-# object's trailing component dims). Registered adapters are consulted before the protocols.
+# Foreign tensor types (torch, paddle, JAX... whose protocol path is missing, refuses or is
+# slow) are packed through their registered ``tensortypes.TensorType`` row: the adapter built
+# from it is cached per exact type here (misses too: one dict lookup per foreign object).
 _ADAPTERS: dict = {}
+_numpy_adapted = False   # a row covers numpy arrays: they are packed through it
 
 
-def register_launch_adapter(cls, fn):
-    """Let ``launch`` accept instances of ``cls`` directly; ``fn(obj, device, arg, dtype) -> ArrayCtype``."""
-    for k in [k for k, v in _ADAPTERS.items() if v is None]:
-        del _ADAPTERS[k]  # forget cached misses: a subclass of ``cls`` may have been met already
-    _ADAPTERS[cls] = fn
-    if issubclass(np.ndarray, cls):
-        fastlaunch.numpy_off()   # the adapter decides numpy descriptors now: not the helper's cache
-    fastlaunch.forget_types()    # a CAI type the helper caches may be the adapter's now
+def forget_adapters(numpy_adapted: bool) -> None:
+    """Forget the per-type adapters (a row was registered); ``numpy_adapted``: a row covers
+    numpy arrays from now on."""
+    global _numpy_adapted
+    _ADAPTERS.clear()
+    _numpy_adapted = _numpy_adapted or numpy_adapted
+
 
 def adapter_for(obj):
+    """The launch adapter of ``obj``'s registered ``TensorType`` row (``tensortypes.launch_adapter``),
+    or None."""
     cls = type(obj)
     fn = _ADAPTERS.get(cls, _ADAPTERS)
     if fn is not _ADAPTERS:
         return fn
-    fn = None
-    mod = bridge_for_type_module(cls.__module__.split(".")[0])
-    if mod is not None:
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            mod = None
-    if mod is not None:
-        fn = next((_ADAPTERS[b] for b in cls.__mro__ if _ADAPTERS.get(b) is not None), None)
-    _ADAPTERS[cls] = fn  # negative results are cached too: one dict lookup per foreign object
+    row = tensor_type_for(cls)
+    fn = _ADAPTERS[cls] = tensortypes.launch_adapter(row) if row is not None else None
     return fn
+
 
 def arg_label(kernel, i):
     return f"kernel '{kernel.key}' argument {i} ('{kernel.arg_names[i]}')"
@@ -165,7 +129,7 @@ def _make_array_packer(kernel, i, ptype):
         if value is None:
             raise TypeError(f"{label}: expected an array for {ptype!r}, got None (a kernel would read "
                             "through a NULL pointer; pass an empty array instead)")
-        if type(value) is ndarray and device.is_cpu and _ADAPTERS.get(ndarray) is None:
+        if type(value) is ndarray and device.is_cpu and not _numpy_adapted:
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
             fn = adapter_for(value)
@@ -230,16 +194,18 @@ def make_packers(kernel) -> tuple:
     return tuple(p)
 
 
-def adjoint_values(kernel, args, adj_args, device):
-    """Adjoint argument values: explicit ones, else each array's .grad, else zero."""
+def adjoint_values(kernel, args, adj_args, device, vals):
+    """Adjoint argument values: explicit ones, else each array's .grad (a descriptor's gradient
+    pointer: ``return_ctype`` descriptors, tensors whose ``TensorType`` row reads a gradient),
+    else zero. ``vals``: the packed forward arguments."""
     out = []
     for i, (t, a) in enumerate(zip(kernel.arg_types, args)):
         g = adj_args[i] if adj_args is not None and i < len(adj_args) else None
         if isinstance(t, types.ArrayType):
             if g is None and isinstance(a, array):
                 g = a.grad
-            elif g is None and isinstance(a, ArrayCtype) and a.grad:
-                g = _desc_grad(a)
+            elif g is None and isinstance(vals[i], ArrayCtype) and vals[i].grad:
+                g = _desc_grad(vals[i])
             out.append(g)
         else:
             out.append(g if g is not None else zero_value(t))

@@ -21,7 +21,8 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import protocols
-from tapegrad.launch import ArrayCtype, fastlaunch, register_device_of, register_launch_adapter
+from tapegrad.launch import ArrayCtype, fastlaunch
+from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 from tests.core.test_fast_launch import (  # noqa: F401
     both,
     compare_errors,
@@ -248,27 +249,34 @@ class Accessed(CaiObject):
     pass
 
 
+def _row_of(cls, data_ptr, layout):
+    """A TensorType row for ``cls`` whose tensors read as ``layout`` (one layout for all)."""
+    return register_tensor_type(TensorType(framework="test", classes=(cls,), layout=lambda o: layout,
+                                           layout_key=lambda o: 0, data_ptr=data_ptr))
+
+
 def test_cai_kind():
     obj = CaiObject(BASE)
     assert D.cai_kind(obj) == 1
     assert D.cai_kind(Wrapped(obj)) == 1
     assert D.cai_kind(DeviceNamed(BASE)) == 2
     assert D.cai_kind(DeviceLike(BASE)) == 2     # on a CPU-only machine get_device raises: still 2
-    register_device_of(Accessed, lambda a: tg.get_device(CUDA))
-    assert D.cai_kind(Accessed(BASE)) == 2
+    assert D.cai_kind(Accessed(BASE)) == 1
+    _row_of(Accessed, lambda o: 0, None)
+    assert D.cai_kind(Accessed(BASE)) == 0       # a registered row packs it (its own device accessor)
     for other in (np.zeros(3, np.float32), tg.zeros(3), ArrayCtype(), object(), None, 1.5, RaisingCai()):
         assert D.cai_kind(other) == 0, other
 
 
 @pytest.mark.torch
-def test_cai_kind_of_types_with_a_launch_adapter():
+def test_cai_kind_of_types_with_a_tensor_type_row():
     import torch
-    assert D.cai_kind(torch.zeros(3)) == 0        # the torch bridge's adapter packs it
+    assert D.cai_kind(torch.zeros(3)) == 0        # the torch bridge's row packs it
 
     class Adapted(CaiObject):
         pass
     assert D.cai_kind(Adapted(BASE)) == 1
-    register_launch_adapter(Adapted, lambda obj, device, arg, dtype: None)
+    _row_of(Adapted, lambda o: 0, None)
     assert D.cai_kind(Adapted(BASE)) == 0
 
 
@@ -488,7 +496,7 @@ def test_cupy_launches_under_a_tape_are_native_and_recorded():
 
 
 @pytest.mark.cuda
-def test_a_launch_adapter_registered_later_takes_over_from_the_cai_cache():
+def test_a_tensor_type_registered_later_takes_over_from_the_cai_cache():
     cp = _cupy()
 
     class Later(Wrapped):
@@ -499,10 +507,8 @@ def test_a_launch_adapter_registered_later_takes_over_from_the_cai_cache():
     tg.synchronize_device(CUDA)
     np.testing.assert_array_equal(host(y), np.arange(4) * 2 + 1)
 
-    def adapter(obj, device, arg, dtype):      # packs another buffer than the interface's
-        d = ArrayCtype.from_buffer_copy(bytes(alt.descriptor()))
-        return d.bind(alt.dtype, alt.device, (alt,))
-    register_launch_adapter(Later, adapter)
+    # a row that reads another buffer than the interface's
+    _row_of(Later, lambda o: alt.ptr, TensorLayout(tg.float32, (4,), (1,), alt.device, "float32"))
     tg.launch(k_copy1, 4, inputs=[Later(x)], outputs=[y], device=CUDA)
     tg.synchronize_device(CUDA)
     np.testing.assert_array_equal(host(y), np.full(4, 21.0, np.float32))
