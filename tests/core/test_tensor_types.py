@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import GradLayoutError, fastlaunch, tensortypes
+from tapegrad import GradLayoutError, tensortypes
+from tapegrad.launch import fastlaunch
 from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 from tests.core.test_fast_launch import counted, k_copy1, python_path
 
