@@ -1,21 +1,23 @@
 """Framework bridges for tapegrad (installed as ``tapegrad.bridges``), one module per framework,
 each imported only when used.
 
-- ``_base``: what every bridge shares — ``Bridge`` over a ``FrameworkAdapter`` (layouts,
-  component dims, grad wiring, descriptors, the launch adapter), ``DtypeMap`` (both dtype maps
+- ``_base``: what every bridge shares — ``Bridge`` over a tensor type's row and a
+  ``FrameworkAdapter`` (conversions, grad wiring, descriptors), ``DtypeMap`` (both dtype maps
   from the dtype table's ``<framework>_name`` column), ``DeviceMap``, stream handles
   (``wrap_stream_handle``, ``unordered_handle``, ``wait_for_handle``), ``CudaView`` and
   ``release_after``.
 - ``_op``: ``KernelSignature``, the framework-neutral half of "a kernel as a native op" (in/out
   split, in-out arguments, differentiable inputs, grid and output shapes, argument checks,
   the launch), and ``op_builder``.
-- ``torch`` / ``torch_op``: ``from_torch``/``to_torch``, devices, dtypes, streams, the launch
-  adapter for torch tensors; ``torch_op`` (a ``torch.library`` custom op).
+- ``torch`` / ``torch_op``: ``from_torch``/``to_torch``, devices, dtypes, streams, the
+  ``TensorType`` row of torch tensors; ``torch_op`` (a ``torch.library`` custom op).
 - ``paddle`` / ``paddle_op``: ``from_paddle``/``to_paddle``, devices, dtypes, streams, the
-  launch adapter for paddle tensors; ``paddle_op`` (a ``paddle.autograd.PyLayer``).
+  ``TensorType`` row of paddle tensors; ``paddle_op`` (a ``paddle.autograd.PyLayer``).
 - ``jax/``: ``from_jax``/``to_jax``, ``jax_kernel``, ``jax_callable``; ``optax``.
 
-An op module receives its framework's ``Bridge`` from the framework module
+Each framework module registers its tensor types once, in one block at its end
+(``tapegrad.tensortypes.register_tensor_type``): launch, the conversions and the tape read
+that row. An op module receives its framework's ``Bridge`` from the framework module
 (``make_torch_op(bridge)``), so it imports no bridge and there is no import circle.
 
 Users normally reach these through ``tapegrad`` (``tg.from_torch``, ``tg.paddle_op``...), which

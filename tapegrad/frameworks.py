@@ -2,9 +2,9 @@
 
 The core never imports a bridge by an import statement. It reads this table: ``tapegrad``'s
 package face resolves ``tg.from_torch`` and friends on first access, and ``launch`` imports
-the bridge of a foreign tensor's framework the first time it meets one (the bridge then
-registers its launch adapter with ``launch.register_launch_adapter``). Adding a bridge means
-adding one row here.
+the bridge of a foreign tensor's framework the first time it meets one (through
+``tensortypes.tensor_type_for``; the bridge then registers its tensor types' rows with
+``tensortypes.register_tensor_type``). Adding a bridge means adding one row here.
 """
 from __future__ import annotations
 
