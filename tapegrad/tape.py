@@ -22,6 +22,7 @@ from . import recording, tape_forward, tape_graph, tape_saves
 from .array import array
 from .config import config
 from .errors import TapeWarning
+from .lang.reads import distinct_array_reads
 from .launch import LaunchRecord
 from .memory_ops import BufferZeroPlan
 from .recording import CopyRecord, FillRecord, FuncRecord
@@ -322,7 +323,7 @@ class Tape:
         kernel = rec.kernel
         plan = self._plans.get(kernel, _NO_PLAN)
         if plan is _NO_PLAN:
-            params = tape_saves.distinct_array_reads(kernel)
+            params = distinct_array_reads(kernel)
             plan = self._plans[kernel] = None if params is None else tuple(
                 (i, r.before, r.after, r.writes, r.name) for i, r in params)
         if plan is None:
