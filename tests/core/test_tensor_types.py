@@ -269,3 +269,52 @@ def test_the_core_names_no_framework():
             if any(f in low for f in _FRAMEWORKS) or "gpu:" in low:
                 found.append(f"{rel}:{line}: {tok}")
     assert not found, found
+
+
+# ----------------------------------------------------------------------------------- CUDA twin
+
+class DevBuf:
+    """A minimal CUDA tensor: device memory held by a hidden tapegrad array, no array protocol."""
+
+    def __init__(self, values, grad=None):
+        self._mem = tg.array(np.asarray(values, dtype=np.float64), dtype=tg.float64, device="cuda:0")
+        self.grad = grad
+
+    def ptr(self):
+        return self._mem.ptr
+
+    def host(self):
+        return self._mem.numpy()
+
+
+register_tensor_type(TensorType(
+    framework="devbuf", classes=(DevBuf,),
+    layout=lambda b: TensorLayout(tg.float64, b._mem.shape, (1,), b._mem.device, "devbuf.float64"),
+    layout_key=lambda b: b._mem.shape, data_ptr=DevBuf.ptr, grad=lambda b: b.grad))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["native", "python"])
+def test_cuda_tape_gradients_reach_the_rows_gradient(path, request):
+    if path == "native":
+        request.getfixturevalue("helper")
+
+    def run():
+        x = DevBuf(X0, grad=DevBuf(np.zeros_like(X0)))
+        y = DevBuf(np.zeros_like(X0), grad=DevBuf(np.zeros_like(X0)))
+        loss = tg.zeros(1, dtype=tg.float64, requires_grad=True, device="cuda:0")
+        with tg.Tape() as tape:
+            tg.launch(k_f, len(X0), inputs=[x], outputs=[y])      # the device: the row's
+            tg.launch(k_loss, len(X0), inputs=[y], outputs=[loss])
+        tape.backward(loss)
+        tg.synchronize_device("cuda:0")
+        return x, y, loss
+    if path == "python":
+        with python_path():
+            x, y, loss = run()
+    else:
+        run()
+        x, y, loss = run()
+    np.testing.assert_allclose(y.host(), _f(X0), rtol=1e-14)
+    np.testing.assert_allclose(loss.numpy(), [np.sum(_f(X0) ** 2)], rtol=1e-13)
+    np.testing.assert_allclose(x.grad.host(), _grad_ref(X0), rtol=1e-12, atol=1e-14)
