@@ -22,7 +22,7 @@ from tapegrad.launch import fastlaunch
 from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 from tests.core.test_fast_launch import counted, k_copy1, python_path
 
-L = sys.modules["tapegrad.launch"]   # the module (tg.launch is the function)
+L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
 
 
 @pytest.fixture
