@@ -90,9 +90,13 @@ class array:
     _retain_grad = False
     _unlinked = False    # a view whose gradient was dropped on purpose: no late link (_late_grad)
     _desc = None
-    # the attribute holding descriptor()'s cache (None until built, reset when the gradient
-    # changes): the native launch helper reads it by this name (tapegrad.launch.fastlaunch)
+    # The fields the native launch helper (tapegrad.launch.fastlaunch) reads, named here so that
+    # they change with the class: descriptor()'s cache (None until built, reset when the
+    # gradient changes); the gradient field, which is what .grad returns whenever it is not
+    # None and the link field is None (see grad); otherwise the helper asks .grad.
     DESCRIPTOR_CACHE = "_desc"
+    GRAD_FIELD = "_grad"
+    LINK_FIELD = "_link"
     _owner = None
     # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
     # viewed, with ``sync_grad(a)`` (keeps ``.grad`` on the tensor's own gradient through the
@@ -476,6 +480,8 @@ class array:
         An array made by ``from_torch``/``from_paddle`` with a shared gradient answers the
         tensor's current gradient: a gradient the framework dropped (``zero_grad()``) is put
         back, zeroed; one it replaced is followed."""
+        # without a link, a set _grad is the answer: the native launch helper reads it directly
+        # then (GRAD_FIELD, LINK_FIELD); keep that true
         link = self._link
         if link is not None:
             link.sync_grad(self)

@@ -130,7 +130,8 @@ def _native_plan(kernel, packers, written, tid_checks=()):
         _fast = fastlaunch.load(fastlaunch.NativeHooks(
             kernel_type=Kernel, array_type=array, desc_type=types.ArrayDesc, ctype_type=ArrayCtype,
             device_type=Device, capture_state=vars(cpu_capture), active_tape=active_tape, get_device=get_device,
-            infer_device=infer_device, descriptor_cache=array.DESCRIPTOR_CACHE, max_size=NARROW_LAUNCH_SIZE,
+            infer_device=infer_device, array_fields=(array.DESCRIPTOR_CACHE, array.GRAD_FIELD, array.LINK_FIELD),
+            max_size=NARROW_LAUNCH_SIZE,
             float_types=(np.float16, np.float32, np.float64),
             int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
             record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc))

@@ -193,8 +193,9 @@ static PyObject *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
 static PyObject *RECORDER = NULL;   /* hands the recording tape its record (None: such launches take the Python path) */
 static PyObject *CAI_KIND = NULL;   /* launch's cai_kind (None: CAI objects go to the Python packers) */
 static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign memory its framework may move */
-static PyObject *S_DESC = NULL;     /* the attribute of a tapegrad array holding descriptor()'s cache (the
-                                       array module names it: hooks.descriptor_cache) */
+/* the fields of a tapegrad array the helper reads, as the array module names them (hooks.array_fields:
+   array.DESCRIPTOR_CACHE, GRAD_FIELD, LINK_FIELD) */
+static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL;
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
                 *S_DESCRIPTOR, *S_OPEN_COUNT, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
                 *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET;
@@ -269,10 +270,15 @@ TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
     if (!hook(hooks, "float_types", 0, &floats) || !hook(hooks, "int_types", 0, &ints)) return 0;
     tg_fl_set_scalar_types(floats, ints);
     api.decref(floats); api.decref(ints);
-    if (!hook(hooks, "descriptor_cache", 0, &cache) || TYPE(cache) != api.t_str) return 0;
-    S_DESC = api.intern(api.unicode_utf8(cache, NULL));
+    if (!hook(hooks, "array_fields", 0, &cache) || TYPE(cache) != api.t_tuple || api.tuple_size(cache) != 3) return 0;
+    PyObject **fslots[3] = {&S_DESC, &S_GRAD_FIELD, &S_LINK_FIELD};
+    for (int i = 0; i < 3; i++) {
+        PyObject *f = api.tuple_getitem(cache, i);
+        const char *name = f && TYPE(f) == api.t_str ? api.unicode_utf8(f, NULL) : NULL;
+        *fslots[i] = name ? api.intern(name) : NULL;
+        if (!*fslots[i]) { api.err_clear(); api.decref(cache); return 0; }
+    }
     api.decref(cache);
-    if (!S_DESC) { api.err_clear(); return 0; }
     long long m = 0;
     if (!hook(hooks, "max_size", 0, &size) || !read_int(size, &m) || m < 0) return 0;
     api.decref(size);
@@ -1519,11 +1525,27 @@ static PyObject *adjoint_given(call_t *c, int i) {
     return g;
 }
 
+/* tapegrad array ``v``'s .grad (a new reference; NULL for the Python path): the gradient field
+   where the array module says it is .grad's value (set, and no framework link), else .grad
+   itself (a link's refresh, a view's late gradient) */
+static PyObject *array_grad(PyObject *v) {
+    PyObject *link = attr(v, S_LINK_FIELD);
+    if (!link) return NULL;
+    api.decref(link);
+    if (link == api.none) {
+        PyObject *g = attr(v, S_GRAD_FIELD);
+        if (!g) return NULL;
+        if (g != api.none) return g;
+        api.decref(g);
+    }
+    return attr(v, S_GRAD);
+}
+
 /* an array parameter's adjoint argument (launch.packers: adjoint_values, grad_desc, _desc_grad) */
 static void *adjoint_array(call_t *c, int i, PyObject *g) {
     PyObject *v = c->args[i];
     if (g == api.none && TYPE(v) == T_ARRAY) {
-        g = attr(v, S_GRAD);        /* the array's .grad (None: no gradient) */
+        g = array_grad(v);          /* the array's .grad (None: no gradient) */
         if (!g) return NULL;
         keep(&c->refs, g);
     }

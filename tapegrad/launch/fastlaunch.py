@@ -166,8 +166,11 @@ class NativeHooks:
         get_device: ``tapegrad.device.get_device``.
         infer_device: ``fn(device, stream, args) -> Device``, launch's device rule, asked where
             no tapegrad array, ``device=`` or ``stream=`` places a launch.
-        descriptor_cache: the name of the ``array`` attribute holding ``descriptor()``'s cached
-            result (None until built), as the array module names it (``array.DESCRIPTOR_CACHE``).
+        array_fields: the names of the ``array`` fields the helper reads, as the array module
+            names them: ``descriptor()``'s cache, the gradient field and the link field
+            (``array.DESCRIPTOR_CACHE``, ``GRAD_FIELD``, ``LINK_FIELD``: the gradient field is
+            ``.grad``'s value whenever it is set and the link field is None; else the helper
+            asks ``.grad``).
         max_size: the largest grid the helper launches (larger ones take the Python path).
         float_types, int_types: numpy's scalar types taken for float / integer parameters.
         record: ``fn(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks)``,
@@ -190,7 +193,7 @@ class NativeHooks:
     active_tape: Callable
     get_device: Callable
     infer_device: Callable
-    descriptor_cache: str
+    array_fields: tuple
     max_size: int
     float_types: tuple
     int_types: tuple
