@@ -697,13 +697,14 @@ class ExprMixin:
         axis, angle)``): one builtin per result (``OUT_PARAMS``), each written to its variable.
         Called with the inputs only, they return the results as a tuple, as Warp's do."""
         n_in, parts = OUT_PARAMS[name]
-        if len(node.args) == n_in:       # Warp's tuple form: axis, angle = quat_to_axis_angle(q)
-            ins = [self.materialize(self.expr(a)) for a in node.args]
-            return TupleVal([self.builtin_args(part, ins, node) for part in parts])
-        if len(node.args) != n_in + len(parts):
+        if len(node.args) not in (n_in, n_in + len(parts)):
             self.error(f"{name}() takes {n_in} input(s) and {len(parts)} output variable(s), got "
                        f"{len(node.args)} argument(s)", node)
         ins = [self.materialize(self.expr(a)) for a in node.args[:n_in]]
+        if REGISTRY[parts[0]].match([v.type for v in ins])[0] is None:   # name the call, not its parts
+            self.error(f"{name}() does not accept ({', '.join(type_name(v.type) for v in ins)})", node)
+        if len(node.args) == n_in:       # Warp's tuple form: axis, angle = quat_to_axis_angle(q)
+            return TupleVal([self.builtin_args(part, ins, node) for part in parts])
         for part, target in zip(parts, node.args[n_in:]):
             value = self.builtin_args(part, ins, node)
             local = self.scope.get(target.id) if isinstance(target, ast.Name) else None
