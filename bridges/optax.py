@@ -33,6 +33,7 @@ from tapegrad.cuda import memory as cuda_memory
 from tapegrad.types import StructType
 
 from .jax import from_jax, to_jax
+from .jax.convert import stream_wait_for
 
 __all__ = ["OptaxOptimizer", "optax_optimizer"]
 
@@ -250,9 +251,9 @@ class OptaxOptimizer:
                     v.block_until_ready()     # (jax.block_until_ready(list) walks the tree: ~8x dearer)
                     ctypes.memmove(raw[0], v.unsafe_buffer_pointer(), raw[1])
             return
-        # one import of one output: tapegrad's stream now waits for the update (all its outputs
-        # become ready together), so the other outputs' memory is copied from by pointer
-        from_jax(new[-1])
+        # one handshake on one output: tapegrad's stream now waits for the update (all its
+        # outputs become ready together), so the outputs' memory is copied from by pointer
+        stream_wait_for(new[-1], dev)
         stream = dev.stream.cuda_stream
         for p, raw, v in zip(self.params, self._raw, new):
             if raw is None:

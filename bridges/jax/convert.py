@@ -152,6 +152,20 @@ def from_jax(x, dtype=None) -> array:
     return _deletable_view(_tg_from_dlpack(x, dtype=dtype), x)
 
 
+def stream_wait_for(x, device) -> None:
+    """Make tapegrad's current stream of CUDA ``device`` wait until JAX array ``x`` is ready:
+    the consumer side of a DLPack export without the import (no copy; the host waits only
+    where this jaxlib's export does). ``x``: a concrete single-device JAX array on ``device``."""
+    handle = device.stream.cuda_stream or 1       # 0 is ambiguous in DLPack: 1 is the legacy default stream
+    if type(x) is ArrayImpl and _TO_CAPSULE is not None:
+        try:    # the export orders ``handle`` after x's ready event; the capsule is dropped unconsumed
+            _TO_CAPSULE(x, stream=handle)
+            return
+        except (TypeError, AttributeError):       # jaxlib changed: the public handshake below
+            pass
+    from_jax(x)
+
+
 def _deletable_view(a, x):
     """``a`` (imported through DLPack) as a view held by ``x`` itself, with a storage check.
 

@@ -274,3 +274,41 @@ def test_parameters_jax_cannot_alias_are_still_stepped():
     for i, (p, r) in enumerate(zip(ps, _reference_steps(tx, x0s, history))):
         np.testing.assert_allclose(p.numpy(), r, rtol=1e-6, atol=1e-6, err_msg=f"params[{i}]")
     np.testing.assert_array_equal(base.numpy()[0], np.random.default_rng(4).normal(size=9).astype(np.float32)[0])
+
+
+@tg.kernel
+def _fill_grad(g: tg.array[tg.float32], k: tg.float32):
+    i = tg.tid()
+    g[i] = tg.sin(tg.float32(i) * 0.001 + k)
+
+
+@tg.kernel
+def _snapshot(p: tg.array[tg.float32], out: tg.array[tg.float32]):
+    i = tg.tid()
+    out[i] = p[i]
+
+
+@pytest.mark.cuda
+def test_cuda_steps_are_ordered_with_tapegrad_kernels_without_a_sync():
+    """No synchronization anywhere: each gradient is written by a tapegrad kernel just before
+    step() (the ordering token makes the update wait for it) and each new parameter is read by
+    a tapegrad kernel just after (the output handshake makes tapegrad's stream wait for the
+    update); the snapshots match plain optax step for step."""
+    n, steps = 1 << 20, 4
+    x0 = np.random.default_rng(11).normal(size=n).astype(np.float32)
+    p = tg.array(x0, dtype=tg.float32, requires_grad=True, device="cuda:0")
+    snaps = [tg.zeros(n, dtype=tg.float32, device="cuda:0") for _ in range(steps)]
+    tx = optax.adam(0.01)
+    opt = tg.optax_optimizer(tx, [p])
+    for k in range(steps):
+        tg.launch(_fill_grad, dim=n, inputs=[p.grad, float(k)], device="cuda:0")
+        opt.step()
+        tg.launch(_snapshot, dim=n, inputs=[p, snaps[k]], device="cuda:0")
+    ref, state = [jnp.asarray(x0)], None
+    state = tx.init(ref)
+    idx = np.arange(n, dtype=np.float32)
+    for k in range(steps):
+        g = np.sin(idx * np.float32(0.001) + np.float32(k)).astype(np.float32)
+        updates, state = tx.update([jnp.asarray(g)], state, ref)
+        ref = optax.apply_updates(ref, updates)
+        np.testing.assert_allclose(snaps[k].numpy(), np.asarray(ref[0]), rtol=1e-5, atol=1e-5, err_msg=f"step {k}")
