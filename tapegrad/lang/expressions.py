@@ -220,7 +220,9 @@ class ExprMixin:
             return Lit(obj)
         if captured and _mutable_capture(obj):
             kind = "NumPy array" if isinstance(obj, np.ndarray) else type(obj).__name__
-            self.error(f"'{name}' is a module-level (or closure) {kind}: kernels capture only numbers and "
+            head = "" if isinstance(obj, (np.ndarray, list, tuple)) else \
+                f"Invalid external reference type: {type(obj)}: "   # Warp's words for a captured array
+            self.error(f"{head}'{name}' is a module-level (or closure) {kind}: kernels capture only numbers and "
                        f"tg.constant(...) values, since an array read here would be baked into the compiled "
                        f"kernel and later changes to it ignored; pass it as an array argument "
                        f"(x: tg.array(dtype=...), launched with tg.array({name})), or, for a fixed small "
@@ -1138,9 +1140,12 @@ def _chain_of(node):
 
 def _mutable_capture(obj) -> bool:
     """Whether a captured object is array-like data a kernel must not bake in: a NumPy array
-    (unless ``tg.constant`` made it), a list, or a tuple of numbers."""
+    (unless ``tg.constant`` made it), a tapegrad array or framework tensor, a list, or a tuple of
+    numbers."""
     if isinstance(obj, np.ndarray):
         return not is_constant(obj)
     if isinstance(obj, list):
         return True
+    if not isinstance(obj, type) and (hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__")):
+        return True   # a tapegrad array, a tensor: its elements would be read once, when the kernel compiles
     return isinstance(obj, tuple) and bool(obj) and all(isinstance(x, (int, float, np.number)) for x in obj)

@@ -831,3 +831,14 @@ def test_vector_and_matrix_of_any_size_annotations():
         tg.launch(any_size_kernel, dim=1, inputs=[tg.vec2d(1.0), tg.mat22(), out])   # float64: not float
     with pytest.raises(ValueError, match="typing.Any"):
         tg.vector(-2, float)
+
+
+captured_array = tg.array((1.0, 2.0, 3.0), dtype=float)
+
+
+def test_a_captured_array_is_refused_not_baked_in():
+    def element(out: tg.array(dtype=float)):
+        out[0] = captured_array[0]    # would read the array once, when the kernel compiles
+
+    with pytest.raises(TypeError, match=r"Invalid external reference type: <class 'tapegrad\.array\.array'>"):
+        tg.launch(tg.kernel(element, module="unique"), dim=1, inputs=[tg.zeros(1, dtype=float)])
