@@ -705,7 +705,9 @@ def struct(cls):
 
     def __setattr__(self, name, value):
         t = composite.get(name)
-        if t is not None and np.ndim(value) == 0 and not isinstance(value, (list, tuple)):
+        if t is not None and value is None:   # None zero-initializes, as Warp's
+            value = t()
+        elif t is not None and np.ndim(value) == 0 and not isinstance(value, (list, tuple)):
             # one number would fill every component silently; Warp refuses it
             raise TypeError(f"Struct field '{name}' expects {t.__name__} but got a single value "
                             f"({type(value).__name__}); assign a {t.__name__} (e.g. tg.{t.name}(...))")

@@ -560,6 +560,8 @@ def test_struct_rules_as_warp():
             s.v = value
         with pytest.raises(TypeError, match="Struct field 't' expects transformf but got a single value"):
             s.t = value
+    s.v = None               # None zero-initializes
+    np.testing.assert_array_equal(s.v, [0.0, 0.0, 0.0])
     s.v = [1.0, 2.0, 3.0]    # sequences still convert
     s.u8 = 7
     assert s.u8 == 7
