@@ -260,7 +260,9 @@ Builtin("div", lambda a, b: a / b, "a / b (C integer division for ints)").add(
     samples=[Sample((S, "S:away"), "S"), Sample(("V3:any", "S:away"), "V3"), Sample(("S:any", "V2:away"), "V2"),
              Sample(("M22:any", "S:away"), "M22")])
 Builtin("mod", lambda a, b: np.fmod(a, b), "a % b (C semantics: sign of a, as in Warp)").add(
-    same(2, numeric), "tg::mod", "tg::adj_mod", samples=[Sample(("S:any", "S:away"), "S")])
+    same(2, numeric), "tg::mod", "tg::adj_mod", samples=[Sample(("S:any", "S:away"), "S")]).add(
+    same(2, is_composite), "tg::mod", "tg::adj_mod",
+    samples=[Sample(("V3:any", "V3:away"), "V3"), Sample(("M22:any", "M22:away"), "M22")])
 Builtin("floordiv", lambda a, b: a // b, "a // b (Python floor semantics)").add(same(2, numeric), "tg::floordiv")
 Builtin("neg", lambda a: -a, "-a").add(
     same(1, arith), "tg::neg", "tg::adj_neg", linear=(0,),

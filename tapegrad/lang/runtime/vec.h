@@ -148,6 +148,26 @@ template <int R, int C, typename T, typename I> TG_FUNC void adj_assign(const ma
     for (int a = 0; a < R; ++a) for (int b = 0; b < C; ++b) { if (a != i) accum(am.data[a][b], g.data[a][b]); else accum(ax.c[b], g.data[a][b]); }
 }
 
+// a % b component-wise (C's fmod for floats, as Warp's)
+template <int N, typename T> TG_FUNC vec_t<N, T> mod(const vec_t<N, T>& a, const vec_t<N, T>& b) {
+    vec_t<N, T> r;
+    for (int i = 0; i < N; ++i) r.c[i] = mod(a.c[i], b.c[i]);
+    return r;
+}
+template <int N, typename T> TG_FUNC void adj_mod(const vec_t<N, T>& a, const vec_t<N, T>& b, vec_t<N, T>& aa,
+                                                  vec_t<N, T>& ab, const vec_t<N, T>& g) {
+    for (int i = 0; i < N; ++i) adj_mod(a.c[i], b.c[i], aa.c[i], ab.c[i], g.c[i]);
+}
+template <int R, int C, typename T> TG_FUNC mat_t<R, C, T> mod(const mat_t<R, C, T>& a, const mat_t<R, C, T>& b) {
+    mat_t<R, C, T> r;
+    for (int i = 0; i < R; ++i) for (int j = 0; j < C; ++j) r.data[i][j] = mod(a.data[i][j], b.data[i][j]);
+    return r;
+}
+template <int R, int C, typename T> TG_FUNC void adj_mod(const mat_t<R, C, T>& a, const mat_t<R, C, T>& b,
+                                                         mat_t<R, C, T>& aa, mat_t<R, C, T>& ab, const mat_t<R, C, T>& g) {
+    for (int i = 0; i < R; ++i) for (int j = 0; j < C; ++j)
+        adj_mod(a.data[i][j], b.data[i][j], aa.data[i][j], ab.data[i][j], g.data[i][j]);
+}
 // v == w of two vectors/matrices: every component equal
 template <typename V> TG_FUNC bool all_equal(const V& a, const V& b) {
     for (int k = 0; k < int(comp<V>::n); ++k) if (!(flat(a)[k] == flat(b)[k])) return false;
