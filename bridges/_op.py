@@ -21,9 +21,12 @@ import itertools
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from tapegrad import types
+from tapegrad.errors import ArgumentCountError
 from tapegrad.lang.facts import check_grid_fits
-from tapegrad.launch import launch
+from tapegrad.launch import check_value, launch
 
 from ._base import check_compatible
 
@@ -78,7 +81,9 @@ def dims_of(spec, args, what: str, who: str) -> tuple:
     """
     d = spec(*args) if callable(spec) else spec
     if isinstance(d, (tuple, list)):
-        return tuple(d)
+        return tuple(int(x) if isinstance(x, np.integer) else x for x in d)
+    if isinstance(d, np.integer):
+        return (int(d),)
     if isinstance(d, int) or (not isinstance(d, (str, bytes, float)) and hasattr(d, "__int__")
                               and not hasattr(d, "__len__")):
         return (d,)
@@ -137,9 +142,44 @@ def op_builder(name: str, module: str, doc: str, build, scalar_of=None):
     return make_op
 
 
+_PLAIN = (int, float, bool, str, bytes, list, tuple, dict, type(None))
+_NUMPY = (np.generic, np.ndarray)
+_MISSING = object()    # an output an ``output_dims`` dict leaves out (an error when its shape is needed)
+
+
+def _per_output(outputs, output_dims, who: str, kname: str) -> tuple:
+    """One ``output_dims`` spec per output: a dict's entry (``_MISSING`` where it has none), else
+    the same spec for every output. Unknown names and bad types raise at once."""
+    names = [p.name for p in outputs]
+    if isinstance(output_dims, dict):
+        unknown = sorted(set(output_dims) - set(names))
+        if unknown:
+            raise ValueError(f"{who}: output_dims names {unknown}, {kname} outputs are {names}")
+        per_out = tuple(output_dims.get(n, _MISSING) for n in names)
+    else:
+        per_out = (output_dims,) * len(outputs)
+    for spec in per_out:
+        if spec is not None and spec is not _MISSING and not callable(spec):
+            dims_of(spec, (), "launch_dims/output_dims", who)   # type errors now, not at the first call
+    return per_out
+
+
+def _negative(dims) -> bool:
+    # symbolic sizes (torch SymInt) are not compared: a comparison would guard the compiled graph
+    return any(type(d) is int and d < 0 for d in dims)
+
+
+def _concrete(dims) -> bool:
+    return all(type(d) is int for d in dims)
+
+
 @dataclass(frozen=True)
 class KernelSignature:
     """A kernel's parameters split for a framework op; build with ``KernelSignature.of``.
+
+    Owns the policies every kernel op shares (``torch_op``, ``paddle_op``, ``jax_kernel``): the
+    argument checks and their wording (``<who> '<kernel>' argument '<name>': expected ..., got
+    ...``), the launch grid, the output shapes (``output_dims``) and the grid-fits check.
 
     Attributes:
         kernel: the ``@tg.kernel``.
@@ -148,7 +188,7 @@ class KernelSignature:
         outputs: the output parameters (arrays), in-out ones first.
         in_out: the outputs that are also inputs (``in_out_argnames``).
         launch_dims: the ``launch_dims`` spec (None: the first array input's shape).
-        output_dims: one spec per output (None: the launch grid).
+        output_dims: one spec per output (None: the launch grid; ``_MISSING``: left out of a dict).
     """
 
     kernel: object
@@ -173,8 +213,9 @@ class KernelSignature:
                 arguments. Default: the tapegrad shape of the first array input (component
                 dims removed).
             output_dims: output shapes (tapegrad shapes; component dims are added): an int, a
-                tuple or a callable (for every output), or ``{output name: any of those}``;
-                outputs the dict leaves out follow the launch grid.
+                tuple or a callable (for every output), or ``{output name: any of those, or
+                None for the launch grid}`` naming every pure output (Warp's ``jax_kernel``
+                rule; a left-out output is an error when the op is called).
             who: the wrapper's name, used in messages.
 
         Raises:
@@ -207,23 +248,26 @@ class KernelSignature:
         if set(out_names[:k]) != set(in_out_argnames) or len(set(in_out_argnames)) != k:
             raise ValueError(f"{who}: in-out arguments {list(in_out_argnames)} of {kname} must be the first outputs "
                              f"(the outputs are {out_names}; in-out parameters precede pure outputs)")
-        if isinstance(output_dims, dict):
-            unknown = sorted(set(output_dims) - set(out_names))
-            if unknown:
-                raise ValueError(f"{who}: output_dims names {unknown}, {kname} outputs are {out_names}")
-            per_out = tuple(output_dims.get(n) for n in out_names)
-        else:
-            per_out = (output_dims,) * len(outputs)
-        for spec in (launch_dims,) + per_out:
-            if spec is not None and not callable(spec):
-                dims_of(spec, (), "launch_dims/output_dims", who)   # type errors now, not at the first call
+        per_out = _per_output(outputs, output_dims, who, kname)
+        if launch_dims is not None and not callable(launch_dims):
+            dims_of(launch_dims, (), "launch_dims/output_dims", who)
         return cls(kernel, who, inputs, outputs, outputs[:k], launch_dims, per_out)
 
     # ------------------------------------------------------------------------ parameters
     @property
+    def label(self) -> str:
+        """The op as every message names it: ``<who> '<kernel key>'``."""
+        return f"{self.who} '{self.kernel.key}'"
+
+    @property
     def kernel_name(self) -> str:
         """The kernel's short name as an identifier (for op names)."""
         return re.sub(r"\W", "_", self.kernel.key.rsplit(".", 1)[-1]) or "kernel"
+
+    @property
+    def call_params(self) -> tuple:
+        """What a call passes, in order: the inputs, then the in-out arrays."""
+        return self.inputs + self.in_out
 
     @property
     def pure_outputs(self) -> tuple:
@@ -240,6 +284,11 @@ class KernelSignature:
         """Indices (into ``inputs``) of the inputs that get gradients: the float arrays."""
         return tuple(i for i, p in enumerate(self.inputs) if p.is_differentiable)
 
+    @property
+    def float_outputs(self) -> tuple:
+        """Indices (into ``outputs``) of the float outputs (the others have no tangent)."""
+        return tuple(k for k, p in enumerate(self.outputs) if p.is_differentiable)
+
     def first_array(self) -> int:
         """Index of the first array input (it gives the device and the default grid).
 
@@ -252,29 +301,83 @@ class KernelSignature:
         return arrays[0]
 
     # ---------------------------------------------------------------------------- shapes
-    def grid(self, args) -> tuple:
+    def grid(self, args, launch_dims=None) -> tuple:
         """The launch grid for the op's arguments ``args`` (framework tensors, or anything
-        with ``.shape``)."""
-        if self.launch_dims is not None:
-            return dims_of(self.launch_dims, args, "launch_dims", self.who)
-        i = self.first_array()
-        k = len(self.inputs[i].inner_shape)
-        shape = tuple(args[i].shape)
-        return shape[:len(shape) - k] if k else shape
+        with ``.shape``); ``launch_dims`` overrides the signature's spec.
 
-    def output_shapes(self, args, grid=None) -> list:
-        """Framework shapes of the outputs (tapegrad shape + component dims), one per output."""
+        Raises:
+            RuntimeError: no spec and no array input to take the grid from.
+            ValueError: not 1..4 non-negative entries.
+        """
+        spec = self.launch_dims if launch_dims is None else launch_dims
+        if spec is not None:
+            grid = dims_of(spec, args, "launch_dims", self.label)
+        else:
+            arrays = [k for k, p in enumerate(self.call_params) if p.is_array]
+            if not arrays:
+                raise RuntimeError(f"{self.label}: cannot determine the launch dimensions: the kernel has no array "
+                                   "input; pass launch_dims")
+            p = self.call_params[arrays[0]]
+            grid = tuple(args[arrays[0]].shape)[:p.type.ndim]
+        if not 1 <= len(grid) <= 4 or _negative(grid):
+            raise ValueError(f"{self.label}: launch_dims must have 1..4 non-negative entries, got {grid}")
+        return grid
+
+    def output_shapes(self, args, grid=None, output_dims=None) -> list:
+        """Framework shapes of the outputs (tapegrad shape + component dims), one per output.
+
+        The one ``output_dims`` policy: in-out outputs keep their argument's shape; a dict
+        names every pure output (None there: the launch grid); with no spec an output takes
+        the launch grid, or, when the grid has another rank than the output (a kernel looping
+        over an outer axis itself), the first array input's shape (Warp's rule); dims given
+        with the component dims have them removed.
+
+        Args:
+            output_dims: a per-call override of the signature's spec.
+
+        Raises:
+            ValueError: an output a dict leaves out; dims of the wrong rank or negative.
+        """
         if grid is None:
             grid = self.grid(args)
-        return [(dims_of(spec, args, "output_dims", self.who) if spec is not None else grid) + p.inner_shape
-                for spec, p in zip(self.output_dims, self.outputs)]
+        per_out = self.output_dims if output_dims is None else \
+            _per_output(self.outputs, output_dims, self.label, f"kernel '{self.kernel.key}'")
+        n_in = len(self.inputs)
+        shapes = [tuple(args[n_in + k].shape) for k in range(len(self.in_out))]
+        for spec, p in zip(per_out[len(self.in_out):], self.pure_outputs):
+            inner = p.inner_shape
+            if spec is _MISSING:
+                raise ValueError(f"{self.label}: output_dims has no entry for output '{p.name}' (a dict names every "
+                                 f"output: {[q.name for q in self.pure_outputs]}; None there means the launch grid)")
+            if spec is None:
+                dims = tuple(grid)
+                if len(dims) != p.type.ndim:
+                    dims = self._first_input_dims(args, p.type.ndim) or dims
+            else:
+                dims = dims_of(spec, args, f"output_dims of '{p.name}'", self.label)
+                if inner and len(dims) == p.framework_ndim and tuple(dims[len(dims) - len(inner):]) == inner:
+                    dims = dims[:p.type.ndim]
+            if len(dims) != p.type.ndim or _negative(dims):
+                raise ValueError(f"{self.label}: output '{p.name}' ({p.type!r}) needs {p.type.ndim} non-negative "
+                                 f"output dims, got {tuple(dims)}")
+            shapes.append(tuple(dims) + inner)
+        return shapes
+
+    def _first_input_dims(self, args, ndim):
+        """The first array input's (tapegrad) shape when it has ``ndim`` dims, else None."""
+        for k, p in enumerate(self.call_params):
+            if p.is_array:
+                return tuple(args[k].shape)[:ndim] if p.type.ndim == ndim else None
+        return None
 
     # ---------------------------------------------------------------------------- checks
     def check_count(self, args, label: str) -> None:
-        """Raise TypeError unless ``args`` has one value per input."""
-        if len(args) != len(self.inputs):
-            raise TypeError(f"{label}: expected {len(self.inputs)} arguments "
-                            f"({', '.join(p.name for p in self.inputs)}), got {len(args)}")
+        """Raise ``ArgumentCountError`` (a TypeError and a ValueError) unless ``args`` has one
+        value per call parameter."""
+        params = self.call_params
+        if len(args) != len(params):
+            raise ArgumentCountError(f"{label}: expected {len(params)} arguments "
+                                     f"({', '.join(p.name for p in params)}), got {len(args)}")
 
     def check_array(self, p: Param, scalar, dtype_name: str, shape, label: str) -> None:
         """Check one tensor for array parameter ``p``: its element type (``scalar``, a
@@ -282,18 +385,15 @@ class KernelSignature:
         (``types.can_alias``), and its dims are the parameter's plus the component dims.
 
         Raises:
-            TypeError: no tapegrad equivalent, incompatible dtype, or wrong number of dims.
+            TypeError: no tapegrad equivalent, wrong number of dims.
+            BridgeTypeError: (a TypeError) an element type the parameter cannot view.
             RuntimeError: the trailing dims are not the component dims (as ``from_torch``
                 and the other conversions raise it).
         """
         label = f"{label} argument '{p.name}'"
         if scalar is None:
             raise TypeError(f"{label}: dtype {dtype_name} has no tapegrad equivalent")
-        want = p.dtype.scalar
-        if not types.can_alias(want, scalar):
-            raise TypeError(f"{label}: expected elements of {want!r} for {p.type!r}, got {dtype_name} "
-                            "(zero-copy views need the same element type, or an integer/bool type of the same "
-                            "width; cast the tensor first)")
+        check_compatible(scalar, p.dtype.scalar, dtype_name, label)
         shape = tuple(shape)
         if len(shape) != p.framework_ndim:
             raise TypeError(f"{label}: expected a {p.framework_ndim}-D tensor for {p.type!r}, got "
@@ -303,43 +403,60 @@ class KernelSignature:
             raise RuntimeError(f"{label}: dtype {p.dtype!r} needs trailing dimensions {p.inner_shape}, "
                                f"got shape {shape}")
 
-    def check_tensors(self, args, label: str, tensor_types, framework: str, dtypes) -> None:
-        """``check_count`` and, for every array input, the tensor type, dtype and dims.
+    def check_args(self, args, fw) -> None:
+        """Every argument of a call (inputs, then in-out arrays), with one wording for all ops.
 
         Args:
-            args: the op's arguments.
-            label: the op's name for messages.
-            tensor_types: the framework's tensor class(es).
-            framework: its name ("torch", "paddle"...), for messages.
-            dtypes: its ``DtypeMap``.
+            args: the call's arguments.
+            fw: the framework's ``OpFramework`` (what a tensor is, its dtype, its name).
 
         Raises:
-            TypeError: a wrong count, not a tensor, a dtype tapegrad lacks, wrong dims.
-            BridgeTypeError: (a TypeError) a dtype the parameter cannot view, as the conversions raise it.
+            ArgumentCountError: a wrong count.
+            TypeError: not a tensor, a dtype tapegrad lacks, wrong dims; a value the launch
+                would refuse (``launch.check_value``).
+            BridgeTypeError: (a TypeError) a dtype the parameter cannot view.
+            OverflowError: an integer value out of its parameter's range.
             RuntimeError: component dims that do not fit.
         """
+        label = self.label
         self.check_count(args, label)
-        for i in self.array_inputs:
-            t, p = args[i], self.inputs[i]
-            where = f"{label} argument '{p.name}'"
-            if not isinstance(t, tensor_types):
-                raise TypeError(f"{where}: expected a {framework} tensor, got {type(t).__name__}")
-            src = dtypes.lookup(t.dtype)
-            if src is not None:
-                check_compatible(src, p.dtype.scalar, str(t.dtype), where)
-            self.check_array(p, src, str(t.dtype), t.shape, label)
+        for p, v in zip(self.call_params, args):
+            if p.is_array:
+                if not fw.is_tensor(v):
+                    raise TypeError(f"{label} argument '{p.name}': expected a {fw.tensor_name} for {p.type!r}, got "
+                                    f"{type(v).__name__}")
+                self.check_array(p, fw.scalar_of(v), fw.dtype_name(v), v.shape, label)
+            elif not isinstance(p.type, types.StructType) and (type(v) in _PLAIN or isinstance(v, _NUMPY)):
+                # symbolic values (torch SymInt under compile, JAX tracers) are the framework's to check
+                check_value(self.kernel, p.index, v, f"{label} argument '{p.name}'")
 
     def check_grid_fits(self, args, grid, out_shapes) -> None:
-        """Raise ValueError when ``grid`` would make the kernel index an input (``args``) or an
-        output (framework shapes ``out_shapes``) past its end with unguarded ``tid()`` values
+        """Raise ValueError when ``grid`` would make the kernel index an argument (``args``) or
+        an output (framework shapes ``out_shapes``) past its end with unguarded ``tid()`` values
         (``lang.facts.check_grid_fits``: the kernel's IR facts, read without lowering a cached kernel)."""
-        extents = {p.index: tuple(a.shape)[:p.type.ndim] for p, a in zip(self.inputs, args) if p.is_array}
+        extents = {p.index: tuple(a.shape)[:p.type.ndim] for p, a in zip(self.call_params, args) if p.is_array}
         extents.update((p.index, tuple(s)[:p.type.ndim]) for p, s in zip(self.outputs, out_shapes))
-        check_grid_fits(self.kernel, grid, extents, self.who)
+        check_grid_fits(self.kernel, grid, extents, self.label)
+
+    def prepare(self, args, fw, launch_dims=None, output_dims=None) -> tuple:
+        """The checks of a call, in one place for every op: the arguments, the grid, the output
+        shapes and whether the grid fits them.
+
+        Returns:
+            ``(grid, output shapes)``.
+        """
+        self.check_args(args, fw)
+        grid = self.grid(args, launch_dims)
+        if fw.check_grid is not None:
+            fw.check_grid(grid, self.label)
+        shapes = self.output_shapes(args, grid, output_dims)
+        if _concrete(grid):   # symbolic grids (torch fake tensors) are checked when they run
+            self.check_grid_fits(args, grid, shapes)
+        return grid, shapes
 
     # ---------------------------------------------------------------------------- launch
     def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None, tan_ins=None,
-               tan_outs=None, tan_adj_ins=None, tan_adj_outs=None) -> None:
+               tan_outs=None, tan_adj_ins=None, tan_adj_outs=None, grid=None) -> None:
         """Launch the kernel (or, with ``adj_outs``, its adjoint; with ``tan_ins``, its tangent;
         with both, the tangent of its adjoint) over the op's tensors.
 
@@ -356,6 +473,7 @@ class KernelSignature:
             tan_adj_ins: tangent of the adjoint: one tensor (or None) per input accumulating the
                 tangent of its gradient.
             tan_adj_outs: tangent of the adjoint: the tangents of the incoming gradients (None: zero).
+            grid: the launch grid (default: ``self.grid(args)``).
         """
         ins = [desc(a, p, device) if p.is_array else (list(a) if isinstance(a, (list, tuple)) else a)
                for a, p in zip(args, self.inputs)]
@@ -372,8 +490,8 @@ class KernelSignature:
             if adj_outs is not None:
                 kw.update(tan_adj_inputs=descs(tan_adj_ins, self.inputs),
                           tan_adj_outputs=descs(tan_adj_outs, self.outputs))
-        launch(self.kernel, self.grid(args), inputs=ins, outputs=out_d, device=device, stream=stream,
-               record_tape=False, **kw)
+        launch(self.kernel, self.grid(args) if grid is None else grid, inputs=ins, outputs=out_d, device=device,
+               stream=stream, record_tape=False, **kw)
 
 
 # ------------------------------------------------------------------ generic kernels in ops

@@ -13,15 +13,16 @@ import sys
 
 import torch
 import torch.autograd.forward_ad as fwAD
+from torch._library.custom_ops import CustomOpDef
 
 from tapegrad import types
 
-from ._base import Bridge, wrap_stream_handle
-from ._op import KernelSignature, op_builder
+from ._base import Bridge
+from ._op import op_builder
 from .export_names import advice, stable_name
-from .torch_op_ad import DifferentiableOpDef, make_functions, no_derivatives
+from .kernel_op import BACKWARD, BACKWARD_JVP, FORWARD, TANGENT, KernelOp, OpFramework, as_list, one
 
-__all__ = ["make_torch_op", "TapegradOpNotDefined"]
+__all__ = ["make_torch_op", "TapegradOpNotDefined", "DifferentiableOpDef"]
 
 _by_name: dict = {}      # qualified op name -> the op built under it in this process
 
@@ -30,8 +31,9 @@ def make_torch_op(bridge: Bridge):
     """The public ``torch_op`` over the torch ``bridge`` (``tapegrad.bridges.torch`` calls this:
     the op module gets the conversions it needs as an argument, so it imports no bridge)."""
     _install_missing_op_message()
+    fw = _framework(bridge)
     return op_builder("torch_op", "tapegrad.bridges.torch", _DOC,
-                      lambda *config: _KernelOp(bridge, *config).build(),
+                      lambda *config: _TorchOp(fw, *config).build(),
                       scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
 
 
@@ -71,6 +73,11 @@ _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a
     with zero-initialised input gradients and the incoming output gradients; scalar and
     integer arguments get no gradient. On CUDA the op runs on torch's current stream.
 
+    Calls are checked as every kernel op's (``docs/torch.md``, "One op policy"): the
+    arguments, the grid against the arrays the kernel indexes with ``tid()``, the output
+    shapes. A kernel built with ``enable_backward=False`` gives an op that runs forward and
+    raises ``tg.NotDifferentiableError`` for any derivative.
+
     Raises:
         TypeError: struct parameters; an output parameter that is not an array; a kernel
             with no array argument.
@@ -81,30 +88,119 @@ _DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a
 def _schema_type(t, label):
     if isinstance(t, types.ArrayType):
         return "Tensor"
-    if isinstance(t, types.StructType):
-        raise TypeError(f"torch_op: {label} is a struct, which a torch op cannot take (pass its fields)")
     if isinstance(t, types.ScalarType):
         return "float" if t.kind == "float" else ("bool" if t.kind == "bool" else "int")
     return "float[]" if t.scalar.kind == "float" else "int[]"   # vector/matrix values: lists
 
 
-class _KernelOp:
-    """The torch.library half of ``torch_op``; the kernel's signature is a ``KernelSignature``."""
+class DifferentiableOpDef(CustomOpDef):
+    """A ``torch_op``: the ``CustomOpDef`` (``opcheck``, ``register_*`` work as on any custom
+    op) whose calls go through the op's ``autograd.Function`` outside compilation."""
 
-    def __init__(self, bridge, kernel, num_outputs, launch_dims, output_dims, name):
-        self.bridge = bridge
-        sig = self.sig = KernelSignature.of(kernel, num_outputs, launch_dims=launch_dims, output_dims=output_dims,
-                                            who="torch_op")
+    def __call__(self, *args, **kwargs):
+        fn = self.__dict__.get("_tg_function")
+        try:
+            if fn is None or kwargs or torch.compiler.is_compiling() or torch.compiler.is_exporting():
+                # graph capture records the custom op itself (its registered autograd is first order)
+                return self._opoverload(*args, **kwargs)
+            return fn(*args)
+        except (RuntimeError, TypeError):
+            kop = self.__dict__.get("_tg_op")
+            if kop is not None and not kwargs:   # torch's schema parser answers first: say it as every op does
+                kop.sig.check_args(args, kop.fw)
+            raise
+
+
+class _Saved:
+    """Which of a Function's values are tensors (saved) and the other values (kept)."""
+
+    def __init__(self, ctx, values):
+        self.where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+        self.other = [None if isinstance(v, torch.Tensor) else v for v in values]
+        tensors = [values[i] for i in self.where]
+        ctx.save_for_backward(*tensors)
+        ctx.save_for_forward(*tensors)
+
+    def values(self, ctx):
+        out = list(self.other)
+        for i, t in zip(self.where, ctx.saved_tensors):
+            out[i] = t
+        return out
+
+
+def _needed(ctx, index):
+    """Whether the running backward pass uses the gradient of input ``index`` (``needs_input_grad``
+    says only that the input requires grad; a gradient torch will not use is not computed)."""
+    if not ctx.needs_input_grad[index]:
+        return False
+    try:
+        # next_functions has one edge per tensor input (numbers and None have none)
+        node = ctx.next_functions[ctx.saved.where.index(index)][0]
+    except (AttributeError, IndexError, ValueError):
+        return True
+    if node is None:
+        return False
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:   # outside the engine's graph task (e.g. torch.func): assume it is used
+        return True
+
+
+def _functions(kop, ops) -> dict:
+    """One ``autograd.Function`` per node over its custom op (``ops[node]``); each one's derivatives
+    are the other nodes (``KernelOp.vjp``/``jvp``), so every transform composes."""
+    fns: dict = {}
+
+    def apply(node, *vals):
+        return fns[node].apply(*vals)
+
+    for node, op in ops.items():
+        fns[node] = _function(kop, node, op, apply)
+    return fns
+
+
+def _function(kop, node, op, apply):
+    n_out, fout = kop.n_out, kop.fout
+
+    class Node(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(*vals):
+            return op._opoverload(*vals)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            outs = as_list(output) if node == FORWARD else []
+            if outs:
+                ctx.mark_non_differentiable(*[outs[k] for k in range(n_out) if k not in fout])
+            ctx.n_args = len(inputs)
+            ctx.saved = _Saved(ctx, list(inputs) + outs)
+
+        @staticmethod
+        def backward(ctx, *cts):
+            vals = ctx.saved.values(ctx)
+            n = ctx.n_args
+            got = kop.vjp(node, vals[:n], vals[n:], cts, lambda i: _needed(ctx, i), apply)
+            return tuple(got.get(i) if ctx.needs_input_grad[i] else None for i in range(n))
+
+        @staticmethod
+        def jvp(ctx, *tangents):
+            return one(kop.jvp(node, ctx.saved.values(ctx)[:ctx.n_args], tangents, apply))
+
+    Node.__name__ = Node.__qualname__ = f"{kop.sig.kernel_name}_{node}"
+    return Node
+
+
+class _TorchOp:
+    """The torch.library half of ``torch_op``: four custom ops (the graph-level primitives that
+    ``opcheck``, ``torch.compile`` and ``torch.export`` see, under stable names) and the
+    ``autograd.Function``s over them; everything else is the ``KernelOp``'s."""
+
+    def __init__(self, fw, kernel, num_outputs, launch_dims, output_dims, name):
+        kop = self.kop = KernelOp(fw, kernel, num_outputs, launch_dims=launch_dims, output_dims=output_dims)
         self.kernel = kernel
-        self.n_in = len(sig.inputs)
-        self.in_names = [p.name for p in sig.inputs]
-        self.out_names = [p.name for p in sig.outputs]
-        self.out_types = [p.type for p in sig.outputs]
-        self.schema_in = [_schema_type(p.type, f"parameter '{p.name}' of kernel '{kernel.key}'") for p in sig.inputs]
-        self.arrays = list(sig.array_inputs)
-        sig.first_array()   # raises for kernels with no array input
-        self.diff = list(sig.differentiable)
-        self.fout = [k for k, p in enumerate(sig.outputs) if p.is_differentiable]   # float outputs
+        self.schema_in = [_schema_type(p.type, p.name) for p in kop.sig.inputs]
         qual = name or f"tapegrad::{stable_name(kernel, num_outputs, launch_dims, output_dims)}"
         self.qualname = qual if "::" in qual else f"tapegrad::{qual}"
         self.default_name = name is None
@@ -112,115 +208,38 @@ class _KernelOp:
     def check_no_tangents(self, args):
         """The custom op called directly (``torch.ops.tapegrad.<name>``, a compiled or exported
         graph) under forward-mode AD: torch would drop the tangents (a silent zero); raise."""
-        if not fwAD_active():
+        if getattr(fwAD, "_current_level", -1) < 0:   # no dual level open (torch keeps it in a global)
             return
-        for i in self.arrays:
+        for i in self.kop.arrays:
             if fwAD.unpack_dual(args[i]).tangent is not None:
-                raise RuntimeError(f"tg.torch_op {self.qualname}: forward-mode AD through the custom op itself "
+                raise RuntimeError(f"{self.kop.label}: forward-mode AD through the custom op itself "
                                    f"(torch.ops.{self.qualname.replace('::', '.')}, as compiled and exported graphs "
                                    "call it) is not supported: torch would drop the tangents. Call the op object "
                                    "returned by tg.torch_op (its forward mode launches the kernel's tangent)")
 
-    def check_inputs(self, args):
-        """Argument count, dtypes and dims (also at trace time, on fake tensors)."""
-        self.sig.check_tensors(args, self.qualname, torch.Tensor, "torch", self.bridge.dtypes)
-
-    # ---------------------------------------------------------------------------- launching
-    def desc(self, t, p, device):
-        if p.inner_shape and not t.is_contiguous():
-            t = t.contiguous()  # component dims must be contiguous: the op is functional, copy
-        return self.bridge.layout(t, p.dtype, fname=self.qualname).new_ctype(t.data_ptr(), 0, (t,))
-
-    def run(self, args, outs, adj_ins=None, adj_outs=None, **tangents):
-        b = self.bridge
-        dev = b.devices.from_framework(args[self.arrays[0]].device)
-        stream = wrap_stream_handle(dev, b.stream_handle(dev.ordinal)) if dev.is_cuda else None
-        self.sig.launch(args, outs, self.desc, dev, stream, adj_ins, adj_outs, **tangents)
-
-    def out_shapes(self, args):
-        return self.sig.output_shapes(args)
-
+    # ------------------------------------------------------------------- impls and fakes
     def forward(self, *args):
-        self.check_inputs(args)
         self.check_no_tangents(args)
-        t0 = args[self.arrays[0]]
-        outs = [torch.zeros(s, dtype=self.bridge.dtypes.to_framework(t.dtype), device=t0.device)
-                for s, t in zip(self.out_shapes(args), self.out_types)]
-        self.run(args, outs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return one(self.kop.forward(args))
 
     def forward_fake(self, *args):
-        self.check_inputs(args)
-        t0 = args[self.arrays[0]]
-        outs = [t0.new_empty(s, dtype=self.bridge.dtypes.to_framework(t.dtype))
-                for s, t in zip(self.out_shapes(args), self.out_types)]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        kop = self.kop
+        _, shapes = kop.prepare(args)
+        t0 = args[kop.arrays[0]]
+        return one([t0.new_empty(s, dtype=kop.fw.framework_dtype(p.dtype)) for s, p in zip(shapes, kop.sig.outputs)])
 
-    def split_backward_args(self, args):
-        n_out = len(self.out_types)
-        return args[:self.n_in], args[self.n_in:self.n_in + n_out], args[self.n_in + n_out:]
+    def impl(self, node):
+        return lambda *vals: one(self.kop.launch_node(node, vals))
 
-    def backward_impl(self, *args):
-        ins, outs, grads = self.split_backward_args(args)
-        # contiguous: the adjoint must write these very tensors (desc() would copy strided
-        # component dims), and backward_fake promises the same layout
-        adj = [torch.zeros_like(ins[i], memory_format=torch.contiguous_format) if i in self.diff else None
-               for i in range(self.n_in)]
-        # an adjoint may write to output gradients (`out[i] += x` reads out[i], whose adjoint
-        # accumulates into adj_out): give it copies, never torch's (possibly expanded) buffers
-        self.run(ins, list(outs), adj, [g.clone(memory_format=torch.contiguous_format) for g in grads])
-        return _one([adj[i] for i in self.diff])
-
-    def backward_fake(self, *args):
-        ins = args[:self.n_in]
-        return _one([torch.empty_like(ins[i], memory_format=torch.contiguous_format) for i in self.diff])
-
-    # ------------------------------------------------------------- forward mode, second order
-    def new_outputs(self, args):
-        t0 = args[self.arrays[0]]
-        return [torch.zeros(s, dtype=self.bridge.dtypes.to_framework(t.dtype), device=t0.device)
-                for s, t in zip(self.out_shapes(args), self.out_types)]
-
-    def full_tangents(self, tans):
-        """One entry per input from one (optional) tangent per differentiable input."""
-        full = [None] * self.n_in
-        for i, t in zip(self.diff, tans):
-            full[i] = None if t is None else t.contiguous()
-        return full
-
-    def jvp_impl(self, *args):
-        """The outputs' tangents (float outputs) along the tangents of the differentiable inputs."""
-        ins, tans = args[:self.n_in], args[self.n_in:]
-        outs = self.new_outputs(ins)
-        touts = [torch.zeros_like(o) if k in self.fout else None for k, o in enumerate(outs)]
-        self.run(ins, outs, tan_ins=self.full_tangents(tans), tan_outs=touts)
-        return _one([touts[k] for k in self.fout])
+    def grads_fake(self, *args):
+        ins = args[:self.kop.n_in]
+        return one([torch.empty_like(ins[i], memory_format=torch.contiguous_format) for i in self.kop.diff])
 
     def jvp_fake(self, *args):
-        ins = args[:self.n_in]
-        t0 = ins[self.arrays[0]]
-        shapes = self.out_shapes(ins)
-        return _one([t0.new_empty(shapes[k], dtype=self.bridge.dtypes.to_framework(self.out_types[k].dtype))
-                     for k in self.fout])
-
-    def backward_jvp_impl(self, *args):
-        """The tangent of the backward: ``H[g] t + J^T tg`` per differentiable input (the
-        kernel's tangent-of-adjoint launch)."""
-        n_out = len(self.out_types)
-        ins, outs, grads = self.split_backward_args(args[:self.n_in + 2 * n_out])
-        rest = args[self.n_in + 2 * n_out:]
-        tans, tgrads = rest[:len(self.diff)], rest[len(self.diff):]
-        adj = [torch.zeros_like(ins[i], memory_format=torch.contiguous_format) if i in self.diff else None
-               for i in range(self.n_in)]
-        tadj = [torch.zeros_like(a) if a is not None else None for a in adj]
-        # the outputs' state before the forward launch: zero values (as backward_impl, which
-        # passes the written values: the same for kernels that do not read their outputs) and
-        # zero tangents
-        self.run(ins, list(outs), adj, [g.clone(memory_format=torch.contiguous_format) for g in grads],
-                 tan_ins=self.full_tangents(tans), tan_outs=None, tan_adj_ins=tadj,
-                 tan_adj_outs=[t.clone(memory_format=torch.contiguous_format) if t is not None else None
-                               for t in tgrads])
-        return _one([tadj[i] for i in self.diff])
+        kop = self.kop
+        ins = args[:kop.n_in]
+        t0, shapes = ins[kop.arrays[0]], kop.sig.output_shapes(ins)
+        return one([t0.new_empty(shapes[k], dtype=kop.fw.framework_dtype(kop.sig.outputs[k].dtype)) for k in kop.fout])
 
     # ---------------------------------------------------------------------------- building
     def build(self):
@@ -235,79 +254,57 @@ class _KernelOp:
             _by_name[self.qualname] = op
         return op
 
+    def _custom_op(self, suffix, impl, fake, params, n_results):
+        ret = "Tensor" if n_results == 1 else "(" + ", ".join(["Tensor"] * n_results) + ")"
+        op = torch.library.custom_op(self.qualname + suffix, impl, mutates_args=(),
+                                     schema=f"({', '.join(params)}) -> {ret}")
+        op.register_fake(fake)
+        op.register_vmap(_loop_vmap(op, n_results))
+        return op
+
     def _build(self):
-        sig_in = [f"{s} {n}" for s, n in zip(self.schema_in, self.in_names)]
-        n_out = len(self.out_types)
-        ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
-        op = torch.library.custom_op(self.qualname, self.forward, mutates_args=(),
-                                     schema=f"({', '.join(sig_in)}) -> {ret}")
-        op.register_fake(self.forward_fake)
+        kop = self.kop
+        names = [p.name for p in kop.sig.inputs]
+        out_names = [p.name for p in kop.sig.outputs]
+        sig_in = [f"{s} {n}" for s, n in zip(self.schema_in, names)]
+        op = self._custom_op("", self.forward, self.forward_fake, sig_in, kop.n_out)
         op.kernel = self.kernel
         op.backward_op = op.jvp_op = op.backward_jvp_op = None
-        op.register_vmap(_loop_vmap(op, n_out))
         op.__class__ = DifferentiableOpDef
-        if not self.diff:
+        op._tg_op = kop
+        if not kop.diff:
             return op
-        if not getattr(self.kernel, "enable_backward", True):
-            # torch's own error would suggest register_autograd: say what fixes it here
-            op.register_autograd(_no_adjoint(self.qualname, self.kernel),
-                                 setup_context=lambda ctx, inputs, output: None)
-            op._tg_function = no_derivatives(self, op).forward
-            return op
-        sig_out = [f"Tensor {n}" for n in self.out_names] + [f"Tensor adj_{n}" for n in self.out_names]
-        bret = "(" + ", ".join(["Tensor"] * len(self.diff)) + ")" if len(self.diff) != 1 else "Tensor"
-        bop = torch.library.custom_op(self.qualname + "_backward", self.backward_impl, mutates_args=(),
-                                      schema=f"({', '.join(sig_in + sig_out)}) -> {bret}")
-        bop.register_fake(self.backward_fake)
-        op.backward_op = bop
-        sig_tan = [f"Tensor? tan_{self.in_names[i]}" for i in self.diff]
-        tret = ("(" + ", ".join(["Tensor"] * len(self.fout)) + ")") if len(self.fout) != 1 else "Tensor"
-        top = torch.library.custom_op(self.qualname + "_jvp", self.jvp_impl, mutates_args=(),
-                                      schema=f"({', '.join(sig_in + sig_tan)}) -> {tret}")
-        top.register_fake(self.jvp_fake)
-        sig_tg = [f"Tensor? tan_adj_{n}" for n in self.out_names]
-        btop = torch.library.custom_op(self.qualname + "_backward_jvp", self.backward_jvp_impl, mutates_args=(),
-                                       schema=f"({', '.join(sig_in + sig_out + sig_tan + sig_tg)}) -> {bret}")
-        btop.register_fake(self.backward_fake)
-        op.jvp_op, op.backward_jvp_op = top, btop
-        for o, n in ((op, n_out), (bop, len(self.diff)), (top, len(self.fout)), (btop, len(self.diff))):
-            o.register_vmap(_loop_vmap(o, n))
-        arrays = self.arrays
-
-        def setup_context(ctx, inputs, output):
-            outs = (output,) if n_out == 1 else tuple(output)
-            ctx.save_for_backward(*[inputs[i] for i in arrays], *outs)
-            ctx.scalars = [None if i in arrays else a for i, a in enumerate(inputs)]
-
-        def backward(ctx, *grads):
-            saved = ctx.saved_tensors
-            args = list(ctx.scalars)
-            for k, i in enumerate(arrays):
-                args[i] = saved[k]
-            outs = saved[len(arrays):]
-            grads = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs)]
-            res = bop(*args, *outs, *grads)
-            res = (res,) if len(self.diff) == 1 else tuple(res)
-            full = [None] * self.n_in
-            for i, r in zip(self.diff, res):
-                if ctx.needs_input_grad[i]:
-                    full[i] = r
-            return tuple(full)
+        ops = {FORWARD: op}
+        if kop.has_derivatives:
+            sig_out = [f"Tensor {n}" for n in out_names] + [f"Tensor adj_{n}" for n in out_names]
+            sig_tan = [f"Tensor? tan_{names[i]}" for i in kop.diff]
+            sig_tg = [f"Tensor? tan_adj_{n}" for n in out_names]
+            n_diff = len(kop.diff)
+            ops[BACKWARD] = op.backward_op = self._custom_op("_backward", self.impl(BACKWARD), self.grads_fake,
+                                                             sig_in + sig_out, n_diff)
+            ops[TANGENT] = op.jvp_op = self._custom_op("_jvp", self.impl(TANGENT), self.jvp_fake, sig_in + sig_tan,
+                                                       len(kop.fout))
+            ops[BACKWARD_JVP] = op.backward_jvp_op = self._custom_op(
+                "_backward_jvp", self.impl(BACKWARD_JVP), self.grads_fake, sig_in + sig_out + sig_tan + sig_tg, n_diff)
+        fns = _functions(kop, ops)
 
         # the graph-level primitive keeps torch.library's first-order autograd (opcheck,
         # torch.compile, torch.export and programs loaded from them call it directly); calls
         # through the op object take the autograd.Function, which adds every other transform
+        def setup_context(ctx, inputs, output):
+            outs = as_list(output)
+            ctx.saved = _Saved(ctx, list(inputs) + outs)
+            ctx.n_args = len(inputs)
+
+        def backward(ctx, *grads):
+            vals = ctx.saved.values(ctx)
+            got = kop.vjp(FORWARD, vals[:ctx.n_args], vals[ctx.n_args:], grads, ctx.needs_input_grad.__getitem__,
+                          lambda node, *v: ops[node]._opoverload(*v))
+            return tuple(got.get(i) if ctx.needs_input_grad[i] else None for i in range(ctx.n_args))
+
         op.register_autograd(backward, setup_context=setup_context)
-        op._tg_function = make_functions(self, op, bop, top, btop).forward
+        op._tg_function = fns[FORWARD].apply
         return op
-
-
-def _no_adjoint(qualname, kernel):
-    def backward(ctx, *grads):
-        raise RuntimeError(f"tg.torch_op {qualname}: cannot backpropagate through kernel '{kernel.key}', built with "
-                           "@tg.kernel(enable_backward=False) (no adjoint). Drop enable_backward=False (adjoints are "
-                           "generated by default), or call the op under torch.no_grad() / on detached inputs")
-    return backward
 
 
 def _loop_vmap(op, n_results):
@@ -322,15 +319,6 @@ def _loop_vmap(op, n_results):
             return torch.stack(res), 0
         return tuple(torch.stack(r) for r in zip(*res)), (0,) * n_results
     return rule
-
-
-def _one(x):
-    return x[0] if len(x) == 1 else tuple(x)
-
-
-def fwAD_active() -> bool:
-    """Whether a forward-AD dual level is open (torch keeps it in a module global)."""
-    return getattr(fwAD, "_current_level", -1) >= 0
 
 
 # ------------------------------------------------------------------ exported programs
@@ -381,3 +369,20 @@ def _install_missing_op_message() -> None:
     setattr(ops, "tapegrad", ns)
     if "tapegrad" not in ops._dir:
         ops._dir.append("tapegrad")
+
+
+# ------------------------------------------------------------------ the framework's part of KernelOp
+
+def _framework(bridge: Bridge) -> OpFramework:
+    dt = bridge.dtypes
+    return OpFramework(
+        who="torch_op", tensor_name="torch tensor", is_tensor=lambda t: isinstance(t, torch.Tensor),
+        scalar_of=lambda t: dt.lookup(t.dtype), dtype_name=lambda t: str(t.dtype),
+        detach_hint="call the op under torch.no_grad() / on detached inputs",
+        device_of=lambda t: bridge.devices.from_framework(t.device),
+        zeros=lambda shape, dtype, like: torch.zeros(shape, dtype=dt.to_framework(dtype), device=like.device),
+        zeros_like=lambda t: torch.zeros_like(t, memory_format=torch.contiguous_format),
+        copy=lambda t: t.clone(memory_format=torch.contiguous_format),
+        contiguous=lambda t: t.contiguous(), framework_dtype=dt.to_framework,
+        layout=lambda t, dtype, label: bridge.layout(t, dtype, fname=label),
+        stream_handle=bridge.stream_handle)

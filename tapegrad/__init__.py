@@ -39,6 +39,7 @@ from .device import (  # noqa: F401
 )
 from .errors import (  # noqa: F401
     ArgnamesError,
+    ArgumentCountError,
     BridgeTypeError,
     CacheDirError,
     CacheWarning,
@@ -52,6 +53,7 @@ from .errors import (  # noqa: F401
     GradLayoutError,
     KernelError,
     KernelIndexError,
+    NotDifferentiableError,
     ReshapeError,
     TapeCompileWarning,
     TapeWarning,

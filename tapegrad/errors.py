@@ -10,9 +10,9 @@ from __future__ import annotations
 
 __all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning",
            "TapeCompileWarning", "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
-           "BridgeTypeError", "GradLayoutError", "ArgnamesError", "KernelIndexError", "WarpCodegenError",
-           "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError", "WarpCodegenIndexError",
-           "WarpCodegenKeyError"]
+           "BridgeTypeError", "GradLayoutError", "ArgnamesError", "NotDifferentiableError", "ArgumentCountError",
+           "KernelIndexError", "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError",
+           "WarpCodegenValueError", "WarpCodegenIndexError", "WarpCodegenKeyError"]
 
 
 # ------------------------------------------------------------------------- kernels and builds
@@ -144,6 +144,24 @@ class ArgnamesError(ValueError, AssertionError):
 
     A ``ValueError`` (tapegrad's policy for bad values) that is also an ``AssertionError``,
     which Warp raises there.
+    """
+
+
+class NotDifferentiableError(RuntimeError, ValueError):
+    """A derivative asked of a kernel op (``torch_op``, ``paddle_op``, ``jax_kernel``) that has none: its
+    kernel was built with ``@tg.kernel(enable_backward=False)``, or the ``jax_kernel`` was made without
+    ``enable_backward=True``. The op runs forward; the message names the op, the kernel and the fix.
+
+    A ``RuntimeError`` (torch's and paddle's class for a failed backward) that is also a ``ValueError``
+    (what ``jax_kernel`` raised before).
+    """
+
+
+class ArgumentCountError(TypeError, ValueError):
+    """A kernel op called with the wrong number of arguments; the message names the parameters.
+
+    A ``TypeError`` (Python's class for a call with the wrong arguments) that is also a ``ValueError``
+    (Warp's ``jax_kernel``'s).
     """
 
 

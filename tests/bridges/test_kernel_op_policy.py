@@ -201,8 +201,8 @@ def test_wrong_argument_count(fw):
 
 def test_not_a_tensor(fw):
     op = fw.op(kp_square)
-    _raises(TypeError, fw, kp_square, rf" argument 'x': expected a {TENSOR[fw.name]} for array\(dtype=tapegrad\.float32, "
-            r"ndim=1\), got list$", lambda: op([1.0, 2.0]))
+    _raises(TypeError, fw, kp_square, rf" argument 'x': expected a {TENSOR[fw.name]} for "
+            r"array\(dtype=tapegrad\.float32, ndim=1\), got list$", lambda: op([1.0, 2.0]))
 
 
 def test_wrong_dtype(fw):

@@ -158,7 +158,7 @@ def test_third_order_raises_naming_the_op():
     x = t(xn)
     (g,) = paddle.grad(tg.paddle_op(wave_pd)(x).sum(), [x], create_graph=True)
     (h,) = paddle.grad((g * t(vn, False)).sum(), [x], create_graph=True)
-    with pytest.raises(Exception, match=r"paddle_op\(wave_pd\).*third-order"):
+    with pytest.raises(Exception, match=r"paddle_op '.*wave_pd'.*third-order"):
         paddle.grad(h.sum(), [x])
 
 

@@ -216,7 +216,7 @@ def test_call_errors_name_the_argument():
         op(paddle.zeros([4, 3], dtype="float64"))
     with pytest.raises(TypeError, match=r"expected 1 arguments \(xy\), got 2"):
         op(paddle.zeros([4, 2], dtype="float64"), 1.0)
-    with pytest.raises(TypeError, match="'xy': expected a paddle tensor, got ndarray"):
+    with pytest.raises(TypeError, match="'xy': expected a paddle tensor for .*, got ndarray"):
         op(np.zeros((4, 2)))
     with pytest.raises(TypeError, match="complex64"):
         op(paddle.zeros([4, 2], dtype="complex64"))

@@ -214,7 +214,7 @@ def test_func_grad_vjp_jacrev_hessian_vmap():
 def test_unsupported_transforms_raise_naming_op_and_transform():
     energy, wave, mix = ops()
     x, k, v, _, _ = data()
-    with pytest.raises(NotImplementedError, match=r"torch_op 'tapegrad::.*wave_ad.*forward over forward"):
+    with pytest.raises(NotImplementedError, match=r"torch_op '.*wave_ad'.*forward over forward"):
         jacfwd(jacfwd(wave))(x)
     with pytest.raises(NotImplementedError, match=r"wave_ad.*third-order"):
         jacrev(jacrev(jacrev(wave)))(x)
