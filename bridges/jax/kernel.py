@@ -24,10 +24,10 @@ import jax
 import numpy as np
 
 from tapegrad import abi
-from tapegrad.lang.facts import check_grid_fits
 
 from .._base import check_argnames
-from .._op import GenericOp, KernelSignature, config_key, dims_of
+from .._op import GenericOp, config_key
+from ..kernel_op import KernelOp, OpFramework
 from . import entry
 from . import plan as ffi_plan
 from .convert import ArrayImpl, Tracer, dtype_to_jax, jax_scalar
@@ -138,12 +138,10 @@ class JaxKernel:
         if enable_backward and in_out_argnames:
             raise NotImplementedError(f"{_WHO}: in_out_argnames cannot be combined with enable_backward=True (the "
                                       "gradient of an array the kernel updates in place is not defined by its adjoint)")
-        if enable_backward and not kernel.enable_backward:
-            raise ValueError(f"{_WHO}: enable_backward=True needs a kernel with an adjoint; kernel '{kernel.key}' "
-                             "was built with @tg.kernel(enable_backward=False)")
         self.kernel = kernel
-        self.sig = KernelSignature.of(kernel, num_outputs, in_out_argnames=in_out_argnames or (),
-                                      launch_dims=launch_dims, output_dims=output_dims, who=_WHO)
+        self.op = KernelOp(_FRAMEWORK, kernel, num_outputs, in_out_argnames=in_out_argnames or (),
+                           launch_dims=launch_dims, output_dims=output_dims, device_input=False, structs=True)
+        self.sig = self.op.sig
         for p in self.sig.inputs:
             if p.is_array and kernel.arg_access[p.index][1]:
                 raise ValueError(f"{_WHO}: kernel '{kernel.key}' writes its input array '{p.name}', but XLA's operands "
@@ -158,8 +156,8 @@ class JaxKernel:
         self.has_side_effect = bool(has_side_effect)
         self.block_dim = _check_block_dim(block_dim)     # as given (None: the default), as Warp's attribute
         self._threads = abi.DEFAULT_BLOCK_DIM if self.block_dim is None else self.block_dim
-        self.call_params = self.sig.inputs + self.sig.in_out     # what the caller passes, in order
-        self.label = f"{_WHO} '{kernel.key}'"
+        self.call_params = self.sig.call_params     # what the caller passes, in order
+        self.label = self.op.label
         self._calls: dict = {}     # call configuration -> (ffi callable, plan)
         self._eager: dict = {}     # eager argument key -> (ffi callable, plan address)
         self._operand_positions = tuple(k for k, p in enumerate(self.call_params) if p.is_array)
@@ -170,86 +168,14 @@ class JaxKernel:
         return f"<tapegrad jax_kernel {self.kernel.key}>"
 
     # ----------------------------------------------------------------------- arguments
-    def _split(self, args):
-        """``(array values, static values by param index)``, checked."""
-        if len(args) != len(self.call_params):
-            names = ", ".join(p.name for p in self.call_params)
-            raise ValueError(f"{self.label}: expected {len(self.call_params)} inputs ({names}), got {len(args)}")
-        arrays, statics = [], {}
+    def _check_static(self, args) -> None:
+        """JAX's part of the checks: a value parameter takes a Python value known at trace time."""
+        self.sig.check_count(args, self.label)
         for p, v in zip(self.call_params, args):
-            if p.is_array:
-                shape, dt = getattr(v, "shape", None), getattr(v, "dtype", None)
-                if shape is None or dt is None:
-                    raise TypeError(f"{self.label} argument '{p.name}': expected a JAX array for {p.type!r}, got "
-                                    f"{type(v).__name__}")
-                self.sig.check_array(p, jax_scalar(dt), str(dt), shape, self.label)
-                arrays.append(v)
-            else:
-                if isinstance(v, Tracer):
-                    raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value (a Python "
-                                     "number known at trace time), got a traced value; under jax.jit pass it through "
-                                     f"static_argnames/static_argnums or a closure")
-                statics[p.index] = ffi_plan.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
-        return arrays, statics
-
-    def _grid(self, args, launch_dims):
-        spec = self.launch_dims if launch_dims is None else launch_dims
-        if spec is not None:
-            grid = dims_of(spec, args, "launch_dims", self.label)
-        else:
-            first = next((k for k, p in enumerate(self.call_params) if p.is_array), None)
-            if first is None:
-                raise RuntimeError(f"{self.label}: cannot determine the launch dimensions: the kernel has no array "
-                                   "input; pass launch_dims")
-            p = self.call_params[first]
-            grid = tuple(args[first].shape)[:p.type.ndim]
-        try:
-            grid = tuple(int(d) for d in grid)
-        except (TypeError, ValueError):
-            raise TypeError(f"{self.label}: launch_dims must be ints, got {grid!r}") from None
-        if not 1 <= len(grid) <= 4 or any(d < 0 for d in grid):
-            raise ValueError(f"{self.label}: launch_dims must have 1..4 non-negative entries, got {grid}")
-        if any(d > _TID_MAX for d in grid) or math.prod(grid) > _TID_MAX:
-            # the XLA handler calls the kernel's default build, whose tid() is 32-bit (tg.launch
-            # switches to the wide build past 2^31 - 1 threads; the handler does not)
-            raise ValueError(f"{self.label}: launch_dims {grid} has {math.prod(grid)} threads; jax_kernel launches "
-                             f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
-        return grid
-
-    def _first_input_dims(self, args, ndim):
-        """The first array input's (tapegrad) shape when it has ``ndim`` dims, else None."""
-        for k, p in enumerate(self.call_params):
-            if p.is_array:
-                return tuple(int(x) for x in args[k].shape[:p.type.ndim]) if p.type.ndim == ndim else None
-        return None
-
-    def _output_shapes(self, args, grid, output_dims):
-        spec = self.output_dims if output_dims is None else output_dims
-        shapes = []
-        for k, p in enumerate(self.sig.in_out):
-            shapes.append(tuple(args[len(self.sig.inputs) + k].shape))
-        for p in self.sig.pure_outputs:
-            if isinstance(spec, dict):
-                if p.name not in spec:
-                    raise ValueError(f"{self.label}: output_dims has no entry for output '{p.name}' (the dict needs "
-                                     f"every output: {[q.name for q in self.sig.pure_outputs]})")
-                d = spec[p.name]
-            else:
-                d = spec
-            dims = grid if d is None else dims_of(d, args, f"output_dims of '{p.name}'", self.label)
-            dims = tuple(int(x) for x in dims)
-            if d is None and len(dims) != p.type.ndim:
-                # launch dims of another rank than the output (a kernel looping over an outer
-                # axis itself): the output takes the first array input's shape, as Warp's
-                dims = self._first_input_dims(args, p.type.ndim) or dims
-            inner = p.inner_shape
-            if inner and len(dims) == p.framework_ndim and dims[len(dims) - len(inner):] == inner:
-                dims = dims[:p.type.ndim]
-            if len(dims) != p.type.ndim or any(x < 0 for x in dims):
-                raise ValueError(f"{self.label}: output '{p.name}' ({p.type!r}) needs {p.type.ndim} non-negative "
-                                 f"output dims, got {dims}")
-            shapes.append(dims + inner)
-        return shapes
+            if not p.is_array and isinstance(v, Tracer):
+                raise ValueError(f"{self.label}: argument '{p.name}' ({p.type!r}) must be a static value (a Python "
+                                 "number known at trace time), got a traced value; under jax.jit pass it through "
+                                 f"static_argnames/static_argnums or a closure")
 
     # --------------------------------------------------------------------------- calls
     def __call__(self, *args, output_dims=None, launch_dims=None, vmap_method=None):
@@ -271,13 +197,14 @@ class JaxKernel:
                 call, addr = hit
                 return call(*[args[i] for i in self._operand_positions], tapegrad_plan=addr)
         vm = self.vmap_method if vmap_method is None else _check_vmap_method(vmap_method)
-        arrays, statics = self._split(args)
-        grid = self._grid(args, launch_dims)
-        shapes = self._output_shapes(args, grid, output_dims)
-        extents = {p.index: tuple(v.shape)[:p.type.ndim] for p, v in zip(self.call_params, args) if p.is_array}
-        extents.update((p.index, s[:p.type.ndim]) for p, s in zip(self.sig.outputs, shapes))
-        check_grid_fits(self.kernel, grid, extents, self.label)
-        if not self.enable_backward:
+        self._check_static(args)
+        grid, shapes = self.op.prepare(args, launch_dims, output_dims)   # the checks every kernel op makes
+        grid = tuple(int(d) for d in grid)
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        arrays = [v for p, v in zip(self.call_params, args) if p.is_array]
+        statics = {p.index: ffi_plan.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
+                   for p, v in zip(self.call_params, args) if not p.is_array}
+        if not (self.enable_backward and self.op.has_derivatives):
             call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
             if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):
                 self._eager[key] = (call, addr)
@@ -379,13 +306,16 @@ def _no_adjoint(wrapper, call, addr):
     fn = jax.custom_jvp(lambda *ops: call(*ops, tapegrad_plan=addr))
 
     def jvp(primals, tangents):
-        fix = "tg.jax_kernel(kernel, enable_backward=True)"
-        if not getattr(wrapper.kernel, "enable_backward", True):
-            fix += " with a kernel that has an adjoint (drop @tg.kernel(enable_backward=False))"
-        raise ValueError(f"{wrapper.label}: cannot differentiate through the kernel: this jax_kernel was made "
-                         f"with enable_backward=False (the default). Make it with {fix} for jax.grad, vjp, jvp, "
-                         "jacfwd, jacrev and hessian (every JAX derivative transform, to second order), or apply "
-                         "jax.lax.stop_gradient to its inputs")
+        transform = "jax.grad, vjp, jvp, jacfwd, jacrev, hessian"
+        remake = ("make it with tg.jax_kernel(kernel, enable_backward=True) for jax.grad, vjp, jvp, jacfwd, jacrev "
+                  "and hessian (every JAX derivative transform, to second order)")
+        if wrapper.op.has_derivatives:
+            raise wrapper.op.not_differentiable(transform, "this jax_kernel was made with enable_backward=False (the "
+                                                f"default): {remake}, or {_FRAMEWORK.detach_hint}")
+        err = wrapper.op.not_differentiable(transform)
+        if not wrapper.enable_backward:
+            err.args = (f"{err.args[0]}; then {remake}",)
+        raise err
     fn.defjvp(jvp)
     return fn
 
@@ -414,8 +344,10 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
             input's shape.
         in_out_argnames: names of outputs that are also inputs (updated in place).
         module_preload_mode: ``ModulePreloadMode`` (NONE, CURRENT_DEVICE, ALL_DEVICES).
-        enable_backward: differentiable with ``jax.grad``/``vjp`` through the kernel's adjoint
-            (float array inputs get gradients; static scalars and integer arrays none).
+        enable_backward: differentiable with every JAX transform through the kernel's adjoint
+            and tangent (float array inputs get gradients; static scalars and integer arrays
+            none). Without it, or with a kernel built with ``enable_backward=False``, the op
+            runs forward and a derivative raises ``tg.NotDifferentiableError``.
         has_side_effect: keep the call even when its results are unused.
         block_dim: CUDA threads per block (default 256).
 
@@ -465,3 +397,24 @@ def _generic(kernel, num_outputs, *options):
         if key is not None:
             _generic_registry[key] = hit
     return hit
+
+
+# ------------------------------------------------------------------ the framework's part of KernelOp
+
+def _check_grid(grid, label):
+    """The XLA handler's grids: ints, at most 2^31 - 1 threads (it calls the kernel's default
+    build, whose tid() is 32-bit; tg.launch switches to the wide build past that, the handler does not)."""
+    try:
+        grid = tuple(int(d) for d in grid)
+    except (TypeError, ValueError):
+        raise TypeError(f"{label}: launch_dims must be ints, got {grid!r}") from None
+    if any(d > _TID_MAX for d in grid) or math.prod(grid) > _TID_MAX:
+        raise ValueError(f"{label}: launch_dims {grid} has {math.prod(grid)} threads; jax_kernel launches "
+                         f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
+
+
+_FRAMEWORK = OpFramework(
+    who=_WHO, tensor_name="JAX array",
+    is_tensor=lambda v: getattr(v, "shape", None) is not None and getattr(v, "dtype", None) is not None,
+    scalar_of=lambda v: jax_scalar(v.dtype), dtype_name=lambda v: str(v.dtype),
+    detach_hint="apply jax.lax.stop_gradient to its inputs", check_grid=_check_grid)

@@ -40,7 +40,7 @@ def test_jax_grad_through_a_kernel_without_backward_names_it_and_the_fix(kernel)
         with pytest.raises(ValueError, match=r"jax_kernel '.*cube.*'.*enable_backward=True.*jax\.grad") as e:
             transform(x)
         if kernel is cube_fwd:
-            assert "drop @tg.kernel(enable_backward=False)" in str(e.value)
+            assert "Drop enable_backward=False" in str(e.value)
     # a gradient with respect to something else than the kernel's input is no error
     g = jax.grad(lambda a, v: a * jax.lax.stop_gradient(k(v)[0]).sum())(2.0, x)
     np.testing.assert_allclose(float(g), 36.0)
