@@ -418,6 +418,16 @@ class KernelSignature:
             OverflowError: an integer value out of its parameter's range.
             RuntimeError: component dims that do not fit.
         """
+        self.check_arrays(args, fw)
+        for p, v in zip(self.call_params, args):
+            if not p.is_array and not isinstance(p.type, types.StructType) and \
+                    (type(v) in _PLAIN or isinstance(v, _NUMPY)):
+                # symbolic values (torch SymInt under compile, JAX tracers) are the framework's to check
+                check_value(self.kernel, p.index, v, f"{self.label} argument '{p.name}'")
+
+    def check_arrays(self, args, fw) -> None:
+        """The count and the array arguments of ``check_args`` (a ``jax_callable``'s function has
+        no launch to check its values with)."""
         label = self.label
         self.check_count(args, label)
         for p, v in zip(self.call_params, args):
@@ -426,9 +436,6 @@ class KernelSignature:
                     raise TypeError(f"{label} argument '{p.name}': expected a {fw.tensor_name} for {p.type!r}, got "
                                     f"{type(v).__name__}")
                 self.check_array(p, fw.scalar_of(v), fw.dtype_name(v), v.shape, label)
-            elif not isinstance(p.type, types.StructType) and (type(v) in _PLAIN or isinstance(v, _NUMPY)):
-                # symbolic values (torch SymInt under compile, JAX tracers) are the framework's to check
-                check_value(self.kernel, p.index, v, f"{label} argument '{p.name}'")
 
     def check_grid_fits(self, args, grid, out_shapes) -> None:
         """Raise ValueError when ``grid`` would make the kernel index an argument (``args``) or

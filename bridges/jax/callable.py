@@ -31,13 +31,13 @@ from tapegrad.array import array as tg_array
 from tapegrad.device import ScopedDevice, get_device
 
 from .._base import Layout, check_argnames
-from .._op import KernelSignature, config_key, dims_of
+from .._op import KernelSignature, config_key
 from . import entry
 from . import plan as ffi_plan
-from .convert import Tracer, dtype_to_jax, jax_scalar
+from .convert import Tracer, dtype_to_jax
 from .ffi import CALLABLE_GRAPHABLE_TARGET, CALLABLE_TARGET, ensure_registered, process_id, set_callable_target
 from .graphs import GraphCache, copy_array, zero_array
-from .kernel import VMAP_METHODS, output_metadata
+from .kernel import JAX_FRAMEWORK, VMAP_METHODS, output_metadata
 
 __all__ = ["GraphMode", "JaxCallableGraphMode", "jax_callable", "JaxCallable", "clear_jax_callable_graph_cache",
            "DEFAULT_GRAPH_CACHE_MAX"]
@@ -137,7 +137,7 @@ class JaxCallable:
         self.module_preload_mode = entry.ModulePreloadMode(module_preload_mode)
         self.has_side_effect = bool(has_side_effect)
         self.call_params = self.sig.inputs + self.sig.in_out
-        self.label = f"{_WHO} '{func.__qualname__}'"
+        self.label = self.sig.label
         self._graphs = GraphCache(graph_cache_max, self.stage_in, self.stage_out, self.label)
         self._ffi: dict = {}
         ensure_registered()
@@ -188,16 +188,10 @@ class JaxCallable:
         vm = self.vmap_method if vmap_method is None else vmap_method
         if vm not in VMAP_METHODS:
             raise ValueError(f"{self.label}: vmap_method must be one of {list(VMAP_METHODS)}, got {vm!r}")
-        if len(args) != len(self.call_params):
-            names = ", ".join(p.name for p in self.call_params)
-            raise ValueError(f"{self.label}: expected {len(self.call_params)} inputs ({names}), got {len(args)}")
+        self.sig.check_arrays(args, JAX_FRAMEWORK)   # the wording of every kernel op
         arrays, statics, operand = [], {}, {}
         for p, v in zip(self.call_params, args):
             if p.is_array:
-                dt = getattr(v, "dtype", None)
-                if dt is None or not hasattr(v, "shape"):
-                    raise TypeError(f"{self.label} argument '{p.name}': expected a JAX array, got {type(v).__name__}")
-                self.sig.check_array(p, jax_scalar(dt), str(dt), v.shape, self.label)
                 operand[p.index] = len(arrays)
                 arrays.append(v)
             else:
@@ -251,32 +245,11 @@ class JaxCallable:
         return fn
 
     def _output_shapes(self, args, output_dims):
-        spec = self.output_dims if output_dims is None else output_dims
-        shapes = [tuple(args[len(self.sig.inputs) + k].shape) for k in range(len(self.sig.in_out))]
-        default = None
-        for i, p in enumerate(self.call_params):
-            if p.is_array:
-                default = tuple(args[i].shape)[:p.type.ndim]
-                break
-        for p in self.sig.pure_outputs:
-            d = spec.get(p.name) if isinstance(spec, dict) else spec
-            if isinstance(spec, dict) and p.name not in spec:
-                raise ValueError(f"{self.label}: output_dims has no entry for output '{p.name}'")
-            if d is None:
-                if default is None:
-                    raise ValueError(f"{self.label}: unable to determine the output dimensions of '{p.name}' (no "
-                                     "array input): pass output_dims")
-                dims = default
-            else:
-                dims = tuple(int(x) for x in dims_of(d, args, f"output_dims of '{p.name}'", self.label))
-            inner = p.inner_shape
-            if inner and len(dims) == p.framework_ndim and dims[len(dims) - len(inner):] == inner:
-                dims = dims[:p.type.ndim]
-            if len(dims) != p.type.ndim:
-                raise ValueError(f"{self.label}: output '{p.name}' ({p.type!r}) needs {p.type.ndim} output dims, "
-                                 f"got {dims}")
-            shapes.append(dims + inner)
-        return shapes
+        """The one ``output_dims`` policy (``KernelSignature.output_shapes``); an output without
+        dims takes the first array input's shape (a function has no launch grid)."""
+        arrays = [i for i, p in enumerate(self.call_params) if p.is_array]
+        first = tuple(args[arrays[0]].shape)[:self.call_params[arrays[0]].type.ndim] if arrays else ()
+        return [tuple(int(d) for d in s) for s in self.sig.output_shapes(args, first, output_dims)]
 
     # ------------------------------------------------------------------------ execution
     def _run(self, call: _Call, rec):

@@ -35,7 +35,7 @@ from .debug import debug_call
 from .ffi import KERNEL_TARGET, ensure_registered
 from .kernel_ad import KernelCall, bind_forward
 
-__all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS"]
+__all__ = ["jax_kernel", "JaxKernel", "VMAP_METHODS", "JAX_FRAMEWORK"]
 
 VMAP_METHODS = ("broadcast_all", "expand_dims", "sequential", "sequential_unrolled", "legacy_vectorized")
 # methods under which an in-out operand always has its result's shape, so XLA may alias them;
@@ -139,7 +139,7 @@ class JaxKernel:
             raise NotImplementedError(f"{_WHO}: in_out_argnames cannot be combined with enable_backward=True (the "
                                       "gradient of an array the kernel updates in place is not defined by its adjoint)")
         self.kernel = kernel
-        self.op = KernelOp(_FRAMEWORK, kernel, num_outputs, in_out_argnames=in_out_argnames or (),
+        self.op = KernelOp(JAX_FRAMEWORK, kernel, num_outputs, in_out_argnames=in_out_argnames or (),
                            launch_dims=launch_dims, output_dims=output_dims, device_input=False, structs=True)
         self.sig = self.op.sig
         for p in self.sig.inputs:
@@ -311,7 +311,7 @@ def _no_adjoint(wrapper, call, addr):
                   "and hessian (every JAX derivative transform, to second order)")
         if wrapper.op.has_derivatives:
             raise wrapper.op.not_differentiable(transform, "this jax_kernel was made with enable_backward=False (the "
-                                                f"default): {remake}, or {_FRAMEWORK.detach_hint}")
+                                                f"default): {remake}, or {JAX_FRAMEWORK.detach_hint}")
         err = wrapper.op.not_differentiable(transform)
         if not wrapper.enable_backward:
             err.args = (f"{err.args[0]}; then {remake}",)
@@ -413,7 +413,7 @@ def _check_grid(grid, label):
                          f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
 
 
-_FRAMEWORK = OpFramework(
+JAX_FRAMEWORK = OpFramework(
     who=_WHO, tensor_name="JAX array",
     is_tensor=lambda v: getattr(v, "shape", None) is not None and getattr(v, "dtype", None) is not None,
     scalar_of=lambda v: jax_scalar(v.dtype), dtype_name=lambda v: str(v.dtype),

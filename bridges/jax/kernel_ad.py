@@ -84,7 +84,7 @@ class KernelCall:
 
     def diff_outputs(self):
         """Output indices of the float outputs (the others have no tangent)."""
-        return [j for j, p in enumerate(self.sig.outputs) if p.is_differentiable]
+        return list(self.sig.float_outputs)
 
     def out_dtype(self, j):
         return dtype_to_jax(self.sig.outputs[j].dtype)
@@ -124,6 +124,21 @@ def _value_tangent(p, value):
     if float_based(t) and not hasattr(t, "fields"):
         return ffi_plan.Slot(ffi_plan.VALUE, f"tan_{p.name}", value=bytes(len(value)))
     return ffi_plan.Slot(ffi_plan.VALUE, f"tan_{p.name}", value=value)
+
+
+def _tangent_slots(call, u_base, xla_of):
+    """The tangents of the arguments: the differentiable arrays' from operand ``u_base`` on."""
+    din, statics, slots = call.diff_inputs(), dict(call.statics), []
+    for p in call.sig.inputs:
+        if not p.is_array:
+            slots.append(_value_tangent(p, statics[p.index]))
+            continue
+        k = _arg_index(call, p)
+        dims = tuple(call.in_shapes[k])[:p.type.ndim]
+        slots.append(ffi_plan.Slot(ffi_plan.IN, f"tan_{p.name}", arg=u_base + din.index(k), dtype=p.dtype, dims=dims,
+                                   xla=xla_of(k)) if k in din else
+                     ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"tan_{p.name}", dtype=p.dtype, dims=dims))
+    return slots
 
 
 def _primal_inputs(call, xla_of):
@@ -191,24 +206,13 @@ def _forward_impl(*xs, call, batch):
 def _tangent_impl(*ops, call, batch):
     n_arr = len(call.in_shapes)
     xs, us = ops[:n_arr], ops[n_arr:]
-    din, dout = call.diff_inputs(), call.diff_outputs()
+    dout = call.diff_outputs()
     slots = _primal_inputs(call, _xla(ops))
     # the primal outputs: scratch results the entry also writes (mode 1), so the kernel reads
     # back what it stored exactly as its forward does
     for j, p in enumerate(call.sig.outputs):
         slots.append(ffi_plan.Slot(ffi_plan.OUT, p.name, ret=len(dout) + j, dtype=p.dtype, dims=_out_dims(call, j)))
-    statics = dict(call.statics)
-    for p in call.sig.inputs:
-        if p.is_array:
-            k = _arg_index(call, p)
-            dims = tuple(call.in_shapes[k])[:p.type.ndim]
-            if k in din:
-                slots.append(ffi_plan.Slot(ffi_plan.IN, f"tan_{p.name}", arg=n_arr + din.index(k), dtype=p.dtype,
-                                           dims=dims, xla=_xla(ops)(k)))
-            else:
-                slots.append(ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"tan_{p.name}", dtype=p.dtype, dims=dims))
-        else:
-            slots.append(_value_tangent(p, statics[p.index]))
+    slots += _tangent_slots(call, n_arr, _xla(ops))
     for j, p in enumerate(call.sig.outputs):
         kind = ffi_plan.OUT if j in dout else ffi_plan.NULL_ARRAY
         slots.append(ffi_plan.Slot(kind, f"tan_{p.name}", ret=dout.index(j) if j in dout else -1, dtype=p.dtype,
@@ -282,19 +286,8 @@ def _tangent_adjoint_impl(*ops, call, batch):
     n_out = len(outs)
     operands = xs + outs + ws + us + wdots
     slots = _primal_inputs(call, _xla(xs)) + _primal_outputs_in(call, n_arr)
-    statics = dict(call.statics)
     u_base = n_arr + n_out + len(dout)
-    for p in call.sig.inputs:     # tangents of the arguments
-        if p.is_array:
-            k = _arg_index(call, p)
-            dims = tuple(call.in_shapes[k])[:p.type.ndim]
-            if k in din:
-                slots.append(ffi_plan.Slot(ffi_plan.IN, f"tan_{p.name}", arg=u_base + din.index(k), dtype=p.dtype,
-                                           dims=dims, xla=_xla(xs)(k)))
-            else:
-                slots.append(ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"tan_{p.name}", dtype=p.dtype, dims=dims))
-        else:
-            slots.append(_value_tangent(p, statics[p.index]))
+    slots += _tangent_slots(call, u_base, _xla(xs))
     for j, p in enumerate(call.sig.outputs):   # the outputs' tangents are written, never needed here
         slots.append(ffi_plan.Slot(ffi_plan.NULL_ARRAY, f"tan_{p.name}", dtype=p.dtype, dims=_out_dims(call, j)))
     per = len(din) + len(dout)
@@ -467,8 +460,7 @@ def _adjoint_jvp(primals, tangents, *, call, batch):
 
 
 def _third_order(primals, tangents, *, call, batch):
-    raise NotImplementedError(f"{call.label()}: third and higher derivatives (a derivative of the kernel's "
-                              "tangent-of-adjoint) are not supported; jax_kernel differentiates to second order")
+    raise call.op.op.unsupported("third and higher derivatives (a derivative of the kernel's tangent-of-adjoint)")
 
 
 ad.primitive_jvps[forward_p] = _forward_jvp
