@@ -49,8 +49,8 @@ TENSOR = {"torch": "torch tensor", "paddle": "paddle tensor", "jax": "JAX array"
 class Fw:
     """One framework's side of a case: build an op, make a tensor, read a result, ask a gradient."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, cuda=False):
+        self.name, self.cuda = name, cuda
         self.who = WHO[name]
         if name == "torch":
             import torch
@@ -76,14 +76,15 @@ class Fw:
     def tensor(self, values, dtype="float32", trainable=False):
         a = np.asarray(values, dtype=dtype)
         if self.name == "torch":
-            return self.mod.tensor(a, requires_grad=trainable)
+            return self.mod.tensor(a, requires_grad=trainable, device="cuda" if self.cuda else "cpu")
         if self.name == "paddle":
-            return self.mod.to_tensor(a, stop_gradient=not trainable)
-        import jax.numpy as jnp
-        return jnp.asarray(a)
+            place = self.mod.CUDAPlace(0) if self.cuda else self.mod.CPUPlace()
+            return self.mod.to_tensor(a, stop_gradient=not trainable, place=place)
+        return self.mod.device_put(a, self.mod.devices("gpu" if self.cuda else "cpu")[0])
 
     def numpy(self, t):
-        return np.asarray(t.detach().numpy() if self.name == "torch" else t.numpy() if self.name == "paddle" else t)
+        return np.asarray(t.detach().cpu().numpy() if self.name == "torch" else t.numpy() if self.name == "paddle"
+                          else t)
 
     def grad(self, fn, x):
         """d sum(fn(x)) / dx in the framework's own reverse mode."""
@@ -91,7 +92,7 @@ class Fw:
             x = x.detach().requires_grad_()
             return self.mod.autograd.grad(fn(x).sum(), x)[0]
         if self.name == "paddle":
-            x = self.mod.to_tensor(x.numpy(), stop_gradient=False)
+            x = self.tensor(x.numpy(), trainable=True)
             return self.mod.grad(fn(x).sum(), [x])[0]
         return self.mod.grad(lambda v: fn(v).sum())(x)
 
@@ -231,3 +232,35 @@ def test_scalar_of_the_wrong_type(fw):
     op = fw.op(kp_scaled)
     _raises(TypeError, fw, kp_scaled, r" argument 'k': expected a scalar of tapegrad\.int8, got 'a'$",
             lambda: op(fw.tensor(np.ones(4)), "a"))
+
+
+# ----------------------------------------------------------------------------------- CUDA
+
+CUDA_FRAMEWORKS = [pytest.param(n, marks=[getattr(pytest.mark, n), pytest.mark.cuda]) for n in WHO]
+
+
+def _one_policy(fw):
+    """Values and the gradient through the generic launches (on the framework's stream), the grid
+    check, output_dims and a kernel without adjoint."""
+    x = fw.tensor([1.0, 2.0, 3.0, 4.0])
+    op = fw.op(kp_square, **({"enable_backward": True} if fw.name == "jax" else {}))
+    np.testing.assert_allclose(fw.numpy(op(x)), [1, 4, 9, 16])
+    np.testing.assert_allclose(fw.numpy(fw.grad(op, x)), [2, 4, 6, 8])
+    _raises(ValueError, fw, kp_square, r": the launch grid dim=\(8,\) is larger than argument 'x' allows",
+            lambda: fw.op(kp_square, launch_dims=8)(x))
+    _raises(ValueError, fw, kp_two, r": output_dims has no entry for output 'c'",
+            lambda: fw.op(kp_two, num_outputs=2, output_dims={"b": 4})(x))
+    nob = fw.op(kp_no_adjoint)
+    np.testing.assert_allclose(fw.numpy(nob(x)), [1, 4, 9, 16])
+    cls = (tg.NotDifferentiableError, OSError) if fw.name == "paddle" else tg.NotDifferentiableError
+    with pytest.raises(cls, match="enable_backward=False"):
+        fw.grad(nob, fw.tensor([1.0, 2.0], trainable=True))
+
+
+def test_one_policy_on_the_cpu(fw):
+    _one_policy(fw)
+
+
+@pytest.mark.parametrize("name", CUDA_FRAMEWORKS)
+def test_cuda_one_policy(name):
+    _one_policy(Fw(name, cuda=True))
