@@ -26,7 +26,7 @@ import numpy as np
 from tapegrad import types
 from tapegrad.errors import ArgumentCountError
 from tapegrad.lang.facts import check_grid_fits
-from tapegrad.launch import check_value, launch
+from tapegrad.launch import launch
 
 from ._base import check_compatible
 
@@ -412,18 +412,18 @@ class KernelSignature:
 
         Raises:
             ArgumentCountError: a wrong count.
-            TypeError: not a tensor, a dtype tapegrad lacks, wrong dims; a value the launch
-                would refuse (``launch.check_value``).
+            TypeError: not a tensor, a dtype tapegrad lacks, wrong dims; a scalar the launch
+                would refuse (``types.scalar_packer``).
             BridgeTypeError: (a TypeError) a dtype the parameter cannot view.
             OverflowError: an integer value out of its parameter's range.
             RuntimeError: component dims that do not fit.
         """
         self.check_arrays(args, fw)
         for p, v in zip(self.call_params, args):
-            if not p.is_array and not isinstance(p.type, types.StructType) and \
-                    (type(v) in _PLAIN or isinstance(v, _NUMPY)):
-                # symbolic values (torch SymInt under compile, JAX tracers) are the framework's to check
-                check_value(self.kernel, p.index, v, f"{self.label} argument '{p.name}'")
+            if isinstance(p.type, types.ScalarType) and (type(v) in _PLAIN or isinstance(v, _NUMPY)):
+                # tg.launch's own rule (types.scalar_packer); symbolic values (torch SymInt under
+                # compile, JAX tracers) are the framework's to check
+                types.scalar_packer(p.type, f"{self.label} argument '{p.name}'")(v)
 
     def check_arrays(self, args, fw) -> None:
         """The count and the array arguments of ``check_args`` (a ``jax_callable``'s function has
