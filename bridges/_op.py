@@ -2,16 +2,17 @@
 "kernel -> native op" wrapper (``torch_op``, ``paddle_op``, the JAX wrappers).
 
 ``KernelSignature.of(kernel, num_outputs, ...)`` splits a kernel's parameters into the op's
-inputs and outputs, names the differentiable inputs, resolves the launch grid and the output
-shapes, checks the op's arguments and launches the kernel (forward or adjoint) over
-descriptors the framework module builds. The framework module keeps only what is its own:
-registering the op, allocating tensors, streams.
+inputs and outputs, names the differentiable inputs and owns the one policy of a call's
+checks (``prepare``: the arguments and their wording, the launch grid, ``output_dims``, the
+grid-fits check). ``kernel_op.KernelOp`` builds the op's lifecycle on it (allocation,
+launches, derivative wiring); the framework module keeps only what is its own.
 
 Parameter layout (Warp's rule): the last ``num_outputs`` kernel parameters are outputs; the
 ones named in ``in_out_argnames`` are outputs the op also takes as inputs (JAX: the kernel
 updates them in place), and must come first among the outputs.
 
     sig = KernelSignature.of(kernel, 2, in_out_argnames=("acc",), output_dims={"out": 8}, who="jax_kernel")
+    grid, shapes = sig.prepare(args, framework)                # every check of a call
     sig.inputs, sig.outputs, sig.in_out, sig.pure_outputs     # tuples of Param
     grid = sig.grid(args); shapes = sig.output_shapes(args, grid)
 """
@@ -26,7 +27,6 @@ import numpy as np
 from tapegrad import types
 from tapegrad.errors import ArgumentCountError
 from tapegrad.lang.facts import check_grid_fits
-from tapegrad.launch import launch
 
 from ._base import check_compatible
 
@@ -460,45 +460,6 @@ class KernelSignature:
         if _concrete(grid):   # symbolic grids (torch fake tensors) are checked when they run
             self.check_grid_fits(args, grid, shapes)
         return grid, shapes
-
-    # ---------------------------------------------------------------------------- launch
-    def launch(self, args, outs, desc, device, stream=None, adj_ins=None, adj_outs=None, tan_ins=None,
-               tan_outs=None, tan_adj_ins=None, tan_adj_outs=None, grid=None) -> None:
-        """Launch the kernel (or, with ``adj_outs``, its adjoint; with ``tan_ins``, its tangent;
-        with both, the tangent of its adjoint) over the op's tensors.
-
-        Args:
-            args: the op's inputs (tensors for array parameters, values otherwise).
-            outs: one tensor per output.
-            desc: ``f(tensor, param, device) -> ArrayCtype`` (the framework's descriptor).
-            device, stream: where to run (``stream``: a tapegrad Stream or None).
-            adj_ins: adjoint mode: one gradient tensor (or None) per input.
-            adj_outs: adjoint mode: one incoming gradient tensor per output.
-            tan_ins: forward mode: one tangent tensor (or None: zero) per input.
-            tan_outs: forward mode: one tensor (or None) per output that receives its tangent
-                (zero-initialised: atomics accumulate); with ``adj_outs``: the outputs' tangents.
-            tan_adj_ins: tangent of the adjoint: one tensor (or None) per input accumulating the
-                tangent of its gradient.
-            tan_adj_outs: tangent of the adjoint: the tangents of the incoming gradients (None: zero).
-            grid: the launch grid (default: ``self.grid(args)``).
-        """
-        ins = [desc(a, p, device) if p.is_array else (list(a) if isinstance(a, (list, tuple)) else a)
-               for a, p in zip(args, self.inputs)]
-        out_d = [desc(o, p, device) for o, p in zip(outs, self.outputs)]
-
-        def descs(ts, params):
-            return None if ts is None else [desc(t, p, device) if t is not None else None
-                                            for t, p in zip(ts, params)]
-        kw = {}
-        if adj_outs is not None:
-            kw = dict(adjoint=True, adj_inputs=descs(adj_ins, self.inputs), adj_outputs=descs(adj_outs, self.outputs))
-        if tan_ins is not None:
-            kw.update(tangent=True, tan_inputs=descs(tan_ins, self.inputs), tan_outputs=descs(tan_outs, self.outputs))
-            if adj_outs is not None:
-                kw.update(tan_adj_inputs=descs(tan_adj_ins, self.inputs),
-                          tan_adj_outputs=descs(tan_adj_outs, self.outputs))
-        launch(self.kernel, self.grid(args) if grid is None else grid, inputs=ins, outputs=out_d, device=device,
-               stream=stream, record_tape=False, **kw)
 
 
 # ------------------------------------------------------------------ generic kernels in ops

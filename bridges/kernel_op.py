@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tapegrad.errors import NotDifferentiableError
+from tapegrad.launch import launch
 
 from ._base import wrap_stream_handle
 from ._op import KernelSignature
 
-__all__ = ["OpFramework", "KernelOp", "FORWARD", "BACKWARD", "TANGENT", "BACKWARD_JVP", "as_list", "one"]
+__all__ = ["OpFramework", "KernelOp", "FORWARD", "BACKWARD", "TANGENT", "BACKWARD_JVP", "as_list", "one", "op_doc"]
 
 FORWARD, BACKWARD, TANGENT, BACKWARD_JVP = "forward", "backward", "tangent", "backward_jvp"
 
@@ -53,6 +54,45 @@ def as_list(x) -> list:
 def one(xs):
     """A node's results as the framework returns them: one value, or a tuple of several."""
     return xs[0] if len(xs) == 1 else tuple(xs)
+
+
+def op_doc(what, tensors, vec2_dims, grid_note, name_doc, returns, grads_note, framework, raises="") -> str:
+    """The docstring of ``torch_op`` / ``paddle_op``: one text, the framework's words filled in."""
+    return f"""Turn ``kernel`` into {what}.
+
+    The op's arguments are the kernel's first ``len(params) - num_outputs`` parameters, in
+    order: array parameters take {tensors} (vector/matrix dtypes: trailing component dims,
+    e.g. {vec2_dims} for ``vec2``), scalar parameters take Python numbers (vector/matrix
+    values: a list). The last ``num_outputs`` parameters (arrays) become the op's results: new
+    zero-initialised tensors, one tensor (or a tuple for several outputs).
+
+    Args:
+        kernel: a ``@tg.kernel``.
+        num_outputs: how many trailing kernel parameters are outputs (>= 1).
+        launch_dims: the launch grid: an int, a tuple, or a function of the op's arguments
+            returning one{grid_note}. Default: the tapegrad shape of the first array
+            argument (component dims removed).
+        output_dims: output shapes (tapegrad shapes, component dims are added): an int, a
+            tuple or a function of the op's arguments (same for all outputs), or a dict
+            naming every output ``{{output name: any of those, or None for the grid}}``.
+            Default: the launch grid.
+        {name_doc}
+
+    Returns:
+        {returns} Building the same configuration twice returns the same op.
+
+    The backward launches the adjoint with zero-initialised input gradients and copies of the
+    incoming output gradients; float array arguments get gradients, integer arrays and scalars
+    none.{grads_note} Integer outputs are marked non-differentiable. On CUDA the op runs on
+    {framework}'s current stream. Calls are checked as every kernel op's (docs/torch.md, "One
+    op policy"); a kernel built with ``enable_backward=False`` gives an op that runs forward
+    and raises ``tg.NotDifferentiableError`` for any derivative.
+
+    Raises:
+        TypeError: struct parameters; an output parameter that is not an array; a kernel
+            with no array argument. Calls: as every kernel op (naming the argument).
+        ValueError: ``num_outputs`` out of range, or an unknown name in ``output_dims``.{raises}
+    """
 
 
 @dataclass(frozen=True)
@@ -165,10 +205,31 @@ class KernelOp:
             t = t.contiguous()   # component dims must be contiguous: the op is functional, copy
         return self.fw.layout(t, p.dtype, self.label).new_ctype(t.data_ptr(), 0, (t,))
 
-    def _run(self, args, outs, grid=None, **kw):
-        dev = self.device(args)
+    def _run(self, args, outs, grid=None, adj_ins=None, adj_outs=None, tan_ins=None, tan_outs=None,
+             tan_adj_ins=None, tan_adj_outs=None):
+        """Launch the kernel over the op's tensors: the forward; with ``adj_outs`` (incoming
+        gradients, one per output; ``adj_ins`` one accumulating gradient or None per input) the
+        adjoint; with ``tan_ins`` (one tangent or None per input; ``tan_outs`` receiving the
+        outputs') the tangent; with both, the tangent of the adjoint (``tan_adj_ins`` accumulate
+        the tangents of the gradients, ``tan_adj_outs`` the tangents of the incoming gradients)."""
+        sig, dev = self.sig, self.device(args)
         stream = wrap_stream_handle(dev, self.fw.stream_handle(dev.ordinal)) if dev.is_cuda else None
-        self.sig.launch(args, outs, self._desc, dev, stream, grid=grid, **kw)
+
+        def descs(ts, params):
+            return None if ts is None else [self._desc(t, p, dev) if t is not None else None
+                                            for t, p in zip(ts, params)]
+        ins = [self._desc(a, p, dev) if p.is_array else (list(a) if isinstance(a, (list, tuple)) else a)
+               for a, p in zip(args, sig.inputs)]
+        kw = {}
+        if adj_outs is not None:
+            kw = dict(adjoint=True, adj_inputs=descs(adj_ins, sig.inputs), adj_outputs=descs(adj_outs, sig.outputs))
+        if tan_ins is not None:
+            kw.update(tangent=True, tan_inputs=descs(tan_ins, sig.inputs), tan_outputs=descs(tan_outs, sig.outputs))
+            if adj_outs is not None:
+                kw.update(tan_adj_inputs=descs(tan_adj_ins, sig.inputs), tan_adj_outputs=descs(tan_adj_outs,
+                                                                                               sig.outputs))
+        launch(self.kernel, sig.grid(args) if grid is None else grid, inputs=ins, outputs=descs(outs, sig.outputs),
+               device=dev, stream=stream, record_tape=False, **kw)
 
     def new_outputs(self, args, shapes=None) -> list:
         """Zeroed outputs (kernels may accumulate into them), on the first array input's device."""

@@ -19,7 +19,7 @@ from paddle.jit.sot.psdb import fallback as _sot_fallback
 
 from ._base import Bridge
 from ._op import op_builder
-from .kernel_op import BACKWARD, BACKWARD_JVP, FORWARD, TANGENT, KernelOp, OpFramework
+from .kernel_op import BACKWARD, BACKWARD_JVP, FORWARD, TANGENT, KernelOp, OpFramework, op_doc
 
 __all__ = ["make_paddle_op"]
 
@@ -33,46 +33,15 @@ def make_paddle_op(bridge: Bridge):
                       scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
 
 
-_DOC = """Turn ``kernel`` into a differentiable paddle op (a ``paddle.autograd.PyLayer``).
-
-    The op's arguments are the kernel's first ``len(params) - num_outputs`` parameters, in
-    order: array parameters take paddle tensors (vector/matrix dtypes: trailing component
-    dims, e.g. ``[n, 2]`` for ``vec2``), scalar parameters take Python numbers
-    (vector/matrix values: a list). The last ``num_outputs`` parameters (arrays) become the
-    op's results: new zero-initialised tensors, one tensor (or a tuple for several outputs).
-
-    Args:
-        kernel: a ``@tg.kernel``.
-        num_outputs: how many trailing kernel parameters are outputs (>= 1).
-        launch_dims: the launch grid: an int, a tuple, or a function of the op's arguments
-            returning one. Default: the tapegrad shape of the first array argument
-            (component dims removed).
-        output_dims: output shapes (tapegrad shapes, component dims are added): an int, a
-            tuple or a function of the op's arguments (same for all outputs), or a dict
-            ``{output name: any of those}``. Default: the launch grid.
-        name: a name for the PyLayer class (default ``"<kernel>_op"``).
-
-    Returns:
-        A function ``op(*args)`` running the PyLayer; ``op.pylayer`` is the class,
-        ``op.kernel`` the kernel. Building the same configuration twice returns the same op.
-
-    The backward computes gradients for the float array arguments with
-    ``stop_gradient=False`` (the others get None, as paddle requires) by launching the adjoint
-    with zero-initialised input gradients and the incoming output gradients; integer arguments
-    and scalars get none. On CUDA the
-    op runs on paddle's current stream. Outputs are float unless the kernel's are not
-    (integer outputs are marked non-differentiable). Calls are checked as every kernel op's
-    (``docs/paddle.md``, "One op policy"); a kernel built with ``enable_backward=False`` gives
-    an op that runs forward and raises ``tg.NotDifferentiableError`` for any derivative.
-
-    Raises:
-        TypeError: struct parameters; an output parameter that is not an array; a kernel
-            with no array argument. Calls: a wrong number of arguments, a non-tensor for an
-            array parameter, dtype or dims that do not fit (naming the argument).
-        ValueError: ``num_outputs`` out of range, or an unknown name in ``output_dims``.
+_DOC = op_doc(
+    "a differentiable paddle op (a ``paddle.autograd.PyLayer``)", "paddle tensors", "``[n, 2]``", "",
+    """name: a name for the PyLayer class (default ``"<kernel>_op"``).""",
+    """A function ``op(*args)`` running the PyLayer; ``op.pylayer`` is the class,
+        ``op.kernel`` the kernel.""", """ Only trainable
+    (``stop_gradient=False``) float arrays get gradients (the others get None, as paddle requires).""",
+    "paddle", """
         RuntimeError: called while paddle builds a static graph (``to_static(full_graph=True)``,
-            ``paddle.static``): static-graph variables have no memory.
-    """
+            ``paddle.static``): static-graph variables have no memory.""")
 
 
 class _PaddleOp:

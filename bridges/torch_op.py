@@ -20,7 +20,7 @@ from tapegrad import types
 from ._base import Bridge
 from ._op import op_builder
 from .export_names import advice, stable_name
-from .kernel_op import BACKWARD, BACKWARD_JVP, FORWARD, TANGENT, KernelOp, OpFramework, as_list, one
+from .kernel_op import BACKWARD, BACKWARD_JVP, FORWARD, TANGENT, KernelOp, OpFramework, as_list, one, op_doc
 
 __all__ = ["make_torch_op", "TapegradOpNotDefined", "DifferentiableOpDef"]
 
@@ -37,52 +37,20 @@ def make_torch_op(bridge: Bridge):
                       scalar_of=lambda t: bridge.dtypes.lookup(getattr(t, "dtype", None)))
 
 
-_DOC = """Turn ``kernel`` into a ``torch.library`` custom op with autograd and a fake impl.
-
-    The op's arguments are the kernel's first ``len(params) - num_outputs`` parameters, in
-    order: array parameters take tensors (vector/matrix dtypes: trailing component dims, e.g.
-    ``(n, 2)`` for ``vec2``), scalar parameters take Python numbers (vector/matrix values: a
-    list). The last ``num_outputs`` parameters (arrays) become the op's results: new
-    zero-initialised tensors, one tensor (or a tuple for several outputs).
-
-    Args:
-        kernel: a ``@tg.kernel``.
-        num_outputs: how many trailing kernel parameters are outputs (>= 1).
-        launch_dims: the launch grid: an int, a tuple, or a function of the op's arguments
-            returning one (it may see fake tensors with symbolic sizes). Default: the
-            tapegrad shape of the first array argument (component dims removed).
-        output_dims: output shapes (tapegrad shapes, component dims are added): an int, a
-            tuple or a function of the op's arguments (same for all outputs), or a dict
-            ``{output name: any of those}``. Default: the launch grid.
-        name: the op's qualified name (``"namespace::op"``); default
+_DOC = op_doc(
+    "a ``torch.library`` custom op with autograd and a fake impl", "torch tensors", "``(n, 2)``",
+    """ (it may see fake tensors with symbolic sizes)""",
+    """name: the op's qualified name (``"namespace::op"``); default
             ``"tapegrad::<module>__<kernel>__<digest>"``: the kernel's module-qualified name and
             a digest of its source, parameter types, closure values and these options, the
             same in every process, so a ``torch.export`` program saved here binds the same
-            kernel in a process that builds the op again (in any order).
-
-    Returns:
-        The ``torch.library.CustomOpDef``: call it like a function; pass it to
+            kernel in a process that builds the op again (in any order).""",
+    """The ``torch.library.CustomOpDef``: call it like a function; pass it to
         ``torch.library.opcheck``. ``op.backward_op`` is the adjoint op, ``op.jvp_op`` the
         tangent op and ``op.backward_jvp_op`` the tangent of the adjoint (Hessian-vector
         products); calling ``op`` goes through an ``autograd.Function`` over them, so double
         backward, forward-mode AD and the ``torch.func`` transforms (and ``vmap`` of each) work
-        (docs/torch.md, "Every autodiff transform"). Building the same configuration twice
-        returns the same op.
-
-    The backward computes gradients for the float array arguments by launching the adjoint
-    with zero-initialised input gradients and the incoming output gradients; scalar and
-    integer arguments get no gradient. On CUDA the op runs on torch's current stream.
-
-    Calls are checked as every kernel op's (``docs/torch.md``, "One op policy"): the
-    arguments, the grid against the arrays the kernel indexes with ``tid()``, the output
-    shapes. A kernel built with ``enable_backward=False`` gives an op that runs forward and
-    raises ``tg.NotDifferentiableError`` for any derivative.
-
-    Raises:
-        TypeError: struct parameters; an output parameter that is not an array; a kernel
-            with no array argument.
-        ValueError: ``num_outputs`` out of range, or an unknown name in ``output_dims``.
-    """
+        (docs/torch.md, "Every autodiff transform").""", "", "torch")
 
 
 def _schema_type(t, label):
