@@ -495,8 +495,8 @@ class GenericOp:
     def _types(self, args):
         from tapegrad.lang.generic import is_generic_type
         if len(args) != self.n_in:
-            raise TypeError(f"{self.who}('{self.kernel.key}'): expected {self.n_in} arguments "
-                            f"({', '.join(self.names[:self.n_in])}), got {len(args)}")
+            raise ArgumentCountError(f"{self.who} '{self.kernel.key}': expected {self.n_in} arguments "
+                                     f"({', '.join(self.names[:self.n_in])}), got {len(args)}")
         ins = list(zip(self.params[:self.n_in], args))
         arrays = {i: self._scalar(a, i) for i, (p, a) in enumerate(ins) if is_generic_type(p) and p is not None}
         first = next(iter(arrays.values()), None)
@@ -517,7 +517,7 @@ class GenericOp:
         for i, p in enumerate(self.params[self.n_in:], self.n_in):
             if is_generic_type(p):
                 if first is None or p is None:
-                    raise TypeError(f"{self.who}('{self.kernel.key}'): cannot tell the type of generic output "
+                    raise TypeError(f"{self.who} '{self.kernel.key}': cannot tell the type of generic output "
                                     f"'{self.names[i]}' (no generic array input to take it from); specialize "
                                     "with tg.overload(kernel, [types...])")
                 p = types.ArrayType(first, p.ndim)
@@ -527,7 +527,7 @@ class GenericOp:
     def _scalar(self, a, i):
         s = self.scalar_of(a)
         if s is None:
-            raise TypeError(f"{self.who}('{self.kernel.key}') argument '{self.names[i]}': cannot read an element "
+            raise TypeError(f"{self.who} '{self.kernel.key}' argument '{self.names[i]}': cannot read an element "
                             f"type from {type(a).__name__}")
         return s
 
