@@ -99,6 +99,9 @@ def test_empty_vector_and_matrix_types_as_warp():
     assert v0.length == 0 and v0.__name__ == "vec0f" and v0().shape == (0,)
     m0 = tg.types.matrix((0, 0), tg.float64)
     assert m0().shape == (0, 0)
+    # two empty values are equal whatever their shapes (Warp: m[4:] == mat00() in Python scope)
+    assert tg.types.matrix((0, 4), float)() == m0() and v0() == m0()
+    assert not (tg.vec2(0.0) == tg.mat22(0.0)) and not (tg.vec2(0.0) == v0())
     with pytest.raises(TypeError):
         tg.vector(3, tg.vec3)
 
