@@ -53,6 +53,8 @@ from .errors import (  # noqa: F401
     GradLayoutError,
     KernelError,
     KernelIndexError,
+    LaunchArgumentError,
+    LaunchConversionError,
     NotDifferentiableError,
     ReshapeError,
     TapeCompileWarning,
@@ -67,7 +69,7 @@ from .errors import (  # noqa: F401
 )
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401
-from .launch import ArrayCtype, launch  # noqa: F401
+from .launch import ArrayCtype, Launch, launch  # noqa: F401
 from .launch.tangent import launch_tangent as _launch_tangent  # noqa: F401  registers launch(tangent=True)
 from .runtime import (  # noqa: F401
     DeterministicMode,

@@ -174,6 +174,19 @@ class GradLayoutError(ValueError, RuntimeError):
     """
 
 
+class LaunchArgumentError(TypeError, RuntimeError):
+    """One number passed for a vector, matrix, quaternion or transform kernel parameter (a launch
+    would otherwise have to guess how to fill the components). A ``TypeError`` (tapegrad's
+    policy) that is also Warp's ``RuntimeError``, with Warp's wording (``argument 'v' expects
+    vec3f but got a single value``)."""
+
+
+class LaunchConversionError(TypeError, ValueError):
+    """A value a vector, matrix, quaternion or transform kernel parameter cannot be built from
+    (None, a string, another number of components). A ``TypeError`` (tapegrad's policy) that
+    is also Warp's ``ValueError`` (``Failed to convert argument for param v to vec3f``)."""
+
+
 class CopyArgumentError(ValueError, RuntimeError):
     """``tg.copy`` refused its arguments: a negative or out-of-range offset or count, element sizes
     or shapes that do not match. A ``ValueError`` (tapegrad's policy) that is also a

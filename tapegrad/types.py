@@ -727,6 +727,8 @@ def struct(cls):
         cls.numpy_dtype = classmethod(lambda c: st.np_dtype)
     if "numpy_value" not in hints:
         cls.numpy_value = numpy_value
+    if "__ctype__" not in hints:   # Warp's: the instance in its kernel-ABI form (tg.Launch takes it)
+        cls.__ctype__ = lambda self: st.to_ctype(self)
     if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
         cls.cls = cls
     return cls

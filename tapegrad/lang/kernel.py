@@ -22,6 +22,7 @@ from . import debug, depends, direct, emit
 from .elementwise import vector_plan
 from .generic import concrete_type, infer_type, is_generic_type
 from .ir import c_identifier
+from .kernel_args import KernelArg, KernelArgs
 from .lower import Target, lower
 from .options import (
     Module,
@@ -303,6 +304,13 @@ class Kernel:
     def tid_ndim(self) -> int:
         """How many indices the body unpacks ``tg.tid()`` into (``i, j = tg.tid()``: 2; 0: no tid())."""
         return self.facts().tid_ndim
+
+    @property
+    def adj(self) -> KernelArgs:
+        """The signature as Warp's ``kernel.adj`` gives it: ``adj.args`` (``label``, ``type``) and
+        ``adj.kernel_dim`` (``lang.kernel_args``)."""
+        return KernelArgs(tuple(KernelArg(n, t) for n, t in zip(self.arg_names, self.arg_types)),
+                          max(self.tid_ndim, 1))
 
     @property
     def vector_lanes(self) -> int:

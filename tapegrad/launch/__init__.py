@@ -8,11 +8,13 @@
 - ``grid``: ``dim`` into launch bounds; the unguarded-``tid()`` grid check.
 - ``fastlaunch`` (``fastlaunch.c``): the native helper, which takes the common launches in one
   C call from the plan's data and hooks, and passes every other one to the Python path.
+- ``command``: ``Launch``, a launch packed once and replayed (``launch(record_cmd=True)``).
 - ``tangent``: forward mode (``launch(tangent=True)``), registered by ``import tapegrad``.
 """
 from __future__ import annotations
 
 from . import fastlaunch  # noqa: F401  the native helper (tapegrad.launch.fastlaunch)
+from .command import Launch  # registers launch(record_cmd=True)
 from .core import (
                    LaunchPlan,
                    LaunchRecord,
@@ -25,6 +27,6 @@ from .core import (
 from .grid import MAX_LAUNCH_SIZE, NARROW_LAUNCH_SIZE
 from .packers import ArrayCtype, zero_value
 
-__all__ = ["launch", "ArrayCtype", "LaunchRecord", "PreparedLaunch",
+__all__ = ["launch", "Launch", "ArrayCtype", "LaunchRecord", "PreparedLaunch",
            "prepare_launch", "adjoint_descriptors", "zero_value", "register_tangent_launcher", "LaunchPlan",
            "MAX_LAUNCH_SIZE", "NARROW_LAUNCH_SIZE"]

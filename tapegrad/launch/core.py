@@ -40,7 +40,7 @@ from .packers import (
 )
 
 __all__ = ["launch", "LaunchPlan", "LaunchRecord", "PreparedLaunch", "prepare_launch", "adjoint_descriptors",
-           "register_tangent_launcher"]
+           "register_tangent_launcher", "register_command_builder", "launch_plan"]
 
 
 def _on_tensor_type(row):
@@ -99,6 +99,11 @@ def _plan(kernel) -> LaunchPlan:
             else DEFERRED
         plan = kernel.launch_plan = LaunchPlan(packers, written, native, checks, arrays)
     return plan
+
+def launch_plan(kernel) -> LaunchPlan:
+    """The ``LaunchPlan`` of a (non-generic) kernel: its packers, built once (recorded launches,
+    ``tapegrad.launch.command``, pack through them)."""
+    return _plan(kernel)
 
 DEFERRED = "deferred"   # LaunchPlan.native of a plan made before the helper was wanted
 
@@ -184,7 +189,8 @@ def _iterable(x) -> bool:
 
 def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint=False,
            adj_inputs=None, adj_outputs=None, record_tape=True, block_dim=256, max_blocks=0, *,
-           tangent=False, tan_inputs=None, tan_outputs=None, tan_adj_inputs=None, tan_adj_outputs=None):
+           tangent=False, tan_inputs=None, tan_outputs=None, tan_adj_inputs=None, tan_adj_outputs=None,
+           record_cmd=False):
     """Run ``kernel`` over a grid of ``dim`` threads.
 
     Args:
@@ -208,11 +214,18 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
             ``adjoint=True`` too: the tangent of the adjoint (second order), which accumulates
             the adjoints into ``adj_inputs``/``adj_outputs`` and their tangents into
             ``tan_adj_inputs``/``tan_adj_outputs``. Tangent launches are not recorded on a tape.
+        record_cmd: launch nothing; return the launch packed into a ``tg.Launch`` to replay
+            (``Launch.launch()``) with changed parameters (Warp's recorded launches).
+    Returns:
+        None; with ``record_cmd=True``, the ``tg.Launch``.
     Raises:
         TypeError: wrong argument count, dtype, ndim or type (message names the argument).
         RuntimeError: device mismatch, or a write to a read-only array.
         KernelError: ``tangent=True`` with a construct without a forward-mode rule.
     """
+    if record_cmd:
+        return _command_builder[0](kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs,
+                                   record_tape, block_dim, max_blocks)
     if tangent:
         _tangent_launcher[0](kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs,
                              tan_inputs, tan_outputs, tan_adj_inputs, tan_adj_outputs, block_dim, max_blocks)
@@ -318,6 +331,15 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
 
 # forward mode (tapegrad.launch.tangent registers it): launch(tangent=True) calls it
 _tangent_launcher: list = [None]
+
+
+# recorded launches (tapegrad.launch.command registers it): launch(record_cmd=True) calls it
+_command_builder: list = [None]
+
+
+def register_command_builder(fn) -> None:
+    """Let ``launch(..., record_cmd=True)`` call ``fn`` (``tapegrad.launch.command`` registers it)."""
+    _command_builder[0] = fn
 
 
 def register_tangent_launcher(fn) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import tensortypes, types
 from ..array import array
+from ..errors import LaunchArgumentError, LaunchConversionError
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
@@ -149,7 +150,14 @@ def _make_composite_packer(kernel, i, ptype):
     ctype = ptype.ctype
     npdt = ptype.scalar.np_dtype
 
+    tname = getattr(ptype, "__name__", ptype.name)
+
     def pack(value, device):
+        if value is not None and not hasattr(value, "__len__") and not (
+                isinstance(value, np.ndarray) and value.ndim):   # one number: Warp refuses to broadcast it
+            raise LaunchArgumentError(
+                f"{arg_label(kernel, i)}: argument '{kernel.arg_names[i]}' expects {tname} but got a single value "
+                f"of type {type(value).__name__}. Construct the value explicitly, e.g.: {tname}(...).")
         try:
             if isinstance(value, (str, bytes)) or value is None:
                 raise TypeError
@@ -158,11 +166,13 @@ def _make_composite_packer(kernel, i, ptype):
             else:
                 flat = np.asarray(value, dtype=npdt).reshape(-1)
         except (TypeError, ValueError):
-            raise TypeError(f"{arg_label(kernel, i)}: expected {ptype!r} ({n} numbers), got "
-                            f"{type(value).__name__} {value!r}") from None
+            raise LaunchConversionError(
+                f"{arg_label(kernel, i)}: expected {ptype!r} ({n} numbers), got {type(value).__name__} {value!r} "
+                f"(Failed to convert argument for param {kernel.arg_names[i]} to {tname})") from None
         if flat.size != n:
-            raise TypeError(f"{arg_label(kernel, i)}: expected {ptype!r} ({n} components), got "
-                            f"{np.size(value)} values")
+            raise LaunchConversionError(
+                f"{arg_label(kernel, i)}: expected {ptype!r} ({n} components), got {np.size(value)} values "
+                f"(Failed to convert argument for param {kernel.arg_names[i]} to {tname})")
         return ctype(*flat.tolist())
     return pack
 
