@@ -18,8 +18,10 @@ import ctypes
 
 from .. import cpu_capture, types
 from ..array import array
+from ..config import config
 from ..device import get_device
 from ..lang.kernel import Kernel
+from ..modules import CpuModule
 from ..recording import active_tape
 from .core import LaunchRecord, launch_plan, register_command_builder
 from .devices import infer_device
@@ -27,6 +29,8 @@ from .grid import NARROW_LAUNCH_SIZE, check_grid, launch_bounds
 from .packers import arg_label, check_adjoint_shapes, grad_desc, zero_value
 
 __all__ = ["Launch"]
+
+_ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)   # void(const launch_t*, void**)
 
 
 class Launch:
@@ -76,7 +80,7 @@ class Launch:
         self.adjoint = bool(adjoint)
         self.max_blocks = int(max_blocks or 0)
         self.block_dim = int(block_dim) if block_dim else 256
-        self.record_tape = True
+        self._record_tape = True
         self.stream = None   # the stream launch() uses when given none (None: the device's current one)
         plan = launch_plan(kernel)
         self._packers = plan.packers
@@ -97,6 +101,8 @@ class Launch:
             self._values += [grad_desc(g, p, dev) for g, p in zip(self._adj_args, self._packers)]
         self._argv = (ctypes.c_void_p * len(self._values))(*[ctypes.addressof(v) for v in self._values])
         self._checked = False
+        self._entry = None   # the CPU entry point of the checked replay (launch())
+        self._entries: dict = {}   # id(module) -> (module, its entry point)
         self.set_dim(bounds if bounds is not None else (0,) * max(kernel.tid_ndim, 1))
         if fwd_args is not None:
             self.set_params(fwd_args)
@@ -125,6 +131,18 @@ class Launch:
         """The adjoint values as set (None for a forward launch)."""
         return list(self._adj_args) if self.adjoint else None
 
+    @property
+    def record_tape(self) -> bool:
+        """Whether a forward replay is recorded on the active tape (as ``tg.launch``'s
+        ``record_tape``; default True)."""
+        return self._record_tape
+
+    @record_tape.setter
+    def record_tape(self, value: bool) -> None:
+        self._record_tape = bool(value)
+        self._checked = False
+        self._entry = None
+
     # ------------------------------------------------------------------------------- setters
 
     def set_dim(self, dim) -> None:
@@ -144,6 +162,7 @@ class Launch:
         self.dim, self.bounds = tuple(dims), bounds
         self._module = None   # chosen at the next launch: a grid past 2^31 - 1 threads takes the wide build
         self._checked = False
+        self._entry = None
 
     def set_param_at_index(self, index: int, value, adjoint: bool = False) -> None:
         """Set parameter ``index`` (its adjoint with ``adjoint=True``), packing ``value`` as
@@ -170,7 +189,6 @@ class Launch:
             if self.adjoint and not self._adj_set[i] and i in self._arrays:
                 g = value.grad if isinstance(value, array) else None
                 self._put(self._n + i, grad_desc(g, pack, self.device))
-        self._checked = False
 
     def set_param_by_name(self, name: str, value, adjoint: bool = False) -> None:
         """Set the parameter called ``name`` (``set_param_at_index``).
@@ -211,7 +229,6 @@ class Launch:
                 self._adj_args[i], self._adj_set[i] = value, True
             else:
                 self._args[i] = value
-            self._checked = False
             return
         self.set_param_at_index(i, value, adjoint)
 
@@ -243,6 +260,16 @@ class Launch:
             ValueError: the grid overruns an array the kernel indexes by ``tid()`` unguarded; an
                 adjoint buffer whose shape is not its array's.
         """
+        entry = self._entry
+        if entry is not None and stream is None and config.mode is self._mode and not cpu_capture.open_count:
+            # the replay the object exists for: a checked CPU launch without structs, the entry
+            # point called with the packed array as is
+            if self._record and active_tape() is not None:
+                self._record_on_tape(None)
+            entry(self._bounds_ptr, self._argv)
+            for a in self._bump:
+                a.version += 1
+            return
         dev = self.device
         if stream is None:
             stream = self.stream
@@ -260,12 +287,8 @@ class Launch:
             mod = self._module = k.module(dev) if self.bounds.size <= NARROW_LAUNCH_SIZE else \
                 k.module_for(dev, wide=True)
         argv, bounds = self._argv, self.bounds
-        if not self.adjoint and self.record_tape:
-            tape = active_tape()
-            if tape is not None:
-                n_in = self._n
-                tape.record(LaunchRecord(self.kernel, self.dim, tuple(self._args[:n_in]), (), dev, stream,
-                                         self.block_dim, self.max_blocks))
+        if self._record and active_tape() is not None:
+            self._record_on_tape(stream)
         if cpu_capture.open_count and dev.is_cpu and cpu_capture.capturing():
             keep = (list(self._values), list(self._args), argv, bounds)
             adj, bd, mb = self.adjoint, self.block_dim, self.max_blocks
@@ -273,17 +296,29 @@ class Launch:
         else:
             handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
             mod.launch(bounds, argv, self.adjoint, handle, self.block_dim, self.max_blocks)
-        if not self.adjoint:
-            for i in self._written:
-                a = self._args[i]
-                if isinstance(a, array):
-                    a.version += 1
+        for a in self._bump:
+            a.version += 1
+        if dev.is_cpu and not self._structs and self.stream is None and isinstance(mod, CpuModule):
+            cached = self._entries.get(id(mod))
+            if cached is None or cached[0] is not mod:
+                fe = mod.fast_entry()
+                cached = self._entries[id(mod)] = (mod, _ENTRY_TYPE(fe.backward if self.adjoint else fe.forward))
+            self._entry, self._mode = cached[1], config.mode
+            self._bounds_ptr = ctypes.addressof(bounds)
+
+    def _record_on_tape(self, stream):
+        active_tape().record(LaunchRecord(self.kernel, self.dim, tuple(self._args), (), self.device, stream,
+                                          self.block_dim, self.max_blocks))
 
     # ------------------------------------------------------------------------------- helpers
 
     def _put(self, slot, v):
         self._values[slot] = v
         self._argv[slot] = ctypes.addressof(v)
+        if slot % self._n in self._arrays or slot in self._structs:
+            # the checks read arrays only: a new scalar or vector keeps the checked replay
+            self._checked = False
+            self._entry = None
 
     def _index(self, index, adjoint):
         if adjoint and not self.adjoint:
@@ -317,6 +352,10 @@ class Launch:
         if self.adjoint:
             check_adjoint_shapes(k, self._arrays, vals, vals[self._n:])
         self._checked = True
+        self._record = not self.adjoint and self._record_tape
+        # the arrays a forward replay writes: their versions move as a launch's do
+        self._bump = () if self.adjoint else tuple(a for a in (self._args[i] for i in self._written)
+                                                    if isinstance(a, array))
 
     def __repr__(self):
         kind = "adjoint " if self.adjoint else ""

@@ -187,3 +187,42 @@ def test_bad_use_names_the_problem():
         cmd.launch()
     with pytest.raises(TypeError, match="params"):
         tg.Launch(fill_tid, "cpu", params=[])
+
+
+def test_replay_rechecks_after_an_array_changes():
+    out = tg.zeros(4, dtype=tg.int32)
+    cmd = tg.launch(fill_tid, 4, outputs=[out], record_cmd=True)
+    cmd.launch()
+    cmd.launch()   # the checked replay
+    assert out.version == 2
+    cmd.set_param_at_index(0, tg.zeros(2, dtype=tg.int32))
+    with pytest.raises(ValueError):
+        cmd.launch()
+    ro = np.zeros(4, dtype=np.int32)
+    ro.flags.writeable = False
+    cmd.set_param_at_index(0, ro)
+    with pytest.raises(RuntimeError, match="read-only"):
+        cmd.launch()
+
+
+@pytest.mark.cuda
+def test_cuda_replay_and_adjoint():
+    x = tg.array(_x(), device="cuda:0", requires_grad=True)
+    y = tg.zeros(5, device="cuda:0", requires_grad=True)
+    cmd = tg.launch(square, 5, inputs=[x, y], record_cmd=True)
+    cmd.launch()
+    np.testing.assert_allclose(y.numpy(), _x() ** 2, rtol=1e-6)
+    x2 = tg.array(_x() * 2.0, device="cuda:0")
+    cmd.set_param_by_name("x", x2)
+    cmd.launch(stream=tg.get_device("cuda:0").stream)
+    np.testing.assert_allclose(y.numpy(), (_x() * 2.0) ** 2, rtol=1e-6)
+    y.grad.fill_(1.0)
+    adj = tg.launch(square, 5, inputs=[x, y], adjoint=True, record_cmd=True)
+    adj.launch()
+    np.testing.assert_allclose(x.grad.numpy(), 2.0 * _x(), rtol=1e-6)
+    out = tg.zeros(6, dtype=tg.int32, device="cuda:0")
+    c = tg.Launch(fill_tid, "cuda:0")
+    c.set_param_by_name("out", out)
+    c.set_dim(3)
+    c.launch()
+    np.testing.assert_array_equal(out.numpy(), [0, 1, 2, 0, 0, 0])
