@@ -97,6 +97,7 @@ class array:
     DESCRIPTOR_CACHE = "_desc"
     GRAD_FIELD = "_grad"
     LINK_FIELD = "_link"
+    OWNER_FIELD = "_owner"   # what owner returns (the helper walks it to a recorded launch's memory roots)
     _owner = None
     # set by a framework bridge (``from_torch``...) on the arrays it makes: the link to the tensor
     # viewed, with ``sync_grad(a)`` (keeps ``.grad`` on the tensor's own gradient through the

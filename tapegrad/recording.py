@@ -19,6 +19,15 @@ from . import memory_ops
 
 __all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region"]
 
+# The attribute of a recording tape through which the native launch helper records the common
+# launch without calling into Python (``tapegrad.launch.fastlaunch``): a tuple ``(pending, live)``
+# of the tape's list of pending records and its dict of live memory roots. The helper appends
+# ``(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks, differentiable)`` to
+# ``pending`` (the tape makes the ``LaunchRecord`` when next read) and adds ``id(array)`` to
+# ``live[id(memory root)]`` (a set) for each array whose values the launch's adjoint reads.
+PENDING_FIELD = "_native_pending"
+
+
 class _Local(threading.local):
     tape = None   # a class default: reading it on a thread that never set one raises nothing
 

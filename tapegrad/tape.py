@@ -96,7 +96,10 @@ class Tape:
             raise TypeError(f"{who}: expected True or False (None: the config's default), got "
                             f"{type(save_overwritten).__name__}")
         self.save_overwritten = save_overwritten
-        self.records: list = []
+        self._records: list = []
+        # the launches the native helper recorded since the records were last read, as tuples
+        # (recording.PENDING_FIELD): made into LaunchRecords by _drain when next needed
+        self._pending: list = []
         self._gradients: dict = _Gradients()   # ``gradients``: array -> its gradient array (every array touched)
         # the arrays of plain launches recorded since ``gradients`` was last read: tracked
         # (``_track``) in one pass when it is next needed, not one by one at each record
@@ -106,6 +109,7 @@ class Tape:
         # array's current values (its adjoint needs them), so overwriting them needs a save
         self._live: dict = {}
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
+        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots))
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._shadows = tape_saves.Shadows()   # backward's private copies of the memory saves came from
         self._arena = tape_saves.SaveArena()   # where the saved copies are carved from
@@ -174,15 +178,57 @@ class Tape:
         warnings.warn(msg, TapeWarning, stacklevel=_caller_level())
 
     @property
+    def records(self) -> list:
+        """Every record in order (``LaunchRecord``, ``CopyRecord``, ``FillRecord``,
+        ``FuncRecord``); ``launches`` is the same list."""
+        if self._pending:
+            self._drain()
+        return self._records
+
+    def _drain(self) -> None:
+        """Make the ``LaunchRecord``s of the launches the native helper recorded (as tuples, in
+        ``_pending``) and finish their bookkeeping as ``_record_plain_launch`` does: the reads
+        their adjoints need become live (their memory roots already are: the helper added them,
+        so the launches after them saw them), their arrays wait for gradient tracking."""
+        items = self._pending[:]
+        self._pending.clear()          # the same list: the helper holds it
+        records, live, untracked = self._records, self._live, self._untracked
+        for kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks, diff in items:
+            index = len(records)
+            plan = self._plans.get(kernel, _NO_PLAN)
+            if plan is _NO_PLAN:
+                plan = self._kernel_plan(kernel)
+            args = inputs + outputs
+            arrays = [(args[p[0]], p) for p in plan if args[p[0]].__class__ is array]
+            if diff:
+                for a, (_, before, _, writes, name) in arrays:
+                    if before and not writes and id(a) not in live:
+                        live[id(a)] = (index, name, a)
+            untracked.append(arrays)
+            records.append(LaunchRecord(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks))
+
+    def _kernel_plan(self, kernel):
+        """``_plans[kernel]``: its array parameters' ``(index, before, after, writes, name)`` from
+        ``distinct_array_reads`` (None: a struct parameter)."""
+        params = distinct_array_reads(kernel)
+        plan = self._plans[kernel] = None if params is None else tuple(
+            (i, r.before, r.after, r.writes, r.name) for i, r in params)
+        return plan
+
+    @property
     def gradients(self) -> dict:
         """``{array: its gradient array}`` of every array a record touched (and of struct
         instances: a struct of their arrays' gradients), as Warp's ``tape.gradients``."""
+        if self._pending:
+            self._drain()
         if self._untracked:
             self._track_pending()
         return self._gradients
 
     @gradients.setter
     def gradients(self, value) -> None:
+        if self._pending:
+            self._drain()
         self._untracked = []
         self._gradients = value
 
@@ -201,6 +247,8 @@ class Tape:
                     roots.add(id(tape_saves.memory_root(a)))
 
     def _track(self, a):
+        if self._pending:
+            self._drain()
         if self._untracked:
             self._track_pending()
         link = a._link
@@ -218,6 +266,8 @@ class Tape:
         with a gradient over the same allocation, or read values of it an adjoint still needs.
         A write to memory the tape never saw changes no gradient and is not recorded (an array
         created and filled inside ``with tape:``)."""
+        if self._pending:
+            self._drain()
         if self._untracked:
             self._track_pending()
         root = id(tape_saves.memory_root(a))
@@ -238,7 +288,9 @@ class Tape:
         Raises:
             RuntimeError: such a warning while ``tg.config.strict_tape`` is set.
         """
-        index = len(self.records)
+        if self._pending:
+            self._drain()
+        index = len(self._records)
         if rec.__class__ is LaunchRecord and self._record_plain_launch(rec, index):
             return
         if isinstance(rec, LaunchRecord):       # no Access objects
@@ -307,7 +359,7 @@ class Tape:
         if saves:
             self._saves[index] = saves = tape_saves.drop_covered(list(saves.values()))
             self._shadows.add(saves)
-        self.records.append(rec)
+        self._records.append(rec)
 
     def _record_plain_launch(self, rec, index) -> bool:
         """``record`` of the common launches, from the kernel's cached reads: a different plain
@@ -323,9 +375,7 @@ class Tape:
         kernel = rec.kernel
         plan = self._plans.get(kernel, _NO_PLAN)
         if plan is _NO_PLAN:
-            params = distinct_array_reads(kernel)
-            plan = self._plans[kernel] = None if params is None else tuple(
-                (i, r.before, r.after, r.writes, r.name) for i, r in params)
+            plan = self._kernel_plan(kernel)
         if plan is None:
             return False
         args = rec.inputs + rec.outputs
@@ -392,7 +442,7 @@ class Tape:
         if saves is not None:
             self._saves[index] = saves
             self._shadows.add(saves)
-        self.records.append(rec)
+        self._records.append(rec)
         return True
 
     @property

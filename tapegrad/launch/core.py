@@ -24,7 +24,8 @@ from ..config import config
 from ..device import Device, get_device
 from ..lang import facts
 from ..lang.kernel import Kernel
-from ..recording import Access, active_tape
+from ..lang.reads import distinct_array_reads
+from ..recording import PENDING_FIELD, Access, active_tape
 from ..storage import CheckedDesc
 from . import fastlaunch
 from .devices import cai_kind, forget_device_accessors, infer_device
@@ -135,11 +136,12 @@ def _native_plan(kernel, packers, written, tid_checks=()):
         _fast = fastlaunch.load(fastlaunch.NativeHooks(
             kernel_type=Kernel, array_type=array, desc_type=types.ArrayDesc, ctype_type=ArrayCtype,
             device_type=Device, capture_state=vars(cpu_capture), active_tape=active_tape, get_device=get_device,
-            infer_device=infer_device, array_fields=(array.DESCRIPTOR_CACHE, array.GRAD_FIELD, array.LINK_FIELD),
-            max_size=NARROW_LAUNCH_SIZE,
+            infer_device=infer_device, max_size=NARROW_LAUNCH_SIZE,
+            array_fields=(array.DESCRIPTOR_CACHE, array.GRAD_FIELD, array.LINK_FIELD, array.OWNER_FIELD),
             float_types=(np.float16, np.float32, np.float64),
             int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
-            record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc))
+            record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc,
+            record_plan=_record_plan, tape_field=PENDING_FIELD))
         if _fast is not None:
             _listen_for_build_changes()
     if _fast is None:
@@ -171,6 +173,19 @@ def _record_launch(kernel, dim, inputs, outputs, device, stream, block_dim, max_
     if tape is not None:
         tape.record(LaunchRecord(kernel, (dim,) if dim.__class__ is int else dim, tuple(inputs), tuple(outputs),
                                  device, stream, block_dim, max_blocks))
+
+def _record_plan(kernel):
+    """Per parameter, the flags the native helper records a launch of ``kernel`` from (1: an
+    array parameter of ``distinct_array_reads``; 2, 4, 8: it is read before / after a write, and
+    written), as ``Tape._record_plain_launch`` reads them; None for a kernel with a struct
+    parameter (its launches are recorded through ``_record_launch``)."""
+    params = distinct_array_reads(kernel)
+    if params is None:
+        return None
+    flags = [0] * len(kernel.arg_types)
+    for i, r in params:
+        flags[i] = 1 | (2 if r.before else 0) | (4 if r.after else 0) | (8 if r.writes else 0)
+    return tuple(flags)
 
 def _listen_for_build_changes():
     # tg.config.mode and module options choose the build kernel.module(dev) returns: a change

@@ -43,6 +43,7 @@ enum { A_INCREF, A_DECREF, A_GETATTR, A_SETATTR, A_RICHCMP_BOOL, A_ISINSTANCE, A
        A_ERR_OCCURRED, A_ERR_CLEAR, A_TUPLE_SIZE, A_TUPLE_GETITEM, A_LIST_SIZE, A_LIST_GETITEM,
        A_TUPLE_NEW, A_TUPLE_SETITEM, A_DICT_GETITEM, A_CAP_NEW, A_CAP_GETPTR, A_SAVE_THREAD,
        A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL, A_UNICODE_UTF8,
+       A_SET_NEW, A_SET_ADD, A_SET_SIZE, A_DICT_SETITEM, A_LIST_APPEND,
        A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST, A_T_STR,
        A_T_DICT, A_COUNT };
 
@@ -76,6 +77,11 @@ static struct {
     PyObject *(*intern)(const char *);
     unsigned long long (*long_as_ull)(PyObject *);
     const char *(*unicode_utf8)(PyObject *, Py_ssize_t *);
+    PyObject *(*set_new)(PyObject *);
+    int (*set_add)(PyObject *, PyObject *);
+    Py_ssize_t (*set_size)(PyObject *);
+    int (*dict_setitem)(PyObject *, PyObject *, PyObject *);
+    int (*list_append)(PyObject *, PyObject *);
     PyObject *none, *true_, *false_, *notimpl;
     PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str, *t_dict;
 } api;
@@ -153,6 +159,7 @@ typedef struct {
 
 typedef struct {
     int kind, ndim, written;
+    int rec;                        /* the tape's facts of an array parameter (R_*), once asked */
     int zsize;                      /* bytes of the zeroed adjoint slot of a non-array (0: its
                                        adjoint launches take the Python path) */
     PyObject *dtype;                /* arrays: the element type the parameter expects */
@@ -178,6 +185,7 @@ static PyObject *T_NDARRAY = NULL;
 typedef struct {
     int n;
     int tid_ndim;                   /* indices tid() is unpacked into: a smaller grid is launch()'s error */
+    int rec_state;                  /* the record plan: 0 not asked yet, 1 known (param_t.rec), -1 none */
     int nchecks;                    /* lang.facts.tid_accesses: (param, dim, component, components) of
                                        each array access every thread makes, indexed by tid() unguarded;
                                        a grid past that array's length is launch()'s error */
@@ -195,10 +203,12 @@ static PyObject *CAI_KIND = NULL;   /* launch's cai_kind (None: CAI objects go t
 static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign memory its framework may move */
 /* the fields of a tapegrad array the helper reads, as the array module names them (hooks.array_fields:
    array.DESCRIPTOR_CACHE, GRAD_FIELD, LINK_FIELD) */
-static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL;
+static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL, *S_OWNER_FIELD = NULL;
+static PyObject *RECORD_PLAN = NULL;   /* fn(kernel) -> per-parameter record flags (R_*), or None */
+static PyObject *S_TAPE_FIELD = NULL;  /* the tape attribute holding (pending list, live roots dict) */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
                 *S_DESCRIPTOR, *S_OPEN_COUNT, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
-                *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET;
+                *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET, *S_ENABLE_BACKWARD;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
 static cuCtxGetCurrent_t cu_ctx_current = NULL;
@@ -223,10 +233,11 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     const char *names[] = {"launch_plan", "native", "dtype", "device", "version", "tg_dtype", "tg_device",
                            "descriptor", "open_count", "cuda_stream", "is_blocking", "grad",
                            "__cuda_array_interface__", "typestr", "shape", "strides", "data", "stream", "mask",
-                           "offset"};
+                           "offset", "enable_backward"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE, &S_TG_DEVICE,
                           &S_DESCRIPTOR, &S_OPEN_COUNT, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
-                          &S_TYPESTR, &S_SHAPE, &S_STRIDES, &S_DATA, &S_STREAM, &S_MASK, &S_OFFSET};
+                          &S_TYPESTR, &S_SHAPE, &S_STRIDES, &S_DATA, &S_STREAM, &S_MASK, &S_OFFSET,
+                          &S_ENABLE_BACKWARD};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *slots[i] = api.intern(names[i]);
         if (!*slots[i]) return -2;
@@ -259,8 +270,8 @@ TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
                                 "capture_state", "active_tape", "get_device", "infer_device"};
     PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_DICT,
                            &ACTIVE_TAPE, &GET_DEVICE, &INFER_DEVICE};
-    static const char *opt[] = {"record", "cai_kind", "checked_type"};
-    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED};
+    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan"};
+    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN};
     PyObject *floats = NULL, *ints = NULL, *cache = NULL, *size = NULL;
     for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++)
         if (!hook(hooks, req[i], 0, rslots[i])) return 0;
@@ -270,15 +281,22 @@ TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
     if (!hook(hooks, "float_types", 0, &floats) || !hook(hooks, "int_types", 0, &ints)) return 0;
     tg_fl_set_scalar_types(floats, ints);
     api.decref(floats); api.decref(ints);
-    if (!hook(hooks, "array_fields", 0, &cache) || TYPE(cache) != api.t_tuple || api.tuple_size(cache) != 3) return 0;
-    PyObject **fslots[3] = {&S_DESC, &S_GRAD_FIELD, &S_LINK_FIELD};
-    for (int i = 0; i < 3; i++) {
+    if (!hook(hooks, "array_fields", 0, &cache) || TYPE(cache) != api.t_tuple || api.tuple_size(cache) != 4) return 0;
+    PyObject **fslots[4] = {&S_DESC, &S_GRAD_FIELD, &S_LINK_FIELD, &S_OWNER_FIELD};
+    for (int i = 0; i < 4; i++) {
         PyObject *f = api.tuple_getitem(cache, i);
         const char *name = f && TYPE(f) == api.t_str ? api.unicode_utf8(f, NULL) : NULL;
         *fslots[i] = name ? api.intern(name) : NULL;
         if (!*fslots[i]) { api.err_clear(); api.decref(cache); return 0; }
     }
     api.decref(cache);
+    if (!hook(hooks, "tape_field", 1, &cache)) return 0;
+    if (cache) {                /* a name: interned (None: recorded launches through the recorder) */
+        const char *name = TYPE(cache) == api.t_str ? api.unicode_utf8(cache, NULL) : NULL;
+        S_TAPE_FIELD = name ? api.intern(name) : NULL;
+        api.decref(cache);
+        if (!S_TAPE_FIELD) { api.err_clear(); return 0; }
+    }
     long long m = 0;
     if (!hook(hooks, "max_size", 0, &size) || !read_int(size, &m) || m < 0) return 0;
     api.decref(size);
@@ -743,13 +761,6 @@ static int adjoint_mismatch(const desc_t *primal, const desc_t *adj) {
     return 0;
 }
 
-static int tape_active(void) {
-    PyObject *t = api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
-    if (!t) { api.err_clear(); return 1; }
-    int active = t != api.none;
-    api.decref(t);
-    return active;
-}
 
 /* --------------------------------------------------- __cuda_array_interface__ objects */
 
@@ -1243,6 +1254,7 @@ static int cai_desc(plan_t *p, int i, PyObject *v, PyObject *d, PyObject *dev, e
 typedef struct {
     PyObject *kernel, *dim, *inputs, *outputs, *device, *stream, *record_tape, *block_dim, *max_blocks;
     PyObject *adj_in, *adj_out;     /* None, or the adjoint buffers given (adjoint launches) */
+    PyObject *tape;                 /* the recording tape (record: 1; its reference kept in refs) */
     int adjoint, record, n, in_list, out_list, ain_list, aout_list;
     Py_ssize_t nin, nout;
     plan_t *p;
@@ -1298,12 +1310,17 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     PyObject *oc = api.dict_getitem(CAPTURE_DICT, S_OPEN_COUNT);
     long long open = 1;
     if (!oc || !read_int(oc, &open) || open != 0) return 0;
-    /* adjoint launches are never recorded; a forward one under a tape is, through the recorder */
+    /* adjoint launches are never recorded; a forward one under a tape is (record_call) */
     c->record = 0;
-    if (!c->adjoint && c->record_tape != api.false_ && tape_active()) {
-        if (c->record_tape != api.true_ || !RECORDER) return 0;
-        c->record = 1;
-    }
+    c->tape = NULL;
+    if (c->adjoint || c->record_tape == api.false_) return 1;
+    PyObject *t = api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
+    if (!t) { api.err_clear(); return 0; }
+    keep(&c->refs, t);
+    if (t == api.none) return 1;
+    if (c->record_tape != api.true_ || !RECORDER) return 0;
+    c->record = 1;
+    c->tape = t;
     return 1;
 }
 
@@ -1593,13 +1610,205 @@ static int pack_adjoint(call_t *c) {
     return 1;
 }
 
+/* ------------------------------------------------------------------ recording, natively */
+
+/* The common recorded launch, as Tape._record_plain_launch takes it, recorded here without a
+   Python call: a different plain tapegrad array (no framework link) per array parameter of a
+   kernel without struct parameters, nothing written that a differentiable record still needs
+   (the tape's live roots), no in-place step (the tape saves those: the recorder). The tape
+   field (hooks.tape_field) holds (pending list, live roots dict): the record's values are
+   appended to the list as one tuple (kernel, dim, inputs, outputs, device, stream, block_dim,
+   max_blocks, differentiable), which the tape turns into a LaunchRecord when next read
+   (Tape._drain), and each array whose values its adjoint reads joins its memory root's set of
+   live keys at once, so the next launch's check sees it. */
+#define R_ARRAY 1
+#define R_BEFORE 2
+#define R_AFTER 4
+#define R_WRITES 8
+
+typedef struct { PyObject *a; uintptr_t root; int rec; } rec_arg_t;
+
+/* the kernel's record plan (hooks.record_plan), asked once per plan; 0: none (a struct parameter) */
+static int record_plan(call_t *c) {
+    plan_t *p = c->p;
+    if (p->rec_state == 0) {
+        p->rec_state = -1;
+        PyObject *r = RECORD_PLAN ? api.vectorcall(RECORD_PLAN, &c->kernel, 1, NULL) : NULL;
+        if (!r) api.err_clear();
+        else if (TYPE(r) == api.t_tuple && api.tuple_size(r) == p->n) {
+            for (int i = 0; i < p->n; i++) {
+                long long f = 0;
+                tuple_int(r, i, &f);
+                p->p[i].rec = (int)f;
+            }
+            p->rec_state = 1;
+        }
+        xdecref(r);
+    }
+    return p->rec_state == 1;
+}
+
+/* tape_saves.memory_root of plain array ``a``: up the owners while they are plain arrays; 0
+   for the recorder (an owner that is an array subclass, an unreadable field) */
+static uintptr_t memory_root(PyObject *a) {
+    for (int depth = 0; depth < 256; depth++) {
+        PyObject *o = attr(a, S_OWNER_FIELD);
+        if (!o) return 0;
+        api.decref(o);              /* the array holds its owner */
+        if (TYPE(o) == T_ARRAY) { a = o; continue; }
+        int sub = o == api.none ? 0 : api.isinstance(o, T_ARRAY);
+        if (sub != 0) { api.err_clear(); return 0; }
+        return (uintptr_t)a;
+    }
+    return 0;
+}
+
+/* 1 when memory root ``root`` has live keys in the tape's dict (a differentiable record still
+   needs values there), 0 when not, -1 when unreadable */
+static int root_live(PyObject *live, uintptr_t root) {
+    PyObject *key = api.long_from_ll((long long)root);
+    if (!key) { api.err_clear(); return -1; }
+    PyObject *keys = api.dict_getitem(live, key);      /* borrowed; NULL: absent */
+    api.decref(key);
+    if (!keys) return 0;
+    Py_ssize_t n = api.set_size(keys);
+    if (n < 0) { api.err_clear(); return -1; }
+    return n > 0;
+}
+
+/* the launch's plain arrays and whether it is differentiable (Tape._differentiable over them);
+   -1 for the recorder (a subclass, a linked array, an array passed twice) */
+static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
+    int diff = 0;
+    *na = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!(c->p->p[i].rec & R_ARRAY)) continue;
+        PyObject *a = c->args[i];
+        if (TYPE(a) != T_ARRAY) {
+            int sub = api.isinstance(a, T_ARRAY);
+            if (sub != 0) { api.err_clear(); return -1; }
+            continue;
+        }
+        PyObject *link = attr(a, S_LINK_FIELD), *g = link ? attr(a, S_GRAD_FIELD) : NULL;
+        xdecref(link); xdecref(g);  /* the array holds both */
+        if (!g || link != api.none) return -1;
+        diff |= g != api.none;
+        for (int j = 0; j < *na; j++)
+            if (ra[j].a == a) return -1;
+        ra[*na].a = a;
+        ra[*na].rec = c->p->p[i].rec;
+        ra[*na].root = 0;
+        (*na)++;
+    }
+    if (!diff) return 0;
+    PyObject *eb = attr(c->kernel, S_ENABLE_BACKWARD);
+    xdecref(eb);
+    if (eb != api.true_ && eb != api.false_) return -1;
+    return eb == api.true_;
+}
+
+/* Tape._record_plain_launch's checks: 1 when the launch is one recorded here (nothing changed
+   yet), 0 for the recorder; each array's memory root filled in */
+static int record_checks(PyObject *live, rec_arg_t *ra, int na, int diff) {
+    uintptr_t written[MAXP];
+    int nw = 0;
+    for (int k = 0; k < na; k++) {
+        ra[k].root = memory_root(ra[k].a);
+        if (!ra[k].root) return 0;
+        int r = ra[k].rec;
+        if (!(r & R_WRITES)) continue;
+        if (diff && (r & (R_AFTER | R_BEFORE))) return 0;   /* reads back, or in place: saves */
+        for (int j = 0; j < nw; j++)
+            if (written[j] == ra[k].root) return 0;         /* two views of one allocation written */
+        written[nw++] = ra[k].root;
+        if (root_live(live, ra[k].root) != 0) return 0;     /* values a record still needs */
+    }
+    for (int k = 0; k < na && nw; k++) {
+        if (!diff || !(ra[k].rec & R_BEFORE) || (ra[k].rec & R_WRITES)) continue;
+        for (int j = 0; j < nw; j++)
+            if (written[j] == ra[k].root) return 0;         /* writes a view of what it reads */
+    }
+    return 1;
+}
+
+/* a tuple of args[lo:hi] (``seq`` itself when it is that tuple); a new reference or NULL */
+static PyObject *args_tuple(call_t *c, PyObject *seq, int lo, int hi) {
+    if (TYPE(seq) == api.t_tuple) { api.incref(seq); return seq; }
+    PyObject *t = api.tuple_new(hi - lo);
+    if (!t) { api.err_clear(); return NULL; }
+    for (int i = lo; i < hi; i++) { api.incref(c->args[i]); api.tuple_setitem(t, i - lo, c->args[i]); }
+    return t;
+}
+
+/* the pending record's tuple (a new reference, NULL when one could not be made) */
+static PyObject *record_tuple(call_t *c, int diff) {
+    PyObject *dim = c->dim, *t;
+    if (TYPE(dim) == api.t_int) {
+        dim = api.tuple_new(1);
+        if (!dim) { api.err_clear(); return NULL; }
+        api.incref(c->dim);
+        api.tuple_setitem(dim, 0, c->dim);
+    } else {
+        api.incref(dim);
+    }
+    PyObject *in = args_tuple(c, c->inputs, 0, (int)c->nin);
+    PyObject *out = in ? args_tuple(c, c->outputs, (int)c->nin, c->n) : NULL;
+    t = out ? api.tuple_new(9) : NULL;
+    if (!t) { api.err_clear(); api.decref(dim); xdecref(in); xdecref(out); return NULL; }
+    PyObject *items[9] = {c->kernel, dim, in, out, c->dev, c->stream, c->block_dim, c->max_blocks,
+                          diff ? api.true_ : api.false_};
+    for (int i = 0; i < 9; i++) {
+        if (i != 1 && i != 2 && i != 3) api.incref(items[i]);   /* dim, in, out: references made here */
+        api.tuple_setitem(t, i, items[i]);
+    }
+    return t;
+}
+
+/* each array whose values the adjoint reads joins its root's live keys (id(array)) */
+static void record_live(PyObject *live, const rec_arg_t *ra, int na) {
+    for (int k = 0; k < na; k++) {
+        if ((ra[k].rec & (R_BEFORE | R_WRITES)) != R_BEFORE) continue;
+        PyObject *key = api.long_from_ll((long long)ra[k].root);
+        PyObject *id = api.long_from_ll((long long)(uintptr_t)ra[k].a);
+        PyObject *keys = key ? api.dict_getitem(live, key) : NULL;
+        if (key && id && !keys && (keys = api.set_new(NULL)) != NULL) {
+            if (api.dict_setitem(live, key, keys) < 0) api.err_clear();
+            api.decref(keys);       /* the dict holds it (else keys is dropped: set_add below fails) */
+            keys = api.dict_getitem(live, key);
+        }
+        if (!keys || !id || api.set_add(keys, id) < 0) api.err_clear();
+        xdecref(key); xdecref(id);
+    }
+}
+
+/* 1: recorded here; 0: the recorder (hooks.record) records it */
+static int native_record(call_t *c) {
+    if (!S_TAPE_FIELD || !record_plan(c)) return 0;
+    PyObject *st = attr(c->tape, S_TAPE_FIELD);
+    if (!st) return 0;
+    keep(&c->refs, st);
+    if (TYPE(st) != api.t_tuple || api.tuple_size(st) != 2) return 0;
+    PyObject *pending = api.tuple_getitem(st, 0), *live = api.tuple_getitem(st, 1);
+    if (!pending || !live || TYPE(pending) != api.t_list || TYPE(live) != api.t_dict) { api.err_clear(); return 0; }
+    rec_arg_t ra[MAXP];
+    int na = 0, diff = record_arrays(c, ra, &na);
+    if (diff < 0 || !record_checks(live, ra, na, diff)) return 0;
+    PyObject *rec = record_tuple(c, diff);
+    if (!rec) return 0;
+    int ok = api.list_append(pending, rec);
+    api.decref(rec);
+    if (ok < 0) { api.err_clear(); return 0; }
+    if (diff) record_live(live, ra, na);
+    return 1;
+}
+
 /* Under a recording tape: the record, before the launch (the tape saves what the launch
    overwrites). Nothing may pass the launch to the Python path once it is recorded (it would
    record it again), except a driver error, which leaves a record of a launch that ran on
    neither path (the Python path raises it). */
 static int record_call(call_t *c, void **prev_ctx, int *restore_ctx) {
     *restore_ctx = 0;
-    if (!c->record) return 1;
+    if (!c->record || native_record(c)) return 1;
     PyObject *rargs[8] = {c->kernel, c->dim, c->inputs, c->outputs, c->dev, c->stream, c->block_dim,
                           c->max_blocks};
     PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);

@@ -14,8 +14,13 @@ one adjoint argument per parameter, as ``launch`` builds them: an array's ``.gra
 (or the adjoint buffer given, a tapegrad array or an object its packer takes), a NULL
 descriptor where there is none, a zeroed slot for a scalar, vector, matrix or struct.
 
-Under a recording tape it packs the arguments, then calls back into Python to record the
-launch (``Tape.record``, which saves what the launch overwrites), then launches.
+Under a recording tape it packs the arguments and records the common launch itself (a plain
+array per array parameter, nothing overwritten that the tape still needs, no in-place step:
+``Tape._record_plain_launch``'s checks, in C): it appends the record's values to the tape's
+pending list and the arrays the adjoint reads to its live memory roots
+(``recording.PENDING_FIELD``); the tape makes the ``LaunchRecord`` when next read. Any other
+launch calls back into Python to record it (``Tape.record``, which saves what the launch
+overwrites). Then it launches.
 
 Whatever it does not take (an open CPU capture, debug builds, a wrong dtype
 or count, a read-only array written, a scalar out of range, an unknown object, a kernel
@@ -77,7 +82,8 @@ _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", 
               "PyErr_Clear", "PyTuple_Size", "PyTuple_GetItem", "PyList_Size", "PyList_GetItem", "PyTuple_New",
               "PyTuple_SetItem", "PyDict_GetItem", "PyCapsule_New", "PyCapsule_GetPointer", "PyEval_SaveThread",
               "PyEval_RestoreThread", "PyCFunction_NewEx", "PyUnicode_InternFromString",
-              "PyLong_AsUnsignedLongLong", "PyUnicode_AsUTF8AndSize",
+              "PyLong_AsUnsignedLongLong", "PyUnicode_AsUTF8AndSize", "PySet_New", "PySet_Add", "PySet_Size",
+              "PyDict_SetItem", "PyList_Append",
               "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>",
               "<str>", "<dict>")
 _OBJS = {"<None>": None, "<True>": True, "<False>": False, "<NotImplemented>": NotImplemented, "<float>": float,
@@ -167,10 +173,10 @@ class NativeHooks:
         infer_device: ``fn(device, stream, args) -> Device``, launch's device rule, asked where
             no tapegrad array, ``device=`` or ``stream=`` places a launch.
         array_fields: the names of the ``array`` fields the helper reads, as the array module
-            names them: ``descriptor()``'s cache, the gradient field and the link field
-            (``array.DESCRIPTOR_CACHE``, ``GRAD_FIELD``, ``LINK_FIELD``: the gradient field is
-            ``.grad``'s value whenever it is set and the link field is None; else the helper
-            asks ``.grad``).
+            names them: ``descriptor()``'s cache, the gradient field, the link field and the
+            owner field (``array.DESCRIPTOR_CACHE``, ``GRAD_FIELD``, ``LINK_FIELD``,
+            ``OWNER_FIELD``: the gradient field is ``.grad``'s value whenever it is set and the
+            link field is None; else the helper asks ``.grad``).
         max_size: the largest grid the helper launches (larger ones take the Python path).
         float_types, int_types: numpy's scalar types taken for float / integer parameters.
         record: ``fn(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks)``,
@@ -182,6 +188,12 @@ class NativeHooks:
         checked_type: ``storage.CheckedDesc``: an array's descriptor of this type is used only
             while its ``check_fn()`` returns its ``check_ptr``, else the launch takes the Python
             path, which raises (None: no such descriptors).
+        record_plan: ``fn(kernel) -> tuple or None``: per parameter, the flags the helper
+            records a launch from itself (1 an array, 2 read before a write, 4 read after one,
+            8 written), asked once per kernel (None: always through ``record``).
+        tape_field: the recording tape's attribute (``recording.PENDING_FIELD``) holding its
+            pending records and live memory roots; the common launch is recorded there
+            without a Python call (None: always through ``record``).
     """
 
     kernel_type: type
@@ -200,6 +212,8 @@ class NativeHooks:
     record: Optional[Callable] = None
     cai_kind: Optional[Callable] = None
     checked_type: Optional[type] = None
+    record_plan: Optional[Callable] = None
+    tape_field: Optional[str] = None
 
 
 def load(hooks: NativeHooks):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.recording import PENDING_FIELD
 from tests.core.test_fast_launch import Params, counted, native_helper  # noqa: F401
 
 N = 8
@@ -104,10 +105,16 @@ def _state(tape, arrays):
         gradients=sorted(name(a) for a in tape.gradients))
 
 
-def _run(make, device, general, save=True):
+def _run(make, device, general, save=True, native=True):
+    """The launches recorded on a new tape: through the general path alone (``general``), else
+    through the common-case paths where they apply (the native helper's record unless
+    ``native`` is False, and ``_record_plain_launch``); ``plain`` says per launch whether a
+    common-case path took it."""
     launches, arrays, out = make(device)
     tape = tg.Tape(save_overwritten=save)
     plain = []
+    if general or not native:
+        setattr(tape, PENDING_FIELD, None)     # the native helper records through Tape.record
     if general:
         tape._record_plain_launch = lambda rec, index: False
     else:
@@ -116,7 +123,10 @@ def _run(make, device, general, save=True):
     with tape, warnings.catch_warnings():
         warnings.simplefilter("ignore", tg.TapeWarning)   # save=False: the general path warns
         for k, ins, outs in launches:
+            n, pending = len(plain), len(tape._pending)
             tg.launch(k, N, inputs=ins, outputs=outs)
+            if len(plain) == n:                 # recorded natively: one more pending record
+                plain.append(len(tape._pending) == pending + 1)
     state = _state(tape, arrays)
     if out is not None:
         tape.backward(grads={out: tg.full(N, 1.0, dtype=float, device=device)})
@@ -125,9 +135,10 @@ def _run(make, device, general, save=True):
 
 
 @pytest.mark.parametrize("make", SCENARIOS, ids=lambda f: f.__name__)
-def test_the_common_case_path_leaves_the_general_paths_state(device, make):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_the_common_case_path_leaves_the_general_paths_state(device, make, native):
     _run(make, device, True)     # compiles and registers the modules
-    fast = _run(make, device, False)
+    fast = _run(make, device, False, native=native)
     slow = _run(make, device, True)
     assert fast[:3] == slow[:3]
     # inplace: y is saved, then x, read by the first launch, is overwritten (general path);

@@ -1,0 +1,182 @@
+"""The native helper records the common launch itself (issue 30 item 3: ``fastlaunch.c``'s
+``native_record``, the tape's pending records made into ``LaunchRecord``s by ``Tape._drain``).
+Property test: any program of launches (plain, in place, aliased, over views, with and without
+gradients), host fills and reads of ``tape.gradients`` leaves the same tape (records, live
+reads, saves, gradients), the same values and gradients and the same errors whether the helper
+records or every launch goes through ``Tape.record`` (the Python reference). Float64 references:
+closed forms."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tapegrad.launch import fastlaunch
+from tapegrad.recording import PENDING_FIELD
+
+N = 8
+
+
+@tg.kernel
+def k_sq(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = x[i] * x[i] + 1.0
+
+
+@tg.kernel
+def k_inplace(x: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    x[i] = x[i] * x[i]
+
+
+@tg.kernel
+def k_pair(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64), z: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    z[i] = x[i] * y[i]
+
+
+@tg.kernel
+def k_readback(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = x[i] * 2.0
+    y[i] = y[i] * y[i]
+
+
+KERNELS = {"sq": (k_sq, 1), "inplace": (k_inplace, 0), "pair": (k_pair, 2), "readback": (k_readback, 1)}
+ARITY = {"sq": 2, "inplace": 1, "pair": 3, "readback": 2}
+POOL = 6     # three arrays, the two halves of a fourth, the fourth (few: programs often reuse one)
+
+
+def _pool(device, grads):
+    arrays = [tg.array(np.linspace(0.5 + k, 1.5 + k, N), dtype=tg.float64, device=device, requires_grad=g)
+              for k, g in enumerate(grads[:3])]
+    base = tg.array(np.linspace(-1.0, 1.0, 2 * N), dtype=tg.float64, device=device, requires_grad=grads[3])
+    return arrays + [base[:N], base[N:], base], arrays + [base]
+
+
+def _namer(named):
+    ids = {id(a): k for k, a in enumerate(named)}
+    return lambda a: ids.get(id(a), -1)
+
+
+def _state(tape, named):
+    name = _namer(named)
+    return dict(
+        records=[(type(r).__name__, getattr(getattr(r, "kernel", None), "key", None), getattr(r, "dim", None),
+                  tuple(map(name, getattr(r, "inputs", ()))), tuple(map(name, getattr(r, "outputs", ()))),
+                  getattr(r, "device", None), getattr(r, "stream", None), getattr(r, "block_dim", None))
+                 for r in tape.launches],
+        live=sorted((name(k_a[2]), k_a[0], k_a[1]) for k_a in tape._live.values()),
+        roots=sorted(len(v) for v in tape._live_roots.values()),
+        saves={i: [(name(s.array), s.before_adjoint) for s in v] for i, v in tape._saves.items()},
+        gradients=[name(a) for a in tape.gradients],
+        dot=tape.visualize().count("->"))
+
+
+def _run(device, program, grads, save, strict, native):
+    """Runs ``program`` on a new tape; returns (events, tape state, values, gradients)."""
+    args, owned = _pool(device, grads)
+    named = owned + args[3:5]
+    label = _namer(named)
+    tape = tg.Tape(save_overwritten=save)
+    if not native:
+        setattr(tape, PENDING_FIELD, None)     # every launch through Tape.record (the reference)
+    events = []
+    old = tg.config.strict_tape
+    tg.config.strict_tape = strict
+    try:
+        with tape, warnings.catch_warnings():
+            warnings.simplefilter("ignore", tg.TapeWarning)
+            for op, which, picks in program:
+                try:
+                    if op == "launch":
+                        kernel, n_in = KERNELS[which]
+                        chosen = [args[p] for p in picks[:ARITY[which]]]
+                        tg.launch(kernel, N, inputs=chosen[:n_in], outputs=list(chosen[n_in:]), device=device)
+                    elif op == "fill":
+                        args[picks[0]].fill_(0.25)
+                    else:
+                        events.append([label(a) for a in tape.gradients])
+                    events.append("ok")
+                except RuntimeError as e:
+                    events.append(f"{type(e).__name__}: {e}")
+                    break
+        state = _state(tape, named)
+        seeds = {a: tg.full(a.shape, 1.0, dtype=tg.float64, device=device) for a in named if a.grad is not None}
+        tape.backward(grads=seeds)
+    finally:
+        tg.config.strict_tape = old
+    return events, state, [a.numpy().tobytes() for a in named], \
+        [None if a.grad is None else a.grad.numpy().tobytes() for a in named]
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("launch"), st.sampled_from(sorted(KERNELS)), st.lists(st.integers(0, POOL - 1), min_size=3,
+                                                                           max_size=3)),
+    st.tuples(st.just("fill"), st.just(""), st.lists(st.integers(0, POOL - 1), min_size=1, max_size=1)),
+    st.tuples(st.just("gradients"), st.just(""), st.just([])))
+
+
+@pytest.fixture
+def warmed(device):
+    """The kernels' modules registered with the helper (a kernel's first launch is a Python one)."""
+    args, _ = _pool(device, [True] * 4)
+    for _ in range(2):
+        tg.launch(k_sq, N, inputs=[args[0]], outputs=[args[1]], device=device)
+        tg.launch(k_inplace, N, outputs=[args[0]], device=device)
+        tg.launch(k_pair, N, inputs=[args[0], args[1]], outputs=[args[2]], device=device)
+        tg.launch(k_readback, N, inputs=[args[0]], outputs=[args[1]], device=device)
+    return device
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(program=st.lists(_OPS, min_size=1, max_size=7), grads=st.lists(st.booleans(), min_size=4, max_size=4),
+       save=st.booleans(), strict=st.booleans())
+def test_native_record_matches_the_python_record(warmed, program, grads, save, strict):
+    native = _run(warmed, program, grads, save, strict, True)
+    python = _run(warmed, program, grads, save, strict, False)
+    assert native[0] == python[0]
+    assert native[1] == python[1]
+    assert native[2] == python[2]
+    assert native[3] == python[3]
+
+
+def test_a_chain_is_recorded_natively_and_backward_is_exact(warmed):
+    """A chain of plain launches: recorded without Tape.record (pending, made LaunchRecords when
+    read), and the gradient is the closed form's."""
+    device = warmed
+    x0 = np.linspace(0.1, 0.9, N)
+    x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
+    y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
+    z = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    calls = []
+    record = tape.record
+    tape.record = lambda rec: calls.append(rec) or record(rec)
+    with tape:
+        tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
+        tg.launch(k_sq, N, inputs=(y,), outputs=(z,), device=device)
+    if fastlaunch.error() is None:
+        assert calls == [] and len(tape._pending) == 2          # recorded natively
+    recs = tape.launches
+    assert [r.kernel for r in recs] == [k_sq, k_sq] and tape._pending == []
+    assert recs[0].inputs == (x,) and recs[0].outputs == (y,) and recs[1].inputs[0] is y
+    assert recs[0].dim == (N,) and recs[0].device == tg.get_device(device)
+    tape.backward(grads={z: tg.full(N, 1.0, dtype=tg.float64, device=device)})
+    yv = x0 * x0 + 1.0
+    np.testing.assert_allclose(x.grad.numpy(), 2 * yv * 2 * x0, rtol=1e-13)
+
+
+def test_the_inputs_list_changed_after_the_launch_leaves_the_record(warmed):
+    """The record holds the arguments as launched (tuples), not the caller's lists."""
+    device = warmed
+    x, y, w = (tg.full(N, 1.0, dtype=tg.float64, device=device, requires_grad=True) for _ in range(3))
+    ins, outs = [x], [y]
+    with tg.Tape() as tape:
+        tg.launch(k_sq, N, inputs=ins, outputs=outs, device=device)
+    ins[0], outs[0] = w, w
+    assert tape.launches[0].inputs == (x,) and tape.launches[0].outputs == (y,)
