@@ -92,6 +92,17 @@ class HostValue(np.ndarray):
     def __ne__(self, other):
         return not self.__eq__(other)
 
+    # a % b with C's semantics (the sign of a), as Warp's kernels and host values
+    def __mod__(self, other):
+        return np.fmod(self, other)
+
+    def __rmod__(self, other):
+        return np.fmod(other, self)
+
+    def __imod__(self, other):
+        np.fmod(self, other, out=self)
+        return self
+
     def __mul__(self, other):
         if _is_scalar(other):
             return super().__mul__(other)

@@ -375,3 +375,14 @@ def test_empty_slices_are_zero_length_values():
     out = tg.zeros(2, dtype=tg.int32)
     tg.launch(empty_slices, dim=1, inputs=[out])
     assert out.numpy().tolist() == [1, 1]
+
+
+def test_host_values_slice_like_kernels():
+    """The same slices and ``%`` on host values give what kernels give (C's fmod, empty values equal)."""
+    v = tg.vec4(-7.0, 21.0, 16.0, 51.0)
+    v[:] %= tg.vec4(32.0, 33.0, 34.0, 35.0)
+    assert v == tg.vec4(-7.0, 21.0, 16.0, 16.0)
+    assert (tg.vec2(-5.0, 5.0) % 3.0) == tg.vec2(-2.0, 2.0)
+    m = tg.mat33(*range(9))
+    assert m[5:] == mat00() and m[:, 3:] == mat00() and v[123:] == vec0()
+    assert not (m == tg.mat22())
