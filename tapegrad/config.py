@@ -1,9 +1,11 @@
 """Global switches (``tg.config``): read by the compiler, the launch path and the tape.
 
-This module sits in the lowest layer (it imports nothing of tapegrad), so every layer can
-read it: the kernel compiler reads ``mode``, the tape reads ``strict_tape``.
+This module sits in the lowest layer (it imports only ``hostvalues``, below it), so every
+layer can read it: the kernel compiler reads ``mode``, the tape reads ``strict_tape``.
 """
 from __future__ import annotations
+
+from .hostvalues import legacy_scalars, set_legacy_scalars
 
 __all__ = ["config", "Config", "MODES", "check_mode", "add_mode_listener"]
 
@@ -36,6 +38,9 @@ class Config:
             ``logging`` itself; ``True``: also details (the generated source's path in the kernel
             cache, the native helpers loaded); ``False``: nothing.
         quiet: ``True`` says nothing, whatever ``verbose`` is (Warp's name).
+        legacy_scalar_return_types: ``True`` makes a component read from a host vector or
+            matrix (``v[0]``, ``m[0, 1]``) a Python ``float``/``int``; ``False`` (default): a
+            NumPy scalar of the type (Warp's switch of the same name).
 
     Other attributes may be set freely, as on Warp's ``wp.config`` module (code written for
     Warp that sets other switches keeps working); tapegrad reads only the ones above.
@@ -59,6 +64,14 @@ class Config:
             self._mode = value
             for fn in list(_LISTENERS):
                 fn()
+
+    @property
+    def legacy_scalar_return_types(self) -> bool:
+        return legacy_scalars()
+
+    @legacy_scalar_return_types.setter
+    def legacy_scalar_return_types(self, value) -> None:
+        set_legacy_scalars(bool(value))   # the host values read it (tapegrad.hostvalues)
 
     def __repr__(self):
         return (f"Config(mode={self._mode!r}, strict_tape={self.strict_tape!r}, verbose={self.verbose!r}, "

@@ -18,6 +18,20 @@ import numpy as np
 
 __all__ = ["HostValue", "value_class", "set_resolver"]
 
+_LEGACY_SCALARS = [False]   # Warp's config.legacy_scalar_return_types (set_legacy_scalars)
+
+
+def set_legacy_scalars(on: bool) -> None:
+    """Components read from a value (``v[0]``, ``m[0, 1]``) as Python ``float``/``int`` (True,
+    Warp's ``config.legacy_scalar_return_types``) or as NumPy scalars of the type (False)."""
+    _LEGACY_SCALARS[0] = bool(on)
+
+
+def legacy_scalars() -> bool:
+    """Whether components are read as Python numbers (``set_legacy_scalars``)."""
+    return _LEGACY_SCALARS[0]
+
+
 _RESOLVER = [None]   # (shape, numpy dtype) -> value class or None; set by tapegrad.types
 
 
@@ -43,9 +57,12 @@ class HostValue(np.ndarray):
         return _typed(arr, type(self))
 
     def _check_key(self, key):
-        """Keys Warp's values refuse with a KeyError (strings, floats; more indices than a matrix
-        has); ints, slices, pairs, ``...``, ``None`` (a new axis: numpy's own functions use it)
-        and numpy's index arrays (masks) pass."""
+        """Keys Warp's values refuse with a KeyError (None, strings, floats; more indices than a
+        matrix has); ints, slices, pairs, ``...``, ``None`` inside a tuple (a new axis: numpy's
+        own functions use it) and numpy's index arrays (masks) pass."""
+        if key is None:
+            raise KeyError("Invalid key None, expected int or pair of ints" if self.ndim == 2 else
+                           "Invalid key None, expected int or slice")
         mat = self.ndim == 2
         items = key if isinstance(key, tuple) else (key,)
         if mat and len(items) > 2 and not any(k is None or k is Ellipsis for k in items):
@@ -75,8 +92,11 @@ class HostValue(np.ndarray):
         r = super().__getitem__(key)
         if isinstance(r, np.ndarray):
             if r.ndim == 0:
-                return r[()]
-            return _typed(r, None)
+                r = r[()]
+            else:
+                return _typed(r, None)
+        if _LEGACY_SCALARS[0] and isinstance(r, np.generic):
+            return r.item()   # Warp's legacy_scalar_return_types: a Python float/int
         return r
 
     def __eq__(self, other):
@@ -132,7 +152,13 @@ class HostValue(np.ndarray):
         return str(rows)
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.view(np.ndarray).tolist()})"
+        # Warp's: float32/int32 components as Python numbers, the others with their type's name
+        # (vec4d([float64(1.0), ...])); a matrix as its rows
+        items = self.view(np.ndarray).tolist()
+        name = self.dtype.name
+        if name not in ("float32", "int32", "bool") and self.ndim == 1:
+            items = "[" + ", ".join(f"{name}({x!r})" for x in items) + "]"
+        return f"{type(self).__name__}({items})"
 
     def __reduce__(self):   # pickles as its type's value (numpy's would lose the class)
         return (_rebuild, (type(self).tg_type, self.view(np.ndarray).copy()))

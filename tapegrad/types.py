@@ -225,6 +225,19 @@ class _Composite:
             "vector" if isinstance(self, VectorType) else "matrix")
         return (_composite_named, (kind, self.inner_shape, self.scalar.name))
 
+    def from_ptr(self, ptr: int):
+        """A value of this type copied from the memory at address ``ptr`` (Warp's ``from_ptr``;
+        16-bit floats are read as their bits).
+
+        Raises:
+            RuntimeError: ``ptr`` is 0 (Warp's "NULL pointer exception").
+        """
+        if not ptr:
+            raise RuntimeError("NULL pointer exception")
+        flat = np.empty(self.length, dtype=self.np_dtype)
+        ctypes.memmove(flat.ctypes.data, int(ptr), flat.nbytes)
+        return flat.reshape(self.inner_shape).view(self.value_class)
+
     def __instancecheck__(self, obj) -> bool:
         """``isinstance(v, tg.vec3)``: whether ``v`` is a host value of this type."""
         return isinstance(obj, self.value_class)

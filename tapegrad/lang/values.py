@@ -100,7 +100,7 @@ def constant(x):
 
     Args:
         x: a number (bool, int, float, NumPy scalar) or a vector/matrix value (``tg.vec3(...)``,
-            a 1-D or 2-D NumPy array or nested list of numbers).
+            a 1-D or 2-D NumPy array); a list or tuple is refused, as Warp refuses it.
     Returns:
         ``x`` for a number; for a vector/matrix a read-only copy (changing it raises instead of
         being silently ignored by compiled kernels).
@@ -109,7 +109,10 @@ def constant(x):
     """
     if isinstance(x, (bool, int, float, np.bool_, np.number)):
         return x
-    if isinstance(x, (np.ndarray, list, tuple)):
+    if isinstance(x, (list, tuple)):   # Warp's refusal: a vector needs its type (tg.vec3(...))
+        raise TypeError(f"tg.constant(x): a vector or matrix constant is a value of its type (tg.vec3(...), "
+                        f"tg.types.matrix(...)(...)) or a NumPy array; Invalid constant type: {type(x)}")
+    if isinstance(x, np.ndarray):
         try:
             a = np.array(x, subok=True)   # a host value (tg.quat(...)) keeps its type
         except ValueError as e:   # ragged nesting

@@ -574,7 +574,9 @@ def test_value_errors_are_warps():
     v = tg.vec3i(1, 2, 3)
     with pytest.raises(KeyError, match="Invalid key 1.5, expected int or slice"):
         v[1.5]
-    assert v[None].shape == (1, 3)      # numpy's new axis (numpy's own functions use it), not Warp's KeyError
+    with pytest.raises(KeyError, match="Invalid key None, expected int or slice"):
+        v[None]                         # Warp's KeyError; a None inside a tuple (numpy's new axis) passes
+    assert v[None, :].shape == (1, 3) and np.stack([v, v]).shape == (2, 3)
     with pytest.raises(TypeError, match="Expected to assign a `int32` value but got `str` instead"):
         v[0] = "123.0"
     with pytest.raises(TypeError, match="a sequence of `int32` values but got `vec3i` instead"):

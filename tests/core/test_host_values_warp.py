@@ -1,0 +1,62 @@
+"""Host vector/matrix values as Warp's tests pin them: repr, refused keys, from_ptr, the legacy
+scalar switch, and wp.constant's refusal of tuples and lists."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+def test_repr_names_non_default_component_types():
+    assert repr(tg.vec2i(1, 2)) == "vec2i([1, 2])"
+    assert repr(tg.vec3f(1.0, 2.0, 3.0)) == "vec3f([1.0, 2.0, 3.0])"
+    assert repr(tg.vec4d(1.0, 2.0, 3.0, 4.0)) == "vec4d([float64(1.0), float64(2.0), float64(3.0), float64(4.0)])"
+    assert repr(tg.types.vector(3, tg.int16)(1, 2, 3)) == "vec3s([int16(1), int16(2), int16(3)])"
+    assert str(tg.vec4d(1.0, 2.0, 3.0, 4.0)) == "[1.0, 2.0, 3.0, 4.0]"
+
+
+def test_none_key_is_a_key_error():
+    with pytest.raises(KeyError, match="Invalid key None, expected int or slice"):
+        tg.vec3(1, 2, 3)[None]
+    with pytest.raises(KeyError, match="Invalid key None, expected int or pair of ints"):
+        tg.mat22(1, 2, 3, 4)[None]
+    m = tg.mat22(1, 2, 3, 4)
+    with pytest.raises(KeyError, match="Invalid key None"):
+        m[None] = 0
+    # numpy's own functions (a None inside a tuple: a new axis) keep working
+    assert np.atleast_2d(tg.vec3(1, 2, 3)).shape == (1, 3)
+    np.testing.assert_array_equal(np.cross(tg.vec3(1, 0, 0), tg.vec3(0, 1, 0)), [0, 0, 1])
+
+
+def test_from_ptr_copies_the_components():
+    src = np.array([1.5, -2.0, 3.25, 4.0], dtype=np.float64)
+    m = tg.mat22d.from_ptr(src.ctypes.data)
+    assert isinstance(m, tg.mat22d) and m == tg.mat22d(1.5, -2.0, 3.25, 4.0)
+    src[0] = 9.0
+    assert m[0, 0] == 1.5   # a copy
+    h = np.array([0.5, 1.0, 2.0], dtype=np.float16)
+    assert tg.vec3h.from_ptr(h.ctypes.data) == tg.vec3h(0.5, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="NULL pointer exception"):
+        tg.vec3.from_ptr(0)
+
+
+def test_legacy_scalar_return_types():
+    assert tg.config.legacy_scalar_return_types is False
+    assert isinstance(tg.vec3h(1, 2, 3)[0], np.float16)
+    try:
+        tg.config.legacy_scalar_return_types = True
+        assert type(tg.vec3h(1.0, 2.0, 3.0)[0]) is float
+        assert type(tg.types.vector(3, tg.int16)(1, 2, 3)[1]) is int
+        assert type(tg.mat22d(1, 2, 3, 4)[0, 0]) is float
+    finally:
+        tg.config.legacy_scalar_return_types = False
+    assert isinstance(tg.mat22d(1, 2, 3, 4)[0, 0], np.float64)
+
+
+def test_constant_refuses_tuples_and_lists():
+    with pytest.raises(TypeError, match=r"Invalid constant type: <class 'tuple'>$"):
+        tg.constant((1, 2, 3))
+    with pytest.raises(TypeError, match=r"Invalid constant type: <class 'list'>$"):
+        tg.constant([1.0, 2.0])
+    assert tg.constant(tg.vec3i(1, 2, 3)) == tg.vec3i(1, 2, 3)
