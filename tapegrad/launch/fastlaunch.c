@@ -43,7 +43,7 @@ enum { A_INCREF, A_DECREF, A_GETATTR, A_SETATTR, A_RICHCMP_BOOL, A_ISINSTANCE, A
        A_ERR_OCCURRED, A_ERR_CLEAR, A_TUPLE_SIZE, A_TUPLE_GETITEM, A_LIST_SIZE, A_LIST_GETITEM,
        A_TUPLE_NEW, A_TUPLE_SETITEM, A_DICT_GETITEM, A_CAP_NEW, A_CAP_GETPTR, A_SAVE_THREAD,
        A_RESTORE_THREAD, A_CFUNC_NEW, A_INTERN, A_LONG_AS_ULL, A_UNICODE_UTF8,
-       A_SET_NEW, A_SET_ADD, A_SET_SIZE, A_DICT_SETITEM, A_LIST_APPEND,
+       A_SET_NEW, A_SET_ADD, A_SET_SIZE, A_DICT_SETITEM, A_LIST_APPEND, A_GENERIC_GETDICT,
        A_NONE, A_TRUE, A_FALSE, A_NOTIMPL, A_T_FLOAT, A_T_INT, A_T_BOOL, A_T_TUPLE, A_T_LIST, A_T_STR,
        A_T_DICT, A_COUNT };
 
@@ -82,6 +82,7 @@ static struct {
     Py_ssize_t (*set_size)(PyObject *);
     int (*dict_setitem)(PyObject *, PyObject *, PyObject *);
     int (*list_append)(PyObject *, PyObject *);
+    PyObject *(*generic_getdict)(PyObject *, void *);
     PyObject *none, *true_, *false_, *notimpl;
     PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str, *t_dict;
 } api;
@@ -625,6 +626,39 @@ static PyObject *attr(PyObject *o, PyObject *name) {
     return r;
 }
 
+/* Plain tapegrad arrays' fields read from the instance dict (tg_fl_set_dict_fields: the loader
+   checked that the array class defines them as plain class attributes, None or 0, that no
+   class in its MRO makes them descriptors, and that dtype and device are instance values):
+   a name missing from the dict is the class's default. Else through getattr. */
+static int DICT_FIELDS = 0;
+static PyObject *ZERO = NULL;   /* the class default of ``version`` */
+
+TG_EXPORT void tg_fl_set_dict_fields(int on) {
+    if (!ZERO) ZERO = api.long_from_ll(0);
+    DICT_FIELDS = on && ZERO;
+}
+
+/* the instance dict of plain array ``a`` (borrowed: the array holds it); NULL: getattr */
+static PyObject *array_dict(PyObject *a) {
+    if (!DICT_FIELDS) return NULL;
+    PyObject *d = api.generic_getdict(a, NULL);
+    if (!d) { api.err_clear(); return NULL; }
+    api.decref(d);
+    return TYPE(d) == api.t_dict ? d : NULL;
+}
+
+/* field ``name`` of plain array ``a`` (dict ``d`` from array_dict, or NULL), borrowed; a field
+   missing from the dict is ``dflt`` (the class default); NULL when unreadable */
+static PyObject *field(PyObject *a, PyObject *d, PyObject *name, PyObject *dflt) {
+    if (d) {
+        PyObject *v = api.dict_getitem(d, name);
+        return v ? v : dflt;
+    }
+    PyObject *v = attr(a, name);
+    if (v) api.decref(v);       /* the array (or its class) holds it */
+    return v;
+}
+
 static PyObject *call_method0(PyObject *o, PyObject *name) {
     PyObject *args[1] = {o};
     PyObject *r = api.callmethod(name, args, 1, NULL);
@@ -958,9 +992,8 @@ static int array_device(PyObject **args, int n, PyObject **out) {
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i], *t = TYPE(a);
         if (t == T_ARRAY) {
-            PyObject *dv = attr(a, S_DEVICE);
-            if (dv && dv != api.none) { *out = dv; return 1; }
-            xdecref(dv);
+            PyObject *dv = field(a, array_dict(a), S_DEVICE, NULL);
+            if (dv && dv != api.none) { api.incref(dv); *out = dv; return 1; }
             if (!dv) return 1;
         } else if (t == T_ARRAYCTYPE) {
             *out = attr(a, S_TG_DEVICE);
@@ -1059,11 +1092,11 @@ static int storage_ok(PyObject *d) {
 /* tapegrad array ``a``'s cached descriptor (a.descriptor()), kept alive through ``refs``; NULL
    for the Python path (which raises for a moved foreign storage). Otherwise unchecked: an
    adjoint's gradient buffer is used as launch.packers.grad_desc does */
-static desc_t *array_descriptor(PyObject *a, refs_t *refs) {
-    PyObject *d = attr(a, S_DESC);
+static desc_t *array_descriptor(PyObject *a, PyObject *fields, refs_t *refs) {
+    PyObject *d = field(a, fields, S_DESC, api.none);
     if (!d) return NULL;
-    if (d == api.none) {
-        api.decref(d);
+    if (d != api.none) api.incref(d);
+    else {
         PyObject *args[1] = {a};
         d = api.callmethod(S_DESCRIPTOR, args, 1, NULL);
         if (!d) { api.err_clear(); return NULL; }
@@ -1077,15 +1110,12 @@ static desc_t *array_descriptor(PyObject *a, refs_t *refs) {
 /* a tapegrad array's descriptor buffer for parameter ``pp`` (borrowed through ``refs``), NULL
    for the Python path */
 static desc_t *array_desc(param_t *pp, PyObject *a, PyObject *dev, refs_t *refs) {
-    PyObject *dt = attr(a, S_DTYPE);
-    if (!dt) return NULL;
-    api.decref(dt);             /* dtype objects live in the type tables; only identity matters */
-    if (dt != pp->dtype) return NULL;
-    PyObject *dv = attr(a, S_DEVICE);
-    if (!dv) return NULL;
-    api.decref(dv);             /* the array (kept alive by the caller) holds its device */
-    if (dv != dev) return NULL;
-    desc_t *desc = array_descriptor(a, refs);
+    PyObject *fields = array_dict(a);
+    PyObject *dt = field(a, fields, S_DTYPE, NULL);   /* dtype objects live in the type tables */
+    if (!dt || dt != pp->dtype) return NULL;
+    PyObject *dv = field(a, fields, S_DEVICE, NULL);  /* the array (kept alive by the caller) holds it */
+    if (!dv || dv != dev) return NULL;
+    desc_t *desc = array_descriptor(a, fields, refs);
     return desc && desc->ndim == pp->ndim ? desc : NULL;
 }
 
@@ -1575,7 +1605,7 @@ static void *adjoint_array(call_t *c, int i, PyObject *g) {
         return &c->gdesc[i];
     }
     if (g == api.none) return &c->zdesc;
-    if (TYPE(g) == T_ARRAY) return array_descriptor(g, &c->refs);
+    if (TYPE(g) == T_ARRAY) return array_descriptor(g, array_dict(g), &c->refs);
     return packer_desc(c, i, g, 0);   /* a buffer given as another object: its packer, as launch() */
 }
 
@@ -1652,9 +1682,8 @@ static int record_plan(call_t *c) {
    for the recorder (an owner that is an array subclass, an unreadable field) */
 static uintptr_t memory_root(PyObject *a) {
     for (int depth = 0; depth < 256; depth++) {
-        PyObject *o = attr(a, S_OWNER_FIELD);
+        PyObject *o = field(a, array_dict(a), S_OWNER_FIELD, api.none);   /* the array holds it */
         if (!o) return 0;
-        api.decref(o);              /* the array holds its owner */
         if (TYPE(o) == T_ARRAY) { a = o; continue; }
         int sub = o == api.none ? 0 : api.isinstance(o, T_ARRAY);
         if (sub != 0) { api.err_clear(); return 0; }
@@ -1689,8 +1718,8 @@ static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
             if (sub != 0) { api.err_clear(); return -1; }
             continue;
         }
-        PyObject *link = attr(a, S_LINK_FIELD), *g = link ? attr(a, S_GRAD_FIELD) : NULL;
-        xdecref(link); xdecref(g);  /* the array holds both */
+        PyObject *fields = array_dict(a), *link = field(a, fields, S_LINK_FIELD, api.none);
+        PyObject *g = link ? field(a, fields, S_GRAD_FIELD, api.none) : NULL;
         if (!g || link != api.none) return -1;
         diff |= g != api.none;
         for (int j = 0; j < *na; j++)
@@ -1853,18 +1882,14 @@ static int run_kernel(call_t *c, void *prev_ctx, int restore_ctx) {
 static void bump_versions(call_t *c) {
     for (int i = 0; i < c->n; i++) {
         if (!c->p->p[i].written || TYPE(c->args[i]) != T_ARRAY) continue;
-        PyObject *ver = attr(c->args[i], S_VERSION);
+        PyObject *a = c->args[i], *fields = array_dict(a);
+        PyObject *ver = field(a, fields, S_VERSION, ZERO);
         long long x;
-        if (ver && read_int(ver, &x)) {
-            PyObject *nv = api.long_from_ll(x + 1);
-            if (nv) {
-                if (api.setattr(c->args[i], S_VERSION, nv) < 0) api.err_clear();
-                api.decref(nv);
-            } else {
-                api.err_clear();
-            }
-        }
-        xdecref(ver);
+        if (!ver || !read_int(ver, &x)) continue;
+        PyObject *nv = api.long_from_ll(x + 1);
+        if (!nv) { api.err_clear(); continue; }
+        if ((fields ? api.dict_setitem(fields, S_VERSION, nv) : api.setattr(a, S_VERSION, nv)) < 0) api.err_clear();
+        api.decref(nv);
     }
 }
 

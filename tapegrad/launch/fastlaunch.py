@@ -83,7 +83,7 @@ _API_NAMES = ("Py_IncRef", "Py_DecRef", "PyObject_GetAttr", "PyObject_SetAttr", 
               "PyTuple_SetItem", "PyDict_GetItem", "PyCapsule_New", "PyCapsule_GetPointer", "PyEval_SaveThread",
               "PyEval_RestoreThread", "PyCFunction_NewEx", "PyUnicode_InternFromString",
               "PyLong_AsUnsignedLongLong", "PyUnicode_AsUTF8AndSize", "PySet_New", "PySet_Add", "PySet_Size",
-              "PyDict_SetItem", "PyList_Append",
+              "PyDict_SetItem", "PyList_Append", "PyObject_GenericGetDict",
               "<None>", "<True>", "<False>", "<NotImplemented>", "<float>", "<int>", "<bool>", "<tuple>", "<list>",
               "<str>", "<dict>")
 _OBJS = {"<None>": None, "<True>": True, "<False>": False, "<NotImplemented>": NotImplemented, "<float>": float,
@@ -153,6 +153,8 @@ def _build():
     lib.tg_fl_invalidate.restype = None
     lib.tg_fl_stats.argtypes = [_V]
     lib.tg_fl_stats.restype = None
+    lib.tg_fl_set_dict_fields.argtypes = [ctypes.c_int]
+    lib.tg_fl_set_dict_fields.restype = None
     lib.tg_fl_function.argtypes = [ctypes.c_int]
     lib.tg_fl_function.restype = _P
     return lib, table
@@ -230,12 +232,35 @@ def load(hooks: NativeHooks):
             _state["error"] = f"{type(e).__name__}: {e}"
             return None
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
+        lib.tg_fl_set_dict_fields(int(_dict_fields_ok(hooks.array_type, hooks.array_fields)))
         for args in _FOREIGN:
             _register_foreign(lib, *args)
         if _numpy_layout_ok() and not _state.get("numpy_off"):
             import numpy
             lib.tg_fl_set_ndarray(numpy.ndarray)
         return _state["fn"]
+
+
+_MISSING = object()
+
+
+def _dict_fields_ok(cls, fields) -> bool:
+    """Whether the helper may read a plain array's fields from its instance dict (a name missing
+    there being the class's default): the fields (``array_fields``) default to None and
+    ``version`` to 0 as plain class attributes, ``dtype`` and ``device`` are instance values,
+    no class of the MRO makes one a descriptor, and attribute access is object's own."""
+    if cls.__getattribute__ is not object.__getattribute__ or cls.__setattr__ is not object.__setattr__ \
+            or getattr(cls, "__getattr__", None) is not None or not cls.__dictoffset__:
+        return False
+    for name in (*fields, "version", "dtype", "device"):
+        for klass in cls.__mro__:
+            v = klass.__dict__.get(name, _MISSING)
+            if v is not _MISSING:
+                if hasattr(type(v), "__get__"):
+                    return False
+                break
+    return all(getattr(cls, f, _MISSING) is None for f in fields) and getattr(cls, "version", None).__class__ is int \
+        and cls.version == 0
 
 
 def _numpy_layout_ok() -> bool:

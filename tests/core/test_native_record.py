@@ -180,3 +180,39 @@ def test_the_inputs_list_changed_after_the_launch_leaves_the_record(warmed):
         tg.launch(k_sq, N, inputs=ins, outputs=outs, device=device)
     ins[0], outs[0] = w, w
     assert tape.launches[0].inputs == (x,) and tape.launches[0].outputs == (y,)
+
+
+def test_array_fields_are_read_from_the_instance_dict_only_where_that_is_getattr():
+    """The helper reads a plain array's fields from its instance dict only when the class keeps
+    them as plain class attributes (None, version 0) and no class makes one a descriptor."""
+    fields = (tg.array.DESCRIPTOR_CACHE, tg.array.GRAD_FIELD, tg.array.LINK_FIELD, tg.array.OWNER_FIELD)
+    assert fastlaunch._dict_fields_ok(tg.array, fields)
+
+    class Versioned(tg.array):
+        @property
+        def version(self):
+            return 7
+
+    class Defaulted(tg.array):
+        _grad = 0
+
+    class Hooked(tg.array):
+        def __getattr__(self, name):
+            return None
+
+    for cls in (Versioned, Defaulted, Hooked):
+        assert not fastlaunch._dict_fields_ok(cls, fields), cls
+
+
+def test_versions_bump_once_per_native_launch(warmed):
+    """A written array's version goes up by one per launch (its dict field, or the class's 0
+    before the first write); a read one keeps its version."""
+    device = warmed
+    x = tg.array(np.full(N, 2.0), dtype=tg.float64, device=device)
+    y = tg.array(np.zeros(N), dtype=tg.float64, device=device)
+    x0 = x.version
+    assert y.version == 0 and "version" not in vars(y)
+    for k in range(3):
+        tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
+        assert (x.version, y.version) == (x0, k + 1)
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 5.0))
