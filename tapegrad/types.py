@@ -315,25 +315,40 @@ class TransformType(VectorType):
         return f"tg::vec_t<7, {self.scalar.cname}>"
 
     def __call__(self, *values, **parts):
+        """A transform value: ``()`` the identity, one number (every component), one sequence of
+        3 (``p``, identity rotation) or 7 (a copy), ``(p, q)`` sequences, 7 components, or
+        ``p=``/``q=`` keywords (positional values fill ``p`` then ``q``).
+
+        Raises:
+            TypeError: an unknown keyword, a part given twice, a part that is no sequence, a
+                single value that is no number (Warp's messages).
+        """
         unknown = [k for k in parts if k not in ("p", "q")]
         if unknown:   # Warp's words
             raise TypeError(f"got an unexpected keyword argument '{unknown[0]}'")
         if parts:   # positional values fill p, then q; keywords the rest
-            if len(values) > 2:
-                raise TypeError(f"transform(): p and q take 2 values, got {len(values)} positional and "
-                                f"{sorted(parts)}")
-            given = dict(zip(("p", "q"), values))
+            given = dict(zip(("p", "q"), values)) if len(values) <= 2 else {"p": None, "q": None}
             for k, v in parts.items():
                 if k in given:
-                    raise TypeError(f"transform(): got multiple values for argument '{k}'")
+                    raise TypeError(f"multiple values for argument '{k}'")
                 given[k] = v
             values = (given.get("p", np.zeros(3)), given.get("q", np.array([0, 0, 0, 1])))
         if not values:
             return super().__call__([0, 0, 0, 0, 0, 0, 1])
-        if len(values) == 2 and np.size(values[0]) == 3 and np.size(values[1]) == 4:
-            return super().__call__(np.concatenate([np.ravel(values[0]), np.ravel(values[1])]))
-        if len(values) == 1 and np.size(values[0]) == 3:   # Warp: a lone sequence is p, q the identity
-            return super().__call__(np.concatenate([np.ravel(values[0]), [0, 0, 0, 1]]))
+        if len(values) == 2:
+            for name, v in zip(("p", "q"), values):
+                if np.ndim(v) == 0:
+                    raise TypeError(f"Invalid argument '{name}' in transformation constructor: expected a sequence, "
+                                    f"got {type(v).__name__}")
+            if np.size(values[0]) == 3 and np.size(values[1]) == 4:
+                return super().__call__(np.concatenate([np.ravel(values[0]), np.ravel(values[1])]))
+        if len(values) == 1:
+            v = values[0]
+            if np.ndim(v) == 0 and not isinstance(v, (bool, int, float, np.number, np.bool_)):
+                raise TypeError(f"Invalid argument in transformation constructor: expected a scalar value, got "
+                                f"{type(v).__name__}")
+            if np.size(v) == 3:   # Warp: a lone sequence is p, q the identity
+                return super().__call__(np.concatenate([np.ravel(v), [0, 0, 0, 1]]))
         return super().__call__(*values)
 
 

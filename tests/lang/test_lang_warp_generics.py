@@ -844,3 +844,19 @@ def test_a_captured_array_is_refused_not_baked_in():
 
     with pytest.raises(TypeError, match=r"Invalid external reference type: <class 'tapegrad\.array\.array'>"):
         tg.launch(tg.kernel(element, module="unique"), dim=1, inputs=[tg.zeros(1, dtype=float)])
+
+
+def test_transform_constructor_errors_on_the_host():
+    comps = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert list(tg.transformd(tg.transformh(*comps))) == comps      # a copy across dtypes
+    assert list(tg.transform(np.float64(1.5))) == [1.5] * 7
+    with pytest.raises(TypeError, match="expected a scalar value, got object"):
+        tg.transform(object())
+    with pytest.raises(TypeError, match="Invalid argument 'p' in transformation constructor: expected a sequence"):
+        tg.transform(1.5, 2.5)
+    with pytest.raises(TypeError, match="Invalid argument 'q' in transformation constructor: expected a sequence"):
+        tg.transform((1.0, 2.0, 3.0), 1.0)
+    with pytest.raises(TypeError, match="Invalid argument 'q'"):
+        tg.transform(q=1.0)
+    with pytest.raises(TypeError, match=r"^multiple values for argument 'q'$"):
+        tg.transform(*comps, q=(8.0, 9.0, 10.0, 11.0))
