@@ -147,7 +147,7 @@ def test_rotation_matrices_match_warp_on_host_and_in_kernels():
     q = tg.quat_rpy(0.1, 0.2, 0.3)
     np.testing.assert_allclose(tg.quat_to_matrix(q), WARP_MATRIX, rtol=1e-5, atol=1e-6)
     t = tg.transform((1, 2, 3), q)
-    ta = tg.array(t[None], dtype=tg.transform)
+    ta = tg.array(np.asarray(t)[None], dtype=tg.transform)   # t[None]: a KeyError on a value, as Warp
     r, m = tg.zeros(1, dtype=tg.mat33), tg.zeros(1, dtype=tg.mat44)
     tg.launch(to_matrix_kernel, dim=1, inputs=[ta], outputs=[r, m])
     np.testing.assert_allclose(r.numpy()[0], WARP_MATRIX, rtol=1e-5, atol=1e-6)
