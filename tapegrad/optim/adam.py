@@ -96,6 +96,16 @@ class Adam(Optimizer):
         self.lr, self.beta1, self.beta2, self.eps = float(lr), float(b1), float(b2), float(eps)
         super().__init__(params)
 
+    @property
+    def m(self) -> list:
+        """The first-moment arrays, one per parameter (``state("m")``; Warp's ``opt.m``)."""
+        return self.state("m")
+
+    @property
+    def v(self) -> list:
+        """The second-moment arrays, one per parameter (``state("v")``; Warp's ``opt.v``)."""
+        return self.state("v")
+
     def step_kernel(self, scalar, state, cpu=False):
         return _kernel(scalar.scalar, state.scalar, cpu)
 

@@ -33,7 +33,8 @@ class Optimizer:
             self.set_params(params)
 
     def set_params(self, params) -> None:
-        """Use ``params`` (a list of tapegrad arrays) from now on; state starts at zero.
+        """Use ``params`` (a list of tapegrad arrays) from now on; state starts at zero, unless
+        ``params`` are the arrays in use already (then nothing changes, as in Warp).
 
         Raises:
             TypeError: not a list of floating-point tapegrad arrays.
@@ -43,10 +44,29 @@ class Optimizer:
             raise TypeError(f"{type(self).__name__}(params=...): expected a list of arrays, got one array "
                             "(wrap it in a list)")
         params = list(params)
+        if self.params is not None and len(params) == len(self.params) and \
+                all(a is b for a, b in zip(params, self.params)):
+            return   # the same arrays (Warp's optimizers keep their state then)
         self.groups = build_groups(params, self.state_names, self.slot_type)
         self.params = params
         self._tables = {}
         self._launches_key = None
+
+    def state(self, name: str) -> list:
+        """The state arrays called ``name`` (one of ``state_names``), one per parameter in the
+        order of ``params``: flat arrays of the parameter's scalar count, in the state dtype
+        (float32 for 16-bit parameters). Adam's ``m`` and ``v`` read them.
+
+        Raises:
+            KeyError: ``name`` is not a state of this optimizer.
+        """
+        if name not in self.state_names:
+            raise KeyError(f"{type(self).__name__} keeps no state '{name}' (its states: {self.state_names})")
+        out = [None] * (len(self.params) if self.params is not None else 0)
+        for g in self.groups:
+            for k, i in enumerate(g.indices):
+                out[i] = g.states[name][k]
+        return out
 
     def reset_internal_state(self) -> None:
         """Zero the optimizer state and the step count (the parameters are left as they are)."""

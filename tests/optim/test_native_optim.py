@@ -258,3 +258,21 @@ def test_float16_large_param_keeps_float32_state_in_its_own_launch():
     m, v = 0.1 * gd, 0.001 * gd * gd
     np.testing.assert_allclose(p.numpy().astype(np.float64), ref - 0.01 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8),
                                atol=2e-3)
+
+
+def test_adam_moments_per_param_and_set_params_keeps_state():
+    import tapegrad.optim as tgo
+    for dtype in (tg.float32, tg.float16, tg.vec3):
+        p = tg.zeros(4, dtype=dtype, requires_grad=True)
+        q = tg.zeros(2, dtype=dtype, requires_grad=True)
+        opt = tgo.Adam([p, q], lr=0.02)
+        m, v = opt.m[0], opt.v[0]
+        n = 4 * (3 if dtype is tg.vec3 else 1)
+        assert m.size == n and opt.m[1].size == n // 2 and m.dtype is tg.float32   # 16-bit: float32 state
+        m.fill_(1.0)
+        v.fill_(2.0)
+        opt.set_params([p, q])            # the same arrays: the state stays
+        assert opt.m[0] is m and opt.v[0] is v
+        assert (opt.m[0].numpy() == 1.0).all() and (opt.v[0].numpy() == 2.0).all()
+        opt.set_params([q, p])            # other arrays (order): state starts at zero
+        assert (opt.m[1].numpy() == 0.0).all()
