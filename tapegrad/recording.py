@@ -20,11 +20,14 @@ from . import memory_ops
 __all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region"]
 
 # The attribute of a recording tape through which the native launch helper records the common
-# launch without calling into Python (``tapegrad.launch.fastlaunch``): a tuple ``(pending, live)``
-# of the tape's list of pending records and its dict of live memory roots. The helper appends
-# ``(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks, differentiable)`` to
-# ``pending`` (the tape makes the ``LaunchRecord`` when next read) and adds ``id(array)`` to
-# ``live[id(memory root)]`` (a set) for each array whose values the launch's adjoint reads.
+# launch without calling into Python (``tapegrad.launch.fastlaunch``): a tuple ``(pending, live,
+# roots)`` of the tape's list of pending records, its dict of live memory roots (``id(root)`` ->
+# set of live keys) and its dict of the pending records' read roots (``id(root)`` -> True, the
+# same meaning until the tape drains them): a write to either kind of root is not one the helper
+# records. The helper appends ``(kernel, dim, args, n_inputs, device, stream, block_dim,
+# max_blocks, differentiable)`` to ``pending`` (``dim`` as given: an int or a tuple; ``args`` the
+# inputs then the outputs; the tape makes the ``LaunchRecord`` when next read) and sets
+# ``roots[id(memory root)] = True`` for each array whose values the launch's adjoint reads.
 PENDING_FIELD = "_native_pending"
 
 

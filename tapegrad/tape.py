@@ -109,7 +109,9 @@ class Tape:
         # array's current values (its adjoint needs them), so overwriting them needs a save
         self._live: dict = {}
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
-        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots))
+        # id(memory root) -> True of the reads the pending records' adjoints need (made live by _drain)
+        self._pending_roots: dict = {}
+        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots, self._pending_roots))
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._shadows = tape_saves.Shadows()   # backward's private copies of the memory saves came from
         self._arena = tape_saves.SaveArena()   # where the saved copies are carved from
@@ -188,24 +190,27 @@ class Tape:
     def _drain(self) -> None:
         """Make the ``LaunchRecord``s of the launches the native helper recorded (as tuples, in
         ``_pending``) and finish their bookkeeping as ``_record_plain_launch`` does: the reads
-        their adjoints need become live (their memory roots already are: the helper added them,
-        so the launches after them saw them), their arrays wait for gradient tracking."""
+        their adjoints need become live (the helper marked their memory roots pending, so the
+        launches after them saw them), their arrays wait for gradient tracking."""
         items = self._pending[:]
         self._pending.clear()          # the same list: the helper holds it
         records, live, untracked = self._records, self._live, self._untracked
-        for kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks, diff in items:
+        for kernel, dim, args, n_in, device, stream, block_dim, max_blocks, diff in items:
             index = len(records)
             plan = self._plans.get(kernel, _NO_PLAN)
             if plan is _NO_PLAN:
                 plan = self._kernel_plan(kernel)
-            args = inputs + outputs
+            inputs, outputs = args[:n_in], args[n_in:]
+            if dim.__class__ is int:
+                dim = (dim,)
             arrays = [(args[p[0]], p) for p in plan if args[p[0]].__class__ is array]
             if diff:
                 for a, (_, before, _, writes, name) in arrays:
                     if before and not writes and id(a) not in live:
-                        live[id(a)] = (index, name, a)
+                        self._live_add(id(a), (index, name, a))
             untracked.append(arrays)
             records.append(LaunchRecord(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks))
+        self._pending_roots.clear()
 
     def _kernel_plan(self, kernel):
         """``_plans[kernel]``: its array parameters' ``(index, before, after, writes, name)`` from
@@ -678,6 +683,7 @@ class Tape:
         self.records.clear()
         self._live.clear()
         self._live_roots.clear()
+        self._pending_roots.clear()
         self._saves.clear()
         self._arena.reset()               # the next recording carves its copies from the same buffers
         self._shadows = tape_saves.Shadows()

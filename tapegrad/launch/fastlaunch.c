@@ -1646,11 +1646,11 @@ static int pack_adjoint(call_t *c) {
    Python call: a different plain tapegrad array (no framework link) per array parameter of a
    kernel without struct parameters, nothing written that a differentiable record still needs
    (the tape's live roots), no in-place step (the tape saves those: the recorder). The tape
-   field (hooks.tape_field) holds (pending list, live roots dict): the record's values are
-   appended to the list as one tuple (kernel, dim, inputs, outputs, device, stream, block_dim,
-   max_blocks, differentiable), which the tape turns into a LaunchRecord when next read
-   (Tape._drain), and each array whose values its adjoint reads joins its memory root's set of
-   live keys at once, so the next launch's check sees it. */
+   field (hooks.tape_field) holds (pending list, live roots dict, pending roots dict): the
+   record's values are appended to the list as one tuple (record_tuple), which the tape turns
+   into a LaunchRecord when next read (Tape._drain, which also makes the reads live), and the
+   memory root of each array whose values its adjoint reads is marked pending at once, so the
+   next launch's check sees it. */
 #define R_ARRAY 1
 #define R_BEFORE 2
 #define R_AFTER 4
@@ -1692,13 +1692,15 @@ static uintptr_t memory_root(PyObject *a) {
     return 0;
 }
 
-/* 1 when memory root ``root`` has live keys in the tape's dict (a differentiable record still
-   needs values there), 0 when not, -1 when unreadable */
-static int root_live(PyObject *live, uintptr_t root) {
+/* 1 when memory root ``root`` has live keys in the tape's dict, or is one of the pending
+   records' (a differentiable record still needs values there), 0 when not, -1 when unreadable */
+static int root_live(PyObject *live, PyObject *roots, uintptr_t root) {
     PyObject *key = api.long_from_ll((long long)root);
     if (!key) { api.err_clear(); return -1; }
     PyObject *keys = api.dict_getitem(live, key);      /* borrowed; NULL: absent */
+    PyObject *marked = api.dict_getitem(roots, key);
     api.decref(key);
+    if (marked) return 1;
     if (!keys) return 0;
     Py_ssize_t n = api.set_size(keys);
     if (n < 0) { api.err_clear(); return -1; }
@@ -1738,7 +1740,7 @@ static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
 
 /* Tape._record_plain_launch's checks: 1 when the launch is one recorded here (nothing changed
    yet), 0 for the recorder; each array's memory root filled in */
-static int record_checks(PyObject *live, rec_arg_t *ra, int na, int diff) {
+static int record_checks(PyObject *live, PyObject *roots, rec_arg_t *ra, int na, int diff) {
     uintptr_t written[MAXP];
     int nw = 0;
     for (int k = 0; k < na; k++) {
@@ -1750,7 +1752,7 @@ static int record_checks(PyObject *live, rec_arg_t *ra, int na, int diff) {
         for (int j = 0; j < nw; j++)
             if (written[j] == ra[k].root) return 0;         /* two views of one allocation written */
         written[nw++] = ra[k].root;
-        if (root_live(live, ra[k].root) != 0) return 0;     /* values a record still needs */
+        if (root_live(live, roots, ra[k].root) != 0) return 0;     /* values a record still needs */
     }
     for (int k = 0; k < na && nw; k++) {
         if (!diff || !(ra[k].rec & R_BEFORE) || (ra[k].rec & R_WRITES)) continue;
@@ -1760,53 +1762,32 @@ static int record_checks(PyObject *live, rec_arg_t *ra, int na, int diff) {
     return 1;
 }
 
-/* a tuple of args[lo:hi] (``seq`` itself when it is that tuple); a new reference or NULL */
-static PyObject *args_tuple(call_t *c, PyObject *seq, int lo, int hi) {
-    if (TYPE(seq) == api.t_tuple) { api.incref(seq); return seq; }
-    PyObject *t = api.tuple_new(hi - lo);
-    if (!t) { api.err_clear(); return NULL; }
-    for (int i = lo; i < hi; i++) { api.incref(c->args[i]); api.tuple_setitem(t, i - lo, c->args[i]); }
-    return t;
-}
-
-/* the pending record's tuple (a new reference, NULL when one could not be made) */
+/* the pending record's tuple (kernel, dim, args, n_inputs, device, stream, block_dim,
+   max_blocks, differentiable): the arguments in one tuple, as launched (the caller's lists may
+   change); a new reference, NULL when it could not be made */
 static PyObject *record_tuple(call_t *c, int diff) {
-    PyObject *dim = c->dim, *t;
-    if (TYPE(dim) == api.t_int) {
-        dim = api.tuple_new(1);
-        if (!dim) { api.err_clear(); return NULL; }
-        api.incref(c->dim);
-        api.tuple_setitem(dim, 0, c->dim);
-    } else {
-        api.incref(dim);
-    }
-    PyObject *in = args_tuple(c, c->inputs, 0, (int)c->nin);
-    PyObject *out = in ? args_tuple(c, c->outputs, (int)c->nin, c->n) : NULL;
-    t = out ? api.tuple_new(9) : NULL;
-    if (!t) { api.err_clear(); api.decref(dim); xdecref(in); xdecref(out); return NULL; }
-    PyObject *items[9] = {c->kernel, dim, in, out, c->dev, c->stream, c->block_dim, c->max_blocks,
+    PyObject *args = api.tuple_new(c->n);
+    PyObject *nin = args ? api.long_from_ll((long long)c->nin) : NULL;
+    PyObject *t = nin ? api.tuple_new(9) : NULL;
+    if (!t) { api.err_clear(); xdecref(args); xdecref(nin); return NULL; }
+    for (int i = 0; i < c->n; i++) { api.incref(c->args[i]); api.tuple_setitem(args, i, c->args[i]); }
+    PyObject *items[9] = {c->kernel, c->dim, args, nin, c->dev, c->stream, c->block_dim, c->max_blocks,
                           diff ? api.true_ : api.false_};
     for (int i = 0; i < 9; i++) {
-        if (i != 1 && i != 2 && i != 3) api.incref(items[i]);   /* dim, in, out: references made here */
+        if (i != 2 && i != 3) api.incref(items[i]);   /* args, nin: references made here */
         api.tuple_setitem(t, i, items[i]);
     }
     return t;
 }
 
-/* each array whose values the adjoint reads joins its root's live keys (id(array)) */
-static void record_live(PyObject *live, const rec_arg_t *ra, int na) {
+/* the memory root of each array whose values the adjoint reads is marked (the tape's dict of
+   pending roots: id(root) -> True; Tape._drain makes the arrays live) */
+static void record_live(PyObject *roots, const rec_arg_t *ra, int na) {
     for (int k = 0; k < na; k++) {
         if ((ra[k].rec & (R_BEFORE | R_WRITES)) != R_BEFORE) continue;
         PyObject *key = api.long_from_ll((long long)ra[k].root);
-        PyObject *id = api.long_from_ll((long long)(uintptr_t)ra[k].a);
-        PyObject *keys = key ? api.dict_getitem(live, key) : NULL;
-        if (key && id && !keys && (keys = api.set_new(NULL)) != NULL) {
-            if (api.dict_setitem(live, key, keys) < 0) api.err_clear();
-            api.decref(keys);       /* the dict holds it (else keys is dropped: set_add below fails) */
-            keys = api.dict_getitem(live, key);
-        }
-        if (!keys || !id || api.set_add(keys, id) < 0) api.err_clear();
-        xdecref(key); xdecref(id);
+        if (!key || api.dict_setitem(roots, key, api.true_) < 0) api.err_clear();
+        xdecref(key);
     }
 }
 
@@ -1816,18 +1797,19 @@ static int native_record(call_t *c) {
     PyObject *st = attr(c->tape, S_TAPE_FIELD);
     if (!st) return 0;
     keep(&c->refs, st);
-    if (TYPE(st) != api.t_tuple || api.tuple_size(st) != 2) return 0;
-    PyObject *pending = api.tuple_getitem(st, 0), *live = api.tuple_getitem(st, 1);
-    if (!pending || !live || TYPE(pending) != api.t_list || TYPE(live) != api.t_dict) { api.err_clear(); return 0; }
+    if (TYPE(st) != api.t_tuple || api.tuple_size(st) != 3) return 0;
+    PyObject *pending = api.tuple_getitem(st, 0), *live = api.tuple_getitem(st, 1), *roots = api.tuple_getitem(st, 2);
+    if (!pending || !live || !roots || TYPE(pending) != api.t_list || TYPE(live) != api.t_dict ||
+        TYPE(roots) != api.t_dict) { api.err_clear(); return 0; }
     rec_arg_t ra[MAXP];
     int na = 0, diff = record_arrays(c, ra, &na);
-    if (diff < 0 || !record_checks(live, ra, na, diff)) return 0;
+    if (diff < 0 || !record_checks(live, roots, ra, na, diff)) return 0;
     PyObject *rec = record_tuple(c, diff);
     if (!rec) return 0;
     int ok = api.list_append(pending, rec);
     api.decref(rec);
     if (ok < 0) { api.err_clear(); return 0; }
-    if (diff) record_live(live, ra, na);
+    if (diff) record_live(roots, ra, na);
     return 1;
 }
 
