@@ -25,6 +25,9 @@ class Device:
     CUDA devices carry a current stream (``device.stream``), swapped by ``ScopedStream``.
     """
 
+    # the field ``stream`` returns whenever it is set (the native launch helper reads it directly)
+    STREAM_FIELD = "_stream"
+
     def __init__(self, alias: str, ordinal: int):
         self.alias = alias
         self.ordinal = ordinal

@@ -141,7 +141,7 @@ def _native_plan(kernel, packers, written, tid_checks=()):
             float_types=(np.float16, np.float32, np.float64),
             int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
             record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc,
-            record_plan=_record_plan, tape_field=PENDING_FIELD))
+            record_plan=_record_plan, tape_field=PENDING_FIELD, device_stream_field=Device.STREAM_FIELD))
         if _fast is not None:
             _listen_for_build_changes()
     if _fast is None:

@@ -1180,10 +1180,33 @@ static void *py_pack(plan_t *p, int i, PyObject *a, PyObject *dev, refs_t *refs,
 
 typedef struct { void *stream; int ok; } stream_info_t;
 
+/* Device.stream (a new reference): the device's stream field where it is set and the loader
+   checked that the property returns it then (tg_fl_set_device_stream_field), else the property */
+static PyObject *S_DEVICE_STREAM = NULL;
+
+TG_EXPORT void tg_fl_set_device_stream_field(const char *name) {
+    xdecref(S_DEVICE_STREAM);
+    S_DEVICE_STREAM = name ? api.intern(name) : NULL;
+    if (!S_DEVICE_STREAM) api.err_clear();
+}
+
+static PyObject *device_stream(PyObject *dev) {
+    if (S_DEVICE_STREAM && TYPE(dev) == T_DEVICE) {
+        PyObject *d = api.generic_getdict(dev, NULL);
+        if (!d) api.err_clear();
+        else {
+            api.decref(d);          /* the device holds it */
+            PyObject *s = TYPE(d) == api.t_dict ? api.dict_getitem(d, S_DEVICE_STREAM) : NULL;
+            if (s && s != api.none) { api.incref(s); return s; }
+        }
+    }
+    return attr(dev, S_STREAM);
+}
+
 /* tapegrad's current stream on the entry's device (Device.stream), cached per Stream object */
 static stream_info_t current_stream(entry_t *e) {
     stream_info_t si = {NULL, 0};
-    PyObject *s = attr(e->device, S_STREAM);   /* Device.stream */
+    PyObject *s = device_stream(e->device);
     if (!s) return si;
     if (s == api.none || TYPE(s) != T_STREAM) { api.decref(s); return si; }
     if (s != e->last_stream) {

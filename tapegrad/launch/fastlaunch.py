@@ -153,6 +153,8 @@ def _build():
     lib.tg_fl_invalidate.restype = None
     lib.tg_fl_stats.argtypes = [_V]
     lib.tg_fl_stats.restype = None
+    lib.tg_fl_set_device_stream_field.argtypes = [ctypes.c_char_p]
+    lib.tg_fl_set_device_stream_field.restype = None
     lib.tg_fl_set_dict_fields.argtypes = [ctypes.c_int]
     lib.tg_fl_set_dict_fields.restype = None
     lib.tg_fl_function.argtypes = [ctypes.c_int]
@@ -196,6 +198,9 @@ class NativeHooks:
         tape_field: the recording tape's attribute (``recording.PENDING_FIELD``) holding its
             pending records and live memory roots; the common launch is recorded there
             without a Python call (None: always through ``record``).
+        device_stream_field: the ``Device`` field ``Device.stream`` returns whenever it is set
+            (``Device.STREAM_FIELD``): a CUDA launch reads it without the property call (None:
+            the property).
     """
 
     kernel_type: type
@@ -216,6 +221,7 @@ class NativeHooks:
     checked_type: Optional[type] = None
     record_plan: Optional[Callable] = None
     tape_field: Optional[str] = None
+    device_stream_field: Optional[str] = None
 
 
 def load(hooks: NativeHooks):
@@ -233,6 +239,9 @@ def load(hooks: NativeHooks):
             return None
         _state.update(lib=lib, table=table, fn=lib.tg_fl_function(0), has_entry=lib.tg_fl_function(1))
         lib.tg_fl_set_dict_fields(int(_dict_fields_ok(hooks.array_type, hooks.array_fields)))
+        field = hooks.device_stream_field
+        if field is not None and _plain_fields(hooks.device_type, (field,)):
+            lib.tg_fl_set_device_stream_field(field.encode())
         for args in _FOREIGN:
             _register_foreign(lib, *args)
         if _numpy_layout_ok() and not _state.get("numpy_off"):
@@ -244,21 +253,29 @@ def load(hooks: NativeHooks):
 _MISSING = object()
 
 
-def _dict_fields_ok(cls, fields) -> bool:
-    """Whether the helper may read a plain array's fields from its instance dict (a name missing
-    there being the class's default): the fields (``array_fields``) default to None and
-    ``version`` to 0 as plain class attributes, ``dtype`` and ``device`` are instance values,
-    no class of the MRO makes one a descriptor, and attribute access is object's own."""
+def _plain_fields(cls, names) -> bool:
+    """Whether ``getattr(obj, name)`` of an instance of ``cls`` is its instance dict's value when
+    there is one: object's attribute access, and no class of the MRO makes a name a descriptor."""
     if cls.__getattribute__ is not object.__getattribute__ or cls.__setattr__ is not object.__setattr__ \
             or getattr(cls, "__getattr__", None) is not None or not cls.__dictoffset__:
         return False
-    for name in (*fields, "version", "dtype", "device"):
+    for name in names:
         for klass in cls.__mro__:
             v = klass.__dict__.get(name, _MISSING)
             if v is not _MISSING:
                 if hasattr(type(v), "__get__"):
                     return False
                 break
+    return True
+
+
+def _dict_fields_ok(cls, fields) -> bool:
+    """Whether the helper may read a plain array's fields from its instance dict (a name missing
+    there being the class's default): the fields (``array_fields``) default to None and
+    ``version`` to 0 as plain class attributes, ``dtype`` and ``device`` are instance values,
+    no class of the MRO makes one a descriptor, and attribute access is object's own."""
+    if not _plain_fields(cls, (*fields, "version", "dtype", "device")):
+        return False
     return all(getattr(cls, f, _MISSING) is None for f in fields) and getattr(cls, "version", None).__class__ is int \
         and cls.version == 0
 

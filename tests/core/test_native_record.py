@@ -216,3 +216,16 @@ def test_versions_bump_once_per_native_launch(warmed):
         tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
         assert (x.version, y.version) == (x0, k + 1)
     np.testing.assert_array_equal(y.numpy(), np.full(N, 5.0))
+
+
+def test_the_device_stream_field_is_what_the_property_returns():
+    """A CUDA launch reads ``Device.STREAM_FIELD`` directly only where ``Device.stream``
+    returns that field whenever it is set (no descriptor of that name, plain attribute access)."""
+    from tapegrad.device import Device
+    assert fastlaunch._plain_fields(Device, (Device.STREAM_FIELD,))
+    assert "stream" not in vars(Device(alias="cuda:9", ordinal=9)) and Device.STREAM_FIELD == "_stream"
+
+    class Odd(Device):
+        _stream = property(lambda self: None)
+
+    assert not fastlaunch._plain_fields(Odd, (Device.STREAM_FIELD,))
