@@ -3,6 +3,7 @@ with changed parameters; NumPy references."""
 from __future__ import annotations
 
 import ctypes
+import typing
 
 import numpy as np
 import pytest
@@ -226,3 +227,30 @@ def test_cuda_replay_and_adjoint():
     c.set_dim(3)
     c.launch()
     np.testing.assert_array_equal(out.numpy(), [0, 1, 2, 0, 0, 0])
+
+
+def test_replay_inside_a_cpu_capture_is_captured():
+    out = tg.zeros(4, dtype=tg.int32)
+    cmd = tg.launch(fill_tid, 4, outputs=[out], record_cmd=True)
+    cmd.launch()          # the checked direct replay first: a capture must still record the next one
+    out.zero_()
+    with tg.ScopedCapture(device="cpu") as cap:
+        cmd.launch()
+    assert np.all(out.numpy() == 0)
+    tg.capture_launch(cap.graph)
+    np.testing.assert_array_equal(out.numpy(), np.arange(4))
+
+
+@tg.kernel
+def scale_any(x: tg.array(dtype=typing.Any), s: float):
+    i = tg.tid()
+    x[i] = x[i] * type(x[i])(s)
+
+
+def test_record_cmd_of_a_generic_kernel_specializes():
+    x = tg.array(np.arange(3, dtype=np.float64))
+    cmd = tg.launch(scale_any, 3, inputs=[x, 2.0], record_cmd=True)
+    cmd.launch()
+    np.testing.assert_array_equal(x.numpy(), [0.0, 2.0, 4.0])
+    with pytest.raises(TypeError, match="generic"):
+        tg.Launch(scale_any, "cpu")
