@@ -162,6 +162,10 @@ class KernelOp:
         self.n_in, self.n_out = len(sig.inputs), len(sig.outputs)
         self.arrays, self.diff, self.fout = list(sig.array_inputs), list(sig.differentiable), list(sig.float_outputs)
         self.has_derivatives = bool(getattr(kernel, "enable_backward", True))
+        # calls met before (the same tensor types, shapes and dtypes, the same values) skip the
+        # checks; only with fixed dims specs (a function of the arguments may read more than shapes)
+        self._checked: dict | None = None if callable(launch_dims) or callable(output_dims) or \
+            (isinstance(output_dims, dict) and any(callable(v) for v in output_dims.values())) else {}
 
     # ---------------------------------------------------------------------------- errors
     def not_differentiable(self, transform: str, fix: str | None = None) -> NotDifferentiableError:
@@ -182,7 +186,21 @@ class KernelOp:
     # ---------------------------------------------------------------------------- checks
     def prepare(self, args, launch_dims=None, output_dims=None) -> tuple:
         """``(grid, output shapes)`` of a call, every check done (``KernelSignature.prepare``)."""
-        return self.sig.prepare(args, self.fw, launch_dims, output_dims)
+        checked = self._checked if launch_dims is None and output_dims is None else None
+        key = None
+        if checked is not None:
+            try:
+                key = tuple((type(a), tuple(a.shape), a.dtype) if p.is_array else (type(a), a)
+                            for p, a in zip(self.sig.call_params, args))
+                hit = checked.get(key)   # hashing raises for symbolic sizes and list values
+            except (TypeError, AttributeError):
+                key = hit = None
+            if hit is not None and len(args) == len(self.sig.call_params):
+                return hit
+        res = self.sig.prepare(args, self.fw, launch_dims, output_dims)
+        if key is not None and len(checked) < 256 and all(type(d) is int for d in res[0]):
+            checked[key] = res
+        return res
 
     def device(self, args):
         """The launch device: the first array input's; every array input must be on it.

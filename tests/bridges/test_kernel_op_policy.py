@@ -264,3 +264,18 @@ def test_one_policy_on_the_cpu(fw):
 @pytest.mark.parametrize("name", CUDA_FRAMEWORKS)
 def test_cuda_one_policy(name):
     _one_policy(Fw(name, cuda=True))
+
+
+def test_a_call_checked_before_skips_nothing_that_changed(fw):
+    """Calls met before (same tensor types, shapes, dtypes and values) reuse their checks; any
+    difference is checked again."""
+    op = fw.op(kp_scaled, launch_dims=4)
+    np.testing.assert_allclose(fw.numpy(op(fw.tensor(np.ones(4)), 3)), [3.0] * 4)
+    np.testing.assert_allclose(fw.numpy(op(fw.tensor(np.ones(4)), 3)), [3.0] * 4)
+    _raises(OverflowError, fw, kp_scaled, r" argument 'k': 300 is out of range", lambda: op(fw.tensor(np.ones(4)), 300))
+    _raises(ValueError, fw, kp_scaled, r": the launch grid dim=\(4,\) is larger than argument 'x' allows",
+            lambda: op(fw.tensor(np.ones(2)), 3))
+    _raises(TypeError, fw, kp_scaled, r" argument 'x': cannot view a tensor of", lambda: op(fw.tensor(np.ones(4),
+                                                                                                    "int16"), 3))
+    _raises(TypeError, fw, kp_scaled, r": expected 2 arguments \(x, k\), got 3",
+            lambda: op(fw.tensor(np.ones(4)), 3, 4))
