@@ -36,6 +36,9 @@ class _Local(threading.local):
 
 
 _tls = _Local()
+# the thread-local whose ``tape`` attribute is active_tape()'s answer: the native launch helper
+# reads it at every launch without the Python call
+THREAD_STATE = _tls
 
 
 def active_tape():

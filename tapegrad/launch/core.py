@@ -25,7 +25,7 @@ from ..device import Device, get_device
 from ..lang import facts
 from ..lang.kernel import Kernel
 from ..lang.reads import distinct_array_reads
-from ..recording import PENDING_FIELD, Access, active_tape
+from ..recording import PENDING_FIELD, THREAD_STATE, Access, active_tape
 from ..storage import CheckedDesc
 from . import fastlaunch
 from .devices import cai_kind, forget_device_accessors, infer_device
@@ -141,7 +141,8 @@ def _native_plan(kernel, packers, written, tid_checks=()):
             float_types=(np.float16, np.float32, np.float64),
             int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
             record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc,
-            record_plan=_record_plan, tape_field=PENDING_FIELD, device_stream_field=Device.STREAM_FIELD))
+            record_plan=_record_plan, tape_field=PENDING_FIELD, device_stream_field=Device.STREAM_FIELD,
+            tape_state=THREAD_STATE))
         if _fast is not None:
             _listen_for_build_changes()
     if _fast is None:

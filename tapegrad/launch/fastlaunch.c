@@ -205,7 +205,9 @@ static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign me
 /* the fields of a tapegrad array the helper reads, as the array module names them (hooks.array_fields:
    array.DESCRIPTOR_CACHE, GRAD_FIELD, LINK_FIELD) */
 static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL, *S_OWNER_FIELD = NULL;
-static PyObject *RECORD_PLAN = NULL;   /* fn(kernel) -> per-parameter record flags (R_*), or None */
+static PyObject *RECORD_PLAN = NULL;
+static PyObject *TAPE_STATE = NULL;    /* hooks.tape_state: its ``tape`` is active_tape()'s answer */
+static PyObject *S_TAPE = NULL;   /* fn(kernel) -> per-parameter record flags (R_*), or None */
 static PyObject *S_TAPE_FIELD = NULL;  /* the tape attribute holding (pending list, live roots dict) */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
                 *S_DESCRIPTOR, *S_OPEN_COUNT, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
@@ -271,8 +273,9 @@ TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
                                 "capture_state", "active_tape", "get_device", "infer_device"};
     PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_DICT,
                            &ACTIVE_TAPE, &GET_DEVICE, &INFER_DEVICE};
-    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan"};
-    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN};
+    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan", "tape_state"};
+    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN, &TAPE_STATE};
+    if (!S_TAPE && !(S_TAPE = api.intern("tape"))) { api.err_clear(); return 0; }
     PyObject *floats = NULL, *ints = NULL, *cache = NULL, *size = NULL;
     for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++)
         if (!hook(hooks, req[i], 0, rslots[i])) return 0;
@@ -1367,7 +1370,7 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     c->record = 0;
     c->tape = NULL;
     if (c->adjoint || c->record_tape == api.false_) return 1;
-    PyObject *t = api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
+    PyObject *t = TAPE_STATE ? api.getattr(TAPE_STATE, S_TAPE) : api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
     if (!t) { api.err_clear(); return 0; }
     keep(&c->refs, t);
     if (t == api.none) return 1;

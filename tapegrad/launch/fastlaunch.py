@@ -201,6 +201,9 @@ class NativeHooks:
         device_stream_field: the ``Device`` field ``Device.stream`` returns whenever it is set
             (``Device.STREAM_FIELD``): a CUDA launch reads it without the property call (None:
             the property).
+        tape_state: the thread-local object whose ``tape`` attribute is what ``active_tape()``
+            returns (``recording.THREAD_STATE``): read at every launch instead of calling
+            ``active_tape`` (None: the call).
     """
 
     kernel_type: type
@@ -222,6 +225,7 @@ class NativeHooks:
     record_plan: Optional[Callable] = None
     tape_field: Optional[str] = None
     device_stream_field: Optional[str] = None
+    tape_state: object = None
 
 
 def load(hooks: NativeHooks):

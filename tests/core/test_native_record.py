@@ -229,3 +229,18 @@ def test_the_device_stream_field_is_what_the_property_returns():
         _stream = property(lambda self: None)
 
     assert not fastlaunch._plain_fields(Odd, (Device.STREAM_FIELD,))
+
+
+def test_a_tape_records_only_its_own_threads_launches(warmed):
+    """The helper reads the recording tape from the thread-local active_tape() reads: a launch
+    on another thread, while this thread's tape records, is not recorded."""
+    import threading
+    device = warmed
+    x, y, z = (tg.full(N, 1.5, dtype=tg.float64, device=device, requires_grad=True) for _ in range(3))
+    with tg.Tape() as tape:
+        tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
+        t = threading.Thread(target=lambda: tg.launch(k_sq, N, inputs=[x], outputs=[z], device=device))
+        t.start()
+        t.join()
+    assert [r.outputs[0] for r in tape.launches] == [y]
+    np.testing.assert_array_equal(z.numpy(), np.full(N, 1.5 * 1.5 + 1.0))
