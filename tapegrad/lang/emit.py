@@ -601,6 +601,15 @@ def emit_func(fn, grad=None, sites=None) -> str:
     return "\n\n".join(parts)
 
 
+def _serial_first(region: list, indent: str) -> list:
+    """``region`` (an OpenMP parallel region's lines) preceded by its serial copy for launches
+    under ``TG_OMP_MIN`` threads: ``#pragma omp parallel if (false)`` still enters libgomp, which
+    allocates a team and takes its locks (~0.2 us of a small CPU launch), so a small launch
+    runs the loop without any pragma and returns."""
+    body = [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line]
+    return [f"{indent}if (tg_bounds.size < TG_OMP_MIN) {{", *body, f"{indent}    return;", f"{indent}}}", *region]
+
+
 def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
     """The forward grid loop of the CPU entry point.
 
@@ -622,6 +631,7 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
                f"        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
                f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});",
                "    }"]
+    generic = _serial_first(generic, "    ")
     if not arrays:
         return generic
     dense = " && ".join(f"a{i}.strides[{fn.params[i].type.ndim - 1}] == int64_t(sizeof(*a{i}.data))" for i in arrays)
@@ -639,6 +649,7 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
              f"            for ({ti} tg_t = 0; tg_t < tg_n; ++tg_t) "
              f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'd{i}' for i in range(n)])});",
              "        }", "        return;", "    }"]
+    fast = [fast[0], *_serial_first(fast[1:-2], "        "), *fast[-2:]]
     return fast + generic
 
 
@@ -681,16 +692,14 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
                 posts.append(f"tg::accum(g{i}_acc, g{i});")
                 flushes.append(f"        if (g{i}_out && tg::nonzero(g{i}_acc)) tg::atomic_add_(g{i}_out, g{i}_acc);")
         gcall = ", ".join(["tg_bounds", "tg_t"] + names + [f"g{i}" for i in range(n)])
-        cpu += ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {"]
-        cpu += acc_decls
-        cpu += ["        #pragma omp for schedule(static)",
-                "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {",
-                "            " + " ".join(body_decls),
-                f"            {sym}_adj({gcall});",
-                "            " + " ".join(posts),
-                "        }"]
-        cpu += flushes
-        cpu += ["    }", "}"]
+        region = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {", *acc_decls,
+                  "        #pragma omp for schedule(static)",
+                  "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {",
+                  "            " + " ".join(body_decls),
+                  f"            {sym}_adj({gcall});",
+                  "            " + " ".join(posts),
+                  "        }", *flushes, "    }"]
+        cpu += _serial_first(region, "    ") + ["}"]
     # CUDA
     kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])
     grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "
