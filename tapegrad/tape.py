@@ -193,7 +193,7 @@ class Tape:
         their adjoints need become live (the helper marked their memory roots pending, so the
         launches after them saw them), their arrays wait for gradient tracking."""
         items = self._pending[:]
-        self._pending.clear()          # the same list: the helper holds it
+        del self._pending[:len(items)]   # the same list (the helper holds it); a launch between: kept
         records, live, untracked = self._records, self._live, self._untracked
         for kernel, dim, args, n_in, device, stream, block_dim, max_blocks, diff in items:
             index = len(records)
@@ -210,7 +210,8 @@ class Tape:
                         self._live_add(id(a), (index, name, a))
             untracked.append(arrays)
             records.append(LaunchRecord(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks))
-        self._pending_roots.clear()
+        if not self._pending:    # (a launch recorded meanwhile keeps every mark: conservative)
+            self._pending_roots.clear()
 
     def _kernel_plan(self, kernel):
         """``_plans[kernel]``: its array parameters' ``(index, before, after, writes, name)`` from
