@@ -601,7 +601,7 @@ def emit_func(fn, grad=None, sites=None) -> str:
     return "\n\n".join(parts)
 
 
-def _serial_first(region: list, indent: str) -> list:
+def serial_first(region: list, indent: str) -> list:
     """``region`` (an OpenMP parallel region's lines) preceded by its serial copy for launches
     under ``TG_OMP_MIN`` threads: ``#pragma omp parallel if (false)`` still enters libgomp, which
     allocates a team and takes its locks (~0.2 us of a small CPU launch), so a small launch
@@ -631,7 +631,7 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
                f"        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
                f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});",
                "    }"]
-    generic = _serial_first(generic, "    ")
+    generic = serial_first(generic, "    ")
     if not arrays:
         return generic
     dense = " && ".join(f"a{i}.strides[{fn.params[i].type.ndim - 1}] == int64_t(sizeof(*a{i}.data))" for i in arrays)
@@ -649,7 +649,7 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
              f"            for ({ti} tg_t = 0; tg_t < tg_n; ++tg_t) "
              f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'd{i}' for i in range(n)])});",
              "        }", "        return;", "    }"]
-    fast = [fast[0], *_serial_first(fast[1:-2], "        "), *fast[-2:]]
+    fast = [fast[0], *serial_first(fast[1:-2], "        "), *fast[-2:]]
     return fast + generic
 
 
@@ -699,7 +699,7 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
                   f"            {sym}_adj({gcall});",
                   "            " + " ".join(posts),
                   "        }", *flushes, "    }"]
-        cpu += _serial_first(region, "    ") + ["}"]
+        cpu += serial_first(region, "    ") + ["}"]
     # CUDA
     kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])
     grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "

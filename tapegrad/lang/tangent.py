@@ -297,15 +297,17 @@ def _entry(fn, sym, second_order, cuda) -> list:
              f"    const int32_t tg_mode = *reinterpret_cast<const int32_t*>(tg_args[{nslots * n}]);"]
     lines += _arg_decls(fn, second_order, False)
     if second_order:   # as the adjoint's entry
-        lines += ["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
-                  "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}", "    }", "}"]
+        lines += emit.serial_first(["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
+                                    "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}",
+                                    "    }"], "    ") + ["}"]
         return lines
     # as the forward's entry: dynamic chunks, so a thread whose core is shared hands work over
-    lines += ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
+    region = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
               "        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size);",
               "        #pragma omp for schedule(dynamic, tg_chunk)",
               "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }",
-              "    }", "}"]
+              "    }"]
+    lines += emit.serial_first(region, "    ") + ["}"]
     return lines
 
 
