@@ -169,9 +169,11 @@ class Launch:
         ``tg.launch`` packs an argument.
 
         Raises:
-            IndexError: no such parameter. TypeError, ValueError, RuntimeError: as ``tg.launch``
-            (a value the parameter cannot take, an array on another device; a single number
-            for a vector or matrix parameter is a ``LaunchArgumentError``).
+            IndexError: no such parameter.
+            TypeError: as ``tg.launch``: a value the parameter cannot take; a single number
+                for a vector or matrix parameter is a ``LaunchArgumentError``.
+            ValueError: as ``tg.launch``: a value out of the parameter's range or shape.
+            RuntimeError: as ``tg.launch``: an array on another device.
         """
         i = self._index(index, adjoint)
         pack = self._packers[i]
