@@ -35,6 +35,8 @@ from .packers import (
     adjoint_values,
     arg_label,
     check_adjoint_shapes,
+    exact_adjoint_buffers,
+    finish_adjoint_buffers,
     forget_adapters,
     grad_desc,
     make_packers,
@@ -252,11 +254,19 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         if not adjoint:
             if fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
                 return
-        elif fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
-                  adj_outputs) is None:
-            return
+        elif (adj_inputs is None and adj_outputs is None) or not _writes(kernel):
+            if fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
+                    adj_outputs) is None:
+                return
+        # explicit adjoint buffers of a kernel that writes: the Python path copies them
+        # (packers.exact_adjoint_buffers)
     _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks)
+
+def _writes(kernel) -> bool:
+    """Whether ``kernel`` may write a parameter (a generic kernel: assumed so)."""
+    plan = kernel.launch_plan if isinstance(kernel, Kernel) else None
+    return plan is None or bool(plan.written)
 
 def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks):
@@ -294,6 +304,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
     written = plan.written
+    scratch = ()
     for i in written:
         if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
             raise RuntimeError(f"{arg_label(kernel, i)}: the kernel writes this array, but it is read-only")
@@ -314,6 +325,8 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         adj_vals = adjoint_values(kernel, args, adj_given, dev, vals)
         adj_descs = [grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
         check_adjoint_shapes(kernel, plan.arrays, vals, adj_descs)
+        if adj_given is not None and written:   # buffers given: the stores consume copies of them
+            scratch = exact_adjoint_buffers(kernel, written, vals, adj_descs, dev)
         vals = vals + adj_descs
     elif record_tape:
         tape = active_tape()
@@ -336,6 +349,8 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
             if plan.native is not None and plan.native is not DEFERRED:
                 fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
         _count_python_launch()
+    if scratch:
+        finish_adjoint_buffers(scratch)
     if not adjoint:
         for i in written:
             if isinstance(args[i], array):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import tensortypes, types
+from .. import memory_ops, tensortypes, types
 from ..array import array
 from ..errors import LaunchArgumentError, LaunchConversionError
 from ..protocols import interface_layout, parse_cuda_array_interface
@@ -21,7 +22,8 @@ from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
 
 __all__ = ["ArrayCtype", "forget_adapters", "adapter_for", "arg_label", "foreign_desc",
-           "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes"]
+           "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes",
+           "exact_adjoint_buffers", "finish_adjoint_buffers", "AdjointScratch"]
 
 
 # Foreign tensor types (torch, paddle, JAX... whose protocol path is missing, refuses or is
@@ -250,6 +252,83 @@ def check_adjoint_shapes(kernel, arrays, vals, adj_descs):
                              f"{tuple(g.shape)[:g.ndim]}, its array has shape {tuple(d.shape)[:d.ndim]}: an adjoint "
                              "buffer must have its array's shape")
 
+
+@dataclass(frozen=True)
+class AdjointScratch:
+    """A written array's explicit adjoint buffer, replaced for one adjoint launch by a copy.
+
+    Attributes:
+        buffer: the caller's buffer (an array view of its descriptor).
+        scratch: the copy the launch consumed (laid out as the forward array).
+        copy_back: the kernel also reads the array: the scratch ends as the gradient with
+            respect to the array's values before the launch, which goes back into ``buffer``.
+    """
+
+    buffer: array
+    scratch: array
+    copy_back: bool
+
+
+def _view(desc, dtype, device, owner):
+    n = desc.ndim
+    return array.wrap_memory(desc.data, dtype, tuple(desc.shape[:n]), tuple(desc.strides[:n]), device, owner)
+
+
+def exact_adjoint_buffers(kernel, written, vals, adj_descs, device) -> list:
+    """Give an adjoint launch with explicit buffers the tape's exact semantics.
+
+    The adjoint of a store ``a[i] = v`` (and of ``atomic_min``/``atomic_max``) consumes the
+    gradient element (passes it to ``v`` and zeroes it: the final write wins) only when the
+    adjoint buffer is the array's own ``.grad`` (``lang.builtins``' test ``aa.data == a.grad``);
+    any other buffer was only read, so an element written twice counted twice (a silent wrong
+    gradient). For each written array whose buffer is not its ``.grad`` (and which does not
+    ``retain_grad``), the launch gets a copy of the buffer both as adjoint buffer and as the
+    forward descriptor's ``grad``: the kernel consumes the copy, exactly as under a tape, and
+    the caller's buffer stays unchanged, unless the kernel reads the array too (then the copy,
+    the gradient with respect to the array's values before the launch, is copied back).
+
+    Args:
+        kernel: the kernel. written: indices of the parameters it writes. vals: the packed
+            forward arguments; adj_descs: the adjoint descriptors (both changed in place).
+        device: the launch device.
+    Returns:
+        The ``AdjointScratch`` entries; ``finish_adjoint_buffers`` copies back after the launch.
+    """
+    out = []
+    for i in written:
+        d, g = vals[i], adj_descs[i]
+        if not isinstance(d, types.ArrayDesc) or not g.data or g.data == d.grad or d.flags & types.ARRAY_FLAG_RETAIN_GRAD:
+            continue
+        n = d.ndim
+        shape, strides = tuple(d.shape[:n]), tuple(d.strides[:n])
+        if any(k == 0 for k in shape):
+            continue
+        dtype = kernel.arg_types[i].dtype
+        # the scratch takes the array's strides: views of the array (a[i][j] = v) move its data
+        # and grad pointers by the same offsets, and the consume test compares them
+        lo = sum((k - 1) * s for k, s in zip(shape, strides) if s < 0)
+        hi = sum((k - 1) * s for k, s in zip(shape, strides) if s > 0) + dtype.size
+        raw = array(shape=(hi - lo,), dtype=types.uint8, device=device)
+        scratch = array.wrap_memory(raw.ptr - lo, dtype, shape, strides, device, raw)
+        buffer = _view(g, dtype, device, g)
+        memory_ops.copy(scratch, buffer)
+        fwd = types.ArrayDesc()
+        ctypes.memmove(ctypes.addressof(fwd), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+        fwd.grad = scratch.ptr
+        vals[i] = fwd
+        sd = types.ArrayDesc()
+        ctypes.memmove(ctypes.addressof(sd), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+        sd.data, sd.grad = scratch.ptr, None
+        adj_descs[i] = sd
+        out.append(AdjointScratch(buffer, scratch, bool(kernel.arg_access[i][0])))
+    return out
+
+
+def finish_adjoint_buffers(entries) -> None:
+    """After the adjoint launch: copy back the scratch of each array the kernel also reads."""
+    for e in entries:
+        if e.copy_back:
+            memory_ops.copy(e.buffer, e.scratch)
 
 def zero_value(t):
     """A zero value of the non-array kernel type ``t`` (scalar, vector, matrix, struct)."""
