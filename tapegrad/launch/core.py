@@ -254,7 +254,8 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         if not adjoint:
             if fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
                 return
-        elif (adj_inputs is None and adj_outputs is None) or not _writes(kernel):
+        elif (adj_inputs is None and adj_outputs is None) or not _copies_buffers(kernel, inputs, outputs, adj_inputs,
+                                                                                  adj_outputs):
             if fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
                     adj_outputs) is None:
                 return
@@ -263,10 +264,28 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks)
 
-def _writes(kernel) -> bool:
-    """Whether ``kernel`` may write a parameter (a generic kernel: assumed so)."""
+def _copies_buffers(kernel, inputs, outputs, adj_inputs, adj_outputs) -> bool:
+    """Whether an adjoint launch may give a written array an explicit buffer other than its
+    ``.grad``, which ``packers.exact_adjoint_buffers`` (Python path) replaces by a copy; True
+    for a kernel without a plan yet (a generic kernel)."""
     plan = kernel.launch_plan if isinstance(kernel, Kernel) else None
-    return plan is None or bool(plan.written)
+    if plan is None:
+        return True
+    try:
+        n_in = len(inputs)
+        for i in plan.written:
+            src = adj_inputs if i < n_in else adj_outputs
+            if src is None:
+                continue
+            g = src[i] if i < n_in else src[i - n_in]
+            if g is None:
+                continue
+            a = inputs[i] if i < n_in else outputs[i - n_in]
+            if a.__class__ is not array or g.__class__ is not array or (g is not a.grad and not a.retain_grad):
+                return True
+    except (TypeError, IndexError, KeyError):
+        return False   # malformed lists: the helper passes them to the Python path, which raises
+    return False
 
 def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks):
