@@ -297,7 +297,8 @@ def exact_adjoint_buffers(kernel, written, vals, adj_descs, device) -> list:
     out = []
     for i in written:
         d, g = vals[i], adj_descs[i]
-        if not isinstance(d, types.ArrayDesc) or not g.data or g.data == d.grad or d.flags & types.ARRAY_FLAG_RETAIN_GRAD:
+        if (not isinstance(d, types.ArrayDesc) or not g.data or g.data == d.grad
+                or d.flags & types.ARRAY_FLAG_RETAIN_GRAD):
             continue
         n = d.ndim
         shape, strides = tuple(d.shape[:n]), tuple(d.strides[:n])
