@@ -422,7 +422,8 @@ def test_adjoint_arguments_as_adjoint_values(device, n, s, seed, give):
     with python_path():
         python = outcome(run)
     assert native == python
-    assert taken == (0 if give == "wrong_shape" else 1)
+    # a buffer for the written y: the Python path copies it (packers.exact_adjoint_buffers)
+    assert taken == (0 if give in ("wrong_shape", "y", "both") else 1)
 
 
 def test_adjoint_of_a_view_made_before_its_base_had_a_gradient(device):
