@@ -274,7 +274,31 @@ def _view(desc, dtype, device, owner):
     return array.wrap_memory(desc.data, dtype, tuple(desc.shape[:n]), tuple(desc.strides[:n]), device, owner)
 
 
-def exact_adjoint_buffers(kernel, written, vals, adj_descs, device) -> list:
+def _scratch_copy(layout, g, dtype, device):
+    """A copy of the buffer ``g`` laid out as the array ``layout`` (its strides: views of the
+    array, ``a[i][j] = v``, move its data and grad pointers by the same offsets, which the
+    consume test compares); returns the scratch array, a view of ``g``, and the scratch's
+    descriptor."""
+    n = layout.ndim
+    shape, strides = tuple(layout.shape[:n]), tuple(layout.strides[:n])
+    lo = sum((k - 1) * s for k, s in zip(shape, strides) if s < 0)
+    hi = sum((k - 1) * s for k, s in zip(shape, strides) if s > 0) + dtype.size
+    raw = array(shape=(hi - lo,), dtype=types.uint8, device=device)
+    scratch = array.wrap_memory(raw.ptr - lo, dtype, shape, strides, device, raw)
+    buffer = _view(g, dtype, device, g)
+    memory_ops.copy(scratch, buffer)
+    sd = _copy_desc(layout)
+    sd.data, sd.grad = scratch.ptr, None
+    return scratch, buffer, sd
+
+
+def _copy_desc(d):
+    out = types.ArrayDesc()
+    ctypes.memmove(ctypes.addressof(out), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+    return out
+
+
+def exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_descs=None) -> list:
     """Give an adjoint launch with explicit buffers the tape's exact semantics.
 
     The adjoint of a store ``a[i] = v`` (and of ``atomic_min``/``atomic_max``) consumes the
@@ -291,6 +315,8 @@ def exact_adjoint_buffers(kernel, written, vals, adj_descs, device) -> list:
         kernel: the kernel. written: indices of the parameters it writes. vals: the packed
             forward arguments; adj_descs: the adjoint descriptors (both changed in place).
         device: the launch device.
+        tan_adj_descs: the tangent-of-adjoint launch's tangents of the adjoint buffers (the
+            store consumes them with the buffers): copied alike (changed in place).
     Returns:
         The ``AdjointScratch`` entries; ``finish_adjoint_buffers`` copies back after the launch.
     """
@@ -298,30 +324,19 @@ def exact_adjoint_buffers(kernel, written, vals, adj_descs, device) -> list:
     for i in written:
         d, g = vals[i], adj_descs[i]
         if (not isinstance(d, types.ArrayDesc) or not g.data or g.data == d.grad
-                or d.flags & types.ARRAY_FLAG_RETAIN_GRAD):
-            continue
-        n = d.ndim
-        shape, strides = tuple(d.shape[:n]), tuple(d.strides[:n])
-        if any(k == 0 for k in shape):
+                or d.flags & types.ARRAY_FLAG_RETAIN_GRAD or any(d.shape[k] == 0 for k in range(d.ndim))):
             continue
         dtype = kernel.arg_types[i].dtype
-        # the scratch takes the array's strides: views of the array (a[i][j] = v) move its data
-        # and grad pointers by the same offsets, and the consume test compares them
-        lo = sum((k - 1) * s for k, s in zip(shape, strides) if s < 0)
-        hi = sum((k - 1) * s for k, s in zip(shape, strides) if s > 0) + dtype.size
-        raw = array(shape=(hi - lo,), dtype=types.uint8, device=device)
-        scratch = array.wrap_memory(raw.ptr - lo, dtype, shape, strides, device, raw)
-        buffer = _view(g, dtype, device, g)
-        memory_ops.copy(scratch, buffer)
-        fwd = types.ArrayDesc()
-        ctypes.memmove(ctypes.addressof(fwd), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
+        read = bool(kernel.arg_access[i][0])
+        scratch, buffer, adj_descs[i] = _scratch_copy(d, g, dtype, device)
+        fwd = _copy_desc(d)
         fwd.grad = scratch.ptr
         vals[i] = fwd
-        sd = types.ArrayDesc()
-        ctypes.memmove(ctypes.addressof(sd), ctypes.addressof(d), ctypes.sizeof(types.ArrayDesc))
-        sd.data, sd.grad = scratch.ptr, None
-        adj_descs[i] = sd
-        out.append(AdjointScratch(buffer, scratch, bool(kernel.arg_access[i][0])))
+        out.append(AdjointScratch(buffer, scratch, read))
+        t = tan_adj_descs[i] if tan_adj_descs is not None else None
+        if t is not None and t.data:
+            tscratch, tbuffer, tan_adj_descs[i] = _scratch_copy(d, t, dtype, device)
+            out.append(AdjointScratch(tbuffer, tscratch, read))
     return out
 
 

@@ -31,7 +31,7 @@ from ..errors import KernelError
 from ..lang import direct, emit
 from ..lang import tangent as lang_tangent
 from .core import adjoint_descriptors, prepare_launch, register_tangent_launcher
-from .packers import zero_value
+from .packers import exact_adjoint_buffers, finish_adjoint_buffers, zero_value
 
 __all__ = ["TangentModule", "tangent_module", "load_tangents", "launch_tangent", "MODE_WRITE_PRIMAL", "MODE_GRADS"]
 
@@ -287,14 +287,23 @@ def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoi
     tans = _split((tan_inputs, tan_outputs), n_in, n_out, ("tan_inputs", "tan_outputs"))
     tvals = _tangent_values(prep, args, tans, ("tan_inputs", "tan_outputs"), n_in)
     vals = list(prep.values) + tvals
+    scratch = ()
     if adjoint:
+        m = 0 if mode is None else mode
         adj_given = None
         if adj_inputs is not None or adj_outputs is not None:
             adj_given = _split((adj_inputs, adj_outputs), n_in, n_out, ("adj_inputs", "adj_outputs"))
-        vals += adjoint_descriptors(prep, args, adj_given)
+        adj_descs = adjoint_descriptors(prep, args, adj_given)
         tadj = _split((tan_adj_inputs, tan_adj_outputs), n_in, n_out, ("tan_adj_inputs", "tan_adj_outputs"))
-        vals += _tangent_values(prep, args, tadj, ("tan_adj_inputs", "tan_adj_outputs"), n_in)
-        m = 0 if mode is None else mode
+        tadj_descs = _tangent_values(prep, args, tadj, ("tan_adj_inputs", "tan_adj_outputs"), n_in)
+        if adj_given is not None and not m & MODE_GRADS:
+            # buffers given: the stores consume copies of them (as launch); MODE_GRADS: they
+            # stand for the arrays' .grad (Tape.hvp's own), consumed in place
+            fwd = vals[:n_in + n_out]
+            written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
+            scratch = exact_adjoint_buffers(kernel, written, fwd, adj_descs, prep.device, tadj_descs)
+            vals[:n_in + n_out] = fwd
+        vals += adj_descs + tadj_descs
     else:
         if tan_adj_inputs is not None or tan_adj_outputs is not None:
             raise TypeError("launch(tangent=True): tan_adj_inputs/tan_adj_outputs need adjoint=True too")
@@ -302,6 +311,8 @@ def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoi
     vals.append(ctypes.c_int32(m))
     mod = tangent_module(kernel, prep.device, adjoint)
     mod.launch(prep.bounds, vals, adjoint, prep.stream_handle, block_dim, max_blocks)
+    if scratch:
+        finish_adjoint_buffers(scratch)
     if not adjoint and m & MODE_WRITE_PRIMAL:
         for i, (r, w) in enumerate(kernel.arg_access):
             if w and isinstance(args[i], array):

@@ -182,3 +182,22 @@ def test_buffers_of_read_only_arrays_and_own_grads_stay_native(device, path, hel
     # its own .grad: consumed by the first launch (as on a tape), so the second adds nothing
     np.testing.assert_array_equal(wg.numpy(), [3, 3, 3])
     np.testing.assert_array_equal(y.grad.numpy(), [0, 0, 0])
+
+
+def test_tangent_of_the_adjoint_with_buffers(device):
+    # second order (launch(adjoint=True, tangent=True)), the bridges' double backward: the final
+    # write y = 2 w + sin w alone counts; the tangent of w's gradient is g * -sin(w) * tw
+    wv = np.array([0.3, -0.7, 1.1, 2.0])
+    g, tw = np.array([1.0, -2.0, 0.5, 3.0]), np.array([0.5, 1.0, -1.0, 2.0])
+    w = tg.array(wv, dtype=tg.float64, device=device)
+    y = tg.zeros(4, dtype=tg.float64, device=device)
+    wg, twg = tg.zeros(4, dtype=tg.float64, device=device), tg.zeros(4, dtype=tg.float64, device=device)
+    yg = tg.array(g, dtype=tg.float64, device=device)
+    tyg = tg.array(g * 0.25, dtype=tg.float64, device=device)   # the tangent of the incoming gradient
+    tg.launch(k_twice64, 4, inputs=[w], outputs=[y], adjoint=True, tangent=True, adj_inputs=[wg], adj_outputs=[yg],
+              tan_inputs=[tg.array(tw, dtype=tg.float64, device=device)], tan_outputs=[None],
+              tan_adj_inputs=[twg], tan_adj_outputs=[tyg])
+    np.testing.assert_allclose(wg.numpy(), g * (2 + np.cos(wv)), rtol=1e-12)   # was g * (2 + cos w + 2 w)
+    np.testing.assert_allclose(twg.numpy(), g * -np.sin(wv) * tw + 0.25 * g * (2 + np.cos(wv)), rtol=1e-12)
+    np.testing.assert_array_equal(yg.numpy(), g)          # the caller's buffers are unchanged
+    np.testing.assert_array_equal(tyg.numpy(), g * 0.25)
