@@ -26,7 +26,14 @@ from ..recording import active_tape
 from .core import LaunchRecord, launch_plan, register_command_builder
 from .devices import infer_device
 from .grid import NARROW_LAUNCH_SIZE, check_grid, launch_bounds
-from .packers import arg_label, check_adjoint_shapes, grad_desc, zero_value
+from .packers import (
+    arg_label,
+    check_adjoint_shapes,
+    exact_adjoint_buffers,
+    finish_adjoint_buffers,
+    grad_desc,
+    zero_value,
+)
 
 __all__ = ["Launch"]
 
@@ -288,11 +295,19 @@ class Launch:
             k = self.kernel
             mod = self._module = k.module(dev) if self.bounds.size <= NARROW_LAUNCH_SIZE else \
                 k.module_for(dev, wide=True)
-        argv, bounds = self._argv, self.bounds
+        argv, bounds, vals = self._argv, self.bounds, self._values
+        scratch = ()
+        if self.adjoint and self._written:
+            # explicit buffers of written arrays: the stores consume copies (as tg.launch)
+            fwd, adj = list(vals[:self._n]), list(vals[self._n:])
+            scratch = exact_adjoint_buffers(self.kernel, self._written, fwd, adj, dev)
+            if scratch:
+                vals = fwd + adj
+                argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
         if self._record and active_tape() is not None:
             self._record_on_tape(stream)
         if cpu_capture.open_count and dev.is_cpu and cpu_capture.capturing():
-            keep = (list(self._values), list(self._args), argv, bounds)
+            keep = (list(vals), list(self._args), argv, bounds, scratch)
             adj, bd, mb = self.adjoint, self.block_dim, self.max_blocks
             cpu_capture.record(lambda: mod.launch(bounds, argv, adj, 0, bd, mb), keep)
         else:
@@ -300,6 +315,9 @@ class Launch:
             mod.launch(bounds, argv, self.adjoint, handle, self.block_dim, self.max_blocks)
         for a in self._bump:
             a.version += 1
+        if scratch:
+            finish_adjoint_buffers(scratch)
+            return   # no direct replay: every launch copies the buffers again
         if dev.is_cpu and not self._structs and self.stream is None and isinstance(mod, CpuModule):
             cached = self._entries.get(id(mod))
             if cached is None or cached[0] is not mod:

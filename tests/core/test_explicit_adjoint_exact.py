@@ -201,3 +201,17 @@ def test_tangent_of_the_adjoint_with_buffers(device):
     np.testing.assert_allclose(twg.numpy(), g * -np.sin(wv) * tw + 0.25 * g * (2 + np.cos(wv)), rtol=1e-12)
     np.testing.assert_array_equal(yg.numpy(), g)          # the caller's buffers are unchanged
     np.testing.assert_array_equal(tyg.numpy(), g * 0.25)
+
+
+def test_recorded_adjoint_launch_with_buffers(device):
+    # tg.Launch (launch(record_cmd=True)): every replay consumes a fresh copy of the buffers
+    w = tg.array(np.ones(3, np.float32), device=device)
+    y = tg.zeros(3, device=device)
+    wg, yg = tg.zeros(3, device=device), tg.array(np.ones(3, np.float32), device=device)
+    cmd = tg.launch(k_twice, 3, inputs=[w], outputs=[y], adjoint=True, adj_inputs=[wg], adj_outputs=[yg],
+                    record_cmd=True)
+    cmd.launch()
+    np.testing.assert_array_equal(wg.numpy(), [2, 2, 2])   # was 3
+    cmd.launch()
+    np.testing.assert_array_equal(wg.numpy(), [4, 4, 4])
+    np.testing.assert_array_equal(yg.numpy(), [1, 1, 1])
