@@ -57,6 +57,11 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
              block_dim=256, max_blocks=0) -> dict:
     """Jacobians of ``kernel`` from its generated adjoint.
 
+    Each row runs the forward, then the adjoint with the outputs the kernel reads restored to
+    their original contents (its replay reads them) and the write-only ones holding the
+    forward's results (the adjoints of ``atomic_min``/``atomic_max`` read the final value);
+    the outputs are left as given.
+
     Args:
         kernel, dim, inputs, outputs, device: as for ``launch``.
         input_indices, output_indices: restrict to these argument positions (default: every
@@ -70,6 +75,11 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     ins = _select(inputs, input_indices)
     outs = _select(outputs, output_indices)
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
+    n_in = len(inputs)
+    # outputs the kernel writes and never reads (tapegrad arrays; a generic kernel: none)
+    access = getattr(kernel, "arg_access", None) if not kernel.is_generic() else None
+    after = {o for o in saved if access is not None and n_in + o < len(access)
+             and access[n_in + o][1] and not access[n_in + o][0]}
     result = {}
     for j in outs:
         out = outputs[j]
@@ -82,6 +92,13 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
             seed[r] = 1.0
             _set_flat(adj_out[j], seed)
             _restore(outputs, saved)
+            if after:
+                # the adjoints of atomic_min/max read the slot's final value: write-only outputs
+                # hold the forward's results (as under a tape), outputs the kernel reads their
+                # original contents (its replay reads them)
+                launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
+                       max_blocks=max_blocks)
+                _restore(outputs, {o: saved[o] for o in saved if o not in after})
             launch(kernel, dim, inputs, outputs, device=device, adjoint=True, adj_inputs=adj_in,
                    adj_outputs=adj_out, record_tape=False, block_dim=block_dim, max_blocks=max_blocks)
             for i in ins:

@@ -215,3 +215,13 @@ def test_recorded_adjoint_launch_with_buffers(device):
     cmd.launch()
     np.testing.assert_array_equal(wg.numpy(), [4, 4, 4])
     np.testing.assert_array_equal(yg.numpy(), [1, 1, 1])
+
+
+def test_jacobian_of_atomic_max_after_a_store(device):
+    # the adjoint of atomic_max reads the slot's final value: jacobian runs the forward first
+    w = tg.array(np.array([1.0, 2.0]), dtype=tg.float64, device=device)
+    y = tg.zeros(1, dtype=tg.float64, device=device)
+    jac = tg.autograd.jacobian(k_store_then_max, 1, inputs=[w], outputs=[y])[(0, 0)]
+    fd = tg.autograd.jacobian_fd(k_store_then_max, 1, inputs=[w], outputs=[y], eps=1e-6)[(0, 0)]
+    np.testing.assert_allclose(jac, fd, atol=1e-8)   # was [[1, 0]] (the slot restored to 0)
+    np.testing.assert_array_equal(y.numpy(), [0.0])   # the outputs are left as given
