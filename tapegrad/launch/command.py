@@ -300,7 +300,8 @@ class Launch:
         if self.adjoint and self._written:
             # explicit buffers of written arrays: the stores consume copies (as tg.launch)
             fwd, adj = list(vals[:self._n]), list(vals[self._n:])
-            scratch = exact_adjoint_buffers(self.kernel, self._written, fwd, adj, dev)
+            scratch = exact_adjoint_buffers(self.kernel, self._written, fwd, adj, dev,
+                                            stream=stream if dev.is_cuda else None)
             if scratch:
                 vals = fwd + adj
                 argv = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])

@@ -345,7 +345,8 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         adj_descs = [grad_desc(g, pack, dev) for g, pack in zip(adj_vals, packers)]
         check_adjoint_shapes(kernel, plan.arrays, vals, adj_descs)
         if adj_given is not None and written:   # buffers given: the stores consume copies of them
-            scratch = exact_adjoint_buffers(kernel, written, vals, adj_descs, dev)
+            scratch = exact_adjoint_buffers(kernel, written, vals, adj_descs, dev,
+                                            stream=stream if dev.is_cuda else None)
         vals = vals + adj_descs
     elif record_tape:
         tape = active_tape()

@@ -8,9 +8,11 @@ arguments of ``launch(adjoint=True)`` (each array's ``.grad``, a buffer given, a
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -262,11 +264,13 @@ class AdjointScratch:
         scratch: the copy the launch consumed (laid out as the forward array).
         copy_back: the kernel also reads the array: the scratch ends as the gradient with
             respect to the array's values before the launch, which goes back into ``buffer``.
+        stream: the launch's stream (None: the device's current one).
     """
 
     buffer: array
     scratch: array
     copy_back: bool
+    stream: Any = None
 
 
 def _view(desc, dtype, device, owner):
@@ -298,7 +302,21 @@ def _copy_desc(d):
     return out
 
 
-def exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_descs=None) -> list:
+def _on_stream(stream):
+    """The copies on the launch's stream (None: the device's current one, memory_ops' own)."""
+    if stream is None:
+        return contextlib.nullcontext()
+    from ..cuda.stream import ScopedStream
+    return ScopedStream(stream, sync_enter=False)
+
+
+def exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_descs=None, stream=None) -> list:
+    """``_exact_adjoint_buffers`` with its copies on ``stream`` (a CUDA launch's stream given)."""
+    with _on_stream(stream):
+        return _exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_descs, stream)
+
+
+def _exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_descs, stream) -> list:
     """Give an adjoint launch with explicit buffers the tape's exact semantics.
 
     The adjoint of a store ``a[i] = v`` (and of ``atomic_min``/``atomic_max``) consumes the
@@ -317,6 +335,7 @@ def exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_desc
         device: the launch device.
         tan_adj_descs: the tangent-of-adjoint launch's tangents of the adjoint buffers (the
             store consumes them with the buffers): copied alike (changed in place).
+        stream: the launch's stream (None: the device's current one): the copies run on it.
     Returns:
         The ``AdjointScratch`` entries; ``finish_adjoint_buffers`` copies back after the launch.
     """
@@ -332,11 +351,11 @@ def exact_adjoint_buffers(kernel, written, vals, adj_descs, device, tan_adj_desc
         fwd = _copy_desc(d)
         fwd.grad = scratch.ptr
         vals[i] = fwd
-        out.append(AdjointScratch(buffer, scratch, read))
+        out.append(AdjointScratch(buffer, scratch, read, stream))
         t = tan_adj_descs[i] if tan_adj_descs is not None else None
         if t is not None and t.data:
             tscratch, tbuffer, tan_adj_descs[i] = _scratch_copy(d, t, dtype, device)
-            out.append(AdjointScratch(tbuffer, tscratch, read))
+            out.append(AdjointScratch(tbuffer, tscratch, read, stream))
     return out
 
 
@@ -344,7 +363,8 @@ def finish_adjoint_buffers(entries) -> None:
     """After the adjoint launch: copy back the scratch of each array the kernel also reads."""
     for e in entries:
         if e.copy_back:
-            memory_ops.copy(e.buffer, e.scratch)
+            with _on_stream(e.stream):
+                memory_ops.copy(e.buffer, e.scratch)
 
 def zero_value(t):
     """A zero value of the non-array kernel type ``t`` (scalar, vector, matrix, struct)."""

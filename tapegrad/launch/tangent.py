@@ -301,7 +301,8 @@ def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoi
             # stand for the arrays' .grad (Tape.hvp's own), consumed in place
             fwd = vals[:n_in + n_out]
             written = tuple(i for i, (r, w) in enumerate(kernel.arg_access) if w)
-            scratch = exact_adjoint_buffers(kernel, written, fwd, adj_descs, prep.device, tadj_descs)
+            scratch = exact_adjoint_buffers(kernel, written, fwd, adj_descs, prep.device, tadj_descs,
+                                            stream if prep.device.is_cuda else None)
             vals[:n_in + n_out] = fwd
         vals += adj_descs + tadj_descs
     else:

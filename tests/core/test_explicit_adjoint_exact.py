@@ -225,3 +225,18 @@ def test_jacobian_of_atomic_max_after_a_store(device):
     fd = tg.autograd.jacobian_fd(k_store_then_max, 1, inputs=[w], outputs=[y], eps=1e-6)[(0, 0)]
     np.testing.assert_allclose(jac, fd, atol=1e-8)   # was [[1, 0]] (the slot restored to 0)
     np.testing.assert_array_equal(y.numpy(), [0.0])   # the outputs are left as given
+
+
+@pytest.mark.cuda
+def test_buffers_copied_on_the_launch_stream():
+    # the copies run on the stream given to launch (not the device's current one)
+    s = tg.Stream("cuda:0")
+    w = tg.array(np.ones(1 << 20, np.float32), device="cuda:0")
+    y = tg.zeros(1 << 20, device="cuda:0")
+    wg = tg.zeros(1 << 20, device="cuda:0")
+    yg = tg.array(np.ones(1 << 20, np.float32), device="cuda:0")
+    tg.synchronize()
+    tg.launch(k_twice, 1 << 20, inputs=[w], outputs=[y], adjoint=True, adj_inputs=[wg], adj_outputs=[yg], stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(wg.numpy(), 2)
+    np.testing.assert_array_equal(yg.numpy(), 1)
