@@ -722,6 +722,8 @@ def test_cuda_streams_block_dims_and_max_blocks():
         y = tg.zeros(n, device=dev)
         tg.launch(k_copy1, n, inputs=[x], outputs=[y], **kw)
         y2 = tg.zeros(n, device=dev)
+        if "stream" in kw:     # y2 was zeroed on the current stream: order s after it (Warp's rule)
+            s.wait_stream(dev.stream)
         with counted(fast=1):
             tg.launch(k_copy1, n, inputs=[x], outputs=[y2], **kw)
         tg.synchronize_device(dev)

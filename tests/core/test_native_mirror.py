@@ -526,26 +526,27 @@ def test_adjoint_of_a_torch_linked_array_as_its_grad(reset):
     """An array viewing a torch tensor with a shared gradient (a framework link): the helper
     asks ``.grad`` (which follows the tensor's current gradient) instead of reading the field:
     the same gradients as the Python path after torch dropped or replaced the gradient."""
-    import torch
-    warm(k_scale, "cpu", tg.zeros(1, dtype=tg.float64), 1.0, tg.zeros(1, dtype=tg.float64))
-    tg.launch(k_scale, 1, inputs=[tg.zeros(1, dtype=tg.float64), 1.0], outputs=[tg.zeros(1, dtype=tg.float64)],
-              adjoint=True)
+    with tg.ScopedDevice("cpu"):   # tensors and arrays on the CPU, also on a GPU machine
+        import torch
+        warm(k_scale, "cpu", tg.zeros(1, dtype=tg.float64), 1.0, tg.zeros(1, dtype=tg.float64))
+        tg.launch(k_scale, 1, inputs=[tg.zeros(1, dtype=tg.float64), 1.0], outputs=[tg.zeros(1, dtype=tg.float64)],
+                  adjoint=True)
 
-    def run():
-        t = torch.arange(4.0, dtype=torch.float64, requires_grad=True)
-        x = tg.from_torch(t)
-        y = tg.zeros(4, dtype=tg.float64, requires_grad=True)
-        y.grad.fill_(1.0)
-        tg.launch(k_scale, 4, inputs=[x, 1.0], outputs=[y], adjoint=True)
-        if reset != "none":
-            t.grad = None
-        if reset == "replaced":
-            (t * 3.0).sum().backward()
-        tg.launch(k_scale, 4, inputs=[x, 2.0], outputs=[y], adjoint=True)
-        return [None if t.grad is None else t.grad.tolist(), x.grad.numpy().tolist()]
-    b0 = fastlaunch.stats(adjoint=True)[0]
-    native = run()
-    assert fastlaunch.stats(adjoint=True)[0] - b0 == 2
-    with python_path():
-        python = run()
-    assert native == python
+        def run():
+            t = torch.arange(4.0, dtype=torch.float64, requires_grad=True)
+            x = tg.from_torch(t)
+            y = tg.zeros(4, dtype=tg.float64, requires_grad=True)
+            y.grad.fill_(1.0)
+            tg.launch(k_scale, 4, inputs=[x, 1.0], outputs=[y], adjoint=True)
+            if reset != "none":
+                t.grad = None
+            if reset == "replaced":
+                (t * 3.0).sum().backward()
+            tg.launch(k_scale, 4, inputs=[x, 2.0], outputs=[y], adjoint=True)
+            return [None if t.grad is None else t.grad.tolist(), x.grad.numpy().tolist()]
+        b0 = fastlaunch.stats(adjoint=True)[0]
+        native = run()
+        assert fastlaunch.stats(adjoint=True)[0] - b0 == 2
+        with python_path():
+            python = run()
+        assert native == python
