@@ -51,7 +51,7 @@ def fetch(a: tg.array[float], k: int) -> float:
 @tg.kernel
 def via_func(x: tg.array[float], y: tg.array[float]):
     i = tg.tid()
-    y[i] = fetch(x, i - 1)
+    y[i] = fetch(x, i - 4)    # thread 0: -4 is past the front of 3 elements; -3, -2 count from the end
 
 
 def test_out_of_range_read_names_kernel_array_index_and_line(device, debug_mode):
@@ -79,8 +79,11 @@ def test_out_of_range_write_is_skipped(device, debug_mode):
                                                   r"\(6,\)"):
         tg.launch(shifted_write, dim=6, inputs=[y, 3])
     assert y.numpy().tolist() == [-1.0, -1.0, -1.0, 0.0, 1.0, 2.0]   # nothing past the end was written
-    with pytest.raises(tg.KernelIndexError, match=r"at index -1 is out of range"):   # negative: no wrap-around
-        tg.launch(shifted_write, dim=1, inputs=[y, -1])
+    # negative indices count from the end (as Warp's): -6 is the first element, -7 is out of range
+    tg.launch(shifted_write, dim=1, inputs=[y, -6])
+    assert y.numpy()[0] == 0.0
+    with pytest.raises(tg.KernelIndexError, match=r"at index -7 is out of range"):
+        tg.launch(shifted_write, dim=1, inputs=[y, -7])
 
 
 def test_two_dimensional_atomic(device, debug_mode):
@@ -97,7 +100,7 @@ def test_access_inside_a_func_names_the_func(device, debug_mode):
     with pytest.raises(tg.KernelIndexError) as err:
         tg.launch(via_func, dim=3, inputs=[x, y])
     msg = str(err.value)
-    assert "in @func 'fetch'" in msg and "index -1" in msg and via_func.key in msg
+    assert "in @func 'fetch'" in msg and "index -4" in msg and via_func.key in msg
     assert f"test_debug_mode.py:{_line_of(fetch, 'return a[k]')}" in msg
     assert y.numpy().tolist() == [0.0, 0.0, 1.0]
 

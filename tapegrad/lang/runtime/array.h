@@ -34,17 +34,25 @@ template <typename T> TG_FUNC bool array_nonnull(const array_t<T>& a) {
     return true;
 }
 
+// an element index counted from the end when negative (Warp's and Python's a[-1]); one compare
+// and select per dimension, which the compiler drops where it can see the index is not negative
+TG_FUNC int64_t wrap_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
+
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i) {
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0]);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + wrap_index(i, a.shape[0]) * a.strides[0]);
 }
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i, int64_t j) {
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0] + j * a.strides[1]);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + wrap_index(i, a.shape[0]) * a.strides[0] +
+                                wrap_index(j, a.shape[1]) * a.strides[1]);
 }
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i, int64_t j, int64_t k) {
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0] + j * a.strides[1] + k * a.strides[2]);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + wrap_index(i, a.shape[0]) * a.strides[0] +
+                                wrap_index(j, a.shape[1]) * a.strides[1] + wrap_index(k, a.shape[2]) * a.strides[2]);
 }
 template <typename T> TG_FUNC T* addr(T* base, const array_t<T>& a, int64_t i, int64_t j, int64_t k, int64_t l) {
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + i * a.strides[0] + j * a.strides[1] + k * a.strides[2] + l * a.strides[3]);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(base) + wrap_index(i, a.shape[0]) * a.strides[0] +
+                                wrap_index(j, a.shape[1]) * a.strides[1] + wrap_index(k, a.shape[2]) * a.strides[2] +
+                                wrap_index(l, a.shape[3]) * a.strides[3]);
 }
 
 // The gradient buffer an adjoint uses: the explicit adjoint descriptor when given, else (for

@@ -44,9 +44,11 @@ TG_FUNC void dbg_record(const int64_t* shape, int n, const int64_t* ix, int32_t 
 #endif
 }
 
-TG_FUNC bool dbg_check(const int64_t* shape, int n, const int64_t* ix, int32_t site) {
+// lo = 0: indices in [0, n) (vector/matrix components); lo = -1: array element indices, which
+// may count from the end (addr wraps a negative one), so [-n, n)
+TG_FUNC bool dbg_check(const int64_t* shape, int n, const int64_t* ix, int32_t site, int64_t lo = 0) {
     for (int d = 0; d < n; ++d) {
-        if (ix[d] < 0 || ix[d] >= shape[d]) {
+        if (ix[d] < lo * shape[d] || ix[d] >= shape[d]) {
             dbg_record(shape, n, ix, site);
             return false;
         }
@@ -78,20 +80,20 @@ TG_FUNC bool dbg_comp(int32_t site, int64_t n, int64_t i, int64_t m, int64_t j) 
 
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i) {
     int64_t ix[1] = {i};
-    return dbg_check(a.shape, 1, ix, site);
+    return dbg_check(a.shape, 1, ix, site, -1);
 }
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i, int64_t j) {
     int64_t ix[2] = {i, j};
-    return dbg_check(a.shape, 2, ix, site);
+    return dbg_check(a.shape, 2, ix, site, -1);
 }
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i, int64_t j, int64_t k) {
     int64_t ix[3] = {i, j, k};
-    return dbg_check(a.shape, 3, ix, site);
+    return dbg_check(a.shape, 3, ix, site, -1);
 }
 template <typename T> TG_FUNC bool dbg_ok(const array_t<T>& a, int32_t site, int64_t i, int64_t j, int64_t k,
                                           int64_t l) {
     int64_t ix[4] = {i, j, k, l};
-    return dbg_check(a.shape, 4, ix, site);
+    return dbg_check(a.shape, 4, ix, site, -1);
 }
 
 }  // namespace tg
