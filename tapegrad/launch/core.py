@@ -287,15 +287,10 @@ def _copies_buffers(kernel, inputs, outputs, adj_inputs, adj_outputs) -> bool:
         return False   # malformed lists: the helper passes them to the Python path, which raises
     return False
 
-def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
-                   block_dim, max_blocks):
-    """``launch``'s Python path: every launch the native helper does not take, and every error."""
-    try:
-        args = list(inputs) + list(outputs)
-    except TypeError:
-        bad = "inputs" if not _iterable(inputs) else "outputs"
-        raise TypeError(f"launch: {bad} must be a list or tuple of the kernel's arguments, got "
-                        f"{type(inputs if bad == 'inputs' else outputs).__name__}") from None
+def _checked_call(kernel, dim, inputs, outputs, args, device, stream):
+    """The checks every launch form makes before packing (the one owner of their wording): the
+    kernel (a generic one specialized for ``args``), the stream, the argument count, the device,
+    the grid. Returns (kernel, plan, device, dim, bounds)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
     if stream is not None:
@@ -307,9 +302,8 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
         if kernel.is_generic():   # typing.Any parameters: the specialization for these arguments
             kernel = kernel.specialize_for(args)
         plan = kernel.launch_plan or _plan(kernel)
-    packers = plan.packers
-    if len(args) != len(packers):
-        raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "
+    if len(args) != len(plan.packers):
+        raise TypeError(f"launch: kernel '{kernel.key}' takes {len(plan.packers)} arguments "
                         f"({', '.join(kernel.arg_names)}), got {len(args)} "
                         f"({len(inputs)} inputs + {len(outputs)} outputs)")
     dev = infer_device(device, stream, args)
@@ -317,9 +311,22 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     if kernel.tid_ndim > len(dim):   # i, j = tid() in a 1-D launch: the missing index would be 0
         raise ValueError(f"launch: kernel '{kernel.key}' unpacks tid() into {kernel.tid_ndim} indices, so dim needs "
                          f"{kernel.tid_ndim} entries (e.g. dim=(n, m)), got dim={dim}")
-    if stream is not None:
-        if stream.device is not dev:
-            raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
+    if stream is not None and stream.device is not dev:
+        raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
+    return kernel, plan, dev, dim, bounds
+
+
+def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
+                   block_dim, max_blocks):
+    """``launch``'s Python path: every launch the native helper does not take, and every error."""
+    try:
+        args = list(inputs) + list(outputs)
+    except TypeError:
+        bad = "inputs" if not _iterable(inputs) else "outputs"
+        raise TypeError(f"launch: {bad} must be a list or tuple of the kernel's arguments, got "
+                        f"{type(inputs if bad == 'inputs' else outputs).__name__}") from None
+    kernel, plan, dev, dim, bounds = _checked_call(kernel, dim, inputs, outputs, args, device, stream)
+    packers = plan.packers
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
     written = plan.written
@@ -422,22 +429,8 @@ def prepare_launch(kernel, dim, inputs, outputs, device, stream) -> PreparedLaun
         TypeError, ValueError, RuntimeError: as ``launch``, naming the argument.
     """
     args = list(inputs) + list(outputs)
-    if not isinstance(kernel, Kernel):
-        raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
-    if kernel.is_generic():
-        kernel = kernel.specialize_for(args)
-    packers = _plan(kernel).packers
-    if len(args) != len(packers):
-        raise TypeError(f"launch: kernel '{kernel.key}' takes {len(packers)} arguments "
-                        f"({', '.join(kernel.arg_names)}), got {len(args)} "
-                        f"({len(inputs)} inputs + {len(outputs)} outputs)")
-    dev = infer_device(device, stream, args)
-    dim, bounds = launch_bounds(dim)
-    if kernel.tid_ndim > len(dim):
-        raise ValueError(f"launch: kernel '{kernel.key}' unpacks tid() into {kernel.tid_ndim} indices, so dim needs "
-                         f"{kernel.tid_ndim} entries (e.g. dim=(n, m)), got dim={dim}")
-    if stream is not None and stream.device is not dev:
-        raise RuntimeError(f"launch: stream is on {stream.device}, launch device is {dev}")
+    kernel, plan, dev, dim, bounds = _checked_call(kernel, dim, inputs, outputs, args, device, stream)
+    packers = plan.packers
     handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
     vals = [pack(a, dev) for pack, a in zip(packers, args)]
     for i, (r, w) in enumerate(kernel.arg_access):
