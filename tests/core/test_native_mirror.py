@@ -14,7 +14,6 @@ table's, ``abi.int_range``, which tg_abi.h carries too), the grid (``grid.make_b
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
 
@@ -26,6 +25,7 @@ from hypothesis import strategies as st
 import tapegrad as tg
 from tapegrad import abi, protocols
 from tapegrad.launch import fastlaunch
+from tests.core.test_fast_launch import python_path  # the native switch off for a block
 
 L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -145,16 +145,6 @@ def native_helper(device):
         if "TAPEGRAD_FAST_LAUNCH" in (fastlaunch.error() or ""):
             pytest.skip("the native launch helper is switched off (TAPEGRAD_FAST_LAUNCH=0)")
         pytest.fail(f"the native launch helper did not load: {fastlaunch.error()}")
-
-
-@contextlib.contextmanager
-def python_path():
-    fast = L._fast
-    L._fast = None
-    try:
-        yield
-    finally:
-        L._fast = fast
 
 
 def outcome(fn):
