@@ -17,6 +17,7 @@ from . import memory_ops, storage, types
 from .cuda import memory as cuda_memory  # imports CuPy only when CUDA memory is used
 from .device import Device, get_device
 from .errors import CopyArgumentError, CopyTypeError, ReshapeError, ViewDtypeError
+from .frameworks import is_writable_framework_view
 from .protocols import parse_cuda_array_interface
 from .recording import CopyRecord, active_tape
 from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner_dims, normalize_shape
@@ -67,7 +68,9 @@ class array:
         requires_grad: allocate (or keep) a zeroed gradient array of the same shape (integer and
             bool arrays take the flag but keep no gradient: ``grad`` stays None).
         grad: an existing gradient array to use (borrowed).
-        copy: copy host data (default True, as in Warp) — False wraps it zero-copy on the CPU.
+        copy: copy host data (default True, as in Warp) — False wraps it zero-copy on the CPU
+            (a read-only numpy array gives a read-only array, except ``np.asarray(jax_array)``,
+            wrapped writable as ``from_jax`` wraps the same memory).
         pinned: page-locked host memory (CPU arrays; needs CUDA, else ignored).
         owner: with ``ptr``: object kept alive as long as the array (a weakref to a dead object
             is refused).
@@ -274,7 +277,7 @@ class array:
             dt = base if dtype is None else types.resolve_dtype(dtype)
             if base is not None and dt is base and min(data.strides) >= 0:
                 self._set(data.ctypes.data, dt, data.shape, data.strides, _CPU, data)
-                if not data.flags.writeable:
+                if not data.flags.writeable and not is_writable_framework_view(data):
                     self.readonly = True
                 return
         dt = types.resolve_dtype(dtype) if dtype is not None else None
@@ -340,7 +343,7 @@ class array:
         if dev.is_cpu and not copy and not pinned:
             owner = data if data is not arr and hasattr(data, "__array_interface__") else arr
             self._set(arr.ctypes.data, edt, esh, est, dev, owner)
-            if not arr.flags.writeable:
+            if not arr.flags.writeable and not is_writable_framework_view(arr):
                 self.readonly = True
             return
         contiguous = np.ascontiguousarray(arr)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Bridge", "BRIDGES", "bridge_for_type_module", "allocator_module", "public_names"]
+__all__ = ["Bridge", "BRIDGES", "bridge_for_type_module", "allocator_module", "public_names",
+           "is_writable_framework_view"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class Bridge:
         names: the public names the bridge gives the ``tapegrad`` namespace.
         allocators: ``{allocator name: module}`` for the CUDA allocators the bridge provides
             (``tg.set_allocator(name)`` imports the module, which registers the allocator).
+        writable_host_views: the framework hands out host views of its arrays read-only through
+            the buffer protocol (``np.asarray(jax_array)``) while its zero-copy DLPack export of
+            the same memory, and so ``from_<framework>``, is writable: a numpy array viewing
+            such an array directly is wrapped writable, as ``from_<framework>`` would wrap it.
     """
 
     framework: str
@@ -32,6 +37,7 @@ class Bridge:
     type_modules: tuple
     names: tuple
     allocators: tuple = ()    # ((name, module), ...)
+    writable_host_views: bool = False
 
 
 BRIDGES = (
@@ -45,12 +51,13 @@ BRIDGES = (
     Bridge("jax", "tapegrad.bridges.jax", ("jax", "jaxlib"), (
         "from_jax", "to_jax", "device_from_jax", "device_to_jax", "dtype_from_jax", "dtype_to_jax",
         "jax_kernel", "jax_callable", "GraphMode", "JaxCallableGraphMode", "clear_jax_callable_graph_cache",
-        "JaxModulePreloadMode")),
+        "JaxModulePreloadMode"), writable_host_views=True),
     Bridge("optax", "tapegrad.bridges.optax", (), ("optax_optimizer", "OptaxOptimizer")),
 )
 
 _BY_TYPE_MODULE = {m: b.module for b in BRIDGES for m in b.type_modules}
 _ALLOCATOR_MODULES = {name: module for b in BRIDGES for name, module in b.allocators}
+_WRITABLE_VIEW_MODULES = frozenset(m for b in BRIDGES if b.writable_host_views for m in b.type_modules)
 
 
 def bridge_for_type_module(top_module: str):
@@ -66,3 +73,25 @@ def allocator_module(name: str):
 def public_names() -> dict:
     """``{public name: bridge module}`` for the package face's lazy attributes."""
     return {name: b.module for b in BRIDGES for name in b.names}
+
+
+def is_writable_framework_view(arr) -> bool:
+    """Whether a read-only numpy array is read-only only by its framework's convention.
+
+    True when ``arr``'s base is, directly, a buffer-protocol view (a ``memoryview``) of an array of
+    a framework whose bridge declares ``writable_host_views`` (JAX: ``np.asarray(jax_array)`` is
+    read-only because JAX arrays are immutable, yet JAX exports the same memory writable through
+    DLPack). Views numpy derived from such an array (slices, ``broadcast_to``) are not: numpy may
+    have made those read-only for reasons of its own (overlapping elements).
+
+    Args:
+        arr: a numpy array.
+
+    Returns:
+        bool.
+    """
+    base = getattr(arr, "base", None)
+    if type(base) is not memoryview:
+        return False
+    owner = base.obj
+    return owner is not None and type(owner).__module__.partition(".")[0] in _WRITABLE_VIEW_MODULES

@@ -231,6 +231,56 @@ def test_jax_vec(jax):
     assert v.shape == (6,) and v.dtype is tg.vec3
 
 
+@tg.kernel
+def _add_one(x: tg.array(dtype=float)):
+    i = tg.tid()
+    x[i] = x[i] + 1.0
+
+
+@pytest.mark.jax
+def test_jax_host_view_wraps_writable_as_from_jax(jax):
+    # np.asarray(jax_array) is read-only (JAX arrays are immutable), yet JAX exports the same memory
+    # writable through DLPack and from_jax wraps it writable: array(view, copy=False) agrees
+    import jax.dlpack
+    import jax.numpy as jnp
+    jx = jnp.arange(8, dtype=jnp.float32)
+    view = np.asarray(jx)
+    assert not view.flags.writeable
+    a = tg.array(view, dtype=tg.float32, copy=False)
+    assert a.ptr == view.ctypes.data == _jax_ptr(jx)
+    assert a.readonly is tg.from_jax(jx).readonly is False
+    j1 = jax.dlpack.from_dlpack(a, copy=False)         # JAX asks for a legacy capsule
+    j2 = tg.to_jax(a)
+    assert _jax_ptr(j1) == _jax_ptr(j2) == a.ptr
+    tg.launch(_add_one, dim=a.size, inputs=[a], device="cpu")
+    tg.synchronize_device("cpu")
+    want = np.arange(8, dtype=np.float64) + 1.0
+    np.testing.assert_array_equal(a.numpy(), want)
+    np.testing.assert_array_equal(np.asarray(j1 + 0), want)
+    np.testing.assert_array_equal(np.asarray(j2 + 0), want)
+    # the general path (a vector dtype folds the trailing dimension) decides the same way
+    m = np.asarray(jnp.zeros((3, 2), jnp.float32))
+    v = tg.array(m, dtype=tg.vec2, copy=False)
+    assert v.shape == (3,) and v.ptr == m.ctypes.data and not v.readonly
+
+
+@pytest.mark.jax
+def test_read_only_numpy_stays_read_only(jax):
+    import jax.numpy as jnp
+    view = np.asarray(jnp.arange(8, dtype=jnp.float32))
+    # numpy's own read-only views of it (a slice, a zero-stride broadcast) keep their flag
+    assert tg.array(view[::2], copy=False).readonly
+    assert tg.array(np.broadcast_to(view, (2, 8)), copy=False).readonly
+    frozen = np.frombuffer(bytes(16), dtype=np.float32)   # memory of an immutable bytes object
+    a = tg.array(frozen, copy=False)
+    assert a.readonly and a.ptr == frozen.ctypes.data
+    with pytest.raises(RuntimeError, match="read-only"):
+        tg.launch(_add_one, dim=a.size, inputs=[a], device="cpu")
+    with pytest.raises(BufferError, match="read-only"):
+        a.__dlpack__()                                 # a legacy capsule could not say read-only
+    assert bytes(frozen.tobytes()) == bytes(16)
+
+
 # --------------------------------------------------------------------------------- paddle
 
 @pytest.fixture(scope="module")
