@@ -21,8 +21,11 @@ from .hostvalues import set_resolver, value_class
 
 __all__ = [
     "ScalarType", "VectorType", "MatrixType", "QuatType", "TransformType", "StructType", "ArrayType",
-    "vector", "matrix", "quaternion", "transformation", "struct", "type_of", "scalar_of", "is_scalar",
-    "is_vector", "is_matrix",
+    "vector", "matrix", "quaternion", "transformation", "struct", "type_of", "scalar_of",
+    "type_is_int", "type_is_float", "type_is_scalar", "type_is_vector", "type_is_matrix", "type_is_quaternion",
+    "type_is_transformation", "type_is_composite", "type_is_value", "type_is_struct", "type_is_array",
+    "is_int", "is_float", "is_scalar", "is_vector", "is_matrix", "is_quaternion", "is_transformation",
+    "is_composite", "is_value", "is_struct", "is_array",
     "resolve_dtype", "can_alias", "dtype_to_numpy", "dtype_from_numpy", "dtype_to_dlpack", "dtype_from_dlpack",
     "ArrayDesc", "LaunchBounds", "MAX_DIMS", "KERNEL_UNSUPPORTED", "bits16", "ARRAY_FLAG_READONLY",
     "ARRAY_FLAG_RETAIN_GRAD", "scalar_packer",
@@ -844,16 +847,153 @@ def scalar_of(t):
     return t.scalar
 
 
-def is_scalar(t) -> bool:
-    return isinstance(t, ScalarType)
+# ------------------------------------------------------------------ Warp's introspection
+# ``type_is_*(t)`` ask about a type, ``is_*(x)`` about a value, with Warp's answers: Python's
+# ``int``/``float`` count as int32/float32, ``bool`` is a value type but neither int nor scalar.
+# One deviation follows from tapegrad's scalar values being NumPy scalars (``tg.int8(3)`` is an
+# ``np.int8``): NumPy scalar types and values count as their tapegrad types.
+
+def _named_type(t):
+    """The tapegrad type ``t`` names (a tapegrad type, Python's int/float/bool, a NumPy scalar
+    type, a struct class, a host value class), else None."""
+    if t is int:
+        return int32
+    if t is float:
+        return float32
+    if t is bool:
+        return bool_
+    if isinstance(t, (ScalarType, VectorType, MatrixType, StructType)):
+        return t
+    if isinstance(t, type):
+        if hasattr(t, "_tg_struct"):
+            return t._tg_struct
+        own = getattr(t, "tg_type", None)    # a host value class (type(tg.vec3()))
+        if own is not None:
+            return own
+        if issubclass(t, np.generic):
+            return SCALARS_BY_NUMPY.get(np.dtype(t))
+    return None
 
 
-def is_vector(t) -> bool:
-    return isinstance(t, VectorType)
+def type_is_int(t) -> bool:
+    """Whether ``t`` is an integer type (``int``, ``tg.int32``, ``tg.uint64``...; not bool)."""
+    s = _named_type(t)
+    return isinstance(s, ScalarType) and s.kind in ("int", "uint")
 
 
-def is_matrix(t) -> bool:
-    return isinstance(t, MatrixType)
+def type_is_float(t) -> bool:
+    """Whether ``t`` is a floating-point type (``float``, ``tg.float16``, ``tg.float64``...)."""
+    s = _named_type(t)
+    return isinstance(s, ScalarType) and s.kind == "float"
+
+
+def type_is_scalar(t) -> bool:
+    """Whether ``t`` is an integer or floating-point type (bool is not, as in Warp)."""
+    return type_is_int(t) or type_is_float(t)
+
+
+def type_is_vector(t) -> bool:
+    """Whether ``t`` is a vector type (``tg.vec3``, ``tg.spatial_vector``; quaternions and
+    transforms are not)."""
+    s = _named_type(t)
+    return isinstance(s, VectorType) and not isinstance(s, (QuatType, TransformType))
+
+
+def type_is_matrix(t) -> bool:
+    """Whether ``t`` is a matrix type (``tg.mat33``, ``tg.types.matrix((5, 5), tg.float64)``)."""
+    return isinstance(_named_type(t), MatrixType)
+
+
+def type_is_quaternion(t) -> bool:
+    """Whether ``t`` is a quaternion type (``tg.quat``, ``tg.quatd``...)."""
+    return isinstance(_named_type(t), QuatType)
+
+
+def type_is_transformation(t) -> bool:
+    """Whether ``t`` is a transform type (``tg.transform``, ``tg.transformd``...)."""
+    return isinstance(_named_type(t), TransformType)
+
+
+def type_is_composite(t) -> bool:
+    """Whether ``t`` is a vector, matrix, quaternion or transform type."""
+    return isinstance(_named_type(t), (VectorType, MatrixType))
+
+
+def type_is_value(t) -> bool:
+    """Whether ``t`` is a value type: a scalar type (bool included) or a composite one."""
+    return isinstance(_named_type(t), (ScalarType, VectorType, MatrixType))
+
+
+def type_is_struct(t) -> bool:
+    """Whether ``t`` is a ``@tg.struct`` class."""
+    return isinstance(_named_type(t), StructType)
+
+
+def type_is_array(t) -> bool:
+    """Whether ``t`` is an array class (``tg.array``, ``tg.indexedarray``)."""
+    return isinstance(t, type) and callable(getattr(t, "_tg_annotation", None))
+
+
+def _type_of_value(x):
+    if isinstance(x, type):    # a type is no value of any of them
+        return None
+    return type(x)
+
+
+def is_int(x) -> bool:
+    """Whether ``x`` is an integer value (``3``, ``tg.int16(3)``; not ``True``)."""
+    return type_is_int(_type_of_value(x))
+
+
+def is_float(x) -> bool:
+    """Whether ``x`` is a floating-point value (``1.5``, ``tg.float16(1.5)``)."""
+    return type_is_float(_type_of_value(x))
+
+
+def is_scalar(x) -> bool:
+    """Whether ``x`` is an integer or floating-point value."""
+    return type_is_scalar(_type_of_value(x))
+
+
+def is_vector(x) -> bool:
+    """Whether ``x`` is a vector value (``tg.vec3(1, 2, 3)``)."""
+    return type_is_vector(_type_of_value(x))
+
+
+def is_matrix(x) -> bool:
+    """Whether ``x`` is a matrix value (``tg.mat22(...)``)."""
+    return type_is_matrix(_type_of_value(x))
+
+
+def is_quaternion(x) -> bool:
+    """Whether ``x`` is a quaternion value."""
+    return type_is_quaternion(_type_of_value(x))
+
+
+def is_transformation(x) -> bool:
+    """Whether ``x`` is a transform value."""
+    return type_is_transformation(_type_of_value(x))
+
+
+def is_composite(x) -> bool:
+    """Whether ``x`` is a vector, matrix, quaternion or transform value."""
+    return type_is_composite(_type_of_value(x))
+
+
+def is_value(x) -> bool:
+    """Whether ``x`` is a value of a value type (a number, bool, vector, matrix...)."""
+    return type_is_value(_type_of_value(x))
+
+
+def is_struct(x) -> bool:
+    """Whether ``x`` is an instance of a ``@tg.struct`` class."""
+    return type_is_struct(_type_of_value(x))
+
+
+def is_array(x) -> bool:
+    """Whether ``x`` is an array (``tg.array``, ``tg.indexedarray``) or an array annotation
+    (``tg.array(dtype=float)``, ``tg.array2d[tg.vec3]``)."""
+    return isinstance(x, ArrayType) or type_is_array(_type_of_value(x))
 
 
 # --------------------------------------------------------------------------- type queries

@@ -821,6 +821,13 @@ class ExprMixin:
             if not parts:   # Warp's words: 2 scalars (or 3...) are no transform
                 self.error(f"incompatible number of values given ({len(args)}) when constructing a transform; "
                            f"expected 0, 1, or 7", node, WarpCodegenError, last=True)
+        if isinstance(t, TransformType) and len(args) == 1:
+            src = args[0].type if isinstance(args[0], (Var, Lit)) else None
+            if isinstance(src, TransformType) and src.scalar is not t.scalar:
+                # Warp refuses it (vectors, quaternions and matrices convert; a transform does not)
+                self.error(f"copy constructing a transform requires matching source and target dtypes, got "
+                           f"`{type_name(src.scalar)}` and `{type_name(t.scalar)}`", node, WarpCodegenError,
+                           last=True)
         if all(isinstance(a, Lit) for a in args) and args:
             try:
                 return Lit(t(*[a.value for a in args]), t)

@@ -91,6 +91,24 @@ def static(expr):
 _CONSTANTS: dict = {}   # id -> weak reference of each vector/matrix value constant() returned
 
 
+def _value_of(self):
+    """The constant as a Python number (Warp's scalar values' ``.value``)."""
+    return self.item()
+
+
+_VALUED: dict = {}   # NumPy scalar type -> its subclass with ``.value``
+
+
+def _valued_scalar_class(np_type: type) -> type:
+    """A subclass of the NumPy scalar type ``np_type`` adding Warp's ``.value`` (its instances
+    are still that NumPy type for arithmetic, ``isinstance`` and kernels)."""
+    cls = _VALUED.get(np_type)
+    if cls is None:
+        cls = _VALUED[np_type] = type(np_type.__name__, (np_type,), {"value": property(_value_of),
+                                                                     "__module__": "tapegrad"})
+    return cls
+
+
 def constant(x):
     """Declare a compile-time constant kernels may read (Warp's ``wp.constant``).
 
@@ -102,13 +120,16 @@ def constant(x):
         x: a number (bool, int, float, NumPy scalar) or a vector/matrix value (``tg.vec3(...)``,
             a 1-D or 2-D NumPy array); a list or tuple is refused, as Warp refuses it.
     Returns:
-        ``x`` for a number; for a vector/matrix a read-only copy (changing it raises instead of
-        being silently ignored by compiled kernels).
+        ``x`` for a Python number or bool; a NumPy number (``tg.float16(1.25)``) as the same
+        NumPy type with Warp's ``.value`` (the Python number) added; for a vector/matrix a
+        read-only copy (changing it raises instead of being silently ignored by compiled kernels).
     Raises:
         TypeError: any other object (as Warp's ``wp.constant``).
     """
-    if isinstance(x, (bool, int, float, np.bool_, np.number)):
+    if isinstance(x, (bool, int, float, np.bool_)):   # (NumPy's bool type cannot be subclassed)
         return x
+    if isinstance(x, np.number):   # tg.float16(1.25): a NumPy scalar, with Warp's .value
+        return _valued_scalar_class(type(x))(x)
     if isinstance(x, (list, tuple)):   # Warp's refusal: a vector needs its type (tg.vec3(...))
         raise TypeError(f"tg.constant(x): a vector or matrix constant is a value of its type (tg.vec3(...), "
                         f"tg.types.matrix(...)(...)) or a NumPy array; Invalid constant type: {type(x)}")
