@@ -58,7 +58,8 @@ class array:
         data: a numpy array, nested list, scalar, or any object with ``__array_interface__``
             (CPU) or ``__cuda_array_interface__`` (CUDA). CUDA-interface objects are always
             wrapped zero-copy (their ``stream`` is waited for); host data is copied unless
-            ``copy=False`` on a CPU device.
+            ``copy=False`` on a CPU device. An object with both interfaces is host data when
+            ``device`` is a CPU device, else CUDA data.
         dtype: element type (``tg.float32``, ``float``, ``tg.vec3``, a struct...). Inferred from
             ``data`` when None. Vector/matrix dtypes consume trailing component dims of ``data``.
         shape: shape in elements. With no ``data``/``ptr``: allocate zeroed memory of this shape.
@@ -131,7 +132,9 @@ class array:
             self._init_annotation(dtype, ndim, device)
         elif data is None:
             self._init_alloc(dtype, shape, device, pinned)
-        elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
+        elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray) and not (
+                device is not None and hasattr(data, "__array_interface__") and get_device(device).is_cpu):
+            # (an object with both interfaces asked for on the CPU is host data, as in Warp)
             self._init_cai(data, dtype, shape, device)
         else:
             self._init_host(data, dtype, shape, device, copy, pinned)

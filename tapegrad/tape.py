@@ -506,15 +506,14 @@ class Tape:
             loss: a one-element scalar array whose gradient is seeded with ones.
             grads: ``{array: gradient}``; each gradient is *copied* into ``array.grad`` (or a
                 tape-owned buffer when the array has none); the caller's buffer is not modified.
+                Given with ``loss``, both are seeded (the loss first), as in Warp.
         Raises:
-            ValueError: both ``loss`` and ``grads``; a ``loss`` with more than one element or a
+            ValueError: a ``loss`` with more than one element or a
                 vector/matrix dtype; shape mismatches.
             RuntimeError: ``loss`` has no gradient buffer; a framework
                 tensor an array views (``from_torch``...) was modified in place since a record
                 used it (as torch refuses).
         """
-        if loss is not None and grads is not None:
-            raise ValueError("Tape.backward: pass loss= or grads= (or neither, to use the outputs' .grad), not both")
         if recording.active_tape() is self:
             # inside its `with tape:` block, as Warp allows: the backward pass itself (seeding,
             # adjoint launches) is not recorded; recording resumes after it
@@ -536,7 +535,7 @@ class Tape:
                                    "requires_grad=True")
             loss.grad.fill_(1)
             self._track(loss)
-        elif grads is not None:
+        if grads is not None:     # with a loss too, as Warp: both seeds (a loss named in grads takes grads')
             if not isinstance(grads, dict):
                 raise TypeError(f"Tape.backward(grads=...): expected a dict {{array: gradient}}, got "
                                 f"{type(grads).__name__}")

@@ -103,6 +103,7 @@ class Launch:
         self._values = [types.ArrayDesc() if isinstance(t, types.ArrayType) else p(a, dev)
                         for t, p, a in zip(ts, self._packers, self._args)]
         self._adj_set = [False] * n   # adjoint values given explicitly (else an array's .grad)
+        self._null_given = [False] * n   # array parameters set to None (a null array) on purpose
         if self.adjoint:
             self._adj_args = [None if isinstance(t, types.ArrayType) else zero_value(t) for t in ts]
             self._values += [grad_desc(g, p, dev) for g, p in zip(self._adj_args, self._packers)]
@@ -190,11 +191,12 @@ class Launch:
             self._adj_set[i] = value is not None
             self._put(self._n + i, v)
         else:
-            if value is None and i in self._arrays:   # unset again (Warp's empty array); launch() refuses it
-                self._put(i, types.ArrayDesc())
-            else:
-                self._put(i, pack(value, self.device))
+            # None is Warp's null array, as in tg.launch (``if not a:`` in the kernel); only an
+            # array parameter never set is refused by launch()
+            self._put(i, pack(value, self.device))
             self._args[i] = value
+            if i in self._arrays:
+                self._null_given[i] = value is None
             if self.adjoint and not self._adj_set[i] and i in self._arrays:
                 g = value.grad if isinstance(value, array) else None
                 self._put(self._n + i, grad_desc(g, pack, self.device))
@@ -362,7 +364,7 @@ class Launch:
         k, vals = self.kernel, self._values
         if self.bounds.size:
             for i in self._arrays:
-                if self._args[i] is None and not vals[i].data:
+                if self._args[i] is None and not vals[i].data and not self._null_given[i]:
                     raise ValueError(f"Launch.launch: {arg_label(k, i)} has no array set (a kernel would read "
                                      "through a NULL pointer); set one with set_param_by_name")
         for i in self._written:
@@ -409,9 +411,8 @@ def _record_cmd(kernel, dim, inputs, outputs, device, stream, adjoint, adj_input
         adj_args = ai + ao
     cmd = Launch(kernel, dev, bounds=dim, max_blocks=max_blocks, block_dim=block_dim, adjoint=adjoint)
     cmd.record_tape = bool(record_tape)
-    for i, a in enumerate(args):
-        if a is not None or not isinstance(kernel.arg_types[i], types.ArrayType):
-            cmd.set_param_at_index(i, a)
+    for i, a in enumerate(args):     # (a None array is a null array, as tg.launch packs it)
+        cmd.set_param_at_index(i, a)
     if adj_args is not None:
         for i, g in enumerate(adj_args):
             if g is not None:

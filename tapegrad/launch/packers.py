@@ -131,9 +131,10 @@ def _make_array_packer(kernel, i, ptype):
             if value._storage_check is not None:   # foreign memory its framework may have moved
                 value._storage_check.verify(label)
             return value.descriptor()
-        if value is None:
-            raise TypeError(f"{label}: expected an array for {ptype!r}, got None (a kernel would read "
-                            "through a NULL pointer; pass an empty array instead)")
+        if value is None:    # Warp's null array: no data, every extent 0 (``if not a:`` in the kernel)
+            d = types.ArrayDesc()
+            d.ndim = ndim
+            return d
         if type(value) is ndarray and device.is_cpu and not _numpy_adapted:
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):

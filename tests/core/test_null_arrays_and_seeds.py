@@ -1,0 +1,129 @@
+"""Issue 28 (arrays): Warp semantics its own array tests pin — None passed for an array parameter
+is a null array (``if not a:`` in the kernel, reads refused in debug mode, no gradient);
+``Tape.backward(loss=..., grads=...)`` seeds both; an object exposing both array interfaces is
+host data when asked for on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+@tg.kernel
+def scaled_square(w: tg.array(dtype=tg.float64), x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    s = tg.float64(1.0)
+    if w:                       # a null array is false: the optional weight is skipped
+        s = w[i]
+    y[i] = s * x[i] * x[i]
+
+
+@tg.kernel
+def truth_values(a: tg.array(dtype=float), b: tg.array(dtype=float), out: tg.array(dtype=tg.int32)):
+    if not a:
+        out[0] = 1
+    if b:
+        out[1] = 1
+    out[2] = a.shape[0]
+
+
+def test_none_is_a_null_array_in_kernels(device):
+    out = tg.zeros(3, dtype=tg.int32, device=device)
+    tg.launch(truth_values, dim=1, inputs=[None, tg.zeros(8, dtype=float, device=device), out], device=device)
+    assert out.numpy().tolist() == [1, 1, 0]
+
+
+def test_null_array_gradients_are_exact(device):
+    x = tg.array([1.5, -2.0, 3.0], dtype=tg.float64, device=device, requires_grad=True)
+    w = tg.array([2.0, 0.5, -1.0], dtype=tg.float64, device=device, requires_grad=True)
+    y = tg.zeros(3, dtype=tg.float64, device=device, requires_grad=True)
+    for weight, scale in ((None, np.ones(3)), (w, w.numpy())):
+        x.grad.zero_()
+        tape = tg.Tape()
+        with tape:
+            tg.launch(scaled_square, dim=3, inputs=[weight, x], outputs=[y], device=device)
+        tape.backward(grads={y: np.ones(3)})
+        xs = x.numpy()
+        np.testing.assert_array_equal(y.numpy(), scale * xs * xs)
+        np.testing.assert_array_equal(x.grad.numpy(), 2.0 * scale * xs)
+    np.testing.assert_array_equal(w.grad.numpy(), x.numpy() ** 2)
+
+
+def test_recorded_launch_takes_none_as_tg_launch_does():
+    x = tg.array([1.0, 2.0], dtype=tg.float64)
+    y = tg.zeros(2, dtype=tg.float64)
+    cmd = tg.launch(scaled_square, dim=2, inputs=[None, x], outputs=[y], record_cmd=True)
+    cmd.launch()
+    assert y.numpy().tolist() == [1.0, 4.0]
+    fresh = tg.Launch(scaled_square, "cpu")   # an array never set is still refused
+    fresh.set_dim(2)
+    with pytest.raises(ValueError, match="has no array set"):
+        fresh.launch()
+
+
+@tg.kernel
+def reads_first(a: tg.array(dtype=float), out: tg.array(dtype=float)):
+    out[0] = a[0]
+
+
+def test_reading_a_null_array_is_caught_in_debug_mode():
+    old = tg.config.mode
+    tg.config.mode = "debug"
+    try:
+        with pytest.raises(tg.KernelIndexError, match=r"read of array 'a' at index 0 is out of range for its "
+                                                      r"shape \(0,\)"):
+            tg.launch(reads_first, dim=1, inputs=[None, tg.zeros(1)], device="cpu")
+    finally:
+        tg.config.mode = old
+
+
+@tg.kernel
+def add_into(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    x[i] += y[i]
+
+
+@tg.kernel
+def square_into(x: tg.array(dtype=tg.float64), z: tg.array(dtype=tg.float64)):
+    z[0] = x[0] * x[0]
+
+
+def test_backward_with_loss_and_grads_seeds_both():
+    v = tg.ones(3, dtype=tg.float64, requires_grad=True)
+    u = tg.clone(v, requires_grad=True)
+    x = tg.array([3.0], dtype=tg.float64, requires_grad=True)
+    z = tg.zeros(1, dtype=tg.float64, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(add_into, dim=3, inputs=[v, u])
+        tg.launch(square_into, dim=1, inputs=[x, z])
+    tape.backward(loss=z, grads={v: tg.full(3, 2.0, dtype=tg.float64)})
+    assert z.numpy().tolist() == [9.0] and v.numpy().tolist() == [2.0] * 3
+    assert u.grad.numpy().tolist() == [2.0] * 3         # from grads=
+    assert x.grad.numpy().tolist() == [6.0]             # from loss=: d(x^2)/dx
+    # an array named in both takes its grads= value (seeded after the loss), as in Warp
+    x.grad.zero_()
+    tape.backward(loss=z, grads={z: tg.array([0.5], dtype=tg.float64)})
+    assert x.grad.numpy().tolist() == [3.0]
+
+
+class BothInterfaces:
+    """Warp's test object: a NumPy array exposed through both interfaces."""
+
+    def __init__(self, data, npdtype):
+        self.data = np.array(data, dtype=npdtype)
+        self.__array_interface__ = self.data.__array_interface__
+        self.__cuda_array_interface__ = self.data.__array_interface__
+
+
+@pytest.mark.parametrize("dtype, values, expected", [
+    (tg.int8, (1, 2, 3), [1, 2, 3]), (tg.float32, (1, 2, 3), [1, 2, 3]),
+    (tg.vec3, (1, 2, 3), [[1, 2, 3]]), (tg.mat22, (1, 2, 3, 4), [[[1, 2], [3, 4]]])])
+def test_object_with_both_interfaces_is_host_data_on_the_cpu(dtype, values, expected):
+    src = BothInterfaces(values, np.int8 if dtype is tg.int8 else np.float32)
+    a = tg.array(src, dtype=dtype, device="cpu")
+    assert a.device.is_cpu and a.ptr != src.data.ctypes.data     # copied, as Warp's default copy=True
+    assert a.numpy().tolist() == expected
+    alias = tg.array(src, dtype=dtype, device="cpu", copy=False)
+    assert alias.ptr == src.data.ctypes.data
