@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import threading
 from enum import IntEnum
 
 import numpy as np
 
-from tapegrad import types
+from tapegrad import abi, types
 from tapegrad.device import get_device
 
 from ..export_names import advice, describe, stable_name
@@ -52,11 +53,12 @@ _lock = threading.RLock()
 _plans: dict = {}            # plan address -> Plan (plans live as long as the process)
 
 
-def entries(kernel, device) -> tuple:
+def entries(kernel, device, wide: bool = False) -> tuple:
     """``(forward, backward, threads cap, lanes)`` of the kernel's loaded module on ``device``
     (``modules.FastEntry``: CPU function addresses or CUfunction handles; backward None for
-    ``enable_backward=False``; the cap and lanes are 0 and 1 on the CPU)."""
-    e = kernel.module_for(device).fast_entry()
+    ``enable_backward=False``; the cap and lanes are 0 and 1 on the CPU). ``wide``: the build
+    with a 64-bit ``tid()``, which launches of more than 2^31 - 1 threads need (as ``tg.launch``)."""
+    e = kernel.module_for(device, wide=wide).fast_entry()
     return e.forward, e.backward, e.threads_cap, e.lanes
 
 
@@ -80,7 +82,7 @@ def _fill(plan, platform: int, ordinal: int) -> None:
     if spec.tangent:
         fn, cap = tangent_entry(spec.kernel, device, spec.tangent)
     else:
-        fwd, bwd, cap, fwd_lanes = entries(spec.kernel, device)
+        fwd, bwd, cap, fwd_lanes = entries(spec.kernel, device, math.prod(spec.launch) > abi.MAX_NARROW_THREADS)
         fn = bwd if spec.adjoint else fwd
         if fn is None:
             raise RuntimeError(f"kernel '{spec.kernel.key}' was built with enable_backward=False")

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from tapegrad import abi
+from tapegrad.launch.grid import MAX_LAUNCH_SIZE
 
 from .._base import check_argnames
 from .._op import GenericOp, config_key
@@ -41,7 +42,7 @@ VMAP_METHODS = ("broadcast_all", "expand_dims", "sequential", "sequential_unroll
 # methods under which an in-out operand always has its result's shape, so XLA may alias them;
 # under the others the handler copies the operand into the result (broadcasting batch dims)
 _ALIASING = ("broadcast_all", "sequential", "sequential_unrolled")
-_TID_MAX = abi.MAX_NARROW_THREADS    # the default build's tid() is int32
+_MAX_THREADS = MAX_LAUNCH_SIZE        # the int64 launch bounds (past 2^31 - 1 threads: the wide build)
 _EAGER_CACHE_MAX = 256
 _WHO = "jax_kernel"
 
@@ -279,6 +280,10 @@ class JaxKernel:
             call = debug_call(self.kernel, tuple(slots), results, grid, adjoint)
             if call is not None:
                 return call, None
+        if tangent and math.prod(grid) > abi.MAX_NARROW_THREADS:
+            raise ValueError(f"{self.label}: forward mode (jvp, jacfwd) runs launches of at most 2^31 - 1 threads "
+                             f"(the tangent build's tid() is 32-bit), got launch_dims {tuple(grid)} = "
+                             f"{math.prod(grid)} threads; jax.grad, vjp and jacrev run past that")
         spec = ffi_plan.PlanSpec(self.kernel, tuple(slots), len(operands), len(results), grid, adjoint,
                                  self._threads, tangent)
         ckey = (spec, vm, tuple(sorted(aliases.items())) if aliases else None,
@@ -402,15 +407,17 @@ def _generic(kernel, num_outputs, *options):
 # ------------------------------------------------------------------ the framework's part of KernelOp
 
 def _check_grid(grid, label):
-    """The XLA handler's grids: ints, at most 2^31 - 1 threads (it calls the kernel's default
-    build, whose tid() is 32-bit; tg.launch switches to the wide build past that, the handler does not)."""
+    """The XLA handler's grids: ints, at most 2^63 - 1 threads, as ``tg.launch``'s (the handler
+    runs the kernel's default build, whose tid() is 32-bit, up to 2^31 - 1 threads and its wide
+    build, whose tid() is 64-bit, past that: ``entry.entries``)."""
     try:
         grid = tuple(int(d) for d in grid)
     except (TypeError, ValueError):
         raise TypeError(f"{label}: launch_dims must be ints, got {grid!r}") from None
-    if any(d > _TID_MAX for d in grid) or math.prod(grid) > _TID_MAX:
+    if any(d > _MAX_THREADS for d in grid) or math.prod(grid) > _MAX_THREADS:
         raise ValueError(f"{label}: launch_dims {grid} has {math.prod(grid)} threads; jax_kernel launches "
-                         f"at most {_TID_MAX} (2^31 - 1): split the call, or loop inside the kernel")
+                         f"at most {_MAX_THREADS} (2^63 - 1, the int64 thread index): split the call, or loop "
+                         "inside the kernel")
 
 
 JAX_FRAMEWORK = OpFramework(

@@ -282,8 +282,9 @@ def test_call_errors_name_kernel_and_argument():
         k([1.0] * 10, jnp.arange(10, dtype=jnp.int32))           # not an array
     with pytest.raises(ValueError, match="launch_dims"):
         k(table, jnp.arange(10, dtype=jnp.int32), launch_dims=(1, 2, 3, 4, 5))
-    with pytest.raises(ValueError, match=r"launch_dims \(2147483648,\) has 2147483648 threads.*2\^31 - 1"):
-        k(table, jnp.arange(10, dtype=jnp.int32), launch_dims=2 ** 31)
+    with pytest.raises(ValueError, match=r"launch_dims \(9223372036854775808,\) has 9223372036854775808 threads.*"
+                       r"2\^63 - 1"):
+        k(table, jnp.arange(10, dtype=jnp.int32), launch_dims=2 ** 63)
     with pytest.raises(ValueError, match="larger than argument 'idx'"):       # idx[i] past its end
         k(table, jnp.arange(5, dtype=jnp.int32), launch_dims=8)
     with pytest.raises(ValueError, match="larger than argument 'idx'"):       # the default grid (table's)
