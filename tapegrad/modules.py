@@ -75,10 +75,16 @@ class CudaModule:
         self.key = kernel.key
         self.ordinal = device.ordinal
         self._module = module_handle
+        # an entry for an outside launcher (entry_point_abi "external_constant_params"): only
+        # loaded here, never launched by tapegrad (the kernel's own name, no adjoint)
+        self.external = getattr(kernel, "entry_point_abi", "warp") != "warp"
+        fwd = (abi.external_entry_name(kernel.get_mangled_name()) if self.external
+               else abi.entry_name(kernel.symbol, "cuda", "forward"))
         with device.context_guard():
-            self._fwd = driver.moduleGetFunction(module_handle, abi.entry_name(kernel.symbol, "cuda", "forward"))
+            self._fwd = driver.moduleGetFunction(module_handle, fwd)
             self._bwd = (driver.moduleGetFunction(module_handle, abi.entry_name(kernel.symbol, "cuda", "backward"))
-                         if kernel.enable_backward else None)
+                         if kernel.enable_backward and not self.external else None)
+        self.entry = fwd
         self._nargs = len(kernel.arg_types)
         self._params = {}
         # the default grid cap (max_blocks=0) and the elementwise forward's lanes: abi.grid_blocks
@@ -86,6 +92,17 @@ class CudaModule:
         # an elementwise forward entry runs `lanes` launch threads per CUDA thread (16-byte loads,
         # lang/elementwise.py)
         self.lanes = max(1, int(lanes))
+
+    @property
+    def handle(self) -> int:
+        """The ``CUmodule`` handle (for an outside launcher: ``cuModuleGetGlobal``,
+        ``cuModuleGetFunction``)."""
+        return int(self._module)
+
+    @property
+    def function(self) -> int:
+        """The ``CUfunction`` handle of the forward entry (named ``entry``)."""
+        return int(self._fwd)
 
     def fast_entry(self) -> FastEntry:
         """What the native launch helper (``tapegrad.launch.fastlaunch``) launches: the forward and
@@ -96,6 +113,9 @@ class CudaModule:
 
     def launch(self, bounds, argv, adjoint=False, stream=0, block_dim=256, max_blocks=0):
         """Launch on ``stream`` (a CUDA stream handle) with ``block_dim`` threads per block."""
+        if self.external:
+            raise RuntimeError(f"kernel '{self.key}': its entry '{self.entry}' (entry_point_abi "
+                               f"'external_constant_params') is launched by an outside runtime, not by tapegrad")
         f = self._bwd if adjoint else self._fwd
         if f is None:
             raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")

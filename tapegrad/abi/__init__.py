@@ -32,7 +32,8 @@ __all__ = ["Field", "Struct", "Kind", "BOUNDS", "ARRAY", "DEBUG_SLOT", "STRUCTS"
            "DebugSlot", "XLA_SLOT", "XLA_PLAN", "XlaSlot", "XlaPlan", "XLA_MAX_DEVICES", "XLA_SLOT_DIMS",
            "XLA_PLAN_MAGIC", "XLA_SLOT_KINDS", "MAX_DIMS", "ARRAY_FLAG_READONLY", "ARRAY_FLAG_RETAIN_GRAD",
            "MAX_BLOCK_DIM", "DEFAULT_BLOCK_DIM", "MAX_GRID_BLOCKS", "MAX_NARROW_THREADS", "CAP_THREADS_PER_SM",
-           "CAP_WAVES", "TARGETS", "ENTRIES", "CUDA_DEBUG_SLOT", "entry_name", "grid_blocks", "threads_cap",
+           "CAP_WAVES", "TARGETS", "ENTRIES", "CUDA_DEBUG_SLOT", "ENTRY_POINT_ABIS", "EXTERNAL_PARAMS_SYMBOL",
+           "entry_name", "external_entry_name", "grid_blocks", "threads_cap",
            "register_scalars", "kinds", "kind_code", "int_range", "HEADER_NAME", "HEADER_PATH", "header_text",
            "generate_header", "inline_header", "main"]
 
@@ -231,6 +232,14 @@ TARGETS = ("cpu", "cuda")
 # variable, one per module, defined by runtime/debug.h: no release build names it)
 ENTRIES = ("forward", "backward", "tangent", "tangent_adjoint", "dbg_slot")
 CUDA_DEBUG_SLOT = "tg_dbg_slot"
+# how a kernel's CUDA forward entry receives its arguments (Warp's ``entry_point_abi``):
+# "warp": tapegrad's entries above (bounds, then the arguments); "external_constant_params": a
+# no-argument ``extern "C" __global__`` entry, for launchers outside tapegrad (OptiX programs,
+# a driver-API cuLaunchKernel), reading its one struct argument from the module's
+# ``__constant__`` byte array EXTERNAL_PARAMS_SYMBOL (sized and aligned as the struct), which
+# the launcher fills (cuModuleGetGlobal + a copy) before launching
+ENTRY_POINT_ABIS = ("warp", "external_constant_params")
+EXTERNAL_PARAMS_SYMBOL = "params"
 
 
 def entry_name(symbol: str, target: str, entry: str) -> str:
@@ -249,6 +258,19 @@ def entry_name(symbol: str, target: str, entry: str) -> str:
     if target == "cuda" and entry == "dbg_slot":
         return CUDA_DEBUG_SLOT
     return f"{symbol}_{target}_{entry}"
+
+
+def external_entry_name(mangled_name: str) -> str:
+    """The symbol of an ``external_constant_params`` kernel's CUDA entry: the kernel's mangled
+    name as it is (``Kernel.get_mangled_name()``: its key with the module option
+    ``strip_hash``), with no target or entry suffix, so an outside runtime can name it.
+
+    Raises:
+        ValueError: ``mangled_name`` is not a C identifier.
+    """
+    if not (isinstance(mangled_name, str) and mangled_name.isidentifier() and mangled_name.isascii()):
+        raise ValueError(f"external_entry_name: expected a C identifier, got {mangled_name!r}")
+    return mangled_name
 
 # ------------------------------------------------------------------------------ the grid
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import abi
+from ..errors import WarpCodegenTypeError
 from ..types import MatrixType, ScalarType, VectorType, float32, float64, int32
 from .adjoint import active
 from .elementwise import cuda_forward_entry, vector_plan, window_function
-from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, walk
+from .ir import AdjAccum, Assign, Const, If, Loop, Print, Read, SetFlag, Var, Write, c_identifier, walk
 from .structs import is_tuple_struct
 from .typeutil import float_based, is_array, is_bool, is_float, is_int, is_mat, is_struct, is_vec
 
@@ -653,12 +654,52 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> list:
     return fast + generic
 
 
-def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None) -> str:
+@dataclass(frozen=True)
+class ExternalEntry:
+    """A kernel with Warp's ``external_constant_params`` entry point ABI (``abi.ENTRY_POINT_ABIS``):
+    its CUDA forward entry is ``extern "C" __global__ void <name>()`` reading the kernel's one
+    struct argument from the unit's ``__constant__`` array ``abi.EXTERNAL_PARAMS_SYMBOL``; the
+    unit has no CPU entry and no adjoint for it.
+
+    Attributes:
+        name: the entry's symbol (``abi.external_entry_name``).
+    """
+
+    name: str
+
+
+def _external_cuda_entry(fn, sym, ext) -> list:
+    """The CUDA lines of an ``external_constant_params`` entry (``ExternalEntry``). The body
+    runs once per CUDA thread of whatever grid the outside launcher picks: ``tid()`` is refused
+    before emission (``Kernel.cpp_parts``), so the bounds the per-thread body takes are unused."""
+    p = fn.params[0]
+    t = p.type.cname
+    local = f"var_{c_identifier(p.label)}"   # the parameter's Python name, as Warp's entries spell it
+    return [f'extern "C" __global__ void {ext.name}() {{',
+            f"    const {t} {local} = *reinterpret_cast<const {t}*>({abi.EXTERNAL_PARAMS_SYMBOL});",
+            "    const tg::launch_t tg_bounds{};",
+            f"    {sym}_fwd(tg_bounds, 0, {local});",
+            "}"]
+
+
+def external_params_decl(t) -> str:
+    """The unit's ``__constant__`` bytes of an external entry's struct argument of type ``t``
+    (one per unit: every external entry of a unit reads the same symbol)."""
+    return (f'#ifdef TG_CUDA\nextern "C" {{\n__constant__ __align__(alignof({t.cname})) unsigned char '
+            f"{abi.EXTERNAL_PARAMS_SYMBOL}[sizeof({t.cname})];\n}}\n#endif")
+
+
+def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=None) -> str:
     """C++ for a kernel: per-thread bodies and the CPU/CUDA entry points (of ``variant``; a
     debug variant's checks are numbered in ``sites`` and its CPU unit exports
-    ``KEY_cpu_dbg_slot()``, the address of the error slot)."""
+    ``KEY_cpu_dbg_slot()``, the address of the error slot). ``external``: an ``ExternalEntry``
+    (the kernel's only entry is that CUDA one)."""
     e = FunctionEmitter(fn, sites)
     parts = [e.forward_function(f"{sym}_fwd")]
+    if external is not None:
+        cuda = _external_cuda_entry(fn, sym, external)
+        parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#endif  // no CPU entry: an external CUDA entry only")
+        return "\n\n".join(parts)
     if enable_backward:
         parts.append(e.adjoint_function(f"{sym}_adj"))
     n = len(fn.params)
@@ -744,21 +785,36 @@ def callee_order(fn) -> list:
     return order
 
 
-def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None) -> list:
+def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None, external=None) -> list:
     """The C++ parts of one kernel for a translation unit: the structs and functions it uses
     that ``seen`` (a set, updated) does not hold yet, then the kernel itself (its ``variant``;
-    ``sites``: the unit's ``DebugSites`` for a debug variant)."""
+    ``sites``: the unit's ``DebugSites`` for a debug variant; ``external``: its
+    ``ExternalEntry``, whose struct's ``__constant__`` bytes the unit declares once).
+
+    Raises:
+        WarpCodegenTypeError: ``external`` and the unit already holds another external entry
+            whose struct argument is of another type (one ``params`` symbol per unit).
+    """
     fns = callee_order(fn)
     parts = []
     for st in structs_used([fn] + fns):
         if ("struct", st.name) not in seen:
             seen.add(("struct", st.name))
             parts.append(emit_struct(st))
+    if external is not None:
+        t = fn.params[0].type
+        held = [k[1] for k in seen if k[0] == "external_params"]
+        if held and held[0] != t.cname:
+            raise WarpCodegenTypeError(f"kernel '{fn.name}' uses constant params type {t.cname}, but this module "
+                                       f"already declared params with {held[0]}")
+        if not held:
+            seen.add(("external_params", t.cname))
+            parts.append(external_params_decl(t))
     for f in fns:
         if ("func", f.name) not in seen:
             seen.add(("func", f.name))
             parts.append(emit_func(f, f.grad_ir, sites))
-    parts.append(emit_kernel(fn, symbol, enable_backward, variant, sites))
+    parts.append(emit_kernel(fn, symbol, enable_backward, variant, sites, external))
     return parts
 
 

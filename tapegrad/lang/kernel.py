@@ -12,11 +12,11 @@ import time
 import typing
 import weakref
 
-from .. import build, buildlog, modules
+from .. import abi, build, buildlog, modules
 from ..config import add_mode_listener, config
 from ..cuda.preload import register_capture_preloader
 from ..device import get_cuda_device_count, get_device
-from ..errors import KERNEL_RETURN_MESSAGE, KernelError, WarpCodegenTypeError
+from ..errors import KERNEL_RETURN_MESSAGE, KernelError, WarpCodegenError, WarpCodegenTypeError
 from ..types import type_of
 from . import debug, depends, direct, emit
 from .elementwise import vector_plan
@@ -34,7 +34,7 @@ from .options import (
 )
 from .options import module_options as options_of_module
 from .signature import annotations, capture_source, resolve_type, short_hash, where
-from .typeutil import type_name
+from .typeutil import is_struct, type_name
 
 # Lowering and code generation run under one lock: they are pure Python (the GIL admits one
 # thread anyway) and share the frontend's tables (``@func`` specializations and their recursion
@@ -341,15 +341,72 @@ class Kernel:
                                       f"it to an int32 needs an explicit tg.int32(...)): {e}") from None
         return self._wide_ir
 
+    @property
+    def entry_point_abi(self) -> str:
+        """How the kernel's CUDA entry takes its arguments (``abi.ENTRY_POINT_ABIS``): ``"warp"``
+        (``tg.launch``) or ``"external_constant_params"`` (an outside launcher; see ``kernel``)."""
+        return self.options.get("entry_point_abi", "warp")
+
+    def get_mangled_name(self) -> str:
+        """The kernel's name in generated code (Warp's ``kernel.get_mangled_name()``): with the
+        module option ``strip_hash`` its key (a C identifier: other characters become ``_``),
+        else its symbol (the key's name and a hash of it). An ``external_constant_params``
+        kernel's CUDA entry has this name."""
+        if options_of_module(self.module_name)["strip_hash"]:
+            return c_identifier(self.key)
+        return self.symbol
+
+    def external_entry(self):
+        """The ``emit.ExternalEntry`` of an ``external_constant_params`` kernel (None for the
+        ``"warp"`` ABI), after checking the kernel fits that ABI.
+
+        Raises:
+            WarpCodegenTypeError: the kernel does not take exactly one struct argument.
+            WarpCodegenError: the body calls ``tid()`` (the outside launcher's grid has no bounds
+                tapegrad knows), or the kernel was built with its adjoint.
+        """
+        if self.entry_point_abi != "external_constant_params":
+            return None
+        who = f"Kernel '{self.key}' with entry_point_abi='external_constant_params'"
+        names, types = self._concrete_params()
+        if len(types) != 1 or not is_struct(types[0]):
+            got = ", ".join(f"{n}: {type_name(t)}" for n, t in zip(names, types)) or "no argument"
+            raise WarpCodegenTypeError(f"{who} must take exactly one Warp struct argument (the launcher's "
+                                       f"params), got ({got})")
+        if self.enable_backward:
+            raise WarpCodegenError(f"{who} does not support backward code generation; set enable_backward=False.")
+        self._parse()
+        if self._ir.tid_ndim:
+            raise WarpCodegenError(f"{who} cannot use wp.tid(); the external entry point has no launch bounds "
+                                   f"(the outside launcher picks the grid)")
+        return emit.ExternalEntry(abi.external_entry_name(self.get_mangled_name()))
+
+    def check_launchable(self, who: str = "launch") -> None:
+        """Raise unless ``tg.launch`` can run the kernel (its entry point ABI is ``"warp"``).
+
+        Raises:
+            RuntimeError: an ``external_constant_params`` kernel (launched from outside tapegrad).
+        """
+        if self.entry_point_abi != "warp":
+            raise RuntimeError(f"{who}: Kernel '{self.key}' uses entry_point_abi='{self.entry_point_abi}' and cannot "
+                               f"be launched with wp.launch(); load it (kernel.module.load(cuda_device)) and launch "
+                               f"its entry '{self.get_mangled_name()}' from the external runtime")
+
     def cpp_parts(self, seen=None, variant=emit.DEFAULT, sites=None):
         """The generated C++ parts (structs, functions, this kernel) for one translation unit;
         ``seen`` (a set) skips parts another kernel of the same unit already contributed;
-        ``variant``: which build (``emit.Variant``), ``sites``: a debug build's ``emit.DebugSites``."""
+        ``variant``: which build (``emit.Variant``), ``sites``: a debug build's ``emit.DebugSites``.
+
+        Raises:
+            KernelError: the kernel does not type-check, or does not fit its entry point ABI
+                (``external_entry``).
+        """
         self._parse()
+        external = self.external_entry()
         with _lock:   # emission reads IR shared with other kernels (their @func specializations)
             ir = self.wide_ir() if variant.wide else self._ir
             return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
-                                     variant, sites)
+                                     variant, sites, external)
 
     def mode(self) -> str:
         """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
@@ -636,6 +693,11 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
         KernelError: a kernel does not type-check. CompileError: compilation failed.
     """
     kernels = list(kernels)
+    if not getattr(device, "is_cuda", False):
+        for k in kernels:
+            if k.entry_point_abi == "external_constant_params":
+                raise WarpCodegenError(f"Kernel '{k.key}' uses entry_point_abi='external_constant_params', which is "
+                                       f"not supported by the CPU backend (its one entry point is a CUDA kernel)")
     seen: set = set()
     sites = emit.DebugSites() if variant.debug else None
     parts = []
@@ -719,13 +781,18 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
         launch_bounds, cuda_max_registers, enable_cuda_smem_spilling, cluster_dim, grid_stride:
             Warp's CUDA build and launch hints, checked and kept in ``kernel.options``; tapegrad's
             builds do not use them (the results do not depend on them).
-        entry_point_abi: ``"warp"`` (the default); Warp's ``"external_constant_params"`` entry
-            points (for external CUDA launchers) are not supported and raise.
+        entry_point_abi: ``"warp"`` (the default: ``tg.launch``); ``"external_constant_params"``:
+            a CUDA-only kernel for an outside launcher (OptiX, a driver-API ``cuLaunchKernel``).
+            Its entry is ``extern "C" __global__ void <kernel.get_mangled_name()>()`` reading its
+            one struct argument from the module's ``__constant__`` bytes ``params`` (sized and
+            aligned as the struct: fill them with ``cuModuleGetGlobal`` and a copy of the
+            struct's ctypes bytes). It needs ``enable_backward=False``, exactly one struct
+            argument and no ``tid()``; ``tg.launch`` and CPU loads refuse it.
     Returns:
         A ``Kernel`` (or a decorator when called with keyword arguments only).
     Raises:
         TypeError, ValueError: a bad ``name``, ``module``, ``module_options``, hint or
-            ``entry_point_abi``. NotImplementedError: ``entry_point_abi="external_constant_params"``.
+            ``entry_point_abi`` (``"external_constant_params"`` without ``enable_backward=False``).
     """
     if name is not None:
         if not isinstance(name, str):
@@ -737,11 +804,8 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
     if entry_point_abi not in (None, "warp", "external_constant_params"):
         raise ValueError(f"kernel(entry_point_abi=...): entry_point_abi must be 'warp' or 'external_constant_params', "
                          f"got {entry_point_abi!r}")
-    if entry_point_abi == "external_constant_params":
-        if enable_backward is not False:
-            raise ValueError("kernel(entry_point_abi='external_constant_params') requires enable_backward=False")
-        raise NotImplementedError("kernel(entry_point_abi='external_constant_params'): external entry points "
-                                  "(kernels launched by an outside CUDA launcher) are not supported by tapegrad")
+    if entry_point_abi == "external_constant_params" and enable_backward is not False:
+        raise ValueError("kernel(entry_point_abi='external_constant_params') requires enable_backward=False")
     if cuda_max_registers is not None and launch_bounds is not None:
         raise ValueError("kernel: cuda_max_registers and launch_bounds cannot be specified together")
     options = {} if enable_backward is None else {"enable_backward": bool(enable_backward)}
@@ -758,6 +822,8 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
         if not ok:
             raise ValueError(f"kernel({key_}=...): got {v!r}")
         options[key_] = v
+    if entry_point_abi not in (None, "warp"):
+        options["entry_point_abi"] = entry_point_abi
     if module_options is not None and not isinstance(module_options, dict):
         raise TypeError(f"kernel(module_options=...): expected a dict, got {type(module_options).__name__}")
 

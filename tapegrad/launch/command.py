@@ -71,6 +71,7 @@ class Launch:
                  adj_args=None):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+        kernel.check_launchable("Launch")
         for name, v in (("hooks", hooks), ("params", params), ("params_addr", params_addr)):
             if v is not None:
                 raise TypeError(f"Launch: '{name}' (Warp's native launch data) is not supported by tapegrad; "
@@ -394,6 +395,7 @@ def _record_cmd(kernel, dim, inputs, outputs, device, stream, adjoint, adj_input
         raise TypeError("launch: inputs and outputs must be lists or tuples of the kernel's arguments") from None
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+    kernel.check_launchable("launch")
     if kernel.is_generic():
         kernel = kernel.specialize_for(args)
     n = len(kernel.arg_types)

@@ -293,6 +293,7 @@ def _checked_call(kernel, dim, inputs, outputs, args, device, stream):
     the grid. Returns (kernel, plan, device, dim, bounds)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"launch: expected a @tg.kernel function, got {type(kernel).__name__}")
+    kernel.check_launchable("launch")
     if stream is not None:
         from ..cuda.stream import Stream
         if not isinstance(stream, Stream):

@@ -598,6 +598,10 @@ def test_value_errors_are_warps():
     assert np.allclose(w, [1.0, np.nan, 3.0], equal_nan=True)
 
 
+def _wb_no_params():
+    return
+
+
 def test_kernel_hints_and_entry_point_abi():
     @tg.kernel(module="unique", grid_stride=True, cuda_max_registers=64, enable_cuda_smem_spilling=True,
                cluster_dim=(2, 1, 1))
@@ -615,8 +619,8 @@ def test_kernel_hints_and_entry_point_abi():
         tg.kernel(enable_backward=False, entry_point_abi="external")
     with pytest.raises(ValueError, match="requires enable_backward=False"):
         tg.kernel(entry_point_abi="external_constant_params")
-    with pytest.raises(NotImplementedError, match="external entry points"):
-        tg.kernel(enable_backward=False, entry_point_abi="external_constant_params")
+    ext = tg.kernel(enable_backward=False, entry_point_abi="external_constant_params")(_wb_no_params)
+    assert ext.options == {"enable_backward": False, "entry_point_abi": "external_constant_params"}
     with pytest.raises(TypeError, match="name must be a str"):
         tg.kernel(name=3)
 
