@@ -520,21 +520,24 @@ def cached_entry(paths, build, force: bool = False):
 
 # ----------------------------------------------------------------------------------- CPU
 
-def build_cpu(source: str, name: str, kernels=()) -> str:
+def build_cpu(source: str, name: str, kernels=(), include_dirs=()) -> str:
     """Compile ``source`` into a shared library (cached, verified); returns its path.
 
     A cached entry that fails its check is rebuilt (``tg.CacheWarning`` names it).
+    ``include_dirs``: extra ``-I`` folders (a module's ``extra_build_options``; the source names
+    them, so its digest, the cache key, follows them).
 
     Raises:
         CompileError: the compiler failed or none is available.
         CacheDirError: the cache directory is unsafe.
     """
-    return _build_cpu(source, name, kernels, False)
+    return _build_cpu(source, name, kernels, False, include_dirs)
 
 
-def _build_cpu(source, name, kernels, force):
+def _build_cpu(source, name, kernels, force, include_dirs=()):
     path = cpu_library_path(source_digest(source), name)
     cmd, _, flags = _toolchain()
+    flags = list(flags) + [f"-I{d}" for d in include_dirs]
     return cached_entry([path], lambda: _compile_cpu(cmd, flags, source, name, kernels, path), force)[0]
 
 
@@ -619,7 +622,7 @@ def _compile_cpu(cmd, flags, source, name, kernels, path):
     return path, data
 
 
-def load_cpu(source: str, name: str, kernels=(), python_api: bool = False):
+def load_cpu(source: str, name: str, kernels=(), python_api: bool = False, include_dirs=()):
     """Build (or find in the cache), verify and load a CPU library: the one entry point for
     kernels and the native helpers.
 
@@ -630,18 +633,19 @@ def load_cpu(source: str, name: str, kernels=(), python_api: bool = False):
         source: the C++ translation unit. name: the file name's prefix.
         kernels: the kernels in ``source`` (named in compile errors).
         python_api: load with ``ctypes.PyDLL`` (calls keep the GIL, Python errors propagate).
+        include_dirs: extra ``-I`` folders (``build_cpu``).
     Returns:
         The ``ctypes`` library.
     Raises:
         CompileError: the compiler failed. CacheDirError: the cache directory is unsafe.
         OSError: a freshly rebuilt library still cannot be loaded.
     """
-    path = build_cpu(source, name, kernels)
+    path = build_cpu(source, name, kernels, include_dirs)
     try:
         return load_cpu_library(path, python_api)
     except OSError as e:
         _warn_damaged(path, f"it cannot be loaded ({e})")
-    return load_cpu_library(_build_cpu(source, name, kernels, True), python_api)
+    return load_cpu_library(_build_cpu(source, name, kernels, True, include_dirs), python_api)
 
 
 def load_cpu_library(path: str, python_api: bool = False):
@@ -728,8 +732,9 @@ def nvrtc_identity(refresh: bool = False) -> str:
     return _nvrtc_id
 
 
-def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
+def build_cuda(source: str, name: str, arch: int, kernels=(), include_dirs=()) -> tuple:
     """Compile ``source`` with NVRTC for ``sm_<arch>`` (cached, verified); returns (image bytes, kind).
+    ``include_dirs``: extra ``-I`` folders (as ``build_cpu``).
 
     A cache hit reads and checks the image and loads no NVRTC (the key holds
     ``nvrtc_identity()``); a damaged image is rebuilt (``tg.CacheWarning`` names it).
@@ -738,7 +743,8 @@ def build_cuda(source: str, name: str, arch: int, kernels=()) -> tuple:
         CompileError: NVRTC failed.
     """
     base = cuda_image_base(source_digest(source), name, arch)
-    path, data = cached_entry([base + ".cubin", base + ".ptx"], lambda: _compile_cuda(source, arch, kernels, base))
+    path, data = cached_entry([base + ".cubin", base + ".ptx"],
+                              lambda: _compile_cuda(source, arch, kernels, base, include_dirs))
     return data, path.rsplit(".", 1)[1]
 
 
@@ -771,13 +777,13 @@ def find_cuda(digest: str, name: str, arch: int):
     return None
 
 
-def _compile_cuda(source, arch, kernels, base):
+def _compile_cuda(source, arch, kernels, base, include_dirs=()):
     from cupy_backends.cuda.libs import nvrtc  # only ever imported when compiling for CUDA
     try:
         ver = ".".join(map(str, nvrtc.getVersion()))
     except Exception:
         ver = "?"
-    image, kind = _nvrtc(nvrtc, source, arch, kernels)
+    image, kind = _nvrtc(nvrtc, source, arch, kernels, include_dirs)
     path = f"{base}.{kind}"
     write_entry(path, image, info=f"nvrtc {ver}")
     other = f"{base}.{'ptx' if kind == 'cubin' else 'cubin'}"
@@ -786,7 +792,7 @@ def _compile_cuda(source, arch, kernels, base):
     return path, image
 
 
-def _nvrtc(nvrtc, source, arch, kernels):
+def _nvrtc(nvrtc, source, arch, kernels, include_dirs=()):
     def run(opts):
         prog = nvrtc.createProgram(source, "tapegrad_kernel.cu", (), ())
         try:
@@ -805,11 +811,12 @@ def _nvrtc(nvrtc, source, arch, kernels):
             raise
 
     use_cubin = hasattr(nvrtc, "getCUBIN")
-    opts = NVRTC_FLAGS + [f"-arch={'sm' if use_cubin else 'compute'}_{arch}"]
+    includes = [f"-I{d}" for d in include_dirs]
+    opts = NVRTC_FLAGS + includes + [f"-arch={'sm' if use_cubin else 'compute'}_{arch}"]
     prog, err = run(opts)
     if prog is None and "architecture" in err.lower():
         use_cubin = False   # this NVRTC predates the GPU: ship PTX for the driver to JIT
-        prog, err = run(NVRTC_FLAGS + [f"-arch=compute_{min(arch, 90)}"])
+        prog, err = run(NVRTC_FLAGS + includes + [f"-arch=compute_{min(arch, 90)}"])
     if prog is None:
         raise _compile_error("NVRTC compilation", kernels, source, err, "tapegrad_kernel.cu")
     try:
@@ -833,12 +840,12 @@ def load_cuda_image(image: bytes, device):
         return driver.moduleLoadData(image)
 
 
-def load_cuda(source: str, name: str, device, kernels=()):
+def load_cuda(source: str, name: str, device, kernels=(), include_dirs=()):
     """Build (or find in the cache), verify and load a CUDA module on ``device``: the CUDA
-    twin of ``load_cpu``; returns the ``CUmodule`` handle.
+    twin of ``load_cpu``; returns the ``CUmodule`` handle. ``include_dirs``: as ``build_cuda``.
 
     Raises:
         CompileError: NVRTC failed.
     """
-    image, _ = build_cuda(source, name, int(device.arch), kernels)
+    image, _ = build_cuda(source, name, int(device.arch), kernels, include_dirs)
     return load_cuda_image(image, device)

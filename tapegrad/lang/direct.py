@@ -8,7 +8,9 @@ checksummed like every entry) keyed by what can be read without lowering:
 - tapegrad's code generator (the size and mtime of its files: ``compiler_identity``),
 - the kernel's key, the text of its file as captured when it was decorated (what lowering
   parses: ``signature.capture_source``) and its line, ``enable_backward``, parameter types and
-  the values of its closure cells.
+  the values of its closure cells,
+- its module's build inputs (``extra_build_options``: preambles, include folders, the
+  dependency files' contents) and entry point ABI (``Kernel.build_key``).
 
 The manifest holds the digest of the generated C++ (which, with the toolchain, names the
 binary: ``build.cpu_library_path``, ``build.cuda_image_base``), the facts the launch path reads
@@ -116,7 +118,11 @@ def key_of(kernel) -> str | None:
         _, types = kernel.parameters()
     except KernelError:
         return None
-    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, src]
+    try:
+        build_key = kernel.build_key()
+    except ValueError:   # an unreadable dependency: the build itself says so
+        return None
+    parts = [_FORMAT, compiler_identity(), kernel.key, kernel.symbol, kernel.enable_backward, src, build_key]
     for t in types:
         f = depends.type_fingerprint(t)
         if f is None:

@@ -874,12 +874,13 @@ def _optional_runtime(name) -> str:
     return text
 
 
-def module_source(parts) -> str:
+def module_source(parts, preamble: str = "") -> str:
     """Join the runtime and generated parts into one translation unit (optional runtime headers
-    only when the generated code uses them)."""
+    only when the generated code uses them); ``preamble`` (a module's ``BuildInputs.unit_text()``)
+    goes after the runtime headers and before the generated code."""
     body = "\n\n".join(parts)
     extra = "".join(_optional_runtime(f) + "\n" for f, markers in _OPTIONAL_RUNTIME
                     if any(m in body for m in markers))
     extra += "".join(_optional_runtime(f) + "\n" for f, markers in _OPTIONAL_RUNTIME_ALL
                      if all(m in body for m in markers))
-    return PRELUDE + runtime_source() + "\n" + extra + "// ---- generated\n" + body + "\n"
+    return PRELUDE + runtime_source() + "\n" + extra + preamble + "// ---- generated\n" + body + "\n"

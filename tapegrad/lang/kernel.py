@@ -6,7 +6,10 @@ Parsing is lazy: the first access to ``arg_names``/``arg_types``/``arg_access`` 
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
+import itertools
+import re
 import threading
 import time
 import typing
@@ -27,10 +30,13 @@ from .lower import Target, lower
 from .options import (
     Module,
     add_options_listener,
+    build_inputs,
     check_kernel_options,
     check_launch_bounds,
     forget_module,
     kernel_module_name,
+    register_module_hasher,
+    resolve_options,
 )
 from .options import module_options as options_of_module
 from .signature import annotations, capture_source, resolve_type, short_hash, where
@@ -42,6 +48,7 @@ from .typeutil import is_struct, type_name
 # Compiling and loading take only the kernel's own ``build_lock``.
 _lock = threading.RLock()
 _KEYS: dict = {}    # key base -> suffixes held by live kernels (a dead kernel's key is reused)
+_SERIAL = itertools.count()
 
 
 def _take_key(base: str) -> str:
@@ -101,9 +108,13 @@ class Kernel:
         self.enable_backward = bool(enable_backward)
         base = key or f"{func.__module__}.{func.__qualname__}".replace(".<locals>", "")
         self.key = _take_key(base)
+        self.key_base = base        # the key before _take_key's suffix: a redefinition replaces its kernel
+        self.serial = next(_SERIAL)   # creation order (the newest kernel of a key base is the module's)
         weakref.finalize(self, _free_key, base, self.key)
         self.symbol = f"tgk_{c_identifier(func.__name__)}_{short_hash(self.key)}"
         self.__name__ = func.__name__
+        self.__qualname__ = getattr(func, "__qualname__", func.__name__)
+        self.__module__ = func.__module__   # as functools.update_wrapper: wp.get_module(k.__module__)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
         self._ir = None
@@ -414,11 +425,25 @@ class Kernel:
         opt = options_of_module(self.module_name)["mode"]
         return opt if opt is not None else config.mode
 
+    def build_inputs(self):
+        """The ``options.BuildInputs`` of the kernel's module (its ``extra_build_options``)."""
+        return build_inputs(self.module_name)
+
+    def build_key(self) -> str:
+        """What a build depends on besides the function and its types: the module's build
+        inputs (``BuildInputs.digest``) and an external entry's name (``strip_hash``); the
+        direct cache's manifest key holds it."""
+        ext = self.get_mangled_name() if self.entry_point_abi != "warp" else ""
+        return f"{self.build_inputs().digest}:{self.entry_point_abi}:{ext}"
+
     def source(self) -> str:
-        """The complete C++ translation unit of this kernel (both targets)."""
-        if self._source is None:
-            self._source = emit.module_source(self.cpp_parts())
-        return self._source
+        """The complete C++ translation unit of this kernel (both targets), with its module's
+        ``extra_build_options`` preambles."""
+        key = self.build_key()
+        got = self._source
+        if got is None or got[0] != key:
+            got = self._source = (key, emit.module_source(self.cpp_parts(), self.build_inputs().unit_text()))
+        return got[1]
 
     def module_for(self, device, wide=False):
         """Compile (or load from cache) for ``device``; memoized per device (``kernel.module(device)``
@@ -438,7 +463,7 @@ class Kernel:
             if hit is not None and hit[0] is device:
                 return hit[1]
         variant = emit.Variant(bool(wide), self.mode() == "debug")
-        key = _module_key(device, variant)
+        key = _module_key(device, variant, self.build_inputs())
         m = self._modules.get(key)
         if m is None:
             with self.build_lock:   # this kernel only: others compile in parallel
@@ -500,7 +525,7 @@ class Kernel:
 
     def memoize_module(self, device, module, variant=emit.DEFAULT) -> None:
         """Remember the loaded ``module`` of ``variant`` for ``device`` (``load_kernels`` calls it)."""
-        self._modules[_module_key(device, variant)] = module
+        self._modules[_module_key(device, variant, self.build_inputs())] = module
         with _lock:
             _LOADED.add(self)
 
@@ -551,6 +576,66 @@ class KernelModule:
 
     def __repr__(self):
         return f"<tapegrad module of kernel {self.kernel.key}>"
+
+
+    def resolve_options(self, config=None, block_dim=None) -> dict:
+        """The module's options fully resolved (Warp's ``Module.resolve_options``;
+        ``options.resolve_options``)."""
+        return resolve_options(self.kernel.module_name, config, block_dim)
+
+    def hash_module(self) -> bytes:
+        """The content hash of the module the kernel belongs to (``module_hash``)."""
+        return module_hash(self.kernel.module_name)
+
+    def get_module_hash(self, block_dim=None) -> bytes:
+        """Warp's spelling of ``hash_module`` (``block_dim`` does not change tapegrad's code)."""
+        check_block_dim(block_dim, "Module.get_module_hash")
+        return module_hash(self.kernel.module_name)
+
+
+# a statement's Python location comment (emit's "// @file:line"): not part of what code computes
+_LOCATION = re.compile(r"^[ \t]*// @.*\n", re.M)
+
+
+def module_hash(name: str) -> bytes:
+    """The content hash of module ``name`` (Warp's ``Module.hash_module()``): a sha256 over its
+    resolved options (``options.resolve_options``: build inputs included) and, per kernel key
+    (the newest live kernel of each: a redefinition replaces its kernel, as in Warp's module),
+    the generated unit of the kernel (of each specialization made so far for a generic one)
+    without its source-location comments and with its symbol masked. So a struct or kernel
+    redefined with the same content hashes the same, and any change of the code, the types
+    (a struct field's type) or the build options changes it. A kernel that does not lower
+    contributes its captured Python source instead.
+
+    Returns:
+        32 bytes.
+    Raises:
+        ValueError: as ``options.build_inputs``.
+    """
+    with _lock:
+        every = list(_ALL)
+    newest: dict = {}
+    for k in every:
+        if k.module_name != name or k._forced is not None:
+            continue
+        cur = newest.get(k.key_base)
+        if cur is None or k.serial > cur.serial:
+            newest[k.key_base] = k
+    h = hashlib.sha256()
+    h.update(repr(sorted((key, repr(v)) for key, v in resolve_options(name).items())).encode())
+    for base in sorted(newest):
+        k = newest[base]
+        h.update(f"\0kernel {base}\0".encode())
+        try:
+            ks = sorted(k._specs.values(), key=lambda s: s.key) if k.is_generic() else [k]
+            for one in ks:
+                h.update(_LOCATION.sub("", one.source()).replace(one.symbol, "KERNEL").encode())
+        except KernelError:
+            h.update(str(depends.source_fingerprint(k.func) or k.key).encode())
+    return h.digest()
+
+
+register_module_hasher(module_hash)
 
 
 def check_block_dim(block_dim, who: str) -> None:
@@ -678,8 +763,10 @@ def _module_name(kernels):
     return base[:80]
 
 
-def _module_key(device, variant):
+def _module_key(device, variant, inputs):
     alias = getattr(device, "alias", None) or str(device)
+    if not inputs.is_empty():   # changed extra_build_options: another build
+        return (alias, variant, inputs)
     return alias if variant == emit.DEFAULT else (alias, variant)
 
 
@@ -698,22 +785,29 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
             if k.entry_point_abi == "external_constant_params":
                 raise WarpCodegenError(f"Kernel '{k.key}' uses entry_point_abi='external_constant_params', which is "
                                        f"not supported by the CPU backend (its one entry point is a CUDA kernel)")
+    inputs = kernels[0].build_inputs()
+    for k in kernels[1:]:
+        if k.build_inputs() != inputs:
+            raise ValueError(f"load_kernels: kernels '{kernels[0].key}' and '{k.key}' have different "
+                             f"extra_build_options and cannot share a translation unit")
+    cuda = getattr(device, "is_cuda", False)
     seen: set = set()
     sites = emit.DebugSites() if variant.debug else None
     parts = []
     for k in kernels:
         parts += k.cpp_parts(seen, variant, sites)
-    source = emit.module_source(parts)
+    source = emit.module_source(parts, inputs.unit_text())
     name = _module_name(kernels) + variant.suffix
-    if not getattr(device, "is_cuda", False):
+    if not cuda:
         with buildlog.module_load(name, device, kernels):   # one 'tapegrad' log line: compiled or cached
-            lib = build.load_cpu(source, name, kernels)   # verified; a damaged cache entry is rebuilt
+            # verified; a damaged cache entry is rebuilt
+            lib = build.load_cpu(source, name, kernels, include_dirs=inputs.cpu_include_dirs)
         mods = [modules.CpuModule(lib, k) for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:
         with buildlog.module_load(name, device, kernels):
-            handle = build.load_cuda(source, name, device, kernels)
+            handle = build.load_cuda(source, name, device, kernels, include_dirs=inputs.cuda_include_dirs)
         # only the default build has the elementwise (vector) forward entry
         mods = [modules.CudaModule(handle, k, device, k.vector_lanes if variant == emit.DEFAULT else 1)
                 for k in kernels]

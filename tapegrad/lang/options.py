@@ -4,21 +4,26 @@ the Python module name kernels are defined in.
 The kernel decorator reads ``enable_backward`` from it when the decorator is not given one;
 kernel loads read ``mode`` (``"release"``/``"debug"``; None: ``tg.config.mode``), and a change
 of it takes effect at the module's next launch (the other build is compiled or loaded then); the
-other options are stored and returned for code that reads them back (tapegrad's compiler
+``extra_build_options`` (``ModuleBuildOptions``) reach the module's builds as ``BuildInputs``;
+the other options are stored and returned for code that reads them back (tapegrad's compiler
 flags do not depend on them). ``tapegrad.runtime`` exposes the public functions.
 """
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import os
 import threading
+from dataclasses import dataclass
 
 from ..config import check_mode
+from ..config import config as _config
 
 __all__ = ["DEFAULTS", "module_options", "update_module_options", "add_options_listener", "DeterministicMode",
            "ModuleBuildOptions", "Module", "get_module", "kernel_module_name", "forget_module",
-           "check_kernel_options", "KERNEL_OPTIONS"]
+           "check_kernel_options", "KERNEL_OPTIONS", "BuildInputs", "build_inputs", "resolve_options",
+           "register_module_hasher"]
 
 
 class DeterministicMode(enum.IntEnum):
@@ -35,9 +40,11 @@ class ModuleBuildOptions:
     """Warp's extra build options of a module (``set_module_options({"extra_build_options":
     ...})``): include directories, preambles, hashed dependency files.
 
-    tapegrad compiles every kernel from its own generated source; an empty instance is accepted
-    and a non-empty one makes ``set_module_options`` raise (tapegrad would otherwise build
-    without the preamble or include folders asked for).
+    The module's kernels are compiled with them (``BuildInputs``): each preamble is inserted
+    into the generated unit after tapegrad's runtime headers and before the generated code (so
+    a header can use the runtime's macros and ``@func_native`` snippets can call what it
+    declares), the include folders are given to the C++ compiler / NVRTC (``-I``), and the
+    preambles, folders and the dependency files' contents are part of the kernel cache key.
 
     Args:
         extra_cuda_include_dirs, extra_cpu_include_dirs: absolute paths of existing folders.
@@ -65,21 +72,152 @@ class ModuleBuildOptions:
                     or self.extra_cpu_preamble or self.extra_build_dependencies)
 
     def merged(self, *others: "ModuleBuildOptions") -> "ModuleBuildOptions":
-        """A new instance joining this one's and ``others``' entries (lists concatenated,
-        preambles joined by newlines), neither input modified."""
+        """A new instance joining this one's and ``others``' entries (paths keep their first
+        occurrence, preambles joined by newlines in argument order), no input modified.
+
+        Raises:
+            TypeError: an entry of ``others`` is not a ModuleBuildOptions.
+        """
+        for o in others:
+            if not isinstance(o, ModuleBuildOptions):
+                raise TypeError(f"ModuleBuildOptions.merged(*others): expected ModuleBuildOptions, got "
+                                f"{type(o).__name__}")
         every = (self,) + others
         return ModuleBuildOptions(
-            extra_cuda_include_dirs=[d for o in every for d in o.extra_cuda_include_dirs],
-            extra_cpu_include_dirs=[d for o in every for d in o.extra_cpu_include_dirs],
+            extra_cuda_include_dirs=_first([d for o in every for d in o.extra_cuda_include_dirs]),
+            extra_cpu_include_dirs=_first([d for o in every for d in o.extra_cpu_include_dirs]),
             extra_cuda_preamble="\n".join(o.extra_cuda_preamble for o in every if o.extra_cuda_preamble),
             extra_cpu_preamble="\n".join(o.extra_cpu_preamble for o in every if o.extra_cpu_preamble),
-            extra_build_dependencies=[d for o in every for d in o.extra_build_dependencies])
+            extra_build_dependencies=_first([d for o in every for d in o.extra_build_dependencies]))
 
     def __repr__(self):
         return (f"ModuleBuildOptions(extra_cuda_include_dirs={self.extra_cuda_include_dirs!r}, "
                 f"extra_cpu_include_dirs={self.extra_cpu_include_dirs!r}, extra_cuda_preamble="
                 f"{self.extra_cuda_preamble!r}, extra_cpu_preamble={self.extra_cpu_preamble!r}, "
                 f"extra_build_dependencies={self.extra_build_dependencies!r})")
+
+
+def _first(paths) -> list:
+    return list(dict.fromkeys(paths))
+
+
+def _preamble(text: str) -> str:
+    # the trailing newline a preamble needs in the unit: "#define A 1" and "#define A 1\n" are one
+    return text + "\n" if text and not text.endswith("\n") else text
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """A module's ``extra_build_options`` resolved for a build: what the compilers get besides
+    the generated code.
+
+    Attributes:
+        cpu_include_dirs, cuda_include_dirs: folders given with ``-I`` (tuples of paths).
+        cpu_preamble, cuda_preamble: C++ text, ending with a newline when not empty.
+        dependencies: ``((path, sha256 of its contents), ...)``, read when resolved.
+    """
+
+    cpu_include_dirs: tuple = ()
+    cuda_include_dirs: tuple = ()
+    cpu_preamble: str = ""
+    cuda_preamble: str = ""
+    dependencies: tuple = ()
+
+    def is_empty(self) -> bool:
+        """Whether the build gets nothing extra (the unit is tapegrad's own code alone)."""
+        return self == _NO_INPUTS
+
+    def include_dirs(self, cuda: bool) -> tuple:
+        """The include folders of the CUDA (``cuda``) or CPU build."""
+        return self.cuda_include_dirs if cuda else self.cpu_include_dirs
+
+    def unit_text(self) -> str:
+        """What the generated unit holds of these inputs, between the runtime headers and the
+        generated code: a comment naming the folders and the dependencies' digests (so the
+        unit's digest, the cache key, changes with them) and both preambles, each under its
+        target. Empty when nothing is asked for."""
+        if self.is_empty():
+            return ""
+        lines = ["// ---- extra_build_options",
+                 f"// cpu include dirs: {list(self.cpu_include_dirs)}",
+                 f"// cuda include dirs: {list(self.cuda_include_dirs)}"]
+        lines += [f"// dependency {p}: sha256 {h}" for p, h in self.dependencies]
+        lines += ["#ifdef TG_CUDA", self.cuda_preamble + "#else", self.cpu_preamble + "#endif"]
+        return "\n".join(lines) + "\n"
+
+    @property
+    def digest(self) -> str:
+        """A short digest of the inputs ("" when empty): keys of the builds made with them."""
+        if self.is_empty():
+            return ""
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+
+_NO_INPUTS = BuildInputs()
+
+
+def _resolve_inputs(opts) -> BuildInputs:
+    if opts is None:
+        return _NO_INPUTS
+    deps = []
+    for p in opts.extra_build_dependencies:
+        try:
+            with open(p, "rb") as f:
+                deps.append((p, hashlib.sha256(f.read()).hexdigest()))
+        except OSError as e:
+            raise ValueError(f"extra_build_options: the dependency {p!r} cannot be read ({e.strerror})") from None
+    for d in opts.extra_cpu_include_dirs + opts.extra_cuda_include_dirs:
+        if not os.path.isdir(d):
+            raise ValueError(f"extra_build_options: the include folder {d!r} no longer exists")
+    return BuildInputs(tuple(opts.extra_cpu_include_dirs), tuple(opts.extra_cuda_include_dirs),
+                       _preamble(opts.extra_cpu_preamble), _preamble(opts.extra_cuda_preamble), tuple(deps))
+
+
+def build_inputs(name: str) -> BuildInputs:
+    """The ``BuildInputs`` of module ``name``: resolved (dependency files read) on first use
+    after its options last changed, then reused, so an edited dependency is seen after the
+    next ``set_module_options`` of the module or in a new process (as Warp's).
+
+    Raises:
+        ValueError: a dependency cannot be read or an include folder vanished.
+    """
+    with _lock:
+        hit = _RESOLVED.get(name)
+        opts = _TABLE.get(name, DEFAULTS)["extra_build_options"]
+    if hit is not None:
+        return hit
+    bi = _resolve_inputs(opts)
+    with _lock:
+        _RESOLVED[name] = bi
+    return bi
+
+
+def resolve_options(name: str, config=None, block_dim=None) -> dict:
+    """A fully resolved copy of module ``name``'s options (Warp's ``Module.resolve_options``):
+    ``mode`` from ``config`` (``tg.config`` when None) where the module leaves it None,
+    ``block_dim`` overridden when given, and ``extra_build_options`` replaced by its resolved
+    parts: ``extra_cpu_include_dirs``, ``extra_cuda_include_dirs`` (tuples),
+    ``extra_cpu_preamble``, ``extra_cuda_preamble`` (ending with a newline when not empty)
+    and ``extra_build_dependencies`` (``((path, sha256), ...)``).
+
+    Raises:
+        ValueError: as ``build_inputs``; a bad ``block_dim``.
+    """
+    if config is None:
+        config = _config
+    out = module_options(name)
+    if block_dim is not None:
+        if isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim <= 0:
+            raise ValueError(f"resolve_options(block_dim=...): expected a positive int, got {block_dim!r}")
+        out["block_dim"] = block_dim
+    if out["mode"] is None:
+        out["mode"] = getattr(config, "mode", "release")
+    out.pop("extra_build_options")
+    bi = build_inputs(name)
+    out.update(extra_cpu_include_dirs=bi.cpu_include_dirs, extra_cuda_include_dirs=bi.cuda_include_dirs,
+               extra_cpu_preamble=bi.cpu_preamble, extra_cuda_preamble=bi.cuda_preamble,
+               extra_build_dependencies=bi.dependencies)
+    return out
 
 
 def _paths(values, name: str, exists) -> list:
@@ -109,6 +247,7 @@ _BOOLS = ("enable_backward", "fast_math", "fuse_fp", "lineinfo", "compile_time_t
 
 _lock = threading.Lock()
 _TABLE: dict = {}   # module name -> its options (a full copy of DEFAULTS, updated)
+_RESOLVED: dict = {}   # module name -> its BuildInputs (dropped when its options change)
 _LISTENERS: list = []   # callables run after options change (the kernel loader's cached choices)
 
 
@@ -135,6 +274,7 @@ def update_module_options(name: str, options: dict, who: str = "set_module_optio
     _check_options(options, DEFAULTS, who)
     with _lock:
         _TABLE.setdefault(name, dict(DEFAULTS)).update(options)
+        _RESOLVED.pop(name, None)
     for fn in list(_LISTENERS):
         fn()
 
@@ -163,10 +303,6 @@ def _check_options(options, known, who: str) -> None:
             if not isinstance(v, ModuleBuildOptions):
                 raise TypeError(f"{who}(options): 'extra_build_options' expects None or a ModuleBuildOptions, "
                                 f"got {type(v).__name__}")
-            if not v.is_empty():
-                raise ValueError(f"{who}(options): 'extra_build_options' with include folders, preambles or "
-                                 f"dependencies is not supported: tapegrad compiles only its own generated "
-                                 f"source")
         if k == "launch_bounds":
             check_launch_bounds(v, who)
 
@@ -243,6 +379,7 @@ def forget_module(name: str) -> None:
     """Drop a ``"unique"`` module's options (its kernel died)."""
     with _lock:
         _TABLE.pop(name, None)
+        _RESOLVED.pop(name, None)
 
 
 class ModuleOptions(dict):
@@ -264,6 +401,14 @@ class ModuleOptions(dict):
         super().update(new)
 
 
+_HASHER: list = []   # the module content hash (lang/kernel.py registers it: it knows the kernels)
+
+
+def register_module_hasher(fn) -> None:
+    """Register ``fn(name) -> bytes``, the content hash ``Module.hash_module`` returns."""
+    _HASHER[:] = [fn]
+
+
 class Module:
     """A module of kernels by name (Warp's ``wp.get_module(name)``): its ``name`` and
     ``options`` (``ModuleOptions``: assignment sets the option)."""
@@ -276,6 +421,26 @@ class Module:
     @property
     def options(self) -> ModuleOptions:
         return ModuleOptions(self.name)
+
+    def resolve_options(self, config=None, block_dim=None) -> dict:
+        """The options fully resolved (``resolve_options``: mode from ``config``, the build inputs)."""
+        return resolve_options(self.name, config, block_dim)
+
+    def hash_module(self) -> bytes:
+        """The content hash of the module's kernels and options (``kernel.module_hash``): equal
+        for a redefinition with the same content, different when code, types or build options
+        change.
+
+        Raises:
+            RuntimeError: no kernel code is loaded in this process (nothing registered a hasher).
+        """
+        if not _HASHER:
+            raise RuntimeError("Module.hash_module: the kernel language is not loaded")
+        return _HASHER[0](self.name)
+
+    def get_module_hash(self, block_dim=None) -> bytes:
+        """Warp's spelling of ``hash_module`` (``block_dim`` does not change tapegrad's code)."""
+        return self.hash_module()
 
     def __eq__(self, other):
         return isinstance(other, Module) and other.name == self.name

@@ -187,12 +187,13 @@ def load_tangents(kernels, device, second_order=False) -> list:
     parts = []
     for k in kernels:
         parts += lang_tangent.tangent_parts(k.ir, k.symbol, k.key, second_order, seen)
-    source = emit.module_source(parts)
+    inputs = kernels[0].build_inputs()   # one unit: one set of extra_build_options
+    source = emit.module_source(parts, inputs.unit_text())
     name = _unit_name(kernels, second_order)
     if getattr(device, "is_cuda", False):
-        owner = build.load_cuda(source, name, device, kernels)
+        owner = build.load_cuda(source, name, device, kernels, include_dirs=inputs.cuda_include_dirs)
     else:
-        owner = build.load_cpu(source, name, kernels)
+        owner = build.load_cpu(source, name, kernels, include_dirs=inputs.cpu_include_dirs)
     out = _entries(kernels, device, second_order, owner)
     for k, m in zip(kernels, out):
         _remember(k, device, second_order, m)
