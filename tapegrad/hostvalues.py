@@ -123,6 +123,24 @@ class HostValue(np.ndarray):
         np.fmod(self, other, out=self)
         return self
 
+    # two values of different component types: no implicit conversion, as in kernels (Warp's
+    # "Couldn't find a function 'add' compatible with the arguments 'vec3f, vec3d'")
+    def __add__(self, other):
+        _same_scalars("add", self, other)
+        return super().__add__(other)
+
+    def __radd__(self, other):
+        _same_scalars("add", other, self)
+        return super().__radd__(other)
+
+    def __sub__(self, other):
+        _same_scalars("sub", self, other)
+        return super().__sub__(other)
+
+    def __rsub__(self, other):
+        _same_scalars("sub", other, self)
+        return super().__rsub__(other)
+
     def __mul__(self, other):
         if _is_scalar(other):
             return super().__mul__(other)
@@ -181,9 +199,22 @@ def _kind(x) -> str:
     return x.kind if isinstance(x, HostValue) else ""
 
 
+def _same_scalars(op: str, a, b) -> None:
+    """Raise Warp's RuntimeError when ``a`` and ``b`` are both values, of different component types."""
+    if isinstance(a, HostValue) and isinstance(b, HostValue) and a.dtype != b.dtype:
+        raise RuntimeError(f"Couldn't find a function '{op}' compatible with the arguments "
+                           f"'{type(a).__name__}, {type(b).__name__}'")
+
+
 def _product(a, b):
     """Warp's ``*`` of two values: matrix products, the quaternion product, the transform
-    composition. Two vectors have no product (Warp has none; ``cw_mul`` is the componentwise one)."""
+    composition. Two vectors have no product (Warp has none; ``cw_mul`` is the componentwise one).
+
+    Raises:
+        RuntimeError: values of different component types (mat22f * mat22d), as Warp's.
+        TypeError: two vectors, or shapes without a product.
+    """
+    _same_scalars("mul", a, b)
     ka, kb = _kind(a), _kind(b)
     A = np.asarray(a)
     B = np.asarray(b)

@@ -162,7 +162,8 @@ class ExprMixin:
         method = getattr(self, "e_" + type(node).__name__, None)
         if method is None:
             kind = type(node).__name__
-            self.error(f"unsupported expression `{kind}`{EXPRESSION_HINTS.get(kind, '')}", node)
+            # Warp's class for constructs kernels lack (a RuntimeError, and still a KernelError)
+            self.error(f"unsupported expression `{kind}`{EXPRESSION_HINTS.get(kind, '')}", node, WarpCodegenError)
         try:
             value = method(node)
         finally:

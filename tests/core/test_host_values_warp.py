@@ -60,3 +60,22 @@ def test_constant_refuses_tuples_and_lists():
     with pytest.raises(TypeError, match=r"Invalid constant type: <class 'list'>$"):
         tg.constant([1.0, 2.0])
     assert tg.constant(tg.vec3i(1, 2, 3)) == tg.vec3i(1, 2, 3)
+
+
+def test_mixed_component_types_have_no_implicit_conversion():
+    # as in kernels (and Warp's host values): f32 with f64 values has no overload
+    m_f, m_d = tg.mat22f(1.0, 2.0, 3.0, 4.0), tg.mat22d(1.0, 2.0, 3.0, 4.0)
+    with pytest.raises(RuntimeError, match=r"^Couldn't find a function 'mul' compatible with the arguments "
+                                           r"'mat22f, mat22d'$"):
+        m_f * m_d
+    with pytest.raises(RuntimeError, match="'mul' compatible with the arguments 'mat22f, vec2d'"):
+        m_f @ tg.vec2d(1.0, 2.0)
+    v_f, v_d = tg.vec3f(1.0, 2.0, 3.0), tg.vec3d(0.5, 0.25, 0.125)
+    with pytest.raises(RuntimeError, match="'add' compatible with the arguments 'vec3f, vec3d'"):
+        v_f + v_d
+    with pytest.raises(RuntimeError, match="'sub' compatible with the arguments 'vec3d, vec3f'"):
+        v_d - v_f
+    # one component type: the products and sums as before, exact in float64
+    np.testing.assert_array_equal(m_d * m_d, np.array([[1.0, 2.0], [3.0, 4.0]]) @ np.array([[1.0, 2.0], [3.0, 4.0]]))
+    assert v_d + v_d == tg.vec3d(1.0, 0.5, 0.25) and isinstance(v_f - v_f, tg.vec3f)
+    assert 2.0 - v_d == tg.vec3d(1.5, 1.75, 1.875)

@@ -182,3 +182,11 @@ def test_python_scope_builtins():
     assert tg.dot(np.array([1.0, 2.0]), np.array([3.0, 4.0])) == 11.0
     with pytest.raises(RuntimeError, match="inside a kernel"):
         tg.tid()
+
+
+def test_unsupported_constructs_raise_warp_codegen_error():
+    # Warp raises a RuntimeError (WarpCodegenError) for constructs kernels lack; tapegrad's
+    # class is that one, still a KernelError
+    with pytest.raises(tg.WarpCodegenError, match="unsupported expression `List`") as e:
+        bad_syntax.ir
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, KernelError)
