@@ -95,12 +95,14 @@ DIFFERENT = {
               "options-table entry the kernel reads",
     "kernel": "`module=` / `module_options=` choose the options-table entry (`\"unique\"`: one of its own); the "
               "CUDA hints (`launch_bounds`, `cuda_max_registers`, `cluster_dim`, `grid_stride`...) are checked "
-              "and kept in `kernel.options` but not applied; `entry_point_abi=\"external_constant_params\"` raises",
-    "Module": "a module by name: `.name` and `.options` (item assignment sets an option); every kernel still "
-              "compiles on its own",
+              "and kept in `kernel.options` but not applied; `entry_point_abi=\"external_constant_params\"` emits "
+              "Warp's external CUDA entry (docs/kernels.md, tests/lang/test_external_entry.py)",
+    "Module": "a module by name: `.name`, `.options` (item assignment sets an option), `resolve_options`, "
+              "`hash_module` (a content hash); every kernel still compiles on its own",
     "get_module": "returns a `Module` (name and options); see `Module`",
-    "ModuleBuildOptions": "Warp's checks; an empty instance is accepted, one with include folders, preambles "
-                          "or dependencies makes `set_module_options` raise (tapegrad compiles only its own source)",
+    "ModuleBuildOptions": "include folders, preambles and dependencies reach the CPU and CUDA builds and their "
+                          "cache keys (docs/kernels.md, tests/lang/test_build_options.py); paths are checked "
+                          "when the instance is made (Warp: when the options are resolved)",
     "DeterministicMode": "the enum as Warp's; only `NOT_GUARANTEED` (and None) are accepted as the "
                          "`deterministic` option",
     **{n: "tapegrad/errors.py: a `KernelError` that is also Warp's built-in base class; raised where tapegrad "
