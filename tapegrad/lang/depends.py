@@ -38,7 +38,7 @@ from .values import adjoint, is_constant
 
 __all__ = ["Record", "recording", "replay", "note_value", "note_call", "note_warning",
            "fingerprint", "type_fingerprint", "file_digest", "source_fingerprint", "register_fingerprint",
-           "scope_id", "verify"]
+           "scope_id", "verify", "references"]
 
 
 @dataclass(frozen=True)
@@ -309,3 +309,46 @@ def verify(root, deps) -> bool:
             for f in reg[1](v):
                 scopes.setdefault(scope_id(f), f)
     return True
+
+
+def _is_value(v) -> bool:
+    # Warp's "values": numbers and vector/matrix/quaternion values (not types, arrays, callables)
+    if isinstance(v, (bool, int, float, np.generic)):
+        return True
+    return isinstance(v, np.ndarray) and type(v) is not np.ndarray and getattr(type(v), "tg_type", None) is not None
+
+
+def _is_type(v) -> bool:
+    return isinstance(v, (ScalarType, VectorType, MatrixType, StructType, ArrayType)) or (
+        isinstance(v, type) and getattr(v, "_tg_struct", None) is not None)
+
+
+def references(root, rec: Record) -> tuple:
+    """What ``root`` (a kernel's or function's Python function) referenced outside itself when
+    ``rec`` was recorded, looked up again now in its own scope (Warp's ``adj.get_references()``):
+    ``(constants, types, functions)``, three dicts: dotted name -> value for numbers and
+    vector/matrix values, type -> dotted name for types and structs, and ``@func`` object ->
+    dotted name for the functions it calls (those the fingerprint registry knows: ``funcs.Func``).
+    Lookups made inside called functions' bodies belong to those functions and are left out;
+    names that no longer resolve are left out."""
+    own = scope_id(root)
+    constants: dict = {}
+    types_: dict = {}
+    functions: dict = {}
+    for kind, scope, chain, _args, _fp in rec.deps:
+        if kind != "v" or scope != own:
+            continue
+        v = _resolve(root, tuple(chain))
+        if v is _MISSING:
+            continue
+        name = ".".join(chain)
+        if _is_type(v):
+            types_.setdefault(v, name)
+        elif _is_value(v):
+            constants[name] = v
+        elif _registered(v) is not None and not isinstance(v, (pytypes.ModuleType, Builtin)):
+            try:
+                functions.setdefault(v, name)
+            except TypeError:   # not hashable: not one of the registered function objects
+                pass
+    return constants, types_, functions

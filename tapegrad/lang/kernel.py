@@ -39,7 +39,7 @@ from .options import (
     resolve_options,
 )
 from .options import module_options as options_of_module
-from .signature import annotations, capture_source, resolve_type, short_hash, where
+from .signature import annotations, capture_source, resolve_type, short_hash, source_of, where
 from .typeutil import is_struct, type_name
 
 # Lowering and code generation run under one lock: they are pure Python (the GIL admits one
@@ -318,10 +318,16 @@ class Kernel:
 
     @property
     def adj(self) -> KernelArgs:
-        """The signature as Warp's ``kernel.adj`` gives it: ``adj.args`` (``label``, ``type``) and
-        ``adj.kernel_dim`` (``lang.kernel_args``)."""
+        """What Warp code reads of Warp's ``kernel.adj`` (``lang.kernel_args``): ``adj.args``
+        (``label``, ``type``), ``adj.kernel_dim``, ``adj.source`` and ``adj.get_references()``."""
         return KernelArgs(tuple(KernelArg(n, t) for n, t in zip(self.arg_names, self.arg_types)),
-                          max(self.tid_ndim, 1))
+                          max(self.tid_ndim, 1), source_of(self.func)[0], self._references)
+
+    def _references(self) -> tuple:
+        self._parse()
+        if self._record is None:   # lowered before recording existed: no lookups known
+            return {}, {}, {}
+        return depends.references(self.func, self._record)
 
     @property
     def vector_lanes(self) -> int:
