@@ -183,12 +183,15 @@ def load_module(module=None, device=None, recursive: bool = False, block_dim=Non
     kernels = _kernels_of(module, bool(recursive))
     for dev in _devices(device, "load_module"):
         for k in kernels:
-            k.module_for(dev)
+            if k.builds_on(dev):   # a CUDA-only (external entry) kernel has no CPU build
+                k.module_for(dev)
 
 
 def force_load(device=None, modules=None, block_dim=None, max_workers=None) -> None:
     """Compile and load every kernel defined so far (or those of ``modules``) for ``device``
     (default: every device), so that no compile happens later, e.g. inside a graph capture.
+    A CUDA-only kernel (``entry_point_abi="external_constant_params"``) is loaded on CUDA
+    devices only.
 
     Raises:
         TypeError/ValueError: bad arguments. KernelError, CompileError: a kernel fails to build.
@@ -204,7 +207,8 @@ def force_load(device=None, modules=None, block_dim=None, max_workers=None) -> N
         kernels = [k for m in modules for k in _kernels_of(m, False)]
     for dev in devices:
         for k in kernels:
-            k.module_for(dev)
+            if k.builds_on(dev):   # a CUDA-only (external entry) kernel has no CPU build
+                k.module_for(dev)
 
 
 class ScopedTimer:

@@ -398,6 +398,11 @@ class Kernel:
                                    f"(the outside launcher picks the grid)")
         return emit.ExternalEntry(abi.external_entry_name(self.get_mangled_name()))
 
+    def builds_on(self, device) -> bool:
+        """Whether the kernel has a build for ``device``: an ``external_constant_params`` kernel
+        is CUDA-only (``force_load``/``load_module`` skip it on the CPU; loading it there raises)."""
+        return self.entry_point_abi == "warp" or bool(getattr(device, "is_cuda", False))
+
     def check_launchable(self, who: str = "launch") -> None:
         """Raise unless ``tg.launch`` can run the kernel (its entry point ABI is ``"warp"``).
 

@@ -154,3 +154,12 @@ def test_driver_launch_of_the_external_entry():
     np.testing.assert_allclose(out.numpy(), [blocks * threads * 3.0], rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="outside runtime"):
         m.launch(abi.LaunchBounds(), None)
+
+
+def test_force_load_skips_external_entries_on_the_cpu():
+    # the module-level external kernels of this file are live: a CPU force_load must not trip on them
+    assert not ext_demo.builds_on(tg.get_device("cpu"))
+    tg.force_load(device="cpu", modules=[ext_demo.module])
+    tg.load_module(ext_demo.module, device="cpu")
+    with pytest.raises(tg.WarpCodegenError, match="CPU backend"):
+        ext_demo.module.load("cpu")
