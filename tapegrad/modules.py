@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from . import abi
 
-__all__ = ["CpuModule", "CudaModule", "FastEntry"]
+__all__ = ["CpuModule", "CudaModule", "FastEntry", "no_adjoint"]
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,20 @@ class FastEntry:
     lanes: int = 1
 
 
+def no_adjoint(kernel) -> str | None:
+    """Why a module of ``kernel`` loads no adjoint entry point (the error an adjoint launch
+    raises), or None when it has one: built with ``enable_backward=False``, or an adjoint the
+    kernel refuses as inexact (``Kernel.adjoint_refusal``: arrays built from addresses)."""
+    if not kernel.enable_backward:
+        return f"kernel '{kernel.key}' was built with enable_backward=False"
+    refuse = getattr(kernel, "adjoint_refusal", None)
+    return refuse() if refuse is not None else None
+
+
 class CpuModule:
     """A loaded CPU kernel: ``launch`` calls the exported entry point with OpenMP inside."""
 
-    __slots__ = ("_fwd", "_bwd", "key", "lib")
+    __slots__ = ("_fwd", "_bwd", "_no_adjoint", "key", "lib")
 
     def __init__(self, lib, kernel):
         self.lib = lib
@@ -46,7 +56,8 @@ class CpuModule:
         self._fwd = getattr(lib, abi.entry_name(kernel.symbol, "cpu", "forward"))
         self._fwd.restype = None
         self._bwd = None
-        if kernel.enable_backward:
+        self._no_adjoint = no_adjoint(kernel)
+        if self._no_adjoint is None:
             self._bwd = getattr(lib, abi.entry_name(kernel.symbol, "cpu", "backward"))
             self._bwd.restype = None
 
@@ -54,7 +65,7 @@ class CpuModule:
         """Run the forward (or adjoint) over ``bounds``; ``argv`` is the packed ``void*`` array."""
         if adjoint:
             if self._bwd is None:
-                raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
+                raise RuntimeError(self._no_adjoint)
             self._bwd(ctypes.byref(bounds), argv)
         else:
             self._fwd(ctypes.byref(bounds), argv)
@@ -82,8 +93,9 @@ class CudaModule:
                else abi.entry_name(kernel.symbol, "cuda", "forward"))
         with device.context_guard():
             self._fwd = driver.moduleGetFunction(module_handle, fwd)
+            self._no_adjoint = no_adjoint(kernel)
             self._bwd = (driver.moduleGetFunction(module_handle, abi.entry_name(kernel.symbol, "cuda", "backward"))
-                         if kernel.enable_backward and not self.external else None)
+                         if self._no_adjoint is None and not self.external else None)
         self.entry = fwd
         self._nargs = len(kernel.arg_types)
         self._params = {}
@@ -118,7 +130,7 @@ class CudaModule:
                                f"'external_constant_params') is launched by an outside runtime, not by tapegrad")
         f = self._bwd if adjoint else self._fwd
         if f is None:
-            raise RuntimeError(f"kernel '{self.key}' was built with enable_backward=False")
+            raise RuntimeError(self._no_adjoint)
         size = bounds.size
         if size <= 0:
             return

@@ -24,7 +24,7 @@ Checked, for one ``FunctionIR``:
 from __future__ import annotations
 
 from ..errors import IRCheckError
-from ..types import bool_, int32, int64
+from ..types import bool_, int32, int64, uint64
 from .builtins import COPY, REGISTRY
 from .ir import AdjAccum, Assign, Const, If, Loop, Op, Print, Read, SetFlag, Var, Write, walk
 from .typeutil import constant_value, is_array, is_composite, is_int, is_printable, is_scalar, is_struct, type_name
@@ -343,7 +343,20 @@ def _view(types, ret):
     return "takes an array and integer indices / slice bounds and gives an array of its dtype"
 
 
+def _array_from_ptr(types, ret):    # ptr_arrays.py: tg.array(ptr=..., shape=..., dtype=...) in a kernel
+    if is_array(ret) and len(types) == 1 + ret.ndim and types[0] is uint64 and all(t is int64 for t in types[1:]):
+        return None
+    return "takes a uint64 address and an int64 extent per dimension and gives an array"
+
+
+def _array_ptr(types, ret):
+    if len(types) == 1 and is_array(types[0]) and ret is uint64:
+        return None
+    return "takes an array and gives its uint64 address"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
             "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast,
-            "adjoint_array": _adjoint_array, "view": _view}
+            "adjoint_array": _adjoint_array, "view": _view, "array_from_ptr": _array_from_ptr,
+            "array_ptr": _array_ptr}

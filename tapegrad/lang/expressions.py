@@ -7,9 +7,11 @@ import builtins as python_builtins
 
 import numpy as np
 
+from ..array import array as array_class
 from ..errors import WarpCodegenAttributeError, WarpCodegenError, WarpCodegenKeyError, WarpCodegenValueError
 from ..types import (
     MAX_DIMS,
+    ArrayType,
     MatrixType,
     ScalarType,
     TransformType,
@@ -18,12 +20,14 @@ from ..types import (
     float32,
     float64,
     int32,
+    int64,
     matrix,
     quaternion,
     resolve_dtype,
     transformation,
     type_of,
     uint32,
+    uint64,
     vector,
 )
 from . import depends
@@ -33,6 +37,7 @@ from .builtins_linalg import OUT_PARAMS as LINALG_OUT_PARAMS
 from .builtins_random import DRAWS
 from .builtins_warp import cast as bit_cast
 from .ir import Const, If, Op, Print, Read, Var, Write
+from .ptr_arrays import op_array_from_ptr, op_array_ptr
 from .slices import SliceError, literal_bound, slice_spec
 from .structs import StructInit, field_accepts, is_tuple_struct
 from .typeutil import (
@@ -257,10 +262,12 @@ class ExprMixin:
             if is_array(t):
                 if attr == "shape":
                     return ShapeOf(base)
+                if attr == "ptr":     # Warp's: the address of the first element (a uint64)
+                    return self.call_op(op_array_ptr(), [base], node)
                 found = self.type_attribute(t, attr)
                 if found is not None:
                     return found
-                self.error(f"arrays have no attribute '{attr}' in kernels (only .shape, .dtype, .ndim)", node)
+                self.error(f"arrays have no attribute '{attr}' in kernels (only .shape, .dtype, .ndim, .ptr)", node)
             if isinstance(t, TransformType) and attr in ("p", "q"):     # Warp's transform.p / .q
                 part = "transform_get_translation" if attr == "p" else "transform_get_rotation"
                 return self.builtin_args(part, [base], node)
@@ -543,6 +550,8 @@ class ExprMixin:
             return self.static_value(node, kwargs)
         if obj is vector or obj is matrix:
             return self.composite_value(obj, node)
+        if obj is array_class:
+            return self.array_from_ptr(node, kwargs)
         if obj is quaternion or obj is transformation:
             return self.float_composite_value(obj, node)
         resolve = _resolver(obj)
@@ -840,6 +849,44 @@ class ExprMixin:
             self.error(f"{type_name(t)}(...) takes {type_name(t.scalar)} components, got {type_name(bad[0])}; "
                        f"cast it, e.g. tg.{type_name(t.scalar)}(x)", node)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
+
+    def array_from_ptr(self, node, kwargs):
+        """Warp's ``tg.array(ptr=p, shape=(n0, ...), dtype=T)`` inside a kernel: a contiguous array
+        over address ``p`` (any integer), with no gradient (``lang/ptr_arrays.py``: a kernel that
+        builds a floating-point one has no adjoint)."""
+        if node.args:
+            self.error("tg.array() in a kernel takes keywords only: tg.array(ptr=..., shape=..., dtype=...)", node)
+        missing = [k for k in ("ptr", "shape", "dtype") if k not in kwargs]
+        unknown = [k for k in kwargs if k not in ("ptr", "shape", "dtype")]
+        if missing or unknown:
+            self.error(f"tg.array() in a kernel takes ptr=, shape= and dtype= (an array over an address), "
+                       f"{'missing ' + ', '.join(missing) if missing else 'got ' + unknown[0] + '='}", node)
+        d = self.expr(kwargs["dtype"])
+        try:
+            dtype = type_of(d.obj, arg="tg.array(dtype=...)", allow_array=False) if isinstance(d, PyObj) else None
+        except TypeError as e:
+            self.error(str(e), node)
+        if dtype is None or isinstance(dtype, ArrayType):
+            self.error(f"tg.array(dtype=...) in a kernel must be a type (float, tg.vec3, a struct...), got "
+                       f"{describe(d)}", node)
+        shape = self.expr(kwargs["shape"])
+        extents = shape.items if isinstance(shape, TupleVal) else [shape]
+        if not 1 <= len(extents) <= MAX_DIMS:
+            self.error(f"tg.array(shape=...) in a kernel needs 1 to {MAX_DIMS} extents, got {len(extents)}", node)
+        ext = []
+        for e in extents:
+            v = self.materialize(e, int64) if isinstance(e, Lit) else self.materialize(e)
+            if not is_int(v.type):
+                self.error(f"tg.array(shape=...): extents must be integers, got {type_name(v.type)}", node)
+            ext.append(v if v.type is int64 else self.cast(int64, v, node))
+        p = self.expr(kwargs["ptr"])
+        p = self.materialize(p, uint64) if isinstance(p, Lit) else self.materialize(p)
+        if not is_int(p.type):
+            self.error(f"tg.array(ptr=...) in a kernel must be an integer address (a uint64, a.ptr), got "
+                       f"{type_name(p.type)}", node)
+        if p.type is not uint64:
+            p = self.cast(uint64, p, node)
+        return self.call_op(op_array_from_ptr(dtype, len(ext)), [p] + ext, node)
 
     def type_of_operand(self, v, node):
         """The tapegrad type of an expression's value (``type(x)`` in a kernel)."""

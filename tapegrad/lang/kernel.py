@@ -39,6 +39,7 @@ from .options import (
     resolve_options,
 )
 from .options import module_options as options_of_module
+from .ptr_arrays import adjoint_refusal
 from .signature import annotations, capture_source, resolve_type, short_hash, source_of, where
 from .typeutil import is_struct, type_name
 
@@ -170,6 +171,15 @@ class Kernel:
     def overloads(self) -> dict:
         """The specializations made so far (Warp's ``kernel.overloads``): argument types -> kernel."""
         return dict(self._specs)
+
+    def adjoint_refusal(self) -> str | None:
+        """Why this kernel's adjoint (and tangent) would not be exact, so that every adjoint launch
+        raises it: it builds floating-point arrays from addresses (``tg.array(ptr=...)`` in the
+        kernel, whose memory no launch or tape sees). None when the adjoint is exact (or the
+        kernel has none: ``enable_backward=False``)."""
+        if not self.enable_backward or self.is_generic():
+            return None
+        return adjoint_refusal(self)
 
     def is_generic(self) -> bool:
         """Whether parameters are ``typing.Any`` (or arrays of ``Any``): launches specialize it."""

@@ -83,6 +83,8 @@ class Launch:
             kernel = kernel.specialize_for(list(fwd_args))
         if adjoint and not kernel.enable_backward:
             raise RuntimeError(f"Launch(adjoint=True): kernel '{kernel.key}' was built with enable_backward=False")
+        if adjoint and kernel.adjoint_refusal() is not None:
+            raise RuntimeError(f"Launch(adjoint=True): {kernel.adjoint_refusal()}")
         self.kernel = kernel
         self.device = get_device(device)
         self.adjoint = bool(adjoint)

@@ -340,6 +340,9 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     if adjoint:
         if not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True): kernel '{kernel.key}' was built with enable_backward=False")
+        refusal = kernel.adjoint_refusal()
+        if refusal is not None:     # its gradient would miss memory it reaches by address
+            raise RuntimeError(f"launch(adjoint=True): {refusal}")
         n_in = len(inputs)
         adj_given = None
         if adj_inputs is not None or adj_outputs is not None:

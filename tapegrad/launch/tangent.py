@@ -108,6 +108,9 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
         if second_order and not kernel.enable_backward:
             raise RuntimeError(f"launch(adjoint=True, tangent=True): kernel '{kernel.key}' was built with "
                                "enable_backward=False")
+        refusal = kernel.adjoint_refusal()
+        if refusal is not None:     # the tangent would miss memory it reaches by address, as the adjoint
+            raise RuntimeError(f"launch(tangent=True): {refusal}")
         m = _load_direct(kernel, device, second_order)
         if m is None:
             m = load_tangents([kernel], device, second_order)[0]

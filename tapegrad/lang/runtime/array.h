@@ -34,6 +34,27 @@ template <typename T> TG_FUNC bool array_nonnull(const array_t<T>& a) {
     return true;
 }
 
+// Warp's in-kernel wp.array(ptr=..., shape=..., dtype=...): a contiguous array over an address,
+// with no gradient (lang/ptr_arrays.py); a.ptr: the address of an array's first element
+template <typename T> TG_FUNC array_t<T> array_from_ptr(int ndim, uint64_t ptr, int64_t n0, int64_t n1 = 0,
+                                                        int64_t n2 = 0, int64_t n3 = 0) {
+    array_t<T> r;
+    const int64_t n[4] = {n0, n1, n2, n3};
+    int64_t stride = int64_t(sizeof(T));
+    for (int d = 3; d >= 0; --d) {
+        const int64_t e = d < ndim && n[d] > 0 ? n[d] : 0;   // a negative extent is an empty one
+        r.shape[d] = e;
+        r.strides[d] = d < ndim ? stride : 0;
+        if (d < ndim) stride *= e;
+    }
+    r.data = reinterpret_cast<T*>(ptr);
+    r.grad = 0;
+    r.ndim = ndim;
+    r.flags = 0;
+    return r;
+}
+template <typename T> TG_FUNC uint64_t array_ptr(const array_t<T>& a) { return uint64_t(a.data); }
+
 // an element index counted from the end when negative (Warp's and Python's a[-1]); one compare
 // and select per dimension, which the compiler drops where it can see the index is not negative
 TG_FUNC int64_t wrap_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
