@@ -183,6 +183,14 @@ def _check_supported(fn, label):
     for s in walk(fn.body):
         if isinstance(s, Assign) and s.op.name == "tid" and "tid64" in s.op.fwd([]):
             raise KernelError(f"kernel '{label}': forward mode runs launches of at most 2^31 - 1 threads")
+    for f in callee_order(fn):
+        # a @func_native's body is the user's C++ on plain values: it has no dual (tangent)
+        # twin, and an empty one would return garbage
+        if getattr(f, "native", None) is not None:
+            who = f.loc.func if f.loc is not None else f.name
+            raise KernelError(f"kernel '{label}': forward mode (tangent=True) has no rule for the @func_native "
+                              f"'{who}' it calls (its C++ body works on plain values); launch without "
+                              f"tangent=True or write the function in Python")
 
 
 def emit_dual_struct(st) -> str:

@@ -97,7 +97,7 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
     mods = _MODULES.get(kernel)
     if mods is None:
         mods = _MODULES.setdefault(kernel, {})
-    alias = getattr(device, "alias", None) or str(device)
+    alias = _memo_alias(kernel, device)
     m = mods.get((alias, second_order)) or (mods.get((alias, True)) if not second_order else None)
     if m is not None:
         return m
@@ -170,11 +170,19 @@ def _load_direct(kernel, device, second_order):
     return m
 
 
+def _memo_alias(kernel, device):
+    """The memo key of a kernel's tangent build on ``device``: the device, and the module's
+    build inputs when it has any (changed ``extra_build_options``: another build)."""
+    alias = getattr(device, "alias", None) or str(device)
+    digest = kernel.build_inputs().digest
+    return f"{alias}#{digest}" if digest else alias
+
+
 def _remember(kernel, device, second_order, m):
     mods = _MODULES.get(kernel)
     if mods is None:
         mods = _MODULES.setdefault(kernel, {})
-    mods[(getattr(device, "alias", None) or str(device), second_order)] = m
+    mods[(_memo_alias(kernel, device), second_order)] = m
 
 
 def load_tangents(kernels, device, second_order=False) -> list:

@@ -466,3 +466,24 @@ def test_tape_hvp_with_arrays_in_structs(device):
     assert np.array_equal(x_in.grad.numpy(), g)
     h = 1e-6
     np.testing.assert_allclose(hv, (grad(x0 + h * u) - grad(x0 - h * u)) / (2 * h), rtol=1e-6, atol=1e-8)
+
+
+@tg.func_native("return 3.0f * x;")
+def _fm_native_triple(x: float) -> float: ...
+
+
+@tg.kernel(module="unique")
+def _fm_calls_native(x: tg.array(dtype=float), y: tg.array(dtype=float)):
+    i = tg.tid()
+    y[i] = _fm_native_triple(1.0) * x[i]
+
+
+def test_func_native_has_no_tangent_rule():
+    # its C++ body has no dual twin: forward mode refuses it (it returned garbage: y came out 0)
+    x = tg.array(np.array([1.0, 2.0], dtype=np.float32))
+    y, ty = tg.zeros(2, dtype=float), tg.zeros(2, dtype=float)
+    with pytest.raises(tg.KernelError, match="no rule for the @func_native '_fm_native_triple'"):
+        tg.launch(_fm_calls_native, dim=2, inputs=[x, y], tangent=True,
+                  tan_inputs=[tg.array(np.ones(2, dtype=np.float32)), ty])
+    tg.launch(_fm_calls_native, dim=2, inputs=[x, y])   # the primal launch runs it
+    np.testing.assert_allclose(y.numpy(), [3.0, 6.0])

@@ -219,3 +219,4 @@ def test_cuda_preamble_and_include_dirs_reach_nvrtc(addon_dir):
     k.module.options["extra_build_options"] = _opts(addon_dir, -0.5, target="cuda")
     x, got = _run(k, "cuda:0")
     np.testing.assert_allclose(got, -0.5 * x, rtol=1e-6)
+
