@@ -640,7 +640,7 @@ def load_cpu(source: str, name: str, kernels=(), python_api: bool = False, inclu
         CompileError: the compiler failed. CacheDirError: the cache directory is unsafe.
         OSError: a freshly rebuilt library still cannot be loaded.
     """
-    path = build_cpu(source, name, kernels, include_dirs)
+    path = build_cpu(source, name, kernels, include_dirs=include_dirs)
     try:
         return load_cpu_library(path, python_api)
     except OSError as e:

@@ -142,9 +142,9 @@ def test_a_new_kernel_compiles_once_under_many_threads(tmp_path, monkeypatch):
     calls = []
     real = build.build_cpu
 
-    def counting(source, name, kernels=()):
+    def counting(source, name, kernels=(), **kw):
         calls.append(name)
-        return real(source, name, kernels)
+        return real(source, name, kernels, **kw)
 
     monkeypatch.setattr(build, "build_cpu", counting)
 
@@ -180,11 +180,11 @@ def test_a_compile_does_not_hold_up_other_kernels(tmp_path, monkeypatch):
     started, release, quick_done = threading.Event(), threading.Event(), threading.Event()
     real = build.build_cpu
 
-    def gated(source, name, kernels=()):
+    def gated(source, name, kernels=(), **kw):
         if name == slow.symbol:
             started.set()
             release.wait(30)
-        return real(source, name, kernels)
+        return real(source, name, kernels, **kw)
 
     monkeypatch.setattr(build, "build_cpu", gated)
     ys, yq = tg.zeros(4, dtype=tg.float32), tg.zeros(4, dtype=tg.float32)
