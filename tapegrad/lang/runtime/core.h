@@ -165,6 +165,68 @@ inline int64_t omp_chunk(int64_t n) {
 #endif
     return c < 1024 ? 1024 : c;
 }
+
+// The chunks of a dense CPU launch shared by an OpenMP team (lang.emit._cpu_forward_loops):
+// `blocks` contiguous blocks of chunks, one per thread, each drained in order by its owner and,
+// once a thread's own block is done, by it from the others'. Launch after launch a thread
+// touches the same memory (it stays in its core's caches, as with a static schedule), and a
+// thread whose core another process shares hands its work over (as with a dynamic schedule).
+// Each block's count of chunks taken has a cache line of its own, so the owner's claims are
+// uncontended atomics (one shared counter for every chunk: each claim a contended cache line).
+// A team smaller than `blocks` (thread limits) is correct too: ownerless blocks are drained by
+// the others.
+struct alignas(64) omp_block_t { int64_t taken; };
+
+struct omp_plan_t {
+    enum { LOCAL = 32 };
+    int64_t chunk, chunks;   // grid threads per chunk, chunk count
+    int blocks;              // threads asked for, blocks of chunks
+    omp_block_t* block;
+    omp_block_t local[LOCAL];
+    // a grid of n threads (n >= 1): chunks of tg::omp_chunk's size for the team OpenMP would
+    // start, and no more threads than chunks (a small launch starts a small team)
+    explicit omp_plan_t(int64_t n) {
+#ifdef _OPENMP
+        int64_t t = omp_get_max_threads();
+#else
+        int64_t t = 1;
+#endif
+        chunk = n / (32 * t);
+        if (chunk < 1024) chunk = 1024;
+        chunks = (n - 1) / chunk + 1;
+        blocks = int(chunks < t ? chunks : t);
+        block = blocks <= LOCAL ? local : new omp_block_t[blocks];
+        memset(static_cast<void*>(block), 0, sizeof(omp_block_t) * size_t(blocks));
+    }
+    ~omp_plan_t() { if (block != local) delete[] block; }
+    omp_plan_t(const omp_plan_t&) = delete;
+    omp_plan_t& operator=(const omp_plan_t&) = delete;
+};
+
+// one team thread's walk over an omp_plan_t: next() is the next chunk index, -1 when none is left
+struct omp_walk_t {
+    const omp_plan_t& p;
+    int me, k;   // this thread's block; k: blocks after it already drained
+    explicit omp_walk_t(const omp_plan_t& plan) : p(plan), k(0) {
+#ifdef _OPENMP
+        me = omp_get_thread_num() % plan.blocks;
+#else
+        me = 0;
+#endif
+    }
+    int64_t next() {
+        for (; k < p.blocks; ++k) {
+            int b = me + k < p.blocks ? me + k : me + k - p.blocks;
+            int64_t lo = p.chunks * b / p.blocks, len = p.chunks * (b + 1) / p.blocks - lo;
+            int64_t* taken = &p.block[b].taken;
+            // a plain read first: a drained block costs the thief no write to the owner's line
+            if (__atomic_load_n(taken, __ATOMIC_RELAXED) >= len) continue;
+            int64_t i = __atomic_fetch_add(taken, 1, __ATOMIC_RELAXED);
+            if (i < len) return lo + i;
+        }
+        return -1;
+    }
+};
 #endif
 
 // Coordinate k of n requested outputs of tid(): with n == 1 the linear index (Warp), else

@@ -1,0 +1,103 @@
+"""The CPU dense loop's team schedule (``tg::omp_plan_t`` / ``tg::omp_walk_t``): each thread
+drains a block of chunks of its own, then the others'; every grid thread runs exactly once
+whatever the team size OpenMP grants. And its loop is vectorized (a run-time start of the
+thread index once kept ``tg::wrap_index``'s branch in it: no packed arithmetic at all)."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+_SCRIPT = r"""
+import numpy as np, tapegrad as tg
+
+@tg.kernel
+def bump(c: tg.array[tg.int32]):
+    i = tg.tid()
+    c[i] = c[i] + 1
+
+@tg.kernel
+def bump2(c: tg.array2d[tg.int32], w: tg.array2d[tg.int32]):
+    i, j = tg.tid()
+    c[i, j] = c[i, j] + 1
+    w[i, j] = i * 10000 + j
+
+for n in (4096, 4097, 70001, 1000003):
+    c = tg.zeros(n, dtype=tg.int32, device="cpu")
+    for _ in range(3):
+        tg.launch(bump, n, inputs=[c])
+    v = c.numpy()
+    assert (v == 3).all(), (n, np.flatnonzero(v != 3)[:10], v[v != 3][:10])
+c = tg.zeros((1001, 1003), dtype=tg.int32, device="cpu")
+w = tg.zeros((1001, 1003), dtype=tg.int32, device="cpu")
+tg.launch(bump2, (1001, 1003), inputs=[c, w])
+assert (c.numpy() == 1).all()
+i, j = np.meshgrid(np.arange(1001), np.arange(1003), indexing="ij")
+assert (w.numpy() == i * 10000 + j).all()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("env", [{"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "3"},
+                                 {"OMP_NUM_THREADS": "7"},
+                                 # a team smaller than the plan's blocks: the ownerless ones drained by the others
+                                 {"OMP_NUM_THREADS": "7", "OMP_THREAD_LIMIT": "2"},
+                                 {"OMP_NUM_THREADS": "5", "OMP_DYNAMIC": "true"}],
+                         ids=["1", "2", "3", "7", "7-limit-2", "5-dynamic"])
+def test_every_grid_thread_runs_once(env, tmp_path):
+    script = tmp_path / "schedule.py"   # a file: kernels are parsed from their source
+    script.write_text(_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], env={**os.environ, **env}, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+@tg.kernel
+def sched_saxpy(x: tg.array[float], y: tg.array[float], a: float, b: float):
+    i = tg.tid()
+    v = a * x[i] + y[i]
+    if b != 0.0:           # an invariant branch, as an optimizer's `if momentum != 0.0:`
+        v = v + b * x[i]
+    y[i] = v
+
+
+def test_results_match_numpy_across_chunks():
+    n = 1_000_003
+    rng = np.random.default_rng(3)
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    ty = tg.array(y.copy(), device="cpu")
+    tg.launch(sched_saxpy, n, inputs=[tg.array(x, device="cpu"), ty, 1.5, 0.25])
+    ref = (np.float32(1.5) * x + y) + np.float32(0.25) * x
+    np.testing.assert_array_equal(ty.numpy(), ref)
+
+
+@tg.kernel
+def sched_vec(x: tg.array[float], y: tg.array[float], a: float, b: float):
+    i = tg.tid()
+    v = a * x[i] + y[i]
+    if b != 0.0:
+        v = v + b * x[i]
+    y[i] = v
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="reads x86-64 code with objdump")
+def test_dense_loop_is_vectorized(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path))   # this kernel's one library is built here
+    n = 8192
+    tg.launch(sched_vec, n, inputs=[tg.zeros(n, device="cpu"), tg.zeros(n, device="cpu"), 1.0, 0.0])
+    (so,) = [p for p in os.listdir(tmp_path) if p.startswith(sched_vec.symbol) and p.endswith(".so")]
+    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(tmp_path / so)],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"<{sched_vec.symbol}_dense\(.*?>:\n(.*?)\n\n", out, re.S)
+    assert m, "no _dense function in the kernel's library"
+    # packed single-precision multiplies (SSE mulps, AVX vmulps) or fused multiply-adds
+    assert re.search(r"\b(v?mulps|vfn?madd\d+ps)\b", m.group(1)), m.group(1)[:4000]
