@@ -17,10 +17,15 @@ device at the end (execution time, not only submission).
     python benchmarks/optimizers.py --device cuda:0
     python benchmarks/optimizers.py --one-core         # work per element: one thread, CPU time
     python benchmarks/optimizers.py --n 32             # per-call overhead (optax: 4 tiny arrays)
+    python benchmarks/optimizers.py --threads 16 --rounds 21   # CPU, 16 threads each (wall time)
 
 ``--one-core`` runs every contender on one thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``) and times the calling thread's CPU time, which a loaded shared
-machine barely moves (wall time there mostly measures the other sessions).
+machine barely moves (wall time there mostly measures the other sessions). ``--threads N``
+gives tapegrad's OpenMP team and torch's intra-op pool the same N threads
+(``OMP_NUM_THREADS=N`` before any OpenMP runtime loads, ``torch.set_num_threads(N)``) and
+times wall clock; without it each uses its default (the cores it may run on) and the table
+says what that was.
 
 Prints a table and writes ``benchmarks/results/optimizers_<device>.json``; the figures are the
 ratios tapegrad / peer of one run.
@@ -157,6 +162,23 @@ def cpu_time_per_call(fn, calls):
     return sample
 
 
+def cpu_threads() -> str:
+    """The thread counts the CPU contenders run with: tapegrad's OpenMP team (the runtime's
+    ``omp_get_max_threads``, what a launch asks for) and torch's intra-op pool."""
+    import ctypes
+    import ctypes.util
+    out = []
+    try:
+        gomp = ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1")
+        out.append(f"tapegrad (OpenMP) {gomp.omp_get_max_threads()}")
+    except (OSError, AttributeError):
+        out.append("tapegrad (OpenMP) unknown")
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+        out.append(f"torch {torch.get_num_threads()}")
+    return ", ".join(out) + f" (cores available: {len(os.sched_getaffinity(0))})"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10 ** 6)
@@ -164,14 +186,22 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--one-core", action="store_true", help="one thread each, CPU time (CPU only)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for tapegrad (OpenMP) and torch alike (wall time; CPU only)")
     args = ap.parse_args()
+    if args.threads is not None and (args.threads < 1 or args.one_core or args.device != "cpu"):
+        ap.error(f"--threads: expected a count >= 1 with --device cpu and without --one-core, got "
+                 f"{args.threads} (device {args.device}{', --one-core' if args.one_core else ''})")
     if args.one_core:
         if args.device != "cpu":
             ap.error(f"--one-core: expected --device cpu, got {args.device}")
-        os.environ["OMP_NUM_THREADS"] = "1"       # before any kernel loads the OpenMP runtime
+        args.threads = 1
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)   # before any kernel loads the OpenMP runtime
         if importlib.util.find_spec("torch") is not None:
             import torch
-            torch.set_num_threads(1)
+            torch.set_num_threads(args.threads)
+    if args.one_core:
 
         def per_call(fn, calls, sync=None):      # the CPU-time sampler
             return cpu_time_per_call(fn, calls)
@@ -180,6 +210,8 @@ def main():
     wp = warp_or_none()
     rows = []
     print(f"{args.n} float32 parameters in {len(SPLIT)} arrays, {args.device}; time per step")
+    if args.device == "cpu":
+        print(f"CPU threads: {cpu_threads()}")
     print(f"{'optimizer':<8} {'peer':<20} {'tapegrad':>12} {'peer':>12} {'ratio':>8}")
     for cls in ("Adam", "SGD"):
         ours, sync = tapegrad_step(args.n, args.device, cls)
@@ -211,8 +243,10 @@ def main():
                 rows.append({"optimizer": "optax_optimizer" if ours == "one_call" else "optax_optimizer_jax_declared",
                              "peer": label, "tapegrad_s": c.ours, "peer_s": c.peer, "ratio": c.ratio})
                 print(f"{'optax':<8} {label:<20} {fmt_time(c.ours)} {fmt_time(c.peer)} {fmt_ratio(c.ratio):>8}")
-    name = f"optimizers_{args.device.replace(':', '')}{'_one_core' if args.one_core else ''}"
-    out = write_results(name, {"n": args.n, "device": args.device, "one_core": args.one_core, "rows": rows})
+    threads = "_one_core" if args.one_core else (f"_threads{args.threads}" if args.threads else "")
+    name = f"optimizers_{args.device.replace(':', '')}{threads}"
+    out = write_results(name, {"n": args.n, "device": args.device, "one_core": args.one_core,
+                               "threads": args.threads, "rows": rows})
     print(f"wrote {out}")
 
 

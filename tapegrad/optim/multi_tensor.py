@@ -3,13 +3,14 @@
 An optimizer step over N parameter arrays would cost N launches (Warp's ``warp.optim`` does
 that). Here the arrays of one *group* — same element type, same device — are described by a
 device-resident table of structs (one row per parameter: its flat value, gradient and state
-arrays and its length) plus a chunk table, so that one launch of a 2-D grid
-``(chunks, lanes)`` updates every element of every parameter. On CUDA thread ``(c, k)`` updates
-elements ``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... of chunk ``c`` (coalesced); on the
-CPU it updates the contiguous run ``chunk_start[c] + k * CPU_SPAN`` ... ``+ CPU_SPAN - 1``, so that
-the grid counts about one thread per ``CPU_SPAN`` elements and the generated OpenMP loop
-spreads a large step over every core (one thread per 4096-element chunk kept every step below
-the parallel threshold, on one core). Both stay within chunk ``c`` of parameter ``chunk_slot[c]``.
+arrays and its length) plus a chunk table, so that one launch updates every element of
+every parameter. On CUDA the grid is ``(chunks, lanes)`` over chunks of ``CHUNK`` elements:
+thread ``(c, k)`` updates elements ``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... of chunk
+``c`` (coalesced). On the CPU each chunk is a contiguous run of ``CPU_SPAN`` elements and the grid
+``(runs, 1)``: one grid thread per run, so a small parameter costs as many grid threads as it
+has runs (with 64 lanes per 4096-element chunk, a 64-element parameter paid for 64 grid
+threads, 63 of them idle), and a large table still passes the generated loop's OpenMP
+threshold. Parameters of ``FLAT_MIN`` elements or more get CPU launches of their own.
 The tables hold descriptors (pointers), not data: nothing is copied per step, and a step
 records cleanly into a CUDA graph.
 
@@ -30,21 +31,20 @@ from ..types import struct
 
 __all__ = ["CHUNK", "CPU_SPAN", "FLAT_MIN", "ParamGroup", "build_groups", "flat_view", "slot_struct", "state_dtype"]
 
-CHUNK = 4096   # elements per chunk: large enough that the tables stay tiny, small enough to balance
+CHUNK = 4096   # elements per CUDA chunk: large enough that the tables stay tiny, small enough to balance
 CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each)
-# contiguous elements per grid thread on the CPU: 10^6 parameters make ~15.6k grid threads, past
-# the OpenMP threshold of the generated loop (lang.emit.OMP_MIN) and 16 dynamic chunks of it (its
-# chunks are >= 1024 grid threads) for the cores; each grid thread pays a setup (table row,
-# bounds, the vector loop's overlap checks): one CPU core, per step of 10^6 parameters, SGD / Adam
-# 495 / 1285 us with one thread per 4096-element chunk, 655 / 1640 us at 64, 830 / 2040 us at 32
+# contiguous elements per CPU grid thread (a run) of the table launch: each run pays a setup
+# (its table row, bounds), so runs of 64 keep that small next to the elements; 4096 grid
+# threads (lang.emit.OMP_MIN: the generated loop's OpenMP threshold) are then 256k elements
 CPU_SPAN = 64
 # CPU parameters of at least this many elements get a launch of their own (``flat`` kernels:
 # the arrays are kernel arguments, so the generated loop knows their unit stride and the
 # compiler vectorizes it with plain vector loads; through a table row the stride is a run-time
-# value and the loop is vectorized with per-element gathers): one core, 10^6 float32
-# parameters in 4 arrays, SGD 625 -> ~370 us, Adam ~1600 -> ~1050 us. Smaller ones stay in the
-# table launch, where one launch (~4 us) serves them all
-FLAT_MIN = 32768
+# value and the loop stays scalar). One core, per element: SGD ~0.3 ns flat, ~1 ns through the
+# table; a flat launch costs ~1 us: past ~1.5k elements a launch of its own is cheaper (10^6
+# float32 parameters in 4 arrays, the smallest of 10^4 elements: 10 us of the table launch ->
+# 4 us flat). Smaller ones share the one table launch (50 parameters of 64 elements: 1 launch)
+FLAT_MIN = 2048
 
 
 @kernel(enable_backward=False, key="tapegrad.optim.tick")
@@ -88,8 +88,10 @@ class ParamGroup:
         indices: positions of the group's parameters in the optimizer's parameter list.
         values: flat views of the parameters.
         states: per state name (``"m"``, ``"v"``, ``"b"``...), one flat state array per parameter.
-        chunk_slot, chunk_start: the chunk table (device arrays).
-        dim: the launch grid ``(chunks, lanes)`` (no chunks: every parameter is empty).
+        chunk_slot, chunk_start: the chunk table (device arrays): per chunk (CUDA: ``CHUNK``
+            elements; CPU: a run of ``CPU_SPAN``), its parameter and first element.
+        dim: the launch grid: ``(chunks, lanes)`` on CUDA, ``(runs, 1)`` on the CPU (no chunks:
+            every parameter is empty or ``flat``).
         walk: the kernel's ``(stride, span, reach)`` arguments: thread ``(c, k)`` starts at
             ``chunk_start[c] + k * span``, steps by ``stride`` and stops ``reach`` elements on
             (or at the chunk's or parameter's end).
@@ -155,18 +157,18 @@ def build_groups(params, state_names, slot_type_for) -> list:
         sdt = state_dtype(scalar)
         states = {name: tuple(zeros(v.size, dtype=sdt, device=device) for v in values) for name in state_names}
         flat = tuple(k for k, v in enumerate(values) if v.size >= FLAT_MIN) if device.is_cpu else ()
-        cslot, cstart = [], []
-        for k, v in enumerate(values):
-            if k in flat:
-                continue
-            for start in range(0, v.size, CHUNK):
-                cslot.append(k)
-                cstart.append(start)
+        run = CPU_SPAN if device.is_cpu else CHUNK
+        table = [k for k in range(len(values)) if k not in flat]
+        counts = np.asarray([-(-values[k].size // run) for k in table], np.int64)
+        cslot = np.repeat(np.asarray(table, np.int32), counts)
+        # each parameter's run starts: 0, run, 2 run... (a running index minus its first run's)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        cstart = (np.arange(len(cslot), dtype=np.int64) - first) * run
         groups.append(ParamGroup(
             indices=tuple(idx), values=values, states=states,
-            chunk_slot=array(np.asarray(cslot, np.int32), dtype=types.int32, device=device),
-            chunk_start=array(np.asarray(cstart, np.int64), dtype=types.int64, device=device),
-            dim=(len(cslot), CHUNK // CPU_SPAN if device.is_cpu else CUDA_LANES),
+            chunk_slot=array(cslot, dtype=types.int32, device=device),
+            chunk_start=array(cstart, dtype=types.int64, device=device),
+            dim=(len(cslot), 1 if device.is_cpu else CUDA_LANES),
             walk=(1, CPU_SPAN, CPU_SPAN) if device.is_cpu else (CUDA_LANES, 1, CHUNK),
             step=zeros(1, dtype=types.int32, device=device),
             slot_type=slot_type_for(scalar, sdt), device=device, flat=flat))

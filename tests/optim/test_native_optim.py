@@ -80,14 +80,21 @@ def test_one_launch_per_group(monkeypatch):
 
 def test_cpu_step_grid_reaches_the_thread_team():
     """A large CPU step's grid passes the OpenMP threshold of the generated loop (one grid thread
-    per 4096-element chunk kept 10^6 parameters under it: one core), and every element of sizes
-    that straddle spans and chunks is updated exactly once (float64 reference)."""
+    per 4096-element chunk kept 10^6 parameters under it: one core), a small parameter costs
+    one grid thread per CPU_SPAN elements (64 lanes per chunk made a 64-element parameter 64
+    grid threads), and every element of sizes that straddle spans and chunks is updated
+    exactly once (float64 reference)."""
     from tapegrad.lang.emit import OMP_MIN
     from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
     # parameters under FLAT_MIN share the table launch: many of them make a grid past the threshold
-    many = Adam([tg.zeros(FLAT_MIN - 1, dtype=tg.float32, device="cpu") for _ in range(40)])
-    chunks, lanes = many.groups[0].dim
-    assert many.groups[0].flat == () and chunks * lanes >= OMP_MIN and lanes * CPU_SPAN == CHUNK
+    many = Adam([tg.zeros(FLAT_MIN - 1, dtype=tg.float32, device="cpu") for _ in range(200)])
+    runs, lanes = many.groups[0].dim
+    assert many.groups[0].flat == () and runs * lanes >= OMP_MIN and lanes == 1
+    assert runs == 200 * (-(-(FLAT_MIN - 1) // CPU_SPAN))
+    small = Adam([tg.zeros(n, dtype=tg.float32, device="cpu") for n in (CPU_SPAN, 1, 0, CPU_SPAN + 1)])
+    assert small.groups[0].dim == (4, 1)
+    assert small.groups[0].chunk_slot.numpy().tolist() == [0, 1, 3, 3]
+    assert small.groups[0].chunk_start.numpy().tolist() == [0, 0, 0, CPU_SPAN]
     big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])   # its own launch, one thread per element
     assert big.groups[0].flat == (0,) and big.groups[0].dim[0] == 0 and 10 ** 6 >= OMP_MIN
     rng = np.random.default_rng(5)
@@ -200,7 +207,7 @@ def test_step_captured_in_a_cuda_graph(cls):
 
 def _flat_shapes():
     from tapegrad.optim.multi_tensor import FLAT_MIN
-    return [(FLAT_MIN,), (3,), (FLAT_MIN + 5, 1), (2 * CHUNK + 1,)]
+    return [(FLAT_MIN,), (3,), (FLAT_MIN + 5, 1), (FLAT_MIN - 1,)]
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.3),
