@@ -283,3 +283,35 @@ def test_adam_moments_per_param_and_set_params_keeps_state():
         assert (opt.m[0].numpy() == 1.0).all() and (opt.v[0].numpy() == 2.0).all()
         opt.set_params([q, p])            # other arrays (order): state starts at zero
         assert (opt.m[1].numpy() == 0.0).all()
+
+
+# ------------------------------------------ the CPU table launch: runs of CPU_SPAN (issue 30 item 2)
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.3),
+                                dict(momentum=0.9, nesterov=True), dict(weight_decay=0.1),
+                                dict(momentum=0.8, nesterov=True, weight_decay=0.01)])
+@pytest.mark.parametrize("many", [False, True], ids=["serial", "team"])
+def test_sgd_cpu_table_runs_match_torch(kw, many):
+    """Parameters under FLAT_MIN step through the table launch, one grid thread per run of
+    CPU_SPAN elements (sizes straddling runs; ``team``: enough runs for the OpenMP team, with
+    the flat launches of larger ones beside them), float64 against torch.optim.SGD."""
+    from tapegrad.lang.emit import OMP_MIN
+    from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
+    shapes = [(FLAT_MIN - 1,), (CPU_SPAN + 1,), (5, 7), (1,), (CPU_SPAN,)]
+    if many:
+        shapes = shapes * 40 + [(FLAT_MIN - 1,)] * 100 + [(FLAT_MIN,), (3 * FLAT_MIN + 1,)]
+    rng = np.random.default_rng(11)
+    ps = _params(rng, np.float64, shapes=shapes)
+    tps = [torch.tensor(p.numpy().copy(), requires_grad=True) for p in ps]
+    opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
+    runs, lanes = opt.groups[0].dim
+    assert lanes == 1 and (runs >= OMP_MIN) == many
+    for _ in range(3):
+        for p, t in zip(ps, tps):
+            g = rng.normal(size=p.shape)
+            p.grad.assign(g)
+            t.grad = torch.tensor(g)
+        opt.step()
+        topt.step()
+    for i, (p, t) in enumerate(zip(ps, tps)):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12, err_msg=f"params[{i}]")
