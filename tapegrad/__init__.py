@@ -67,6 +67,13 @@ from .errors import (  # noqa: F401
     WarpCodegenTypeError,
     WarpCodegenValueError,
 )
+from .indexedarray import (  # noqa: F401
+    indexedarray,
+    indexedarray1d,
+    indexedarray2d,
+    indexedarray3d,
+    indexedarray4d,
+)
 from .lang import *  # noqa: F401,F403  kernel, func, func_grad, tid, builtins...
 from .lang import Kernel, func, func_grad, kernel  # noqa: F401
 from .launch import ArrayCtype, Launch, launch  # noqa: F401

@@ -25,7 +25,26 @@ from .storage import HostBuffer, HostView, alloc, contiguous_strides, fold_inner
 _CPU = get_device("cpu")
 _BY_NUMPY = types.SCALARS_BY_NUMPY
 
-__all__ = ["array", "array1d", "array2d", "array3d", "array4d", "clone", "copy"]
+__all__ = ["array", "array1d", "array2d", "array3d", "array4d", "clone", "copy", "register_indexed"]
+
+
+class _IndexedHooks:
+    """What ``tapegrad.indexedarray`` registers (it sits above this module): its class, the view
+    ``array.__getitem__`` makes for index-array keys, and ``copy`` for indexed operands."""
+
+    cls: type | None = None
+    view = None
+    copy = None
+
+
+_INDEXED = _IndexedHooks()
+
+
+def register_indexed(cls, view, copy_fn) -> None:
+    """Let arrays build indexed views (``a[idx]`` with int32 index arrays) and copy to/from
+    them: ``view(base, key)`` and ``copy_fn(dest, src, dest_offset, src_offset, count)``
+    (``tapegrad.indexedarray`` registers them)."""
+    _INDEXED.cls, _INDEXED.view, _INDEXED.copy = cls, view, copy_fn
 
 
 def annotation_dtype(dtype):
@@ -771,6 +790,8 @@ class array:
             key = (key,)
         if len(key) > self.ndim:
             raise IndexError(f"array index: too many indices ({len(key)}) for an array of {self.ndim} dims")
+        if _INDEXED.view is not None and any(isinstance(k, array) for k in key):
+            return _INDEXED.view(self, key)    # int32 index arrays: Warp's indexedarray
         ptr, shape, strides = self._ptr, [], []
         for d in range(self.ndim):
             n, st = self._shape[d], self._strides[d]
@@ -788,7 +809,7 @@ class array:
                 shape.append(max(0, (stop - start + step - 1) // step))
                 strides.append(st * step)
             else:
-                raise TypeError(f"array index: expected ints and slices, got {type(k).__name__}")
+                raise TypeError(f"array index: expected ints, slices and int32 index arrays, got {type(k).__name__}")
         if not shape:  # a single element: return its value
             return _view(self, ptr, (1,), (self.dtype.size,)).numpy()[0]
         v = _view(self, ptr, tuple(shape), tuple(strides))
@@ -1039,6 +1060,11 @@ def _data_device(data, copy):
 def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
     """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad;
     ``retain_grad`` as for ``array`` (needs a gradient: ``ValueError`` otherwise)."""
+    if _INDEXED.cls is not None and isinstance(src, _INDEXED.cls):   # its selection, gathered
+        src = src.contiguous()
+        if device is not None or requires_grad or pinned or retain_grad:
+            return clone(src, device, requires_grad, pinned, retain_grad)
+        return src
     if not isinstance(src, array):
         raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
     dev = src.device if device is None else get_device(device)
@@ -1073,6 +1099,8 @@ def copy(dest: array, src: array, dest_offset: int = 0, src_offset: int = 0, cou
             past the end of either array; shapes that differ between non-contiguous arrays;
             offsets or count on a non-contiguous array of several dims.
     """
+    if _INDEXED.cls is not None and (isinstance(dest, _INDEXED.cls) or isinstance(src, _INDEXED.cls)):
+        return _INDEXED.copy(dest, src, dest_offset, src_offset, count)
     for name, a in (("dest", dest), ("src", src)):
         if not isinstance(a, array):
             raise TypeError(f"copy: {name} must be a tapegrad array, got {type(a).__name__}")

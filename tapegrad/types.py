@@ -733,6 +733,7 @@ def struct(cls):
         return f"{cls.__name__}({inner})"
 
     composite = {f: t for f, t in fields if isinstance(t, (VectorType, MatrixType))}
+    arrays = {f: t for f, t in fields if isinstance(t, ArrayType) or getattr(t, "indexed", None) is not None}
 
     def __setattr__(self, name, value):
         t = composite.get(name)
@@ -742,6 +743,8 @@ def struct(cls):
             # one number would fill every component silently; Warp refuses it
             raise TypeError(f"Struct field '{name}' expects {t.__name__} but got a single value "
                             f"({type(value).__name__}); assign a {t.__name__} (e.g. tg.{t.name}(...))")
+        elif value is not None and name in arrays:
+            _check_array_field(name, arrays[name], value)
         object.__setattr__(self, name, value)
 
     def numpy_value(self):
@@ -750,7 +753,7 @@ def struct(cls):
 
     cls.__init__ = __init__
     cls.__repr__ = __repr__
-    if composite:
+    if composite or arrays:
         cls.__setattr__ = __setattr__
     cls._tg_struct = st
     # Warp's struct classes give their NumPy structured dtype (array fields: their descriptor's bytes)
@@ -763,6 +766,31 @@ def struct(cls):
     if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
         cls.cls = cls
     return cls
+
+
+def _check_array_field(name: str, t, value) -> None:
+    """Warp's checks of a value assigned to an array field (``t`` an ``ArrayType``) or an indexed
+    array field (a struct type with ``indexed = (dtype, ndim)``): the kind of array, its dtype
+    and its number of dimensions.
+
+    Raises:
+        TypeError: with Warp's words.
+    """
+    indexed = getattr(t, "indexed", None)
+    if indexed is not None:
+        dtype, ndim = indexed
+        if not isinstance(value, t.cls):
+            raise TypeError(f"Struct field '{name}' expects a Warp indexed array, got {type(value).__name__}")
+    else:
+        dtype, ndim = t.dtype, t.ndim
+        if not callable(getattr(value, "descriptor", None)):    # a tapegrad array
+            raise TypeError(f"Struct field '{name}' expects a Warp array, got {type(value).__name__}")
+    got = getattr(value, "dtype", None)
+    if dtype is not typing.Any and got is not None and got is not dtype and got != dtype:
+        raise TypeError(f"Struct field '{name}' expects dtype {type_repr(dtype)}, got {type_repr(got)}")
+    if getattr(value, "ndim", ndim) != ndim:
+        raise TypeError(f"Struct field '{name}' expects an array with {ndim} dimension(s), got {value.ndim} "
+                        f"dimension(s)")
 
 
 # ------------------------------------------------------------------------------ annotations

@@ -1,0 +1,365 @@
+"""Warp's indexed arrays: an array seen through per-dimension index arrays.
+
+``tg.indexedarray(data, [i0, None, i2])`` (or ``data[i0, :, i2]`` with int32 index arrays) has
+``shape[d] = len(i_d)`` where dimension ``d`` is indexed and ``data.shape[d]`` where it is not;
+element ``(j0, j1, j2)`` is ``data[i0[j0], j1, i2[j2]]`` (each index array picks along its own
+dimension: an outer product, as in Warp, not NumPy's fancy indexing). The indexed array holds
+no memory of its own: reads gather from ``data``, writes scatter into it.
+
+On the host: ``numpy()``/``list()`` (a gathered copy), ``fill_``, ``zero_``, ``assign``,
+``contiguous()``, ``tg.copy`` in both directions and ``tg.clone``; indices are checked against
+``data``'s extents on each of them (Warp reads past the end). On CUDA these gather or scatter
+through a host copy of ``data``.
+
+In kernels, a parameter annotated ``tg.indexedarray[dtype]`` / ``tg.indexedarray[dtype,
+Literal[n]]`` (or a struct field so annotated) is an ``IndexedArrayType``: a struct of the data
+array and its index arrays, so launches, tapes and gradients treat it as one (see
+``tapegrad/lang``).
+"""
+from __future__ import annotations
+
+import ctypes
+import typing
+
+import numpy as np
+
+from . import types
+from .array import array, register_indexed
+from .errors import CopyArgumentError, CopyTypeError
+from .recording import active_tape
+from .types import ArrayDesc, ArrayType, StructType
+
+__all__ = ["indexedarray", "indexedarray1d", "indexedarray2d", "indexedarray3d", "indexedarray4d",
+           "IndexedArrayType", "indexed_type"]
+
+MAX_DIMS = types.MAX_DIMS
+INDEX_FIELDS = tuple(f"index{d}" for d in range(MAX_DIMS))
+
+
+class IndexedArrayType(StructType):
+    """The kernel type of an indexed array of ``dtype`` and ``ndim`` dimensions: a struct of
+    ``data`` (an array of that dtype and ndim) and one int32 index array per dimension (a null
+    array where the dimension is not indexed). Its values are ``tg.indexedarray`` objects."""
+
+    @property
+    def indexed(self) -> tuple:
+        """``(dtype, ndim)``."""
+        data_t = self.fields[0][1]
+        return data_t.dtype, data_t.ndim
+
+    def to_ctype(self, value, device=None):
+        """Pack an indexed array, checking its dtype and dimensions first.
+
+        Raises:
+            TypeError: not an indexed array of this dtype and ndim.
+        """
+        dtype, ndim = self.indexed
+        if not isinstance(value, indexedarray):
+            raise TypeError(f"expected a tg.indexedarray of {types.type_repr(dtype)} with {ndim} dimension(s), got "
+                            f"{type(value).__name__}")
+        if value.data is not None and (value.dtype is not dtype or value.ndim != ndim):
+            raise TypeError(f"expected a tg.indexedarray of {types.type_repr(dtype)} with {ndim} dimension(s), got one "
+                            f"of {types.type_repr(value.dtype)} with {value.ndim}")
+        return super().to_ctype(value, device)
+
+    def __repr__(self):
+        dtype, ndim = self.indexed
+        return f"indexedarray(dtype={dtype!r}, ndim={ndim})"
+
+
+_TYPES: dict = {}
+
+
+def indexed_type(dtype, ndim: int = 1) -> IndexedArrayType:
+    """The (cached) ``IndexedArrayType`` of ``dtype`` and ``ndim``.
+
+    Raises:
+        TypeError: ``dtype`` is no tapegrad dtype. ValueError: ``ndim`` not in 1..4.
+    """
+    dt = types.resolve_dtype(dtype)
+    ndim = int(ndim)
+    if not 1 <= ndim <= MAX_DIMS:
+        raise ValueError(f"indexedarray: ndim must be 1..{MAX_DIMS}, got {ndim}")
+    t = _TYPES.get((dt, ndim))
+    if t is None:
+        fields = (("data", ArrayType(dt, ndim)),) + tuple((INDEX_FIELDS[d], ArrayType(types.int32, 1))
+                                                          for d in range(ndim))
+        name = f"indexedarray{ndim}d_{c_name(dt)}"
+        ctype = type(f"{name}_ctype", (ctypes.Structure,), {"_fields_": [(f, ArrayDesc) for f, _ in fields]})
+        t = _TYPES[(dt, ndim)] = IndexedArrayType(indexedarray, name, fields, ctype)
+    return t
+
+
+def c_name(dt) -> str:
+    """A C identifier for dtype ``dt`` (in the name of its indexed type)."""
+    return "".join(c if c.isalnum() else "_" for c in getattr(dt, "cname", str(dt)))
+
+
+def _literal_ndim(arg) -> int:
+    """``Literal[2]`` (or a plain int) as an ndim."""
+    if isinstance(arg, int):
+        return arg
+    if typing.get_origin(arg) is typing.Literal and len(typing.get_args(arg)) == 1:
+        return int(typing.get_args(arg)[0])
+    raise TypeError(f"indexedarray[dtype, ndim]: ndim must be Literal[n] or an int, got {arg!r}")
+
+
+class indexedarray:
+    """An array seen through per-dimension int32 index arrays (Warp's ``indexedarray``).
+
+    Args:
+        data: the array (None: an annotation-only object, as ``tg.indexedarray(dtype=float)``).
+        indices: one entry per leading dimension of ``data``: a 1-D int32 array on ``data``'s
+            device (or a list / NumPy array of ints, copied into one), or None (that dimension
+            not indexed); missing trailing entries are None.
+        dtype, ndim: of an annotation-only object (no ``data``).
+    Raises:
+        TypeError: ``data`` is not a tapegrad array; an index array is not of int32 (Warp's
+            message) or not 1-D.
+        ValueError: more index entries than ``data`` has dimensions.
+        RuntimeError: an index array on another device than ``data``.
+    """
+
+    __array_priority__ = 10
+    is_contiguous = False      # its elements are scattered over data
+
+    def __class_getitem__(cls, params):
+        params = params if isinstance(params, tuple) else (params,)
+        if len(params) not in (1, 2):
+            raise TypeError(f"indexedarray[dtype] or indexedarray[dtype, Literal[ndim]], got {len(params)} parameters")
+        return indexed_type(params[0], _literal_ndim(params[1]) if len(params) == 2 else 1)
+
+    def __init__(self, data=None, indices=None, dtype=None, ndim=None):
+        if data is None:
+            self.data = None
+            self.dtype = types.resolve_dtype(dtype if dtype is not None else types.float32)
+            nd = 1 if ndim is None else int(ndim)
+            self.indices = [None] * nd
+            self.shape = (0,) * nd
+            self.device = None
+            return
+        if not isinstance(data, array):
+            raise TypeError(f"indexedarray(data=...): expected a tapegrad array, got {type(data).__name__}")
+        if ndim is not None and int(ndim) != data.ndim:
+            raise ValueError(f"indexedarray: ndim={ndim} does not match the data's {data.ndim} dimension(s)")
+        indices = list(indices or [])
+        if len(indices) > data.ndim:
+            raise ValueError(f"indexedarray: {len(indices)} index arrays for data with {data.ndim} dimension(s)")
+        indices += [None] * (data.ndim - len(indices))
+        out, shape = [], []
+        for d, ix in enumerate(indices):
+            if ix is None:
+                out.append(None)
+                shape.append(data.shape[d])
+                continue
+            if not isinstance(ix, array):
+                ix = array(np.asarray(ix), dtype=types.int32, device=data.device)
+            if ix.dtype is not types.int32:
+                raise TypeError(f"Index array must use int32, got dtype {types.type_repr(ix.dtype)} (index of "
+                                f"dimension {d})")
+            if ix.ndim != 1:
+                raise TypeError(f"indexedarray: the index array of dimension {d} must be 1-D, got shape {ix.shape}")
+            if ix.device is not data.device:
+                raise RuntimeError(f"indexedarray: the index array of dimension {d} is on {ix.device}, the data on "
+                                   f"{data.device}")
+            out.append(ix)
+            shape.append(ix.shape[0])
+        self.data = data
+        self.dtype = data.dtype
+        self.indices = out
+        self.shape = tuple(shape)
+        self.device = data.device
+
+    # ------------------------------------------------------------------ Warp's interface
+    def _tg_annotation(self):
+        return indexed_type(self.dtype, self.ndim)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __len__(self):
+        return self.shape[0]
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.data is not None and self.data.requires_grad
+
+    def __getattr__(self, name):
+        # the struct fields index0..index3 a launch packs (null where a dimension is not indexed)
+        if name in INDEX_FIELDS:
+            d = INDEX_FIELDS.index(name)
+            return self.indices[d] if d < len(self.indices) else None
+        raise AttributeError(f"'indexedarray' object has no attribute '{name}'")
+
+    def __repr__(self):
+        if self.data is None:
+            return f"indexedarray(dtype={self.dtype!r}, ndim={self.ndim})"
+        return f"indexedarray({self.numpy()!r}, dtype={self.dtype!r}, device={self.device})"
+
+    # -------------------------------------------------------------------- gather/scatter
+    def _grid(self):
+        """The NumPy index of the selected elements of ``data``'s host view (``np.ix_`` over
+        every dimension), checked against ``data``'s extents."""
+        parts = []
+        for d, ix in enumerate(self.indices):
+            n = self.data.shape[d]
+            if ix is None:
+                parts.append(np.arange(n))
+                continue
+            v = ix.numpy().astype(np.int64)
+            bad = (v < -n) | (v >= n)
+            if bad.any():
+                raise IndexError(f"indexedarray: index {int(v[bad][0])} of dimension {d} is out of range for the "
+                                 f"data's extent {n}")
+            parts.append(np.where(v < 0, v + n, v))
+        return np.ix_(*parts)
+
+    def numpy(self) -> np.ndarray:
+        """The selected elements, gathered into a new NumPy array (vector/matrix dtypes: with
+        their component dims)."""
+        if self.data is None:
+            return np.empty(self.shape, dtype=types.dtype_to_numpy(self.dtype.scalar))
+        return np.ascontiguousarray(self.data.numpy()[self._grid()])
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def list(self):
+        """Every selected element, row-major, as Python values (as ``array.list()``)."""
+        return self.contiguous().list()
+
+    def contiguous(self) -> array:
+        """A new contiguous array of the selected elements."""
+        return array(self.numpy(), dtype=self.dtype, device=self.device)
+
+    def _scatter(self, values: np.ndarray, what: str) -> None:
+        self.data._check_writable(what)
+        tape = active_tape()
+        if tape is not None:    # the elements lose their values: nothing flows to what they held
+            tape.record_write(self.data, what)
+        if self.data.device.is_cpu:
+            self.data.numpy()[self._grid()] = values
+        else:   # through a host copy of the data (exact; a kernel would avoid the round trip)
+            host = self.data.numpy()
+            host[self._grid()] = values
+            self.data.assign(host)
+        self.data._bump()
+
+    def fill_(self, value):
+        """Set every selected element of ``data`` to ``value`` (as ``array.fill_``)."""
+        if self.data is None:
+            return self
+        tmp = array(shape=self.shape, dtype=self.dtype, device="cpu")
+        tmp.fill_(value)
+        self._scatter(tmp.numpy(), "fill_")
+        return self
+
+    def zero_(self):
+        """Set every selected element of ``data`` to zero."""
+        return self.fill_(0) if not isinstance(self.dtype, StructType) else self._zero_records()
+
+    def _zero_records(self):
+        self._scatter(np.zeros(self.shape, dtype=self.dtype.np_dtype), "zero_")
+        return self
+
+    def assign(self, src):
+        """Copy ``src`` (an array, indexed array or array-like of this shape) into the selected
+        elements of ``data``.
+
+        Raises:
+            ValueError: another shape.
+        """
+        if self.data is None:
+            return self
+        if isinstance(src, (array, indexedarray)):
+            if tuple(src.shape) != self.shape:
+                raise ValueError(f"assign: expected shape {self.shape}, got {tuple(src.shape)}")
+            values = src.numpy()
+        else:
+            values = array(src, dtype=self.dtype, device="cpu").numpy()
+            inner = tuple(getattr(self.dtype, "inner_shape", ()))
+            if values.shape != self.shape + inner:
+                values = values.reshape(self.shape + inner)
+        self._scatter(values, "assign")
+        return self
+
+
+def _indexed_view(base: array, key: tuple):
+    """``base[key]`` where ``key`` holds index arrays (the ``array.__getitem__`` hook): the ints
+    and slices make a view of ``base``, the index arrays index that view's dimensions."""
+    plain, picks = [], []
+    for d, k in enumerate(key):
+        if isinstance(k, array):
+            plain.append(slice(None))
+            picks.append((d, k))
+        else:
+            plain.append(k)
+    view = base[tuple(plain)] if any(not (isinstance(k, slice) and k == slice(None)) for k in plain) else base
+    # the dimensions the ints removed shift the index arrays' positions
+    removed = 0
+    out = [None] * view.ndim
+    pos = 0
+    picks = dict(picks)
+    for d, k in enumerate(key):
+        if isinstance(k, (int, np.integer)):
+            removed += 1
+            continue
+        if d in picks:
+            out[pos] = picks[d]
+        pos += 1
+    return indexedarray(view, out)
+
+
+def _indexed_copy(dest, src, dest_offset, src_offset, count):
+    """``tg.copy`` when either side is an indexed array (the ``array.copy`` hook): a gather or
+    scatter of the whole selection.
+
+    Raises:
+        CopyArgumentError: offsets or a count (Warp's words). CopyTypeError: dtypes differ.
+        ValueError: the sizes differ.
+    """
+    if dest_offset or src_offset or count:
+        raise CopyArgumentError("copy: dest_offset, src_offset, and count are not supported when copying to/from "
+                                "non-contiguous indexed or Fabric arrays")
+    if dest.dtype is not src.dtype:
+        raise CopyTypeError(f"copy: dtypes differ: Incompatible array data types: destination "
+                            f"dtype={types.type_repr(dest.dtype)}, source dtype={types.type_repr(src.dtype)}")
+    if tuple(dest.shape) != tuple(src.shape):
+        raise CopyArgumentError(f"copy: Incompatible array shapes: destination shape={tuple(dest.shape)}, source "
+                                f"shape={tuple(src.shape)}")
+    if isinstance(dest, indexedarray):
+        dest.assign(src)
+    else:
+        dest.assign(array(src.numpy(), dtype=src.dtype, device="cpu"))
+
+
+register_indexed(indexedarray, _indexed_view, _indexed_copy)
+
+# what the tape, the launch's device inference and the struct packing walk in an indexed array
+# (its data and index arrays, as a struct's array fields): one layout for every dtype and ndim
+indexedarray._tg_struct = StructType(
+    indexedarray, "indexedarray", (("data", ArrayType(types.float32, 1)),) +
+    tuple((f, ArrayType(types.int32, 1)) for f in INDEX_FIELDS),
+    type("indexedarray_walk_ctype", (ctypes.Structure,), {"_fields_": [("data", ArrayDesc)] +
+                                                                       [(f, ArrayDesc) for f in INDEX_FIELDS]}))
+
+
+def _nd(n):
+    def make(data=None, indices=None, dtype=float):
+        """Warp's ``indexedarray{n}d``: an ``indexedarray`` of ``n`` dimensions."""
+        return indexedarray(data, indices, dtype=dtype if data is None else None, ndim=n)
+    make.__name__ = make.__qualname__ = f"indexedarray{n}d"
+    make.__doc__ = f"Warp's ``indexedarray{n}d(data, indices)``: an ``indexedarray`` of {n} dimension(s)."
+    return make
+
+
+indexedarray1d, indexedarray2d, indexedarray3d, indexedarray4d = (_nd(n) for n in (1, 2, 3, 4))

@@ -1,0 +1,117 @@
+"""Issue 28 (arrays): Warp's indexed arrays on the host — ``tg.indexedarray(data, indices)`` and
+``data[idx, ...]`` with int32 index arrays (each index array picks along its own dimension, as
+Warp), gathers (``numpy``, ``list``, ``clone``, ``copy`` out), scatters (``fill_``, ``assign``,
+``copy`` in), index checks, struct fields of (indexed) arrays checked on assignment as Warp."""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+def outer(np_data, *picks):
+    """Warp's indexing: each pick indexes its own dimension (NumPy's np.ix_)."""
+    return np_data[np.ix_(*picks)]
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4])
+def test_gather_and_scatter_by_index_arrays(device, ndim):
+    np_data = np.arange(6 ** ndim, dtype=np.float64).reshape((6,) * ndim)
+    data = tg.array(np_data, dtype=tg.float64, device=device)
+    picks = np.array([1, 4, 5])
+    idx = tg.array(picks, dtype=tg.int32, device=device)
+    a = data[(idx,) * ndim]
+    assert isinstance(a, tg.indexedarray) and not a.is_contiguous
+    assert a.shape == (3,) * ndim and a.ndim == ndim and a.size == 3 ** ndim and a.dtype is tg.float64
+    np.testing.assert_array_equal(a.numpy(), outer(np_data, *[picks] * ndim))
+    b = tg.zeros_like(a)
+    assert b.is_contiguous and isinstance(b, tg.array)
+    tg.copy(b, a)
+    np.testing.assert_array_equal(b.numpy(), a.numpy())
+    b.fill_(-1.0)
+    tg.copy(a, b)                               # scatter back: only the picked elements change
+    expected = np_data.copy()
+    expected[np.ix_(*[picks] * ndim)] = -1.0
+    np.testing.assert_array_equal(data.numpy(), expected)
+    np.testing.assert_array_equal(tg.clone(a).numpy(), np.full((3,) * ndim, -1.0))
+
+
+def test_mixed_keys_and_none_indices(device):
+    np_data = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    data = tg.array(np_data, device=device)
+    i = tg.array([0, 2], dtype=tg.int32, device=device)
+    np.testing.assert_array_equal(data[1, i].numpy(), np_data[1][[0, 2]])        # an int drops its dimension
+    np.testing.assert_array_equal(data[i, 1:3].numpy(), np_data[[0, 2]][:, 1:3])
+    np.testing.assert_array_equal(data[:, :, i].numpy(), np_data[:, :, [0, 2]])
+    ia = tg.indexedarray(data, [None, i])       # missing trailing entries are None
+    assert ia.shape == (3, 2, 5) and ia.indices[0] is None and ia.indices[2] is None
+    np.testing.assert_array_equal(ia.numpy(), np_data[:, [0, 2], :])
+    assert tg.indexedarray3d(data, [i, i, i]).shape == (2, 2, 2)
+
+
+def test_fill_assign_and_lists(device):
+    data = tg.zeros((3, 4), dtype=tg.vec2, device=device)
+    ia = tg.indexedarray(data, [tg.array([2, 0], dtype=tg.int32, device=device)])
+    ia.fill_(tg.vec2(1.0, 2.0))
+    got = data.numpy()
+    assert got[0].tolist() == [[1, 2]] * 4 and got[2].tolist() == [[1, 2]] * 4 and not got[1].any()
+    ia.assign(np.arange(16, dtype=np.float32).reshape(2, 4, 2))
+    assert data.numpy()[2, 0].tolist() == [0, 1] and data.numpy()[0, 3].tolist() == [14, 15]
+    ia.zero_()
+    assert not data.numpy().any()
+    assert len(ia.list()) == 8 and ia.list()[0] == tg.vec2(0, 0) and len(ia) == 2
+    with pytest.raises(ValueError, match="expected shape"):
+        ia.assign(tg.zeros(3, dtype=tg.vec2, device=device))
+
+
+def test_bad_indices_are_errors():
+    data = tg.zeros((3, 4))
+    with pytest.raises(IndexError, match="index 3 of dimension 0 is out of range for the data's extent 3"):
+        data[tg.array([0, 3], dtype=tg.int32)].numpy()      # Warp reads past the end here
+    with pytest.raises(TypeError, match="Index array must use int32, got dtype int64"):
+        tg.indexedarray(data, [tg.array([0], dtype=tg.int64)])
+    with pytest.raises(ValueError, match="3 index arrays for data with 2 dimension"):
+        tg.indexedarray(data, [None, None, None])
+    with pytest.raises(RuntimeError, match="indexed or Fabric"):     # Warp's words
+        tg.copy(tg.zeros(2), tg.indexedarray(tg.zeros(4), [tg.array([0, 1], dtype=tg.int32)]), src_offset=1, count=1)
+    with pytest.raises(tg.CopyTypeError, match="Incompatible array data types"):
+        tg.copy(tg.zeros(2, dtype=tg.float64), tg.indexedarray(tg.zeros(4), [tg.array([0, 1], dtype=tg.int32)]))
+
+
+def test_annotations_and_introspection():
+    assert repr(tg.indexedarray[tg.int32]) == "indexedarray(dtype=tapegrad.int32, ndim=1)"
+    assert tg.indexedarray[float, Literal[3]].indexed == (tg.float32, 3)
+    ann = tg.indexedarray(dtype=tg.float16)
+    assert ann.ndim == 1 and ann.shape == (0,) and ann.data is None and ann.dtype is tg.float16
+    assert tg.types.type_is_array(tg.indexedarray) and tg.types.is_array(ann)
+
+
+@tg.struct
+class Holder:
+    values: tg.array(dtype=tg.int32)
+    grid: tg.array2d(dtype=tg.int32)
+    picked: tg.indexedarray[tg.int32]
+    picked2: tg.indexedarray[tg.int32, Literal[2]]
+
+
+def test_struct_array_fields_are_checked_on_assignment():
+    s = Holder()
+    i = tg.array([0], dtype=tg.int32)
+    with pytest.raises(TypeError, match="Struct field 'values' expects a Warp array, got list"):
+        s.values = [1, 2, 3]
+    with pytest.raises(TypeError, match="Struct field 'picked' expects a Warp indexed array, got list"):
+        s.picked = [1, 2, 3]
+    with pytest.raises(TypeError, match="Struct field 'values' expects dtype int32, got float32"):
+        s.values = tg.zeros(1, dtype=tg.float32)
+    with pytest.raises(TypeError, match="Struct field 'picked' expects dtype int32, got float32"):
+        s.picked = tg.indexedarray1d(tg.zeros(1, dtype=tg.float32), [i])
+    with pytest.raises(TypeError, match=r"Struct field 'grid' expects an array with 2 dimension\(s\), got 1"):
+        s.grid = tg.zeros(1, dtype=tg.int32)
+    with pytest.raises(TypeError, match=r"Struct field 'picked2' expects an array with 2 dimension\(s\), got 1"):
+        s.picked2 = tg.indexedarray1d(tg.zeros(1, dtype=tg.int32), [i])
+    s.values = tg.zeros(2, dtype=tg.int32)
+    s.picked = tg.indexedarray1d(tg.zeros(3, dtype=tg.int32), [i])
+    s.picked = None
