@@ -8,11 +8,18 @@ dtypes, not per step.
 
 Per step the Python work is small and fixed: the JAX views of the parameters and gradients
 are made once and reused while their memory stays put (checked each step: pointer, shape,
-strides, the gradient array itself); on CUDA one tiny *ordering token* converted per step
-carries the "after tapegrad's work" dependency into the update (XLA waits for every
-argument's ready event, the token's is recorded on the stream JAX imports on after it waited
-for tapegrad's stream), and one handshake on an output orders tapegrad's stream after the
-update before the write-back copies.
+strides, the gradient array itself).
+
+On CUDA the update writes the parameters in place. The parameters' views are *donated*: XLA
+writes each new value into the buffer of the old one, which is the tapegrad array's memory
+(checked once per device on a probe array, and per step by pointer: an output elsewhere is
+copied back as on the CPU), and the outputs are the next step's views. Ordering is two cheap
+stream operations, no host wait: before the update, an event recorded on tapegrad's stream that
+a ``tapegrad_stream_wait`` FFI call at the start of the jitted update makes XLA's stream wait
+for (``StreamEvent`` of the JAX bridge's FFI module; without the FFI handler library, a tiny *ordering token* imported
+through DLPack each step does the same, at ~30 µs); after it, one DLPack handshake on an output
+that makes tapegrad's stream wait for the update. On the CPU, where JAX copies donated DLPack
+views instead of aliasing them, the outputs are copied into the parameters' memory by pointer.
 
 A step that fails changes nothing: every check (gradients, dtypes JAX can hold, memory) runs
 before optax's state is touched. ``step(**extra_args)`` passes what a transformation needs
@@ -21,6 +28,7 @@ beyond the gradients (``value``, ``grad``, ``value_fn`` for ``optax.lbfgs``) to 
 from __future__ import annotations
 
 import ctypes
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -34,13 +42,18 @@ from tapegrad.types import StructType
 
 from .jax import from_jax, to_jax
 from .jax.convert import stream_wait_for
+from .jax.ffi import StreamEvent, stream_wait
 
 __all__ = ["OptaxOptimizer", "optax_optimizer"]
 
 
-def _apply(tx, params, grads, state, extra=None, static=(), token=None):
-    # ``token`` (CUDA): unused, passed only for its ready event (see the module docstring);
-    # the update is jitted with keep_unused=True so that XLA still receives it
+def _apply(tx, params, grads, state, extra=None, static=(), token=None, wait=None):
+    # ``token`` (CUDA without the FFI handler): unused, passed only for its ready event (see the
+    # module docstring); the update is jitted with keep_unused=True so that XLA still receives it
+    if wait is not None:
+        # XLA's stream waits for the event step() recorded on tapegrad's stream: every read of
+        # tapegrad memory below is after the barrier, so after tapegrad's kernels
+        params, grads, extra, _ = jax.lax.optimization_barrier((params, grads, extra, stream_wait(wait)))
     updates, state = tx.update(grads, state, params, **(extra or {}), **dict(static))
     # the params, grads and extra arrays are zero-copy views of tapegrad memory that the next
     # backward and this step's write-back overwrite: a state leaf that is one of them unchanged
@@ -67,6 +80,25 @@ def _unique_buffers(state):
 
 
 _UNSET = object()   # no gradient viewed yet (None is a gradient state that raises)
+
+_donation_aliases_on: dict = {}   # tapegrad device -> whether XLA writes a donated DLPack view in place
+
+
+def _donation_aliases(device) -> bool:
+    """Whether a jitted function's output takes the buffer of a donated JAX view of tapegrad
+    memory on ``device`` (a probe array, once per device): then the optimizer's update writes the
+    parameters in place. JAX's CPU client copies donated views instead (measured: jaxlib 0.10)."""
+    ok = _donation_aliases_on.get(device)
+    if ok is None:
+        probe = zeros(16, dtype=types.float32, device=device)
+        try:
+            out = jax.jit(lambda x: x + 1, donate_argnums=0)(to_jax(probe))
+            out.block_until_ready()
+            ok = out.unsafe_buffer_pointer() == probe.ptr and float(probe.numpy()[0]) == 1.0
+        except Exception:   # noqa: BLE001  no donation on this backend: the copying path
+            ok = False
+        _donation_aliases_on[device] = ok
+    return ok
 
 
 def _aliases(view, a) -> bool:
@@ -126,13 +158,27 @@ class OptaxOptimizer:
         self._device = params[0].device
         # contiguous parameters are written back by one raw copy each, from the output's pointer
         self._raw = [(p.ptr, p.nbytes) if p.is_contiguous else None for p in params]
-        # CUDA: the per-step ordering token and the previous step's outputs (kept until the next
-        # update is queued after the write-back that reads them, so their memory is not reused early)
-        self._token = zeros(1, dtype=types.float32, device=self._device) if self._device.is_cuda else None
+        # CUDA: how the update is ordered after tapegrad's stream (the module docstring), whether
+        # it writes the parameters in place, and the previous step's outputs that were copied
+        # back (kept until the next update is queued, so their memory is not reused early)
+        self._token = self._wait = None
+        self._donate = False
+        if self._device.is_cuda:
+            try:
+                self._wait = StreamEvent(self._device)
+            except (RuntimeError, OSError, ImportError) as e:   # no handler library (no compiler...)
+                warnings.warn(f"optax_optimizer: XLA's stream cannot wait on tapegrad's through the FFI handler "
+                              f"({e}); a DLPack token orders each step instead (slower)", RuntimeWarning,
+                              stacklevel=3)
+                self._token = zeros(1, dtype=types.float32, device=self._device)
+            self._donate = _donation_aliases(self._device)
         self._in_flight = None
-        # the state is donated: optax's moments are updated in place by XLA, step after step
-        self._update = jax.jit(lambda ps, gs, st, tok: _apply(transformation, ps, gs, st, token=tok),
-                               donate_argnums=(2,), keep_unused=True)
+        # the state is donated (optax's moments are updated in place by XLA, step after step), and
+        # on CUDA the parameters' views too (written in place)
+        self._donated = (0, 2) if self._donate else (2,)
+        wait = self._wait
+        self._update = jax.jit(lambda ps, gs, st, tok: _apply(transformation, ps, gs, st, token=tok, wait=wait),
+                               donate_argnums=self._donated, keep_unused=True)
         self._updates_with: dict = {}     # static extra arguments (value_fn...) -> their jitted update
 
     def _check_dtypes(self, views, where):
@@ -160,10 +206,13 @@ class OptaxOptimizer:
                 v = self._grad_view(i, p, g)
                 gviews[i] = (g if _aliases(v, g) else _UNSET, v)   # a copy is remade next step
         vals = self._pviews
-        if self._copied:
+        if self._copied or self._donate:
             vals = list(vals)
             for i in self._copied:
                 vals[i] = to_jax(self.params[i])
+            for i, v in enumerate(vals):
+                if v is None:    # donated last step, its output copied back: a new view
+                    vals[i] = to_jax(self.params[i])
         return vals, [v for _, v in gviews]
 
     def _grad_view(self, i, p, g):
@@ -203,9 +252,10 @@ class OptaxOptimizer:
             tx = self.transformation
             if len(self._updates_with) >= 16:    # a new value_fn object per step: don't keep them all
                 self._updates_with.clear()
+            wait = self._wait
             fn = self._updates_with[key] = jax.jit(
-                lambda ps, gs, st, tok, dyn: _apply(tx, ps, gs, st, dyn, static, tok), donate_argnums=(2,),
-                keep_unused=True)
+                lambda ps, gs, st, tok, dyn: _apply(tx, ps, gs, st, dyn, static, tok, wait),
+                donate_argnums=self._donated, keep_unused=True)
         return fn, dynamic
 
     def step(self, **extra_args) -> None:
@@ -230,7 +280,10 @@ class OptaxOptimizer:
         """
         vals, grads = self._views()
         update, dynamic = self._updater(extra_args)
-        # CUDA: a fresh view of the token orders the update after tapegrad's stream (its handshake)
+        # CUDA: the update waits for tapegrad's stream: through the event (its stream_wait call), or
+        # a fresh view of the token (its DLPack handshake)
+        if self._wait is not None:
+            self._wait.record(self._device.stream.cuda_stream)
         token = None if self._token is None else to_jax(self._token)
         if dynamic is None:
             new, state = update(vals, grads, self.state, token)
@@ -255,12 +308,40 @@ class OptaxOptimizer:
         # outputs become ready together), so the outputs' memory is copied from by pointer
         stream_wait_for(new[-1], dev)
         stream = dev.stream.cuda_stream
-        for p, raw, v in zip(self.params, self._raw, new):
+        copied = False
+        for i, (p, raw, v) in enumerate(zip(self.params, self._raw, new)):
+            if self._donate:
+                if v.unsafe_buffer_pointer() == p.ptr:   # written in place: the next step's view
+                    self._pviews[i] = v
+                    continue
+                self._pviews[i] = None    # its donated view is gone: a new one next step
+            copied = True
             if raw is None:
                 copy(p, from_jax(v, dtype=p.dtype))
             else:
                 cuda_memory.memcpy(raw[0], v.unsafe_buffer_pointer(), raw[1], stream)
-        self._in_flight = new
+        self._in_flight = new if copied else None
+        if copied and self._donate:
+            self._check_donated_memory(new)
+
+    def _check_donated_memory(self, new):
+        """Raise if an output of the update other than a parameter's own new value took a
+        parameter's memory (a donated view whose buffer XLA gave to another output): the
+        parameters' memory would then hold optax's state. JAX pairs each donated input with an
+        output of its shape and dtype in order, so this does not happen with the jaxlibs tested."""
+        own = {p.ptr: i for i, p in enumerate(self.params)}
+        leaves = [(f"the new value of params[{i}]", v) for i, v in enumerate(new)]
+        leaves += [("optax's state", x) for x in jax.tree_util.tree_leaves(self.state) if isinstance(x, jax.Array)]
+        for what, x in leaves:
+            try:
+                ptr = x.unsafe_buffer_pointer()
+            except Exception:   # noqa: BLE001  no raw pointer (not a single-device array)
+                continue
+            i = own.get(ptr)
+            if i is not None and x is not new[i]:
+                raise RuntimeError(f"OptaxOptimizer.step: XLA placed {what} in the memory of params[{i}], whose view "
+                                   "was donated to the update; the parameters no longer hold their values (a jaxlib "
+                                   "that pairs donated buffers differently). Please report it with your jax version.")
 
 
 def optax_optimizer(transformation, params) -> OptaxOptimizer:

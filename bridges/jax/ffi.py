@@ -8,7 +8,10 @@ per platform: ``"cpu"`` and ``"CUDA"``):
 
 - ``tapegrad_kernel``: a ``jax_kernel`` call (no Python per execution);
 - ``tapegrad_callable`` / ``tapegrad_callable_graphable``: a ``jax_callable`` call (the second
-  advertises command-buffer compatibility: graph mode JAX).
+  advertises command-buffer compatibility: graph mode JAX);
+- ``tapegrad_stream_wait`` (CUDA only): XLA's stream waits for a CUDA event tapegrad recorded on
+  its own stream (``stream_wait``), so a jitted program reads what tapegrad's kernels wrote
+  before it was dispatched, without a host wait or a DLPack import per call.
 
 Every call carries this process's random id (``process_id``, attribute ``tapegrad_process``):
 the handler trusts the plan address or call id of a call only when the id is its own; a
@@ -21,15 +24,18 @@ import ctypes
 import os
 import secrets
 import threading
+import weakref
 
 from tapegrad import abi
 
 __all__ = ["handler_library", "KERNEL_TARGET", "CALLABLE_TARGET", "CALLABLE_GRAPHABLE_TARGET", "ensure_registered",
-           "set_callable_target", "set_key_resolver", "process_id", "cuda_zero", "cuda_copy"]
+           "set_callable_target", "set_key_resolver", "process_id", "cuda_zero", "cuda_copy", "STREAM_WAIT_TARGET",
+           "StreamEvent", "stream_wait"]
 
 KERNEL_TARGET = "tapegrad_kernel"
 CALLABLE_TARGET = "tapegrad_callable"
 CALLABLE_GRAPHABLE_TARGET = "tapegrad_callable_graphable"
+STREAM_WAIT_TARGET = "tapegrad_stream_wait"
 
 _lock = threading.Lock()
 _lib = None
@@ -101,7 +107,7 @@ def handler_library():
         lib = build.load_cpu(source, "tapegrad_xla_ffi")   # verified; a damaged cache entry is rebuilt
         path = lib._name
         for name in ("tgx_kernel_cpu", "tgx_kernel_cuda", "tgx_callable_cpu", "tgx_callable_cuda",
-                     "tgx_callable_cuda_graphable"):
+                     "tgx_callable_cuda_graphable", "tgx_stream_wait_cuda"):
             getattr(lib, name).restype = ctypes.c_void_p
         lib.tgx_abi_version.restype = ctypes.c_int64
         lib.tgx_plan_blocks.argtypes = [ctypes.c_void_p, ctypes.c_int32]
@@ -121,9 +127,13 @@ def handler_library():
 
 
 def _declare_driver_ops(lib) -> None:
-    for name in ("tgx_cuda_zero", "tgx_cuda_copy"):
+    for name in ("tgx_cuda_zero", "tgx_cuda_copy", "tgx_cuda_event_create", "tgx_cuda_event_record",
+                 "tgx_cuda_event_destroy"):
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int32
+    lib.tgx_cuda_event_create.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    lib.tgx_cuda_event_record.argtypes = [ctypes.c_uint64, ctypes.c_void_p]
+    lib.tgx_cuda_event_destroy.argtypes = [ctypes.c_uint64]
     lib.tgx_cuda_zero.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
     lib.tgx_cuda_copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
     lib.tgx_cuda_error_text.argtypes = [ctypes.c_int32]
@@ -158,6 +168,50 @@ def cuda_copy(dst: int, src: int, nbytes: int, stream: int) -> None:
         _check_cuda(handler_library().tgx_cuda_copy(dst, src, nbytes, stream or None), "copying an in-out array")
 
 
+class StreamEvent:
+    """A CUDA event (no timing) that a jitted program's ``stream_wait`` makes XLA's stream wait
+    for: ``record(stream)`` on tapegrad's stream before dispatching the program. Destroyed with
+    the object.
+
+    Args:
+        device: the tapegrad CUDA device (its context is current while the event is made).
+
+    Raises:
+        RuntimeError: the driver refused (its error named).
+    """
+
+    def __init__(self, device):
+        lib = handler_library()
+        out = ctypes.c_uint64(0)
+        with device.context_guard():
+            _check_cuda(lib.tgx_cuda_event_create(ctypes.byref(out)), "creating an ordering event")
+        self.handle = int(out.value)
+        self._destroy = weakref.finalize(self, lib.tgx_cuda_event_destroy, self.handle)
+        self._record = lib.tgx_cuda_event_record
+
+    def record(self, stream: int) -> None:
+        """Record the event on CUDA stream handle ``stream`` (0: the legacy default stream).
+
+        Raises:
+            RuntimeError: the driver refused.
+        """
+        r = self._record(self.handle, stream or None)
+        if r:
+            _check_cuda(r, "recording an ordering event")
+
+
+def stream_wait(event: StreamEvent):
+    """Inside a function jitted for a CUDA device: a call that makes XLA's stream wait for
+    ``event``'s last record. Returns a token (an int32 scalar) for ``jax.lax.optimization_barrier``
+    to order the program's other work after the wait."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    ensure_registered()
+    return jax.ffi.ffi_call(STREAM_WAIT_TARGET, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True)(
+        event=np.int64(event.handle))
+
+
 def _capsule(fn):
     return _capsule_new(ctypes.cast(fn, ctypes.c_void_p).value, None, None)
 
@@ -187,6 +241,9 @@ def ensure_registered() -> None:
             graphable = "tgx_callable_cuda_graphable" if suffix == "cuda" else "tgx_callable_cpu"
             jax.ffi.register_ffi_target(CALLABLE_GRAPHABLE_TARGET, _capsule(getattr(lib, graphable)),
                                         platform=xla_platform)
+            if suffix == "cuda":
+                jax.ffi.register_ffi_target(STREAM_WAIT_TARGET, _capsule(lib.tgx_stream_wait_cuda),
+                                            platform=xla_platform)
         _registered = True
 
 

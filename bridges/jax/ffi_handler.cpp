@@ -410,6 +410,10 @@ static struct {
     CUresult (*stream_flags)(void*, unsigned int*);
     CUresult (*error_string)(CUresult, const char**);
     CUresult (*ctx_device)(int*);
+    CUresult (*event_create)(void**, unsigned int);
+    CUresult (*event_record)(void*, void*);
+    CUresult (*event_destroy)(void*);
+    CUresult (*stream_wait_event)(void*, void*, unsigned int);
     int ok;
     char why[256];
 } tgx_cu;
@@ -426,6 +430,10 @@ static void tgx_cu_init(void) {
     *(void**)&tgx_cu.stream_flags = dlsym(h, "cuStreamGetFlags");
     *(void**)&tgx_cu.error_string = dlsym(h, "cuGetErrorString");
     *(void**)&tgx_cu.ctx_device = dlsym(h, "cuCtxGetDevice");
+    *(void**)&tgx_cu.event_create = dlsym(h, "cuEventCreate");
+    *(void**)&tgx_cu.event_record = dlsym(h, "cuEventRecord");
+    *(void**)&tgx_cu.event_destroy = dlsym(h, "cuEventDestroy_v2");
+    *(void**)&tgx_cu.stream_wait_event = dlsym(h, "cuStreamWaitEvent");
     tgx_cu.ok = tgx_cu.launch && tgx_cu.memset8 && tgx_cu.memset32 && tgx_cu.memcpy_dd;
     if (!tgx_cu.ok) snprintf(tgx_cu.why, sizeof(tgx_cu.why), "libcuda.so.1 lacks cuLaunchKernel/cuMemsetD8Async");
 }
@@ -625,6 +633,55 @@ TGX_EXPORT XLA_FFI_Error* tgx_callable_cuda(XLA_FFI_CallFrame* f) {
     if (tgx_metadata(f, 0)) return 0;
     if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
     return tgx_callable(f, 1);
+}
+
+// ------------------------------------------------------------ ordering XLA's stream after another
+// tapegrad_stream_wait: XLA's stream waits for the last record of the CUDA event in attribute
+// `event` (recorded by the caller on tapegrad's stream before it dispatched the program). A
+// jitted program that starts with this call reads what tapegrad's kernels wrote before it, with
+// no host wait and no DLPack import per call (bridges/optax.py). Not command-buffer compatible:
+// XLA runs it at every execution, so the wait is enqueued each time.
+TGX_EXPORT XLA_FFI_Error* tgx_stream_wait_cuda(XLA_FFI_CallFrame* f) {
+    if (tgx_metadata(f, 0)) return 0;
+    if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 0;
+    pthread_once(&tgx_cu_once, tgx_cu_init);
+    int64_t event = 0;
+    if (tgx_attr_i64(f, "event", &event) != 0 || !event)
+        return tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, "tapegrad_stream_wait: no 'event' attribute");
+    if (!tgx_cu.stream_wait_event)
+        return tgx_error(f->api, XLA_FFI_Error_Code_UNAVAILABLE, "tapegrad_stream_wait: libcuda.so.1 lacks cuStreamWaitEvent");
+    void* stream = 0;
+    int32_t ordinal = -1;
+    if (tgx_stream_ordinal(f, &stream, &ordinal) != 0)
+        return tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, "tapegrad_stream_wait: XLA gave no stream");
+    CUresult r = tgx_cu.stream_wait_event(stream, (void*)(uintptr_t)event, 0);
+    if (r) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "tapegrad_stream_wait: cuStreamWaitEvent failed: CUDA error %d (%s)", r, tgx_cu_text(r));
+        return tgx_error(f->api, XLA_FFI_Error_Code_INTERNAL, msg);
+    }
+    return 0;
+}
+
+// An event without timing in the calling thread's current context (0 with *out set, else a CUresult;
+// -1: no libcuda), its record on `stream`, its destruction.
+TGX_EXPORT int32_t tgx_cuda_event_create(uint64_t* out) {
+    pthread_once(&tgx_cu_once, tgx_cu_init);
+    if (!tgx_cu.event_create || !tgx_cu.event_record || !tgx_cu.event_destroy) return -1;
+    void* e = 0;
+    CUresult r = tgx_cu.event_create(&e, 0x2 /* CU_EVENT_DISABLE_TIMING */);
+    *out = (uint64_t)(uintptr_t)e;
+    return r;
+}
+
+TGX_EXPORT int32_t tgx_cuda_event_record(uint64_t event, void* stream) {
+    if (!tgx_cu.event_record) return -1;
+    return tgx_cu.event_record((void*)(uintptr_t)event, stream);
+}
+
+TGX_EXPORT int32_t tgx_cuda_event_destroy(uint64_t event) {
+    if (!tgx_cu.event_destroy) return -1;
+    return tgx_cu.event_destroy((void*)(uintptr_t)event);
 }
 
 // ------------------------------------------------- driver operations for jax_callable's Python side
