@@ -50,17 +50,20 @@ __all__ = ["OptaxOptimizer", "optax_optimizer"]
 def _apply(tx, params, grads, state, extra=None, static=(), token=None, wait=None):
     # ``token`` (CUDA without the FFI handler): unused, passed only for its ready event (see the
     # module docstring); the update is jitted with keep_unused=True so that XLA still receives it
+    done = ()
     if wait is not None:
         # XLA's stream waits for the event step() recorded on tapegrad's stream: every read of
-        # tapegrad memory below is after the barrier, so after tapegrad's kernels
-        params, grads, extra, _ = jax.lax.optimization_barrier((params, grads, extra, stream_wait(wait)))
+        # tapegrad memory below is after the barrier, so after tapegrad's kernels. The barrier's
+        # token is returned: an unused one would let XLA drop the barrier's wait
+        params, grads, extra, tok = jax.lax.optimization_barrier((params, grads, extra, stream_wait(wait)))
+        done = (tok,)
     updates, state = tx.update(grads, state, params, **(extra or {}), **dict(static))
     # the params, grads and extra arrays are zero-copy views of tapegrad memory that the next
     # backward and this step's write-back overwrite: a state leaf that is one of them unchanged
     # must own a copy, whatever jit does with outputs equal to inputs (copies of the values
     # computed here are dropped by XLA)
     state = jax.tree_util.tree_map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, state)
-    return optax.apply_updates(params, updates), state
+    return (optax.apply_updates(params, updates), state) + done
 
 
 def _unique_buffers(state):
@@ -286,9 +289,9 @@ class OptaxOptimizer:
             self._wait.record(self._device.stream.cuda_stream)
         token = None if self._token is None else to_jax(self._token)
         if dynamic is None:
-            new, state = update(vals, grads, self.state, token)
+            new, state, *_ = update(vals, grads, self.state, token)
         else:
-            new, state = update(vals, grads, self.state, token, dynamic)
+            new, state, *_ = update(vals, grads, self.state, token, dynamic)
         self.state = _unique_buffers(state)   # the old state was donated: this is optax's state now
         self._write_back(new)
 
