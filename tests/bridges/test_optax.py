@@ -315,6 +315,18 @@ def test_cuda_steps_are_ordered_with_tapegrad_kernels_without_a_sync():
 
 
 @tg.kernel
+def _slow_fill_grad(g: tg.array[tg.float32], busy: tg.array[tg.float32], k: tg.float32, spins: int):
+    # spins first (milliseconds of GPU time), then writes: an update not ordered after this
+    # kernel reads the previous step's gradient
+    i = tg.tid()
+    acc = float(0.0)
+    for _j in range(spins):
+        acc = acc * 0.999 + 1.0
+    busy[i] = acc
+    g[i] = tg.sin(tg.float32(i) * 0.001 + k)
+
+
+@tg.kernel
 def _halve(p: tg.array[tg.float32]):
     i = tg.tid()
     p[i] = p[i] * 0.5
@@ -332,12 +344,13 @@ def test_cuda_update_writes_the_parameters_in_place_after_tapegrad_writes_them()
     x0s = [rng.normal(size=k).astype(np.float32) for k in (n, 1000, n)]   # two of one shape
     ps = [tg.array(x, dtype=tg.float32, requires_grad=True, device="cuda:0") for x in x0s]
     snaps = [[tg.zeros(p.shape[0], dtype=tg.float32, device="cuda:0") for p in ps] for _ in range(steps)]
+    busy = tg.zeros(n, dtype=tg.float32, device="cuda:0")
     tx = optax.adam(0.01)
     opt = tg.optax_optimizer(tx, ps)
     for k in range(steps):
         for p in ps:
-            tg.launch(_fill_grad, dim=p.shape[0], inputs=[p.grad, float(k)], device="cuda:0")
             tg.launch(_halve, dim=p.shape[0], inputs=[p], device="cuda:0")
+            tg.launch(_slow_fill_grad, dim=p.shape[0], inputs=[p.grad, busy, float(k), 20000], device="cuda:0")
         opt.step()
         for p, s in zip(ps, snaps[k]):
             tg.launch(_snapshot, dim=p.shape[0], inputs=[p, s], device="cuda:0")
