@@ -145,6 +145,7 @@ def test_driver_launch_of_the_external_entry():
     m = ext_demo.module.load(dev)
     assert m.entry == "__raygen__ext_demo"
     raw = ExtParams(scale=1.5, out=out).__ctype__()
+    tg.synchronize()   # the zero fill ran on tapegrad's stream; the launch below uses the legacy one
     with dev.context_guard():
         ptr = driver.moduleGetGlobal(m.handle, abi.EXTERNAL_PARAMS_SYMBOL)
         runtime.memcpy(ptr, ctypes.addressof(raw), ctypes.sizeof(raw), runtime.memcpyHostToDevice)
