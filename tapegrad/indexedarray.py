@@ -192,6 +192,12 @@ class indexedarray:
     def requires_grad(self) -> bool:
         return self.data is not None and self.data.requires_grad
 
+    def gradient_view(self):
+        """This selection of ``data``'s gradient: an indexed array over ``data.grad`` with the same
+        index arrays (None when ``data`` has no gradient; ``Tape.gradients[ia]``)."""
+        g = self.data.grad if self.data is not None else None
+        return None if g is None else indexedarray(g, list(self.indices))
+
     def __getattr__(self, name):
         # the struct fields index0..index3 a launch packs (null where a dimension is not indexed)
         if name in INDEX_FIELDS:

@@ -923,6 +923,9 @@ def struct_gradients(s):
     ``.grad`` (or None), nested structs recurse, other fields are copied (Warp's
     ``tape.gradients[struct]``)."""
     cls = type(s)
+    view = getattr(s, "gradient_view", None)
+    if callable(view):       # an indexed array: the same indices over its data's gradient
+        return view()
     kwargs = {}
     for fname, ftype in cls._tg_struct.fields:
         v = getattr(s, fname, None)

@@ -355,8 +355,20 @@ def _array_ptr(types, ret):
     return "takes an array and gives its uint64 address"
 
 
+def _index_map(types, ret):    # indexed.py: an index through a dimension's index array
+    if len(types) == 2 and is_array(types[0]) and types[0].dtype is int32 and is_int(types[1]) and ret is types[1]:
+        return None
+    return "takes an int32 index array and an index and gives an index of the index's type"
+
+
+def _indexed_shape(types, ret):
+    if len(types) == 2 and is_array(types[0]) and is_array(types[1]) and ret is int32:
+        return None
+    return "takes the data and an index array and gives an int32 extent"
+
+
 # ops the builtins (and passes) make directly (no type rule in the table)
 _SPECIAL = {"tid": _tid, "guard": _guard, "range_count": _range_count, "shape": _shape, "field": _field,
             "load_cell": _load_cell, "grad": _grad, "bit_cast": _bit_cast,
             "adjoint_array": _adjoint_array, "view": _view, "array_from_ptr": _array_from_ptr,
-            "array_ptr": _array_ptr}
+            "array_ptr": _array_ptr, "index_map": _index_map, "indexed_shape": _indexed_shape}

@@ -36,6 +36,7 @@ from .builtins_atomic import ATOMIC_VALUES, Where
 from .builtins_linalg import OUT_PARAMS as LINALG_OUT_PARAMS
 from .builtins_random import DRAWS
 from .builtins_warp import cast as bit_cast
+from .indexed import indexed_dims, indexed_type, is_indexed, op_index_map, op_indexed_shape
 from .ir import Const, If, Op, Print, Read, Var, Write
 from .ptr_arrays import op_array_from_ptr, op_array_ptr
 from .slices import SliceError, literal_bound, slice_spec
@@ -259,6 +260,10 @@ class ExprMixin:
             return self.wrap_global(obj, attr, node, chain=None if base.chain is None else base.chain + (attr,))
         if isinstance(base, Var):
             t = base.type
+            if is_indexed(t) and attr in ("shape", "ndim", "dtype"):   # Warp's indexedarray in a kernel
+                if attr == "shape":
+                    return ShapeOf(base)
+                return Lit(indexed_dims(t), int32) if attr == "ndim" else PyObj(t.indexed[0])
             if is_array(t):
                 if attr == "shape":
                     return ShapeOf(base)
@@ -350,8 +355,11 @@ class ExprMixin:
             k = int(idx[0].value)
             if not 0 <= k < MAX_DIMS:
                 self.error(f"shape index {k} out of range (arrays have at most {MAX_DIMS} dimensions)", node)
-            if k >= base.array.type.ndim:
+            t = base.array.type
+            if k >= (indexed_dims(t) if is_indexed(t) else t.ndim):
                 return Lit(0, int32)      # Warp's shape has MAX_DIMS entries, 0 past ndim
+            if is_indexed(t):
+                return self.e_Subscript_shape(base.array, k, node)
             return self.call_op(op_shape(k, self.wide), [base.array], node)
         if isinstance(base, PyObj) and not isinstance(base.obj, type) and hasattr(base.obj, "__getitem__") \
                 and len(idx) == 1 and isinstance(idx[0], (Lit, PyObj)):
@@ -366,6 +374,10 @@ class ExprMixin:
             if len(idx) != 1 or not isinstance(idx[0], Lit):
                 self.error("tuples must be indexed with a constant", node)
             return base.items[int(idx[0].value)]
+        if isinstance(base, Var) and is_indexed(base.type):
+            if len(idx) < indexed_dims(base.type) and not any(isinstance(v, SliceVal) for v in idx):
+                return self.indexed_view(base, idx, node)
+            base, idx = self.unindex(base, idx, node)
         if isinstance(base, Var) and is_array(base.type):
             if len(idx) != base.type.ndim or any(isinstance(v, SliceVal) for v in idx):
                 return self.array_view(base, idx, node)
@@ -617,6 +629,9 @@ class ExprMixin:
         args = [self.expr(a) for a in node.args]
         if name in ATOMIC_VALUES:
             nv = ATOMIC_VALUES[name]
+            if args and isinstance(args[0], Var) and is_indexed(args[0].type):   # through the index arrays
+                data, idx = self.unindex(args[0], args[1:len(args) - nv], node)
+                args = [data] + list(idx) + args[len(args) - nv:]
             if not args or not (isinstance(args[0], Var) and is_array(args[0].type)):
                 self.error(f"{name}() expects an array as first argument", node)
             arr = args[0]
@@ -650,6 +665,8 @@ class ExprMixin:
             if isinstance(a, Var) and is_composite(a.type):
                 return Lit(a.type.length_ if is_vec(a.type) else a.type.rows, int32)
             a = self.materialize(a)
+            if is_indexed(a.type):
+                return self.e_Subscript_shape(a, 0, node)
             if self.wide and is_array(a.type):     # the wide variant's arrays may pass 2^31 - 1
                 return self.call_op(op_shape(0, True), [a], node)
             return self.builtin_args("len", [a], node)
@@ -849,6 +866,43 @@ class ExprMixin:
             self.error(f"{type_name(t)}(...) takes {type_name(t.scalar)} components, got {type_name(bad[0])}; "
                        f"cast it, e.g. tg.{type_name(t.scalar)}(x)", node)
         return self.builtin_args("construct", [TypeArg(t)] + vals, node)
+
+    def unindex(self, base, idx, node):
+        """``a[i, j]`` of an indexed array ``a`` as ``a.data[map(a.index0, i), map(a.index1, j)]``:
+        the data array and the mapped indices (``lang/indexed.py``)."""
+        t = base.type
+        nd = indexed_dims(t)
+        if len(idx) != nd or any(isinstance(v, SliceVal) for v in idx):
+            self.error(f"an indexed array of {nd} dimension(s) takes {nd} integer index(es) here (or fewer, for a "
+                       f"view), got {len(idx)}{' with a slice' if any(isinstance(v, SliceVal) for v in idx) else ''}",
+                       node)
+        data = self.call_op(op_field(t, "data"), [base], node)
+        mapped = []
+        for d, i in enumerate(self.index_vars(idx, node)):
+            ix = self.call_op(op_field(t, f"index{d}"), [base], node)
+            mapped.append(self.call_op(op_index_map(i.type), [ix, i], node))
+        return data, mapped
+
+    def indexed_view(self, base, idx, node):
+        """``a[i]`` of a 2-D (or larger) indexed array: an indexed array of the remaining
+        dimensions, over the data viewed at the mapped indices (Warp's)."""
+        t = base.type
+        dtype, nd = t.indexed
+        k = len(idx)
+        data = self.call_op(op_field(t, "data"), [base], node)
+        mapped = []
+        for d, i in enumerate(self.index_vars(idx, node)):
+            ix = self.call_op(op_field(t, f"index{d}"), [base], node)
+            mapped.append(self.call_op(op_index_map(i.type), [ix, i], node))
+        view = self.array_view(data, mapped, node)
+        rest = {f"index{d - k}": self.call_op(op_field(t, f"index{d}"), [base], node) for d in range(k, nd)}
+        return self.new_struct(indexed_type(dtype, nd - k), [], {"data": view, **rest}, node)
+
+    def e_Subscript_shape(self, base, k, node):
+        """``a.shape[k]`` of an indexed array value ``base``."""
+        t = base.type
+        return self.call_op(op_indexed_shape(k), [self.call_op(op_field(t, "data"), [base], node),
+                                                  self.call_op(op_field(t, f"index{k}"), [base], node)], node)
 
     def array_from_ptr(self, node, kwargs):
         """Warp's ``tg.array(ptr=p, shape=(n0, ...), dtype=T)`` inside a kernel: a contiguous array

@@ -20,6 +20,7 @@ from ..types import ScalarType, TransformType, bool_, int32, int64
 from .builtins import REGISTRY, op_guard, op_range_count
 from .expressions import ExprMixin, is_function_object
 from .flow import Paths, meet
+from .indexed import is_indexed
 from .ir import AdjAccum, Assign, Const, FunctionIR, If, Loc, Loop, Op, SetFlag, Var, Write, c_identifier
 from .signature import annotations, source_of
 from .slices import slice_result_type
@@ -405,6 +406,8 @@ class Builder(ExprMixin):
         if isinstance(target, ast.Subscript):
             base = self.expr(target.value)
             idx = self.indices(target.slice)
+            if isinstance(base, Var) and is_indexed(base.type):    # a store through the index arrays
+                base, idx = self.unindex(base, idx, node)
             sliced = any(isinstance(v, SliceVal) for v in idx)
             if isinstance(base, Var) and is_array(base.type):
                 if len(idx) > base.type.ndim:

@@ -93,12 +93,16 @@ def infer_type(param, value, label):
         return t
     if isinstance(param, ArrayType):
         got = _array_type_of(value)
-        if got is None:
+        if got is None or isinstance(getattr(value, "_tg_annotation", lambda: None)(), StructType):
             raise TypeError(f"{label}: expected an array for array(dtype=Any), got {type(value).__name__}")
         dtype, ndim = got
         if ndim != param.ndim:
             raise TypeError(f"{label}: expected a {param.ndim}-D array, got {ndim}-D")
         return ArrayType(dtype, ndim)
+    if hasattr(value, "_tg_annotation"):
+        t = value._tg_annotation()
+        if isinstance(t, StructType):     # an indexed array: its kernel type (a struct of its arrays)
+            return t
     got = _array_type_of(value) if hasattr(value, "_tg_annotation") else None
     if got is not None:
         return ArrayType(*got)

@@ -184,7 +184,8 @@ def _make_composite_packer(kernel, i, ptype):
 def _make_struct_packer(kernel, i, ptype):
     def pack(value, device):
         if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
-            raise TypeError(f"{arg_label(kernel, i)}: expected a {ptype.name} struct, got {type(value).__name__}")
+            what = f"a {ptype.name} struct" if getattr(ptype, "indexed", None) is None else f"a tg.{ptype!r}"
+            raise TypeError(f"{arg_label(kernel, i)}: expected {what}, got {type(value).__name__}")
         return ptype.to_ctype(value, device)   # its arrays must be on the launch device
     return pack
 

@@ -55,6 +55,18 @@ template <typename T> TG_FUNC array_t<T> array_from_ptr(int ndim, uint64_t ptr, 
 }
 template <typename T> TG_FUNC uint64_t array_ptr(const array_t<T>& a) { return uint64_t(a.data); }
 
+// Warp's indexed arrays (lang/indexed.py): an index through a dimension's int32 index array
+// (null: the dimension is not indexed), and a dimension's extent
+template <typename I> TG_FUNC I index_map(const array_t<int32_t>& ix, I i) {
+    if (!ix.data) return i;
+    const int64_t n = ix.shape[0];
+    const int64_t k = int64_t(i) < 0 ? int64_t(i) + n : int64_t(i);
+    return I(*reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(ix.data) + k * ix.strides[0]));
+}
+template <typename T> TG_FUNC int32_t indexed_shape(const array_t<T>& data, const array_t<int32_t>& ix, int k) {
+    return ix.data ? int32_t(ix.shape[0]) : int32_t(data.shape[k]);
+}
+
 // an element index counted from the end when negative (Warp's and Python's a[-1]); one compare
 // and select per dimension, which the compiler drops where it can see the index is not negative
 TG_FUNC int64_t wrap_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
