@@ -11,13 +11,12 @@ __all__ = ["Adam"]
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(scalar, state, unit):
+def _kernel(scalar, state):
     Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
-    UNIT = bool(unit)   # CPU grid threads walk contiguous runs (multi_tensor.CPU_SPAN)
 
     def adam_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                   chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
-                 span: types.int64, reach: types.int64,
+                  span: types.int64, reach: types.int64,
                   lr: state, beta1: state, beta2: state, eps: state):
         c, lane = tid()
         s = slots[chunk_slot[c]]            # one table row read per lane, not per element
@@ -34,12 +33,43 @@ def _kernel(scalar, state, unit):
             ma[j] = m
             va[j] = v
             pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
-            if UNIT:
-                j += types.int64(1)         # a constant step: the C++ compiler vectorizes the loop
-            else:
-                j += stride
+            j += stride
 
-    return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}{'_unit' if unit else ''}")
+    return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_kernel(scalar, state):
+    Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
+    PSIZE, SSIZE = scalar.size, state.size
+
+    def adam_step_runs(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
+                       chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
+                       span: types.int64, reach: types.int64,
+                       lr: state, beta1: state, beta2: state, eps: state):
+        # CPU (multi_tensor.CPU_SPAN runs): the run's memory as arrays of a compile-time unit stride,
+        # indexed from 0, so the compiler vectorizes the loop as the flat kernel's
+        c = tid()
+        s = slots[chunk_slot[c]]
+        j = chunk_start[c]
+        n = min(s.n - j, span)
+        at = types.uint64(j)
+        pa = array(ptr=s.p.ptr + at * types.uint64(PSIZE), shape=(n,), dtype=P)
+        ga = array(ptr=s.g.ptr + at * types.uint64(PSIZE), shape=(n,), dtype=P)
+        ma = array(ptr=s.m.ptr + at * types.uint64(SSIZE), shape=(n,), dtype=S)
+        va = array(ptr=s.v.ptr + at * types.uint64(SSIZE), shape=(n,), dtype=S)
+        t = S(step[0])
+        c1 = 1.0 - pow(beta1, t)
+        c2 = 1.0 - pow(beta2, t)
+        for k in range(n):
+            g = S(ga[k])
+            m = beta1 * ma[k] + (1.0 - beta1) * g
+            v = beta2 * va[k] + (1.0 - beta2) * g * g
+            ma[k] = m
+            va[k] = v
+            pa[k] = P(S(pa[k]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+
+    return kernel(adam_step_runs, enable_backward=False, key=f"tapegrad.optim.adam_runs_{scalar.name}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,7 +137,7 @@ class Adam(Optimizer):
         return self.state("v")
 
     def step_kernel(self, scalar, state, cpu=False):
-        return _kernel(scalar.scalar, state.scalar, cpu)
+        return (_runs_kernel if cpu else _kernel)(scalar.scalar, state.scalar)
 
     def flat_step_kernel(self, scalar, state):
         return _flat_kernel(scalar.scalar, state.scalar)

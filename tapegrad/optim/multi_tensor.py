@@ -6,11 +6,13 @@ device-resident table of structs (one row per parameter: its flat value, gradien
 arrays and its length) plus a chunk table, so that one launch updates every element of
 every parameter. On CUDA the grid is ``(chunks, lanes)`` over chunks of ``CHUNK`` elements:
 thread ``(c, k)`` updates elements ``chunk_start[c] + k``, ``+ lanes``, ``+ 2 lanes``... of chunk
-``c`` (coalesced). On the CPU each chunk is a contiguous run of ``CPU_SPAN`` elements and the grid
-``(runs, 1)``: one grid thread per run, so a small parameter costs as many grid threads as it
-has runs (with 64 lanes per 4096-element chunk, a 64-element parameter paid for 64 grid
-threads, 63 of them idle), and a large table still passes the generated loop's OpenMP
-threshold. Parameters of ``FLAT_MIN`` elements or more get CPU launches of their own.
+``c`` (coalesced). On the CPU each chunk is a contiguous run of ``CPU_SPAN`` elements and the
+grid ``(runs,)``: one grid thread per run (its kernel views the run's memory as arrays built over
+its address, whose unit stride the compiler sees: the loop is vectorized as a flat launch's),
+so a small parameter costs as many grid threads as it has runs (with 64 lanes per 4096-element
+chunk, a 64-element parameter paid for 64 grid threads, 63 of them idle), and a large table
+still passes the generated loop's OpenMP threshold. Parameters of ``FLAT_MIN`` elements or more
+get CPU launches of their own.
 The tables hold descriptors (pointers), not data: nothing is copied per step, and a step
 records cleanly into a CUDA graph.
 
@@ -37,14 +39,14 @@ CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each)
 # (its table row, bounds), so runs of 64 keep that small next to the elements; 4096 grid
 # threads (lang.emit.OMP_MIN: the generated loop's OpenMP threshold) are then 256k elements
 CPU_SPAN = 64
-# CPU parameters of at least this many elements get a launch of their own (``flat`` kernels:
-# the arrays are kernel arguments, so the generated loop knows their unit stride and the
-# compiler vectorizes it with plain vector loads; through a table row the stride is a run-time
-# value and the loop stays scalar). One core, per element: SGD ~0.3 ns flat, ~1 ns through the
-# table; a flat launch costs ~1 us: past ~1.5k elements a launch of its own is cheaper (10^6
-# float32 parameters in 4 arrays, the smallest of 10^4 elements: 10 us of the table launch ->
-# 4 us flat). Smaller ones share the one table launch (50 parameters of 64 elements: 1 launch)
-FLAT_MIN = 2048
+# CPU parameters of at least this many elements get a launch of their own (``flat`` kernels,
+# one grid thread per element): such a launch reaches the generated loop's OpenMP threshold
+# (lang.emit.OMP_MIN, 4096 grid threads) and spreads over the cores, while the table launch
+# (one grid thread per 64-element run) stays on one thread below 256k elements. Smaller ones
+# would run on one thread either way: they share the one table launch (one launch, ~1 us, for
+# them all). Per element on one core both loops are vectorized: SGD ~0.3 ns flat, ~0.5 ns in
+# runs (each run reads its table row); 50 parameters of 64 elements step in ~10 us
+FLAT_MIN = 4096
 
 
 @kernel(enable_backward=False, key="tapegrad.optim.tick")
@@ -90,7 +92,7 @@ class ParamGroup:
         states: per state name (``"m"``, ``"v"``, ``"b"``...), one flat state array per parameter.
         chunk_slot, chunk_start: the chunk table (device arrays): per chunk (CUDA: ``CHUNK``
             elements; CPU: a run of ``CPU_SPAN``), its parameter and first element.
-        dim: the launch grid: ``(chunks, lanes)`` on CUDA, ``(runs, 1)`` on the CPU (no chunks:
+        dim: the launch grid: ``(chunks, lanes)`` on CUDA, ``(runs,)`` on the CPU (no chunks:
             every parameter is empty or ``flat``).
         walk: the kernel's ``(stride, span, reach)`` arguments: thread ``(c, k)`` starts at
             ``chunk_start[c] + k * span``, steps by ``stride`` and stops ``reach`` elements on
@@ -168,7 +170,7 @@ def build_groups(params, state_names, slot_type_for) -> list:
             indices=tuple(idx), values=values, states=states,
             chunk_slot=array(cslot, dtype=types.int32, device=device),
             chunk_start=array(cstart, dtype=types.int64, device=device),
-            dim=(len(cslot), 1 if device.is_cpu else CUDA_LANES),
+            dim=(len(cslot),) if device.is_cpu else (len(cslot), CUDA_LANES),
             walk=(1, CPU_SPAN, CPU_SPAN) if device.is_cpu else (CUDA_LANES, 1, CHUNK),
             step=zeros(1, dtype=types.int32, device=device),
             slot_type=slot_type_for(scalar, sdt), device=device, flat=flat))

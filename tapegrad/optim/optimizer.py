@@ -14,9 +14,9 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
 
-    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu)`` (``cpu``:
-    the build whose grid threads step through contiguous elements one by one; its table
-    rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``),
+    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu)`` (the
+    table kernel; ``cpu``: the build with one grid thread per ``multi_tensor.CPU_SPAN`` run; its
+    table rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``),
     ``flat_step_kernel(param scalar, state scalar)`` (large CPU parameters, one launch each) and
     ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """

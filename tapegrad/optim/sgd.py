@@ -11,9 +11,8 @@ __all__ = ["SGD"]
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(scalar, state, unit):
+def _kernel(scalar, state):
     Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
-    UNIT = bool(unit)   # CPU grid threads walk contiguous runs (multi_tensor.CPU_SPAN)
 
     def sgd_step(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
                  chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
@@ -38,12 +37,48 @@ def _kernel(scalar, state, unit):
                 else:
                     g = b
             pa[j] = P(p - lr * g)
-            if UNIT:
-                j += types.int64(1)         # a constant step: the C++ compiler vectorizes the loop
-            else:
-                j += stride
+            j += stride
 
-    return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}{'_unit' if unit else ''}")
+    return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_kernel(scalar, state):
+    Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
+    PSIZE, SSIZE = scalar.size, state.size
+
+    def sgd_step_runs(slots: array(dtype=Slot), chunk_slot: array(dtype=types.int32),
+                      chunk_start: array(dtype=types.int64), step: array(dtype=types.int32), stride: types.int64,
+                      span: types.int64, reach: types.int64,
+                      lr: state, momentum: state, dampening: state, weight_decay: state, nesterov: types.int32):
+        # CPU (multi_tensor.CPU_SPAN runs): the run's memory as arrays of a compile-time unit stride,
+        # indexed from 0, so the compiler vectorizes the loop as the flat kernel's
+        c = tid()
+        s = slots[chunk_slot[c]]
+        j = chunk_start[c]
+        m = min(s.n - j, span)
+        at = types.uint64(j)
+        pa = array(ptr=s.p.ptr + at * types.uint64(PSIZE), shape=(m,), dtype=P)
+        ga = array(ptr=s.g.ptr + at * types.uint64(PSIZE), shape=(m,), dtype=P)
+        ba = array(ptr=s.b.ptr + at * types.uint64(SSIZE), shape=(m,), dtype=S)
+        first = step[0] == 1
+        for k in range(m):
+            p = S(pa[k])
+            g = S(ga[k]) + weight_decay * p
+            if momentum != 0.0:
+                # b starts at zero: without dampening the first step's b = g is this formula
+                b = momentum * ba[k] + (1.0 - dampening) * g
+                if dampening != 0.0:
+                    if first:
+                        b = g
+                ba[k] = b
+                if nesterov != 0:
+                    g = g + momentum * b
+                else:
+                    g = b
+            pa[k] = P(p - lr * g)
+
+    return kernel(sgd_step_runs, enable_backward=False, key=f"tapegrad.optim.sgd_runs_{scalar.name}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,7 +139,7 @@ class SGD(Optimizer):
         super().__init__(params)
 
     def step_kernel(self, scalar, state, cpu=False):
-        return _kernel(scalar.scalar, state.scalar, cpu)
+        return (_runs_kernel if cpu else _kernel)(scalar.scalar, state.scalar)
 
     def flat_step_kernel(self, scalar, state):
         return _flat_kernel(scalar.scalar, state.scalar)

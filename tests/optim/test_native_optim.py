@@ -88,11 +88,11 @@ def test_cpu_step_grid_reaches_the_thread_team():
     from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
     # parameters under FLAT_MIN share the table launch: many of them make a grid past the threshold
     many = Adam([tg.zeros(FLAT_MIN - 1, dtype=tg.float32, device="cpu") for _ in range(200)])
-    runs, lanes = many.groups[0].dim
-    assert many.groups[0].flat == () and runs * lanes >= OMP_MIN and lanes == 1
+    (runs,) = many.groups[0].dim
+    assert many.groups[0].flat == () and runs >= OMP_MIN
     assert runs == 200 * (-(-(FLAT_MIN - 1) // CPU_SPAN))
     small = Adam([tg.zeros(n, dtype=tg.float32, device="cpu") for n in (CPU_SPAN, 1, 0, CPU_SPAN + 1)])
-    assert small.groups[0].dim == (4, 1)
+    assert small.groups[0].dim == (4,)
     assert small.groups[0].chunk_slot.numpy().tolist() == [0, 1, 3, 3]
     assert small.groups[0].chunk_start.numpy().tolist() == [0, 0, 0, CPU_SPAN]
     big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])   # its own launch, one thread per element
@@ -304,8 +304,8 @@ def test_sgd_cpu_table_runs_match_torch(kw, many):
     ps = _params(rng, np.float64, shapes=shapes)
     tps = [torch.tensor(p.numpy().copy(), requires_grad=True) for p in ps]
     opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
-    runs, lanes = opt.groups[0].dim
-    assert lanes == 1 and (runs >= OMP_MIN) == many
+    (runs,) = opt.groups[0].dim
+    assert (runs >= OMP_MIN) == many
     for _ in range(3):
         for p, t in zip(ps, tps):
             g = rng.normal(size=p.shape)
