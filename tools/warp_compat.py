@@ -46,6 +46,7 @@ SAME = {
     **{n: "tests/core/test_warp_breadth.py (skew against np.cross; argmin/argmax against NumPy, NaNs skipped)"
        for n in ("skew", "argmin", "argmax")},
     "dtype_from_torch": "tests/bridges/test_torch.py",
+    "constant": "tests/core/test_types_introspection.py (NumPy scalars keep their type and get Warp's `.value`)",
     "clone": "tests/core/test_tape_features.py (final write wins: Warp's 8, not 27)",
     "copy": "tests/core/test_tape_features.py (offsets on strided views, consumption, retain_grad)",
     "from_numpy": "tests/core/test_array.py (2-D -> vector, 3-D -> matrix), retain_grad",
@@ -110,6 +111,11 @@ DIFFERENT = {
         "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError",
         "WarpCodegenIndexError", "WarpCodegenKeyError")},
     "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3",
+    **{n: "indices are checked against the data's extents on host gathers and scatters (Warp reads past the "
+          "end); ints may sit next to index arrays in a key (`data[1, idx]`); on CUDA, host gathers and "
+          "scatters go through a host copy of the data; in kernels as Warp, with exact adjoints into the data's "
+          "gradient (tests/core/test_indexedarray.py, tests/lang/test_indexedarray_kernels.py)" for n in (
+        "indexedarray", "indexedarray1d", "indexedarray2d", "indexedarray3d", "indexedarray4d")},
     "empty": "the memory is zero-filled (allocation is cheap; garbage is a footgun)",
     "empty_like": "zero-filled, as `empty`",
     "device_from_torch": "`torch.device('cuda')` (no index) gives the current CUDA device; Warp raises",
@@ -139,7 +145,7 @@ RULES = [
     (r"^(Texture|GLTexture|RegisteredGLBuffer|texture_|fabric|indexedfabric|map_cuda_device|unmap_cuda_device)",
      NOT_GRAPHICS),
     (r"^(fabricarray|fabricarrayarray|indexedfabricarrayarray)$", NOT_GRAPHICS),
-    (r"^(indexedarray|fixedarray)", "missing: indexed / fixed-size array kinds (arrays issue)"),
+    (r"^fixedarray", "missing: fixed-size local arrays (arrays issue)"),
     (r"^(tile|Tile|launch_tiled|block_dim$)", "missing: tiles (kernel-language issue)"),
     (r"^WarpDeterminismError$", "missing: deterministic-mode launches"),
     (r"^(Logger|get_logger|set_logger|ScopedLogger|ScopedLogLevel|LOG_)",
