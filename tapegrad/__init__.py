@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 from . import frameworks as _frameworks
+from . import indexed_ops as _indexed_ops  # noqa: F401  (registers indexed arrays' gather/scatter launches)
 from . import types as _types
 from .array import array, array1d, array2d, array3d, array4d, clone, copy  # noqa: F401
 from .config import config  # noqa: F401

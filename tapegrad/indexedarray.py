@@ -8,8 +8,9 @@ no memory of its own: reads gather from ``data``, writes scatter into it.
 
 On the host: ``numpy()``/``list()`` (a gathered copy), ``fill_``, ``zero_``, ``assign``,
 ``contiguous()``, ``tg.copy`` in both directions and ``tg.clone``; indices are checked against
-``data``'s extents on each of them (Warp reads past the end). On CUDA these gather or scatter
-through a host copy of ``data``.
+``data``'s extents on each of them (Warp reads past the end). Gathers and scatters are kernel
+launches (``tapegrad.indexed_ops``) on the data's device, recorded on an active tape with their
+exact adjoints; ``numpy()`` of a CPU one reads the host view directly.
 
 In kernels, a parameter annotated ``tg.indexedarray[dtype]`` / ``tg.indexedarray[dtype,
 Literal[n]]`` (or a struct field so annotated) is an ``IndexedArrayType``: a struct of the data
@@ -24,16 +25,38 @@ import typing
 import numpy as np
 
 from . import types
-from .array import array, register_indexed
+from .array import array, clone, copy, register_indexed
 from .errors import CopyArgumentError, CopyTypeError
-from .recording import active_tape
 from .types import ArrayDesc, ArrayType, StructType
 
 __all__ = ["indexedarray", "indexedarray1d", "indexedarray2d", "indexedarray3d", "indexedarray4d",
-           "IndexedArrayType", "indexed_type"]
+           "IndexedArrayType", "indexed_type", "register_copy_kernel"]
 
 MAX_DIMS = types.MAX_DIMS
 INDEX_FIELDS = tuple(f"index{d}" for d in range(MAX_DIMS))
+
+
+class _CopyKernel:
+    """``copy_elements(dst, src)``: the element copy launch ``tapegrad.indexed_ops`` registers
+    (it sits above the kernel language, which sits above this module)."""
+
+    run = None
+
+
+_COPY = _CopyKernel()
+
+
+def register_copy_kernel(fn) -> None:
+    """Let indexed arrays gather and scatter through ``fn(dst, src)``, a kernel launch
+    (``tapegrad.indexed_ops`` registers it)."""
+    _COPY.run = fn
+
+
+def _copy_kernel():
+    if _COPY.run is None:
+        raise RuntimeError("indexedarray: the element copy kernel is not registered (import tapegrad, whose package "
+                           "face imports tapegrad.indexed_ops)")
+    return _COPY.run
 
 
 class IndexedArrayType(StructType):
@@ -233,7 +256,9 @@ class indexedarray:
         their component dims)."""
         if self.data is None:
             return np.empty(self.shape, dtype=types.dtype_to_numpy(self.dtype.scalar))
-        return np.ascontiguousarray(self.data.numpy()[self._grid()])
+        if self.data.device.is_cpu:     # read straight from the host view
+            return np.ascontiguousarray(self.data.numpy()[self._grid()])
+        return self.contiguous().numpy()
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -244,42 +269,43 @@ class indexedarray:
         return self.contiguous().list()
 
     def contiguous(self) -> array:
-        """A new contiguous array of the selected elements."""
-        return array(self.numpy(), dtype=self.dtype, device=self.device)
+        """A new contiguous array of the selected elements, on this array's device (a gather
+        launch: recorded on an active tape, with its adjoint)."""
+        out = array(shape=self.shape, dtype=self.dtype, device=self.device)
+        if self.data is not None:
+            self._grid()
+            _copy_kernel()(out, self)
+        return out
 
-    def _scatter(self, values: np.ndarray, what: str) -> None:
+    def _scatter_from(self, src, what: str) -> None:
+        """``self[...] = src[...]`` for an array or indexed array ``src`` of this shape and
+        dtype (another device: copied here first, recorded as a copy)."""
         self.data._check_writable(what)
-        tape = active_tape()
-        if tape is not None:    # the elements lose their values: nothing flows to what they held
-            tape.record_write(self.data, what)
-        if self.data.device.is_cpu:
-            self.data.numpy()[self._grid()] = values
-        else:   # through a host copy of the data (exact; a kernel would avoid the round trip)
-            host = self.data.numpy()
-            host[self._grid()] = values
-            self.data.assign(host)
-        self.data._bump()
+        self._grid()
+        if src.device is not self.device:
+            src = clone(src.contiguous() if isinstance(src, indexedarray) else src, device=self.device)
+        _copy_kernel()(self, src)
 
     def fill_(self, value):
-        """Set every selected element of ``data`` to ``value`` (as ``array.fill_``)."""
+        """Set every selected element of ``data`` to ``value`` (as ``array.fill_``): a scatter
+        launch, so on a tape the filled elements' gradient is consumed and no other element's."""
         if self.data is None:
             return self
-        tmp = array(shape=self.shape, dtype=self.dtype, device="cpu")
+        tmp = array(shape=self.shape, dtype=self.dtype, device=self.device)
         tmp.fill_(value)
-        self._scatter(tmp.numpy(), "fill_")
+        self._scatter_from(tmp, "fill_")
         return self
 
     def zero_(self):
         """Set every selected element of ``data`` to zero."""
-        return self.fill_(0) if not isinstance(self.dtype, StructType) else self._zero_records()
-
-    def _zero_records(self):
-        self._scatter(np.zeros(self.shape, dtype=self.dtype.np_dtype), "zero_")
+        if self.data is not None:
+            self._scatter_from(array(shape=self.shape, dtype=self.dtype, device=self.device), "zero_")
         return self
 
     def assign(self, src):
         """Copy ``src`` (an array, indexed array or array-like of this shape) into the selected
-        elements of ``data``.
+        elements of ``data`` (a scatter launch; from an array or indexed array, recorded on a
+        tape with the gradient passing to ``src``).
 
         Raises:
             ValueError: another shape.
@@ -289,13 +315,18 @@ class indexedarray:
         if isinstance(src, (array, indexedarray)):
             if tuple(src.shape) != self.shape:
                 raise ValueError(f"assign: expected shape {self.shape}, got {tuple(src.shape)}")
-            values = src.numpy()
+            if src.dtype is not self.dtype:
+                raise CopyTypeError(f"assign: dtypes differ: Incompatible array data types: destination "
+                                    f"dtype={types.type_repr(self.dtype)}, source dtype={types.type_repr(src.dtype)}")
         else:
             values = array(src, dtype=self.dtype, device="cpu").numpy()
             inner = tuple(getattr(self.dtype, "inner_shape", ()))
             if values.shape != self.shape + inner:
+                if values.size != int(np.prod(self.shape + inner)):
+                    raise ValueError(f"assign: expected shape {self.shape}, got {values.shape}")
                 values = values.reshape(self.shape + inner)
-        self._scatter(values, "assign")
+            src = array(values, dtype=self.dtype, device=self.device)
+        self._scatter_from(src, "assign")
         return self
 
 
@@ -344,8 +375,12 @@ def _indexed_copy(dest, src, dest_offset, src_offset, count):
                                 f"shape={tuple(src.shape)}")
     if isinstance(dest, indexedarray):
         dest.assign(src)
+    elif dest.device is src.device:      # a gather launch (recorded with its adjoint)
+        dest._check_writable("copy")
+        src._grid()
+        _copy_kernel()(dest, src)
     else:
-        dest.assign(array(src.numpy(), dtype=src.dtype, device="cpu"))
+        copy(dest, src.contiguous())
 
 
 register_indexed(indexedarray, _indexed_view, _indexed_copy)

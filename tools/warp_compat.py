@@ -112,9 +112,9 @@ DIFFERENT = {
         "WarpCodegenIndexError", "WarpCodegenKeyError")},
     "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3",
     **{n: "indices are checked against the data's extents on host gathers and scatters (Warp reads past the "
-          "end); ints may sit next to index arrays in a key (`data[1, idx]`); on CUDA, host gathers and "
-          "scatters go through a host copy of the data; in kernels as Warp, with exact adjoints into the data's "
-          "gradient (tests/core/test_indexedarray.py, tests/lang/test_indexedarray_kernels.py)" for n in (
+          "end); ints may sit next to index arrays in a key (`data[1, idx]`); host gathers and scatters are "
+          "launches recorded on a tape with exact adjoints; in kernels as Warp, with exact adjoints into the "
+          "data's gradient (tests/core/test_indexedarray.py, tests/lang/test_indexedarray_kernels.py)" for n in (
         "indexedarray", "indexedarray1d", "indexedarray2d", "indexedarray3d", "indexedarray4d")},
     "empty": "the memory is zero-filled (allocation is cheap; garbage is a footgun)",
     "empty_like": "zero-filled, as `empty`",

@@ -115,3 +115,51 @@ def test_struct_array_fields_are_checked_on_assignment():
     s.values = tg.zeros(2, dtype=tg.int32)
     s.picked = tg.indexedarray1d(tg.zeros(3, dtype=tg.int32), [i])
     s.picked = None
+
+
+@tg.kernel
+def doubled(x: tg.array(dtype=tg.float64), a: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    a[i] = 2.0 * x[i]
+
+
+@tg.kernel
+def squared(a: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = a[i] * a[i]
+
+
+def test_scatters_on_a_tape_consume_only_the_written_gradients(device):
+    """A fill or copy into some elements stops the gradient there and nowhere else; a copy passes
+    it to its source (each a recorded launch)."""
+    x = tg.array([1.0, 2.0, 3.0], dtype=tg.float64, device=device, requires_grad=True)
+    data = tg.zeros(3, dtype=tg.float64, device=device, requires_grad=True)
+    y = tg.zeros(3, dtype=tg.float64, device=device, requires_grad=True)
+    src = tg.array([7.0], dtype=tg.float64, device=device, requires_grad=True)
+    first = tg.array([0], dtype=tg.int32, device=device)
+    for write in (lambda: data[first].fill_(5.0), lambda: tg.copy(data[first], src),
+                  lambda: data[first].assign(src)):
+        for a in (x, data, y, src):
+            a.grad.zero_()
+        tape = tg.Tape()
+        with tape:
+            tg.launch(doubled, dim=3, inputs=[x], outputs=[data], device=device)
+            write()
+            tg.launch(squared, dim=3, inputs=[data], outputs=[y], device=device)
+        tape.backward(grads={y: np.ones(3)})
+        # d y_k / d x_k = 8 x_k where data keeps 2 x_k; element 0 was overwritten
+        np.testing.assert_array_equal(x.grad.numpy(), [0.0, 16.0, 24.0])
+        assert src.grad.numpy().tolist() == ([0.0] if y.numpy()[0] == 25.0 else [14.0])
+
+
+def test_gathers_on_a_tape_pass_the_gradient_back(device):
+    data = tg.array([1.0, -2.0, 3.0, 0.5], dtype=tg.float64, device=device, requires_grad=True)
+    ia = data[tg.array([3, 1], dtype=tg.int32, device=device)]
+    dense = tg.zeros(2, dtype=tg.float64, device=device, requires_grad=True)
+    y = tg.zeros(2, dtype=tg.float64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.copy(dense, ia)
+        tg.launch(squared, dim=2, inputs=[dense], outputs=[y], device=device)
+    tape.backward(grads={y: np.ones(2)})
+    np.testing.assert_array_equal(data.grad.numpy(), [0.0, -4.0, 0.0, 1.0])
