@@ -133,8 +133,18 @@ class array:
     pinned = False
     deleter = None
 
-    def __class_getitem__(cls, dtype):
-        return types.ArrayType(annotation_dtype(dtype), 1)
+    def __class_getitem__(cls, params):
+        """``tg.array[dtype]`` (1-D) or Warp's ``tg.array[dtype, Literal[ndim]]``: an annotation."""
+        if isinstance(params, tuple):
+            if len(params) != 2:
+                raise TypeError(f"array[dtype] or array[dtype, Literal[ndim]], got {len(params)} parameters")
+            dtype, nd = params
+            if typing.get_origin(nd) is typing.Literal and len(typing.get_args(nd)) == 1:
+                nd = typing.get_args(nd)[0]
+            if isinstance(nd, bool) or not isinstance(nd, int):
+                raise TypeError(f"array[dtype, ndim]: ndim must be Literal[n] or an int, got {params[1]!r}")
+            return types.ArrayType(annotation_dtype(dtype), nd)
+        return types.ArrayType(annotation_dtype(params), 1)
 
     def __init__(self, data=None, dtype=None, shape=None, strides=None, ptr=None, device=None,
                  requires_grad=False, grad=None, copy=True, pinned=False, owner=None, deleter=None,

@@ -70,6 +70,16 @@ class IndexedArrayType(StructType):
         data_t = self.fields[0][1]
         return data_t.dtype, data_t.ndim
 
+    @property
+    def dtype(self):
+        """The element type (Warp's annotation attribute)."""
+        return self.indexed[0]
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions (Warp's annotation attribute)."""
+        return self.indexed[1]
+
     def to_ctype(self, value, device=None):
         """Pack an indexed array, checking its dtype and dimensions first.
 

@@ -87,6 +87,23 @@ def test_annotations_and_introspection():
     ann = tg.indexedarray(dtype=tg.float16)
     assert ann.ndim == 1 and ann.shape == (0,) and ann.data is None and ann.dtype is tg.float16
     assert tg.types.type_is_array(tg.indexedarray) and tg.types.is_array(ann)
+    # Warp's annotation attributes, and the same subscript form for plain arrays
+    assert tg.indexedarray[float].dtype is tg.float32 and tg.indexedarray[tg.float64, Literal[2]].ndim == 2
+    assert tg.array[tg.float64, Literal[2]] == tg.array2d[tg.float64] and tg.array[float, 3].ndim == 3
+    with pytest.raises(TypeError, match="Literal"):
+        tg.array[float, "2"]
+
+
+@tg.kernel
+def fill_2d(a: tg.array[tg.float64, Literal[2]]):
+    i, j = tg.tid()
+    a[i, j] = tg.float64(i * 10 + j)
+
+
+def test_array_subscript_with_literal_ndim_in_kernels(device):
+    a = tg.zeros((2, 3), dtype=tg.float64, device=device)
+    tg.launch(fill_2d, dim=a.shape, inputs=[a], device=device)
+    np.testing.assert_array_equal(a.numpy(), [[0, 1, 2], [10, 11, 12]])
 
 
 @tg.struct
