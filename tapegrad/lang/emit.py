@@ -110,7 +110,8 @@ class DebugSites:
 
 # the array-access ops and how many trailing value operands follow the indices
 _ACCESS_VALUES = {"load": 0, "store": 1, "atomic_add": 1, "atomic_sub": 1, "atomic_min": 1, "atomic_max": 1,
-                  "atomic_exch": 1, "atomic_cas": 2, "atomic_and": 1, "atomic_or": 1, "atomic_xor": 1}
+                  "atomic_exch": 1, "atomic_cas": 2, "atomic_and": 1, "atomic_or": 1, "atomic_xor": 1,
+                  "index_map": 0}     # an indexed array's index lookup (lang/indexed.py) reads its index array
 
 
 def adjoint_path(t, path) -> str:
@@ -289,7 +290,8 @@ class FunctionEmitter:
         arr = s.args[0]
         idx = s.args[1:len(s.args) - nv]
         loc = getattr(s, "loc", None) or self._last_loc or self.fn.loc
-        access = "extent" if extent else {"load": "read", "store": "write"}.get(s.op.name, s.op.name)
+        access = "extent" if extent else {"load": "read", "store": "write", "index_map": "index-array read"}.get(
+            s.op.name, s.op.name)
 
         def make():
             who = self.fn.loc.func if self.fn.kind != "kernel" and self.fn.loc is not None else self.fn.name
@@ -299,7 +301,10 @@ class FunctionEmitter:
         site = self.sites.site((id(s), reverse), make)
         if extent:
             return f"tg::dbg_narrow({arr.name}, {site})"
-        return f"tg::dbg_ok({', '.join([arr.name, str(site)] + [a.name for a in idx])})"
+        ok = f"tg::dbg_ok({', '.join([arr.name, str(site)] + [a.name for a in idx])})"
+        if s.op.name == "index_map":     # a null index array (a dimension not indexed) reads nothing
+            return f"(!{arr.name}.data || {ok})"
+        return ok
 
     def component_check(self, s, reverse):
         """A debug build's check of a runtime vector/matrix component index (``v[i]``, ``m[i, j]``,

@@ -171,3 +171,29 @@ def test_launch_checks_the_indexed_type():
         tg.launch(square, dim=2, inputs=[ia, tg.zeros(2, dtype=tg.float64)])
     with pytest.raises(TypeError, match="expected a tg.indexedarray"):
         tg.launch(square, dim=2, inputs=[tg.zeros(2, dtype=tg.float64), tg.zeros(2, dtype=tg.float64)])
+
+
+@tg.kernel
+def read_through(a: tg.indexedarray[float], out: tg.array(dtype=float)):
+    i = tg.tid()
+    out[i] = a[i]
+
+
+def test_debug_builds_check_index_arrays_and_mapped_indices():
+    data = tg.array(np.arange(6, dtype=np.float32))
+    out = tg.zeros(3)
+    old = tg.config.mode
+    tg.config.mode = "debug"
+    try:
+        ia = tg.indexedarray(data, [tg.array([5, 0], dtype=tg.int32)])
+        tg.launch(read_through, dim=2, inputs=[ia, out])
+        assert out.numpy().tolist() == [5.0, 0.0, 0.0]
+        with pytest.raises(tg.KernelIndexError, match=r"index-array read .* at index 2 is out of range for its "
+                                                      r"shape \(2,\)"):
+            tg.launch(read_through, dim=3, inputs=[ia, out])      # past the index array
+        with pytest.raises(tg.KernelIndexError, match=r"read .* at index 9 is out of range for its shape \(6,\)"):
+            tg.launch(read_through, dim=2, inputs=[tg.indexedarray(data, [tg.array([9, 0], dtype=tg.int32)]), out])
+        tg.launch(read_through, dim=3, inputs=[tg.indexedarray(data, [None]), out])   # not indexed: no lookup
+        assert out.numpy().tolist() == [0.0, 1.0, 2.0]
+    finally:
+        tg.config.mode = old
