@@ -19,6 +19,9 @@ device at the end (execution time, not only submission).
     python benchmarks/optimizers.py --n 32             # per-call overhead (optax: 4 tiny arrays)
     python benchmarks/optimizers.py --threads 16 --rounds 21   # CPU, 16 threads each (wall time)
 
+``--cpu-flat-min N`` gives CPU parameters of N elements or more launches of their own
+(``tapegrad.optim.multi_tensor.FLAT_MIN``; default: every parameter in the one table launch).
+
 ``--one-core`` runs every contender on one thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``) and times the calling thread's CPU time, which a loaded shared
 machine barely moves (wall time there mostly measures the other sessions). ``--threads N``
@@ -186,6 +189,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--one-core", action="store_true", help="one thread each, CPU time (CPU only)")
+    ap.add_argument("--cpu-flat-min", type=int, default=None,
+                    help="CPU parameters of this many elements or more step in launches of their own")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for tapegrad (OpenMP) and torch alike (wall time; CPU only)")
     args = ap.parse_args()
@@ -201,6 +206,11 @@ def main():
         if importlib.util.find_spec("torch") is not None:
             import torch
             torch.set_num_threads(args.threads)
+    if args.cpu_flat_min is not None:     # (after OMP_NUM_THREADS: no OpenMP runtime loaded yet)
+        if args.cpu_flat_min < 1:
+            ap.error(f"--cpu-flat-min: expected a count >= 1, got {args.cpu_flat_min}")
+        from tapegrad.optim import multi_tensor
+        multi_tensor.FLAT_MIN = args.cpu_flat_min
     if args.one_core:
 
         def per_call(fn, calls, sync=None):      # the CPU-time sampler
@@ -211,7 +221,10 @@ def main():
     rows = []
     print(f"{args.n} float32 parameters in {len(SPLIT)} arrays, {args.device}; time per step")
     if args.device == "cpu":
-        print(f"CPU threads: {cpu_threads()}")
+        from tapegrad.optim import multi_tensor
+        fm = multi_tensor.FLAT_MIN
+        print(f"CPU threads: {cpu_threads()}; tg.optim: "
+              + ("every parameter in one table launch" if fm is None else f"own launches from {fm} elements"))
     print(f"{'optimizer':<8} {'peer':<20} {'tapegrad':>12} {'peer':>12} {'ratio':>8}")
     for cls in ("Adam", "SGD"):
         ours, sync = tapegrad_step(args.n, args.device, cls)
@@ -246,7 +259,7 @@ def main():
     threads = "_one_core" if args.one_core else (f"_threads{args.threads}" if args.threads else "")
     name = f"optimizers_{args.device.replace(':', '')}{threads}"
     out = write_results(name, {"n": args.n, "device": args.device, "one_core": args.one_core,
-                               "threads": args.threads, "rows": rows})
+                               "threads": args.threads, "cpu_flat_min": args.cpu_flat_min, "rows": rows})
     print(f"wrote {out}")
 
 

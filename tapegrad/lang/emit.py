@@ -43,7 +43,9 @@ _OPTIONAL_RUNTIME_ALL = (("dualx.h", ("tg::dual<", "tg::wx_")), ("linalgd.h", ("
 _runtime_text = None
 _optional_text: dict = {}
 
-OMP_MIN = 4096      # launches smaller than this stay on one thread (a parallel region costs µs)
+OMP_GRAIN = 1024    # the fewest grid threads of an OpenMP chunk on the CPU (a kernel's cpu_grain)
+OMP_MIN_CHUNKS = 4  # launches of fewer grains than this stay on one thread (a parallel region costs µs)
+OMP_MIN = OMP_MIN_CHUNKS * OMP_GRAIN
 
 
 def runtime_source() -> str:
@@ -607,16 +609,16 @@ def emit_func(fn, grad=None, sites=None) -> str:
     return "\n\n".join(parts)
 
 
-def serial_first(region: list, indent: str) -> list:
+def serial_first(region: list, indent: str, omp_min: str = "TG_OMP_MIN") -> list:
     """``region`` (an OpenMP parallel region's lines) preceded by its serial copy for launches
     under ``TG_OMP_MIN`` threads: ``#pragma omp parallel if (false)`` still enters libgomp, which
     allocates a team and takes its locks (~0.2 us of a small CPU launch), so a small launch
     runs the loop without any pragma and returns."""
     body = [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line]
-    return [f"{indent}if (tg_bounds.size < TG_OMP_MIN) {{", *body, f"{indent}    return;", f"{indent}}}", *region]
+    return [f"{indent}if (tg_bounds.size < {omp_min}) {{", *body, f"{indent}    return;", f"{indent}}}", *region]
 
 
-def _cpu_forward_loops(fn, sym, ts, wide=False) -> tuple:
+def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None) -> tuple:
     """The forward grid loop of the CPU entry point: ``(helper lines, entry body lines)``.
 
     When every array argument is dense in its innermost dimension (the common case), the loop
@@ -636,17 +638,21 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> tuple:
     ``tg::wrap_index``'s branch and no loop was vectorized (tg.optim.SGD on one core, 10^6
     float32: 1032 -> 413 us a step). Otherwise (strided views, ``None`` arrays, grids past
     2^31) the generic loop runs. The wide variant (``wide``: launches past 2^31 - 1
-    threads) keeps the dense copy with a 64-bit index.
+    threads) keeps the dense copy with a 64-bit index. ``grain`` (the kernel's ``cpu_grain``;
+    None: ``OMP_GRAIN``) is the fewest grid threads of a chunk; launches under ``4 grain``
+    threads run serially (``TG_OMP_MIN`` by default).
     """
+    g = OMP_GRAIN if grain is None else int(grain)
+    omp_min = "TG_OMP_MIN" if grain is None else str(OMP_MIN_CHUNKS * g)
     n = len(fn.params)
     arrays = [i for i, p in enumerate(fn.params) if is_array(p.type)]
-    generic = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
-               "        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size);",
+    generic = [f"    #pragma omp parallel if (tg_bounds.size >= {omp_min})", "    {",
+               f"        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size, {g});",
                "        #pragma omp for schedule(dynamic, tg_chunk)",
                f"        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
                f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});",
                "    }"]
-    generic = serial_first(generic, "    ")
+    generic = serial_first(generic, "    ", omp_min)
     if not arrays:
         return [], generic
     ti = "int64_t" if wide else "int32_t"
@@ -672,9 +678,9 @@ def _cpu_forward_loops(fn, sym, ts, wide=False) -> tuple:
     dense = " && ".join(f"a{i}.strides[{fn.params[i].type.ndim - 1}] == int64_t(sizeof(*a{i}.data))" for i in arrays)
     fast = [f"    if ({dense}) {{" if wide else f"    if (tg_bounds.size <= 0x7fffffff && {dense}) {{",
             f"        const {ti} tg_n = {ti}(tg_bounds.size);",
-            "        if (tg_n < TG_OMP_MIN) {", f"            {sym}_dense(tg_bounds, 0, tg_n, {args});",
+            f"        if (tg_n < {omp_min}) {{", f"            {sym}_dense(tg_bounds, 0, tg_n, {args});",
             "            return;", "        }",
-            "        tg::omp_plan_t tg_plan(tg_n);",
+            f"        tg::omp_plan_t tg_plan(tg_n, {g});",
             "        #pragma omp parallel num_threads(tg_plan.blocks)", "        {",
             "            tg::omp_walk_t tg_walk(tg_plan);",
             "            for (int64_t tg_c = tg_walk.next(); tg_c >= 0; tg_c = tg_walk.next()) {",
@@ -720,7 +726,7 @@ def external_params_decl(t) -> str:
             f"{abi.EXTERNAL_PARAMS_SYMBOL}[sizeof({t.cname})];\n}}\n#endif")
 
 
-def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=None) -> str:
+def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=None, cpu_grain=None) -> str:
     """C++ for a kernel: per-thread bodies and the CPU/CUDA entry points (of ``variant``; a
     debug variant's checks are numbered in ``sites`` and its CPU unit exports
     ``KEY_cpu_dbg_slot()``, the address of the error slot). ``external``: an ``ExternalEntry``
@@ -740,7 +746,7 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=
     cpu_fwd, cpu_bwd, cpu_dbg, cuda_fwd, cuda_bwd = (abi.entry_name(sym, t, e) for t, e in (
         ("cpu", "forward"), ("cpu", "backward"), ("cpu", "dbg_slot"), ("cuda", "forward"), ("cuda", "backward")))
     # CPU
-    helper, loops = _cpu_forward_loops(fn, sym, ts, variant.wide)
+    helper, loops = _cpu_forward_loops(fn, sym, ts, variant.wide, cpu_grain)
     cpu = helper + [f'extern "C" TG_EXPORT void {cpu_fwd}(const tg::launch_t* tg_b, void** tg_args) {{',
                     "    const tg::launch_t tg_bounds = *tg_b;"]
     cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
@@ -817,11 +823,13 @@ def callee_order(fn) -> list:
     return order
 
 
-def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None, external=None) -> list:
+def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None, external=None,
+                 cpu_grain=None) -> list:
     """The C++ parts of one kernel for a translation unit: the structs and functions it uses
     that ``seen`` (a set, updated) does not hold yet, then the kernel itself (its ``variant``;
     ``sites``: the unit's ``DebugSites`` for a debug variant; ``external``: its
-    ``ExternalEntry``, whose struct's ``__constant__`` bytes the unit declares once).
+    ``ExternalEntry``, whose struct's ``__constant__`` bytes the unit declares once;
+    ``cpu_grain``: the kernel's option, the fewest grid threads of a CPU OpenMP chunk).
 
     Raises:
         WarpCodegenTypeError: ``external`` and the unit already holds another external entry
@@ -846,7 +854,7 @@ def kernel_parts(fn, symbol, enable_backward, seen, variant=DEFAULT, sites=None,
         if ("func", f.name) not in seen:
             seen.add(("func", f.name))
             parts.append(emit_func(f, f.grad_ir, sites))
-    parts.append(emit_kernel(fn, symbol, enable_backward, variant, sites, external))
+    parts.append(emit_kernel(fn, symbol, enable_backward, variant, sites, external, cpu_grain))
     return parts
 
 

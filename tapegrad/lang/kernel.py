@@ -31,6 +31,7 @@ from .options import (
     Module,
     add_options_listener,
     build_inputs,
+    check_cpu_grain,
     check_kernel_options,
     check_launch_bounds,
     forget_module,
@@ -438,7 +439,7 @@ class Kernel:
         with _lock:   # emission reads IR shared with other kernels (their @func specializations)
             ir = self.wide_ir() if variant.wide else self._ir
             return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
-                                     variant, sites, external)
+                                     variant, sites, external, self.options.get("cpu_grain"))
 
     def mode(self) -> str:
         """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
@@ -455,7 +456,8 @@ class Kernel:
         inputs (``BuildInputs.digest``) and an external entry's name (``strip_hash``); the
         direct cache's manifest key holds it."""
         ext = self.get_mangled_name() if self.entry_point_abi != "warp" else ""
-        return f"{self.build_inputs().digest}:{self.entry_point_abi}:{ext}"
+        grain = self.options.get("cpu_grain")   # the CPU loop's schedule is emitted with it
+        return f"{self.build_inputs().digest}:{self.entry_point_abi}:{ext}" + (f":g{grain}" if grain else "")
 
     def source(self) -> str:
         """The complete C++ translation unit of this kernel (both targets), with its module's
@@ -881,7 +883,7 @@ def preload_for_capture(device, scopes) -> None:
 
 def kernel(f=None, *, enable_backward=None, key=None, module=None, module_options=None, name=None,
            launch_bounds=None, cuda_max_registers=None, enable_cuda_smem_spilling=None, cluster_dim=None,
-           entry_point_abi=None, grid_stride=None):
+           entry_point_abi=None, grid_stride=None, cpu_grain=None):
     """Decorator turning a Python function into a ``Kernel``.
 
     Args:
@@ -896,6 +898,13 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
         launch_bounds, cuda_max_registers, enable_cuda_smem_spilling, cluster_dim, grid_stride:
             Warp's CUDA build and launch hints, checked and kept in ``kernel.options``; tapegrad's
             builds do not use them (the results do not depend on them).
+        cpu_grain: CPU forward launches (tapegrad's, not Warp's): the fewest grid threads one
+            OpenMP chunk holds (default 1024, for threads that each do little work). A launch
+            of fewer than ``4 * cpu_grain`` threads runs on the calling thread; a larger one asks
+            for at most one thread per chunk. A kernel whose threads each do much work (a loop,
+            a run of elements) wants a smaller grain, so that fewer threads already spread
+            over the cores. It changes only the schedule, never the results of a kernel whose
+            threads are independent.
         entry_point_abi: ``"warp"`` (the default: ``tg.launch``); ``"external_constant_params"``:
             a CUDA-only kernel for an outside launcher (OptiX, a driver-API ``cuLaunchKernel``).
             Its entry is ``extern "C" __global__ void <kernel.get_mangled_name()>()`` reading its
@@ -916,6 +925,7 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
             raise ValueError(f"kernel(name=...): name must be a non-empty valid C++ identifier matching "
                              f"[A-Za-z_][A-Za-z0-9_]*, got {name!r}")
     check_launch_bounds(launch_bounds, "kernel(launch_bounds=...)")
+    check_cpu_grain(cpu_grain, "kernel(cpu_grain=...)")
     if entry_point_abi not in (None, "warp", "external_constant_params"):
         raise ValueError(f"kernel(entry_point_abi=...): entry_point_abi must be 'warp' or 'external_constant_params', "
                          f"got {entry_point_abi!r}")
@@ -939,6 +949,8 @@ def kernel(f=None, *, enable_backward=None, key=None, module=None, module_option
         options[key_] = v
     if entry_point_abi not in (None, "warp"):
         options["entry_point_abi"] = entry_point_abi
+    if cpu_grain is not None:
+        options["cpu_grain"] = cpu_grain
     if module_options is not None and not isinstance(module_options, dict):
         raise TypeError(f"kernel(module_options=...): expected a dict, got {type(module_options).__name__}")
 

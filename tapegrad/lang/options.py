@@ -23,7 +23,7 @@ from ..config import config as _config
 __all__ = ["DEFAULTS", "module_options", "update_module_options", "add_options_listener", "DeterministicMode",
            "ModuleBuildOptions", "Module", "get_module", "kernel_module_name", "forget_module",
            "check_kernel_options", "KERNEL_OPTIONS", "BuildInputs", "build_inputs", "resolve_options",
-           "register_module_hasher"]
+           "register_module_hasher", "check_cpu_grain"]
 
 
 class DeterministicMode(enum.IntEnum):
@@ -305,11 +305,25 @@ def _check_options(options, known, who: str) -> None:
                                 f"got {type(v).__name__}")
         if k == "launch_bounds":
             check_launch_bounds(v, who)
+        if k == "cpu_grain":
+            check_cpu_grain(v, who)
 
 
 # Options a single kernel takes (``@kernel(...)``, ``Kernel(options=...)``) besides the module ones
 KERNEL_OPTIONS = {"launch_bounds": None, "entry_point_abi": "warp", "cuda_max_registers": None,
-                  "enable_cuda_smem_spilling": False, "grid_stride": None, "cluster_dim": None}
+                  "enable_cuda_smem_spilling": False, "grid_stride": None, "cluster_dim": None, "cpu_grain": None}
+
+
+def check_cpu_grain(v, who: str) -> None:
+    """None or a positive int (a kernel's ``cpu_grain``: the fewest grid threads of a CPU
+    OpenMP chunk).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2 ** 24):
+        raise ValueError(f"{who}: 'cpu_grain' expects None or an int in [1, 2**24] (the fewest grid threads of "
+                         f"an OpenMP chunk on the CPU), got {v!r}")
 
 
 def check_launch_bounds(v, who: str) -> None:

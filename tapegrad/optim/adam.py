@@ -39,7 +39,7 @@ def _kernel(scalar, state):
 
 
 @functools.lru_cache(maxsize=None)
-def _runs_kernel(scalar, state):
+def _runs_kernel(scalar, state, grain):
     Slot, S, P = slot_struct("Adam", scalar, state, ("m", "v")), state, scalar
     PSIZE, SSIZE = scalar.size, state.size
 
@@ -69,7 +69,9 @@ def _runs_kernel(scalar, state):
             va[k] = v
             pa[k] = P(S(pa[k]) - lr * (m / c1) / (sqrt(v / c2) + eps))
 
-    return kernel(adam_step_runs, enable_backward=False, key=f"tapegrad.optim.adam_runs_{scalar.name}")
+    # grain (multi_tensor.ParamGroup.cpu_grain): a thread runs CPU_SPAN elements, not one
+    return kernel(adam_step_runs, enable_backward=False, cpu_grain=grain,
+                  key=f"tapegrad.optim.adam_runs_{scalar.name}{f'_g{grain}' if grain else ''}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,8 +138,8 @@ class Adam(Optimizer):
         """The second-moment arrays, one per parameter (``state("v")``; Warp's ``opt.v``)."""
         return self.state("v")
 
-    def step_kernel(self, scalar, state, cpu=False):
-        return (_runs_kernel if cpu else _kernel)(scalar.scalar, state.scalar)
+    def step_kernel(self, scalar, state, cpu=False, grain=None):
+        return _runs_kernel(scalar.scalar, state.scalar, grain) if cpu else _kernel(scalar.scalar, state.scalar)
 
     def flat_step_kernel(self, scalar, state):
         return _flat_kernel(scalar.scalar, state.scalar)

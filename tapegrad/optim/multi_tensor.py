@@ -11,8 +11,8 @@ grid ``(runs,)``: one grid thread per run (its kernel views the run's memory as 
 its address, whose unit stride the compiler sees: the loop is vectorized as a flat launch's),
 so a small parameter costs as many grid threads as it has runs (with 64 lanes per 4096-element
 chunk, a 64-element parameter paid for 64 grid threads, 63 of them idle), and a large table
-still passes the generated loop's OpenMP threshold. Parameters of ``FLAT_MIN`` elements or more
-get CPU launches of their own.
+passes the generated loop's OpenMP threshold with the table kernel's ``cpu_grain``. (With
+``FLAT_MIN`` set, parameters of that many elements or more get CPU launches of their own.)
 The tables hold descriptors (pointers), not data: nothing is copied per step, and a step
 records cleanly into a CUDA graph.
 
@@ -31,22 +31,26 @@ from ..lang import kernel
 from ..launch import launch
 from ..types import struct
 
-__all__ = ["CHUNK", "CPU_SPAN", "FLAT_MIN", "ParamGroup", "build_groups", "flat_view", "slot_struct", "state_dtype"]
+__all__ = ["CHUNK", "CPU_SPAN", "FLAT_MIN", "RUN_GRAIN", "TEAM_MIN", "ParamGroup", "build_groups", "flat_view",
+           "slot_struct", "state_dtype"]
 
 CHUNK = 4096   # elements per CUDA chunk: large enough that the tables stay tiny, small enough to balance
 CUDA_LANES = 256   # threads per chunk on CUDA (coalesced, 16 elements each)
 # contiguous elements per CPU grid thread (a run) of the table launch: each run pays a setup
-# (its table row, bounds), so runs of 64 keep that small next to the elements; 4096 grid
-# threads (lang.emit.OMP_MIN: the generated loop's OpenMP threshold) are then 256k elements
-CPU_SPAN = 64
-# CPU parameters of at least this many elements get a launch of their own (``flat`` kernels,
-# one grid thread per element): such a launch reaches the generated loop's OpenMP threshold
-# (lang.emit.OMP_MIN, 4096 grid threads) and spreads over the cores, while the table launch
-# (one grid thread per 64-element run) stays on one thread below 256k elements. Smaller ones
-# would run on one thread either way: they share the one table launch (one launch, ~1 us, for
-# them all). Per element on one core both loops are vectorized: SGD ~0.3 ns flat, ~0.5 ns in
-# runs (each run reads its table row); 50 parameters of 64 elements step in ~10 us
-FLAT_MIN = 4096
+# (its table row, the run's arrays), small next to 256 elements
+CPU_SPAN = 256
+# the table kernel's cpu_grain (runs per OpenMP chunk: >= 1024 elements, as a flat launch's
+# 1024 grid threads) when the table holds TEAM_MIN elements or more; a smaller table gets the
+# default grain, under whose threshold (4096 grid threads) it runs on the calling thread
+RUN_GRAIN = 4
+TEAM_MIN = 4096
+# None: every CPU parameter of a group steps in the one table launch, whose runs are vectorized
+# as a launch of their own would be (one core, 10^6 float32 parameters in 4 arrays: SGD 333 us
+# in one launch, 339 us in four; Adam 938 / 971 us), and whose team (cpu_grain RUN_GRAIN) takes
+# chunks of runs across the parameters: one OpenMP region a step, not one per parameter. An int:
+# CPU parameters of at least that many elements get a launch of their own (``flat`` kernels, one
+# grid thread per element) as before (``benchmarks/optimizers.py --cpu-flat-min N`` compares)
+FLAT_MIN = None
 
 
 @kernel(enable_backward=False, key="tapegrad.optim.tick")
@@ -100,7 +104,9 @@ class ParamGroup:
         step: one-element int32 device array, the number of steps taken.
         slot_type: the struct type of a table row.
         flat: positions (in ``values``) of the parameters updated by a launch of their own
-            (CPU, at least ``FLAT_MIN`` elements); the chunk table leaves them out.
+            (CPU, at least ``FLAT_MIN`` elements when it is set); the chunk table leaves them out.
+        cpu_grain: the CPU table kernel's ``cpu_grain`` (``RUN_GRAIN`` for a table of
+            ``TEAM_MIN`` elements or more, else None: the default, one thread).
     """
 
     indices: tuple
@@ -114,6 +120,7 @@ class ParamGroup:
     slot_type: object
     device: object
     flat: tuple = ()
+    cpu_grain: object = None
 
     def table(self, grads: tuple) -> array:
         """The device table of rows ``(value, grad, *states, n)`` for the given flat gradients."""
@@ -158,7 +165,8 @@ def build_groups(params, state_names, slot_type_for) -> list:
         values = tuple(flat_view(params[i], f"params[{i}]") for i in idx)
         sdt = state_dtype(scalar)
         states = {name: tuple(zeros(v.size, dtype=sdt, device=device) for v in values) for name in state_names}
-        flat = tuple(k for k, v in enumerate(values) if v.size >= FLAT_MIN) if device.is_cpu else ()
+        flat = tuple(k for k, v in enumerate(values) if v.size >= FLAT_MIN) \
+            if device.is_cpu and FLAT_MIN is not None else ()
         run = CPU_SPAN if device.is_cpu else CHUNK
         table = [k for k in range(len(values)) if k not in flat]
         counts = np.asarray([-(-values[k].size // run) for k in table], np.int64)
@@ -173,5 +181,6 @@ def build_groups(params, state_names, slot_type_for) -> list:
             dim=(len(cslot),) if device.is_cpu else (len(cslot), CUDA_LANES),
             walk=(1, CPU_SPAN, CPU_SPAN) if device.is_cpu else (CUDA_LANES, 1, CHUNK),
             step=zeros(1, dtype=types.int32, device=device),
-            slot_type=slot_type_for(scalar, sdt), device=device, flat=flat))
+            slot_type=slot_type_for(scalar, sdt), device=device, flat=flat,
+            cpu_grain=RUN_GRAIN if device.is_cpu and sum(values[k].size for k in table) >= TEAM_MIN else None))
     return groups

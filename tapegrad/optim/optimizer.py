@@ -14,9 +14,10 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Base of the fused optimizers (Warp's ``warp.optim`` protocol).
 
-    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu)`` (the
-    table kernel; ``cpu``: the build with one grid thread per ``multi_tensor.CPU_SPAN`` run; its
-    table rows are ``slot_struct(slot_prefix, param scalar, state scalar, state_names)``),
+    Subclasses define ``state_names``, ``step_kernel(param scalar, state scalar, cpu, grain)``
+    (the table kernel; ``cpu``: the build with one grid thread per ``multi_tensor.CPU_SPAN`` run,
+    built with ``cpu_grain=grain``; its table rows are ``slot_struct(slot_prefix, param scalar,
+    state scalar, state_names)``),
     ``flat_step_kernel(param scalar, state scalar)`` (large CPU parameters, one launch each) and
     ``hyperparameters()`` (the kernel's scalar arguments after the tables, as a list).
     """
@@ -158,15 +159,17 @@ class Optimizer:
                 launch(k, dim=dim, inputs=args + hyper, device=group.device, record_tape=False)
 
     def _kernel_of(self, group):
-        return self.step_kernel(group.values[0].dtype, group.states[self.state_names[0]][0].dtype,
-                                group.device.is_cpu)
+        scalar, state = group.values[0].dtype, group.states[self.state_names[0]][0].dtype
+        if group.device.is_cpu:
+            return self.step_kernel(scalar, state, True, group.cpu_grain)
+        return self.step_kernel(scalar, state)
 
     # subclasses -------------------------------------------------------------------------
     def slot_type(self, scalar, state):
         """The struct class of a table row for parameters of ``scalar`` with ``state`` state."""
         return slot_struct(self.slot_prefix, scalar, state, self.state_names)
 
-    def step_kernel(self, scalar, state, cpu=False):
+    def step_kernel(self, scalar, state, cpu=False, grain=None):
         raise NotImplementedError
 
     def flat_step_kernel(self, scalar, state):

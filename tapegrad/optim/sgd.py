@@ -43,7 +43,7 @@ def _kernel(scalar, state):
 
 
 @functools.lru_cache(maxsize=None)
-def _runs_kernel(scalar, state):
+def _runs_kernel(scalar, state, grain):
     Slot, S, P = slot_struct("SGD", scalar, state, ("b",)), state, scalar
     PSIZE, SSIZE = scalar.size, state.size
 
@@ -78,7 +78,9 @@ def _runs_kernel(scalar, state):
                     g = b
             pa[k] = P(p - lr * g)
 
-    return kernel(sgd_step_runs, enable_backward=False, key=f"tapegrad.optim.sgd_runs_{scalar.name}")
+    # grain (multi_tensor.ParamGroup.cpu_grain): a thread runs CPU_SPAN elements, not one
+    return kernel(sgd_step_runs, enable_backward=False, cpu_grain=grain,
+                  key=f"tapegrad.optim.sgd_runs_{scalar.name}{f'_g{grain}' if grain else ''}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,8 +140,8 @@ class SGD(Optimizer):
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
         super().__init__(params)
 
-    def step_kernel(self, scalar, state, cpu=False):
-        return (_runs_kernel if cpu else _kernel)(scalar.scalar, state.scalar)
+    def step_kernel(self, scalar, state, cpu=False, grain=None):
+        return _runs_kernel(scalar.scalar, state.scalar, grain) if cpu else _kernel(scalar.scalar, state.scalar)
 
     def flat_step_kernel(self, scalar, state):
         return _flat_kernel(scalar.scalar, state.scalar)

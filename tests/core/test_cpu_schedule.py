@@ -30,6 +30,18 @@ def bump2(c: tg.array2d[tg.int32], w: tg.array2d[tg.int32]):
     c[i, j] = c[i, j] + 1
     w[i, j] = i * 10000 + j
 
+@tg.kernel(cpu_grain=1)
+def heavy(c: tg.array[tg.int32]):
+    i = tg.tid()
+    acc = 0
+    for k in range(100):
+        acc += k
+    c[i] = c[i] + acc - 4949
+
+for n in (1, 3, 4, 5, 37, 1000):     # a team from 4 grid threads (cpu_grain=1), chunks of 1
+    c = tg.zeros(n, dtype=tg.int32, device="cpu")
+    tg.launch(heavy, n, inputs=[c])
+    assert (c.numpy() == 1).all(), (n, c.numpy()[:20])
 for n in (4096, 4097, 70001, 1000003):
     c = tg.zeros(n, dtype=tg.int32, device="cpu")
     for _ in range(3):
@@ -101,3 +113,33 @@ def test_dense_loop_is_vectorized(tmp_path, monkeypatch):
     assert m, "no _dense function in the kernel's library"
     # packed single-precision multiplies (SSE mulps, AVX vmulps) or fused multiply-adds
     assert re.search(r"\b(v?mulps|vfn?madd\d+ps)\b", m.group(1)), m.group(1)[:4000]
+
+
+@tg.kernel(cpu_grain=3)
+def grained(x: tg.array[float]):
+    x[tg.tid()] = 1.0
+
+
+def test_cpu_grain_sets_the_schedule_and_the_build():
+    """``cpu_grain``: the fewest grid threads of a chunk and 4x that as the serial threshold, in
+    the emitted CPU loop; part of the build key (the direct cache tells the builds apart)."""
+    src = grained.source()
+    assert "tg::omp_plan_t tg_plan(tg_n, 3);" in src and "if (tg_n < 12) {" in src
+    assert "tg::omp_chunk(tg_bounds.size, 3)" in src
+    plain = tg.kernel(grained.func, key="tests.core.test_cpu_schedule.grained_plain")
+    assert "tg::omp_plan_t tg_plan(tg_n, 1024);" in plain.source() and "if (tg_n < TG_OMP_MIN) {" in plain.source()
+    assert grained.build_key() != tg.kernel(grained.func, key=grained.key + "_b").build_key()
+    assert grained.options["cpu_grain"] == 3
+    x = tg.zeros(40, device="cpu")
+    tg.launch(grained, 40, inputs=[x])
+    assert (x.numpy() == 1.0).all()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4", 2 ** 25])
+def test_cpu_grain_rejects_non_positive_ints(bad):
+    with pytest.raises(ValueError, match="cpu_grain"):
+        tg.kernel(cpu_grain=bad)
+    with pytest.raises(ValueError, match="cpu_grain"):
+        tg.Kernel(grained.func, options={"cpu_grain": bad})
+    with pytest.raises(ValueError, match="cpu_grain"):
+        tg.set_module_options({"cpu_grain": 4})   # a kernel's option, not a module's

@@ -10,6 +10,15 @@ from tapegrad.optim.multi_tensor import CHUNK
 pytestmark = pytest.mark.torch
 
 SHAPES = [(3,), (2 * CHUNK + 5,), (7, 3), (0,)]
+FLAT = 4096   # multi_tensor.FLAT_MIN where a test asks for launches of their own
+
+
+@pytest.fixture
+def flat_launches(monkeypatch):
+    """CPU parameters of FLAT elements or more step in launches of their own (by default every
+    CPU parameter is in the one table launch: multi_tensor.FLAT_MIN is None)."""
+    from tapegrad.optim import multi_tensor
+    monkeypatch.setattr(multi_tensor, "FLAT_MIN", FLAT)
 
 
 def _params(rng, dtype=np.float32, shapes=SHAPES, device="cpu"):
@@ -79,24 +88,29 @@ def test_one_launch_per_group(monkeypatch):
 
 
 def test_cpu_step_grid_reaches_the_thread_team():
-    """A large CPU step's grid passes the OpenMP threshold of the generated loop (one grid thread
-    per 4096-element chunk kept 10^6 parameters under it: one core), a small parameter costs
-    one grid thread per CPU_SPAN elements (64 lanes per chunk made a 64-element parameter 64
-    grid threads), and every element of sizes that straddle spans and chunks is updated
-    exactly once (float64 reference)."""
-    from tapegrad.lang.emit import OMP_MIN
-    from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
-    # parameters under FLAT_MIN share the table launch: many of them make a grid past the threshold
-    many = Adam([tg.zeros(FLAT_MIN - 1, dtype=tg.float32, device="cpu") for _ in range(200)])
+    """A large CPU step's launches reach the OpenMP team of the generated loop (one grid thread
+    per 4096-element chunk kept 10^6 parameters under its threshold: one core): a flat launch
+    has a grid thread per element, the table launch a grid thread per CPU_SPAN run and a
+    cpu_grain of RUN_GRAIN runs when it holds TEAM_MIN elements (else the default grain: one
+    thread); a small parameter costs one grid thread per run (64 lanes per chunk made a
+    64-element parameter 64 grid threads), and every element of sizes that straddle runs and
+    chunks is updated exactly once (float64 reference)."""
+    from tapegrad.lang.emit import OMP_MIN, OMP_MIN_CHUNKS
+    from tapegrad.optim.multi_tensor import CPU_SPAN, RUN_GRAIN, TEAM_MIN
+    many = Adam([tg.zeros(FLAT - 1, dtype=tg.float32, device="cpu") for _ in range(20)])
     (runs,) = many.groups[0].dim
-    assert many.groups[0].flat == () and runs >= OMP_MIN
-    assert runs == 200 * (-(-(FLAT_MIN - 1) // CPU_SPAN))
+    assert many.groups[0].flat == () and runs == 20 * (-(-(FLAT - 1) // CPU_SPAN))
+    assert many.groups[0].cpu_grain == RUN_GRAIN and runs >= OMP_MIN_CHUNKS * RUN_GRAIN
+    assert many._kernel_of(many.groups[0]).options["cpu_grain"] == RUN_GRAIN
     small = Adam([tg.zeros(n, dtype=tg.float32, device="cpu") for n in (CPU_SPAN, 1, 0, CPU_SPAN + 1)])
-    assert small.groups[0].dim == (4,)
+    assert small.groups[0].dim == (4,) and small.groups[0].cpu_grain is None
+    assert "cpu_grain" not in small._kernel_of(small.groups[0]).options
     assert small.groups[0].chunk_slot.numpy().tolist() == [0, 1, 3, 3]
     assert small.groups[0].chunk_start.numpy().tolist() == [0, 0, 0, CPU_SPAN]
-    big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])   # its own launch, one thread per element
-    assert big.groups[0].flat == (0,) and big.groups[0].dim[0] == 0 and 10 ** 6 >= OMP_MIN
+    assert Adam([tg.zeros(TEAM_MIN - 1, dtype=tg.float32, device="cpu")]).groups[0].cpu_grain is None
+    big = Adam([tg.zeros(10 ** 6, dtype=tg.float32, device="cpu")])   # the table launch, a team
+    assert big.groups[0].flat == () and big.groups[0].dim == (-(-10 ** 6 // CPU_SPAN),) and big.groups[0].cpu_grain
+    assert 10 ** 6 >= OMP_MIN
     rng = np.random.default_rng(5)
     shapes = [(CPU_SPAN - 1,), (CPU_SPAN + 1,), (CHUNK + CPU_SPAN + 3,), (3 * CHUNK - 1,)]
     ps = _params(rng, np.float64, shapes=shapes)
@@ -206,13 +220,12 @@ def test_step_captured_in_a_cuda_graph(cls):
 # ------------------------------------------------- large CPU parameters: a launch each (issue 30 item 2)
 
 def _flat_shapes():
-    from tapegrad.optim.multi_tensor import FLAT_MIN
-    return [(FLAT_MIN,), (3,), (FLAT_MIN + 5, 1), (FLAT_MIN - 1,)]
+    return [(FLAT,), (3,), (FLAT + 5, 1), (FLAT - 1,)]
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.3),
                                 dict(momentum=0.9, nesterov=True, weight_decay=0.01)])
-def test_sgd_large_cpu_params_run_flat_and_match_torch(kw):
+def test_sgd_large_cpu_params_run_flat_and_match_torch(kw, flat_launches):
     """Parameters of FLAT_MIN elements or more step in launches of their own (unit-stride loops
     the compiler vectorizes); the others share the table launch. Both match torch (float64),
     the first momentum step (b = g) included, with and without dampening."""
@@ -233,7 +246,7 @@ def test_sgd_large_cpu_params_run_flat_and_match_torch(kw):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_adam_large_cpu_params_run_flat_and_match_torch(dtype):
+def test_adam_large_cpu_params_run_flat_and_match_torch(dtype, flat_launches):
     rng = np.random.default_rng(8)
     ps = _params(rng, dtype, shapes=_flat_shapes())
     tps = [torch.tensor(p.numpy().astype(np.float64), requires_grad=True) for p in ps]
@@ -251,8 +264,8 @@ def test_adam_large_cpu_params_run_flat_and_match_torch(dtype):
         np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=tol, atol=tol, err_msg=f"params[{i}]")
 
 
-def test_float16_large_param_keeps_float32_state_in_its_own_launch():
-    from tapegrad.optim.multi_tensor import FLAT_MIN
+def test_float16_large_param_keeps_float32_state_in_its_own_launch(flat_launches):
+    FLAT_MIN = FLAT
     rng = np.random.default_rng(9)
     p = tg.array(rng.normal(size=FLAT_MIN).astype(np.float16), dtype=tg.float16, requires_grad=True)
     ref = p.numpy().astype(np.float64)
@@ -292,20 +305,19 @@ def test_adam_moments_per_param_and_set_params_keeps_state():
                                 dict(momentum=0.8, nesterov=True, weight_decay=0.01)])
 @pytest.mark.parametrize("many", [False, True], ids=["serial", "team"])
 def test_sgd_cpu_table_runs_match_torch(kw, many):
-    """Parameters under FLAT_MIN step through the table launch, one grid thread per run of
-    CPU_SPAN elements (sizes straddling runs; ``team``: enough runs for the OpenMP team, with
-    the flat launches of larger ones beside them), float64 against torch.optim.SGD."""
-    from tapegrad.lang.emit import OMP_MIN
-    from tapegrad.optim.multi_tensor import CPU_SPAN, FLAT_MIN
-    shapes = [(FLAT_MIN - 1,), (CPU_SPAN + 1,), (5, 7), (1,), (CPU_SPAN,)]
+    """CPU parameters step through the table launch, one grid thread per run of CPU_SPAN
+    elements (sizes straddling runs; ``team``: enough elements for the table kernel's
+    cpu_grain and its OpenMP team), float64 against torch.optim.SGD."""
+    from tapegrad.optim.multi_tensor import CPU_SPAN, TEAM_MIN
+    shapes = [(3 * CPU_SPAN - 1,), (CPU_SPAN + 1,), (5, 7), (1,), (CPU_SPAN,)]
     if many:
-        shapes = shapes * 40 + [(FLAT_MIN - 1,)] * 100 + [(FLAT_MIN,), (3 * FLAT_MIN + 1,)]
+        shapes = shapes * 40 + [(FLAT - 1,)] * 10 + [(FLAT,), (3 * FLAT + 1,)]
     rng = np.random.default_rng(11)
     ps = _params(rng, np.float64, shapes=shapes)
     tps = [torch.tensor(p.numpy().copy(), requires_grad=True) for p in ps]
     opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
-    (runs,) = opt.groups[0].dim
-    assert (runs >= OMP_MIN) == many
+    table = sum(p.size for p in ps)   # every CPU parameter in the table (FLAT_MIN None)
+    assert (table >= TEAM_MIN) == many and (opt.groups[0].cpu_grain is not None) == many
     for _ in range(3):
         for p, t in zip(ps, tps):
             g = rng.normal(size=p.shape)

@@ -156,14 +156,15 @@ typedef ::tg_bounds_t launch_t;
 
 #ifndef TG_CUDA
 // OpenMP chunk for a grid of n threads, inside a parallel region: about 32 chunks per thread,
-// so a thread whose core is shared with another process hands its work to the others.
-inline int64_t omp_chunk(int64_t n) {
+// so a thread whose core is shared with another process hands its work to the others, and at
+// least `grain` grid threads (the kernel's cpu_grain: a chunk's work outweighs taking it).
+inline int64_t omp_chunk(int64_t n, int64_t grain = 1024) {
 #ifdef _OPENMP
     int64_t c = n / (32 * int64_t(omp_get_num_threads()));
 #else
     int64_t c = n;
 #endif
-    return c < 1024 ? 1024 : c;
+    return c < grain ? grain : c;
 }
 
 // The chunks of a dense CPU launch shared by an OpenMP team (lang.emit._cpu_forward_loops):
@@ -184,15 +185,16 @@ struct omp_plan_t {
     omp_block_t* block;
     omp_block_t local[LOCAL];
     // a grid of n threads (n >= 1): chunks of tg::omp_chunk's size for the team OpenMP would
-    // start, and no more threads than chunks (a small launch starts a small team)
-    explicit omp_plan_t(int64_t n) {
+    // start (at least `grain` grid threads), and no more threads than chunks (a small launch
+    // starts a small team)
+    omp_plan_t(int64_t n, int64_t grain) {
 #ifdef _OPENMP
         int64_t t = omp_get_max_threads();
 #else
         int64_t t = 1;
 #endif
         chunk = n / (32 * t);
-        if (chunk < 1024) chunk = 1024;
+        if (chunk < grain) chunk = grain;
         chunks = (n - 1) / chunk + 1;
         blocks = int(chunks < t ? chunks : t);
         block = blocks <= LOCAL ? local : new omp_block_t[blocks];
