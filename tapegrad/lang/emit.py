@@ -681,6 +681,8 @@ def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None) -> tuple:
             f"        if (tg_n < {omp_min}) {{", f"            {sym}_dense(tg_bounds, 0, tg_n, {args});",
             "            return;", "        }",
             f"        tg::omp_plan_t tg_plan(tg_n, {g});",
+            "        if (tg_plan.blocks == 1) {   // one thread (OMP_NUM_THREADS=1, or one chunk): no region",
+            f"            {sym}_dense(tg_bounds, 0, tg_n, {args});", "            return;", "        }",
             "        #pragma omp parallel num_threads(tg_plan.blocks)", "        {",
             "            tg::omp_walk_t tg_walk(tg_plan);",
             "            for (int64_t tg_c = tg_walk.next(); tg_c >= 0; tg_c = tg_walk.next()) {",
