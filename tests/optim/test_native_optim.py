@@ -1,4 +1,10 @@
 """tg.optim.Adam / SGD: fused steps checked against torch.optim on the same numbers."""
+import os
+import platform
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -327,3 +333,21 @@ def test_sgd_cpu_table_runs_match_torch(kw, many):
         topt.step()
     for i, (p, t) in enumerate(zip(ps, tps)):
         np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12, err_msg=f"params[{i}]")
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="reads x86-64 code with objdump")
+def test_cpu_table_kernel_loop_is_vectorized():
+    """The CPU table kernel's run loop works on arrays built over the run's address (unit
+    stride known to the compiler): its library holds packed float arithmetic (through the
+    table row's arrays, a run-time stride, the loop was scalar: 1.1 against 0.3 ns an element)."""
+    from tapegrad import build
+    from tapegrad.optim.sgd import _runs_kernel
+    p = tg.zeros(1000, dtype=tg.float32, device="cpu", requires_grad=True)
+    SGD([p], lr=0.1).step()              # built (or found) in the cache
+    k = _runs_kernel(tg.float32, tg.float32, None)
+    lib = build.cpu_library_path(build.source_digest(k.source()), k.symbol)
+    assert os.path.exists(lib), lib
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib], capture_output=True, text=True,
+                         check=True).stdout
+    assert re.search(r"\b(v?mulps|v?subps)\b", out)
