@@ -5,6 +5,10 @@ computed from the IR when the kernel is lowered and stored in the direct cache's
 kernel whose binary is cached answers in a fresh process without lowering (``Kernel.fact``).
 Nothing here reads generated C++: the rules walk the IR statements.
 
+``null_unsafe``: the array parameters whose elements the kernel loads, stores or updates and
+whose truth value it never tests (``if a:``, ``not a``): ``None`` (Warp's null array, no memory)
+passed for one of them would make the kernel dereference a null pointer, so the launch refuses it.
+
 ``tid_accesses``: the array accesses every thread of the kernel makes, indexed directly by a
 ``tid()`` component (before any ``if``, loop or early return, so no guard can skip them). A
 grid with more values of that component than the array has elements in that dimension makes
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from .direct import register_fact
 
 __all__ = ["TidAccess", "TID_ACCESSES", "tid_accesses", "tid_extent", "grid_overrun", "overrun_message",
-           "check_grid_fits"]
+           "check_grid_fits", "NULL_UNSAFE", "null_unsafe"]
 
 TID_ACCESSES = "tid_accesses"
 
@@ -84,6 +88,60 @@ def _tid_access_rule(kernel, ir) -> list:
 
 
 register_fact(TID_ACCESSES, _tid_access_rule)
+
+NULL_UNSAFE = "null_unsafe"
+_TRUTH_OPS = ("array_nonnull", "logical_not")   # ``if a:`` / ``while a:`` and ``not a`` of an array
+
+
+def _null_use(fn, origin: dict, depth: int = 0):
+    """(accessed, tested): the parameter indices (``origin``: id(var) -> index) whose elements
+    ``fn`` accesses, and whose truth value it tests; through locals, views and the user
+    functions it passes them to. Flow-insensitive: a test anywhere counts as a guard."""
+    from .ir import Assign, Read, Write, walk
+    alias = dict(origin)
+    accessed, tested = set(), set()
+    for s in walk(fn.body):
+        if isinstance(s, Write):
+            if id(s.src) in alias:
+                alias[id(s.var)] = alias[id(s.src)]
+        elif isinstance(s, Read):
+            if id(s.var) in alias:
+                alias[id(s.out)] = alias[id(s.var)]
+        elif isinstance(s, Assign) and s.args:
+            op = s.op
+            if op.name in _TRUTH_OPS and id(s.args[0]) in alias:
+                tested.add(alias[id(s.args[0])])
+            if op.view is not None and id(s.args[0]) in alias and s.out is not None:
+                alias[id(s.out)] = alias[id(s.args[0])]    # a view aliases its array
+            for pos in (*op.reads, *op.writes):
+                if pos < len(s.args) and id(s.args[pos]) in alias:
+                    accessed.add(alias[id(s.args[pos])])
+            if op.callee is not None and depth < 16:
+                sub = {id(p): alias[id(a)] for p, a in zip(op.callee.params, s.args) if id(a) in alias}
+                if sub:
+                    a, t = _null_use(op.callee, sub, depth + 1)
+                    accessed |= a
+                    tested |= t
+    return accessed, tested
+
+
+def _null_unsafe_rule(kernel, ir) -> list:
+    """The fact ``null_unsafe``: ``[index, ...]`` (see the module docstring)."""
+    accessed, tested = _null_use(ir, {id(p): i for i, p in enumerate(ir.params)})
+    return sorted(accessed - tested)
+
+
+register_fact(NULL_UNSAFE, _null_unsafe_rule)
+
+
+def null_unsafe(kernel) -> frozenset:
+    """The ``null_unsafe`` parameter indices of ``kernel`` (a concrete ``Kernel``): from the direct
+    cache's manifest when its binary is cached, else from the IR (callers keep the answer).
+
+    Raises:
+        KernelError: the kernel does not type-check.
+    """
+    return frozenset(map(int, kernel.fact(NULL_UNSAFE) or ()))
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -19,6 +19,7 @@ import numpy as np
 from .. import memory_ops, tensortypes, types
 from ..array import array
 from ..errors import LaunchArgumentError, LaunchConversionError
+from ..lang.facts import null_unsafe
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
@@ -123,6 +124,7 @@ def _make_array_packer(kernel, i, ptype):
     label = arg_label(kernel, i)
     layouts: dict = {}   # numpy layouts met by this parameter (see _ndarray_desc)
     ndarray = np.ndarray
+    null_refused = []    # [bool] once known: whether None (a null array) would be dereferenced
 
     def pack(value, device):
         if isinstance(value, array):
@@ -132,6 +134,12 @@ def _make_array_packer(kernel, i, ptype):
                 value._storage_check.verify(label)
             return value.descriptor()
         if value is None:    # Warp's null array: no data, every extent 0 (``if not a:`` in the kernel)
+            if not null_refused:
+                null_refused.append(i in null_unsafe(kernel))
+            if null_refused[0]:
+                raise TypeError(f"{label}: got None (Warp's null array, no memory), but the kernel loads or "
+                                f"stores its elements without testing it (if {kernel.arg_names[i]}: ...): pass an "
+                                f"array, or guard the accesses")
             d = types.ArrayDesc()
             d.ndim = ndim
             return d

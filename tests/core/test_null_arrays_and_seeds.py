@@ -1,5 +1,6 @@
 """Issue 28 (arrays): Warp semantics its own array tests pin — None passed for an array parameter
-is a null array (``if not a:`` in the kernel, reads refused in debug mode, no gradient);
+is a null array (``if not a:`` in the kernel, no gradient; refused where the kernel would
+dereference it untested);
 ``Tape.backward(loss=..., grads=...)`` seeds both; an object exposing both array interfaces is
 host data when asked for on the CPU."""
 from __future__ import annotations
@@ -67,13 +68,55 @@ def reads_first(a: tg.array(dtype=float), out: tg.array(dtype=float)):
     out[0] = a[0]
 
 
-def test_reading_a_null_array_is_caught_in_debug_mode():
+@tg.func
+def first_of(a: tg.array(dtype=float)):
+    return a[0]
+
+
+@tg.kernel
+def reads_through_a_function(a: tg.array(dtype=float), out: tg.array(dtype=float)):
+    out[0] = first_of(a)
+
+
+@tg.kernel
+def reads_through_a_local_and_a_view(m: tg.array(dtype=float, ndim=2), out: tg.array(dtype=float)):
+    b = m
+    row = b[0]
+    out[0] = row[1]
+
+
+@tg.func
+def first_or_zero(a: tg.array(dtype=float)):
+    if a:
+        return a[0]
+    return 0.0
+
+
+@tg.kernel
+def guarded_in_a_function(a: tg.array(dtype=float), out: tg.array(dtype=float)):
+    out[0] = first_or_zero(a) + 1.0
+
+
+@pytest.mark.parametrize("mode", ["release", "debug"])
+def test_a_null_array_the_kernel_dereferences_untested_is_refused(mode):
+    """None for an array whose elements the kernel loads or stores without ever testing it would
+    dereference a null pointer (the process died of SIGSEGV): the launch refuses it, naming the
+    argument, whatever the index (a constant one escapes the grid check), through locals, views
+    and functions; a kernel that tests the array (here inside a function) takes None."""
     old = tg.config.mode
-    tg.config.mode = "debug"
+    tg.config.mode = mode
     try:
-        with pytest.raises(tg.KernelIndexError, match=r"read of array 'a' at index 0 is out of range for its "
-                                                      r"shape \(0,\)"):
-            tg.launch(reads_first, dim=1, inputs=[None, tg.zeros(1)], device="cpu")
+        for kernel, args in ((reads_first, [None, tg.zeros(1)]), (reads_through_a_function, [None, tg.zeros(1)]),
+                             (reads_through_a_local_and_a_view, [None, tg.zeros(1)]),
+                             (truth_values, [tg.zeros(2), tg.zeros(2), None])):
+            with pytest.raises(TypeError, match=r"argument \d \('\w+'\): got None \(Warp's null array, no memory\), "
+                                                r"but the kernel loads or stores its elements without testing it"):
+                tg.launch(kernel, dim=1, inputs=args, device="cpu")
+        out = tg.zeros(1)
+        tg.launch(guarded_in_a_function, dim=1, inputs=[None, out], device="cpu")
+        assert out.numpy().tolist() == [1.0]
+        tg.launch(guarded_in_a_function, dim=1, inputs=[tg.array([4.0], dtype=float), out], device="cpu")
+        assert out.numpy().tolist() == [5.0]
     finally:
         tg.config.mode = old
 

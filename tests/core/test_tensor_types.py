@@ -256,8 +256,9 @@ def _code_tokens(path):
 
 def test_the_core_names_no_framework():
     """Outside the table of bridges (``frameworks.py``), the scalar table's dtype-name columns
-    (``types.py``) and Warp's deprecated ``jax_experimental`` alias namespace, no identifier or bare string literal of the core names a framework
-    or a framework's device spelling ("gpu:N" was paddle's, parsed in ``launch``)."""
+    (``types.py``) and Warp's deprecated ``jax_experimental`` alias namespace, no identifier or
+    bare string literal of the core names a framework or a framework's device spelling ("gpu:N"
+    was paddle's, parsed in ``launch``)."""
     root = pathlib.Path(tg.__file__).parent
     found = []
     for path in sorted(root.rglob("*.py")):
