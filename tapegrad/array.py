@@ -1071,8 +1071,9 @@ def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad
     """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad;
     ``retain_grad`` as for ``array`` (needs a gradient: ``ValueError`` otherwise)."""
     if _INDEXED.cls is not None and isinstance(src, _INDEXED.cls):   # its selection, gathered
-        src = src.contiguous()
-        if device is not None or requires_grad or pinned or retain_grad:
+        src = src.contiguous()      # requires_grad as the data's (Warp's clone default)
+        if device is not None or pinned or retain_grad or (
+                requires_grad is not None and bool(requires_grad) != src.requires_grad):
             return clone(src, device, requires_grad, pinned, retain_grad)
         return src
     if not isinstance(src, array):

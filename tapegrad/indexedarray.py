@@ -137,6 +137,25 @@ def _literal_ndim(arg) -> int:
     raise TypeError(f"indexedarray[dtype, ndim]: ndim must be Literal[n] or an int, got {arg!r}")
 
 
+def _index_values(ix, d: int) -> np.ndarray:
+    """Host index values (a list or NumPy array of ints) as int32, refusing what int32 would
+    change: fractional numbers (truncated) and values past int32's range (wrapped).
+
+    Raises:
+        TypeError: not integers. ValueError: a value out of int32's range.
+    """
+    v = np.asarray(ix)
+    if v.size == 0:
+        return v.astype(np.int32)
+    if v.dtype.kind not in "iu":
+        raise TypeError(f"indexedarray: the indices of dimension {d} must be integers, got {v.dtype} values")
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    if v.min() < lo or v.max() > hi:
+        bad = v[(v < lo) | (v > hi)].reshape(-1)[0]
+        raise ValueError(f"indexedarray: index {int(bad)} of dimension {d} does not fit the int32 index array")
+    return v.astype(np.int32)
+
+
 class indexedarray:
     """An array seen through per-dimension int32 index arrays (Warp's ``indexedarray``).
 
@@ -175,6 +194,9 @@ class indexedarray:
             raise TypeError(f"indexedarray(data=...): expected a tapegrad array, got {type(data).__name__}")
         if ndim is not None and int(ndim) != data.ndim:
             raise ValueError(f"indexedarray: ndim={ndim} does not match the data's {data.ndim} dimension(s)")
+        if isinstance(indices, (array, np.ndarray)):   # one index array, not a list of them
+            raise TypeError(f"indexedarray(indices=...): expected a list with one index array (or None) per "
+                            f"dimension, got a {type(indices).__name__}; pass [indices]")
         indices = list(indices or [])
         if len(indices) > data.ndim:
             raise ValueError(f"indexedarray: {len(indices)} index arrays for data with {data.ndim} dimension(s)")
@@ -186,7 +208,7 @@ class indexedarray:
                 shape.append(data.shape[d])
                 continue
             if not isinstance(ix, array):
-                ix = array(np.asarray(ix), dtype=types.int32, device=data.device)
+                ix = array(_index_values(ix, d), dtype=types.int32, device=data.device)
             if ix.dtype is not types.int32:
                 raise TypeError(f"Index array must use int32, got dtype {types.type_repr(ix.dtype)} (index of "
                                 f"dimension {d})")
@@ -247,6 +269,27 @@ class indexedarray:
     def _grid(self):
         """The NumPy index of the selected elements of ``data``'s host view (``np.ix_`` over
         every dimension), checked against ``data``'s extents."""
+        return np.ix_(*self._parts())
+
+    def _check_distinct(self, what: str) -> None:
+        """Refuse a scatter from a source through repeated indices: several source elements
+        would write one element of ``data``, and which lands is up to the threads' order (and
+        the tape's adjoint could not know which one to pass the gradient to).
+
+        Raises:
+            ValueError: an index array names one element twice (``-1`` and ``n - 1`` alike).
+        """
+        for d, part in enumerate(self._parts()):
+            if self.indices[d] is not None and np.unique(part).size != part.size:
+                vals, counts = np.unique(part, return_counts=True)
+                raise ValueError(f"indexedarray.{what}: the index array of dimension {d} selects element "
+                                 f"{int(vals[counts > 1][0])} more than once; a scatter from a source writes each "
+                                 f"selected element once (several sources for one element land in no defined "
+                                 f"order): pass distinct indices")
+
+    def _parts(self) -> list:
+        """Per dimension, the selected positions of ``data`` (negative indices wrapped once),
+        checked against ``data``'s extents."""
         parts = []
         for d, ix in enumerate(self.indices):
             n = self.data.shape[d]
@@ -259,7 +302,7 @@ class indexedarray:
                 raise IndexError(f"indexedarray: index {int(v[bad][0])} of dimension {d} is out of range for the "
                                  f"data's extent {n}")
             parts.append(np.where(v < 0, v + n, v))
-        return np.ix_(*parts)
+        return parts
 
     def numpy(self) -> np.ndarray:
         """The selected elements, gathered into a new NumPy array (vector/matrix dtypes: with
@@ -281,17 +324,23 @@ class indexedarray:
     def contiguous(self) -> array:
         """A new contiguous array of the selected elements, on this array's device (a gather
         launch: recorded on an active tape, with its adjoint)."""
-        out = array(shape=self.shape, dtype=self.dtype, device=self.device)
+        # as Warp's (empty_like, then copy): the copy needs a gradient when the data has one, or
+        # the gather's adjoint would have nothing to pass back to the selected elements
+        out = array(shape=self.shape, dtype=self.dtype, device=self.device, requires_grad=self.requires_grad)
         if self.data is not None:
             self._grid()
             _copy_kernel()(out, self)
         return out
 
-    def _scatter_from(self, src, what: str) -> None:
+    def _scatter_from(self, src, what: str, distinct: bool = False) -> None:
         """``self[...] = src[...]`` for an array or indexed array ``src`` of this shape and
-        dtype (another device: copied here first, recorded as a copy)."""
+        dtype (another device: copied here first, recorded as a copy); ``distinct``: refuse
+        repeated indices (a source of several values; a fill writes one value anywhere)."""
         self.data._check_writable(what)
-        self._grid()
+        if distinct:
+            self._check_distinct(what)
+        else:
+            self._grid()
         if src.device is not self.device:
             src = clone(src.contiguous() if isinstance(src, indexedarray) else src, device=self.device)
         _copy_kernel()(self, src)
@@ -318,7 +367,8 @@ class indexedarray:
         tape with the gradient passing to ``src``).
 
         Raises:
-            ValueError: another shape.
+            ValueError: another shape; an index array selecting one element twice (several source
+                values for it).
         """
         if self.data is None:
             return self
@@ -336,7 +386,7 @@ class indexedarray:
                     raise ValueError(f"assign: expected shape {self.shape}, got {values.shape}")
                 values = values.reshape(self.shape + inner)
             src = array(values, dtype=self.dtype, device=self.device)
-        self._scatter_from(src, "assign")
+        self._scatter_from(src, "assign", distinct=True)
         return self
 
 

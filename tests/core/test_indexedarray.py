@@ -180,3 +180,88 @@ def test_gathers_on_a_tape_pass_the_gradient_back(device):
         tg.launch(squared, dim=2, inputs=[dense], outputs=[y], device=device)
     tape.backward(grads={y: np.ones(2)})
     np.testing.assert_array_equal(data.grad.numpy(), [0.0, -4.0, 0.0, 1.0])
+
+
+@tg.kernel
+def _sum_squares(a: tg.array(dtype=tg.float64), loss: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    tg.atomic_add(loss, 0, a[i] * a[i])
+
+
+def _fd_grad(f, x0: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """Central finite differences of the scalar ``f`` at ``x0`` (float64)."""
+    g = np.zeros_like(x0)
+    for k in range(x0.size):
+        e = np.zeros_like(x0)
+        e[k] = h
+        g[k] = (f(x0 + e) - f(x0 - e)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("gather", ["clone", "contiguous"])
+def test_gathered_copies_carry_the_datas_gradient(device, gather):
+    """tg.clone(ia) / ia.contiguous() of data that requires a gradient gives a copy that requires
+    one (Warp's clone and empty_like default): the copy had none, so a loss computed from it
+    passed nothing back to data (data.grad stayed 0, a silent wrong gradient)."""
+    x0 = np.array([0.5, -1.5, 2.0, 3.0])
+    picks = [3, 1, 3]
+
+    def loss_of(x):
+        data = tg.array(x, dtype=tg.float64, device=device, requires_grad=True)
+        ia = data[tg.array(picks, dtype=tg.int32, device=device)]
+        loss = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+        tape = tg.Tape()
+        with tape:
+            c = tg.clone(ia) if gather == "clone" else ia.contiguous()
+            tg.launch(_sum_squares, dim=3, inputs=[c], outputs=[loss], device=device)
+        return data, c, loss, tape
+
+    data, c, loss, tape = loss_of(x0)
+    assert c.requires_grad
+    tape.backward(loss=loss)
+    fd = _fd_grad(lambda x: float(loss_of(x)[2].numpy()[0]), x0)
+    np.testing.assert_allclose(data.grad.numpy(), fd, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(fd, [0.0, -3.0, 0.0, 12.0], rtol=1e-7)
+    # an explicit requires_grad still wins
+    assert not tg.clone(data[tg.array([0], dtype=tg.int32, device=device)], requires_grad=False).requires_grad
+
+
+def test_scatter_with_repeated_indices_is_refused(device):
+    """assign / copy into an indexed array whose index array names an element twice: several
+    source values for one element (which one lands depends on the threads' order; on a tape the
+    gradient went to the other one: src.grad [2, 0, 3] where the forward kept src[1])."""
+    data = tg.array(np.arange(4.0), dtype=tg.float64, device=device, requires_grad=True)
+    src = tg.array([10.0, 20.0, 30.0], dtype=tg.float64, device=device, requires_grad=True)
+    for picks in ([1, 1, 2], [3, 0, -1]):
+        ia = data[tg.array(picks, dtype=tg.int32, device=device)]
+        with pytest.raises(ValueError, match="dimension 0 selects element .* more than once"):
+            ia.assign(src)
+        with pytest.raises(ValueError, match="more than once"):
+            tg.copy(ia, src)
+        with pytest.raises(ValueError, match="more than once"):
+            ia.assign([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(data.numpy(), np.arange(4.0))     # nothing written
+    # a fill writes one value: repeats are fine; a gather reads each repeat (its adjoint adds)
+    ia = data[tg.array([1, 1, 2], dtype=tg.int32, device=device)]
+    ia.fill_(7.0)
+    np.testing.assert_array_equal(data.numpy(), [0.0, 7.0, 7.0, 3.0])
+    data2 = tg.array(np.zeros((2, 3)), dtype=tg.float64, device=device)
+    data2[tg.array([1], dtype=tg.int32, device=device)].assign(np.ones((1, 3)))   # unindexed dims: distinct
+    np.testing.assert_array_equal(data2.numpy(), [[0, 0, 0], [1, 1, 1]])
+
+
+def test_host_indices_must_be_int32_integers():
+    """Lists / NumPy indices are converted to int32 only where that changes nothing: 1.7 was
+    truncated to 1 and 2**33 wrapped to 0 (a silent wrong selection); one index array not in a
+    list is named as such (it was taken as one index array per element)."""
+    data = tg.array(np.arange(6.0, dtype=np.float32))
+    with pytest.raises(TypeError, match="dimension 0 must be integers, got float64"):
+        tg.indexedarray(data, [np.array([1.7, 2.2])])
+    with pytest.raises(TypeError, match="must be integers"):
+        tg.indexedarray(data, [[1.0]])
+    with pytest.raises(ValueError, match="index 8589934592 of dimension 0 does not fit"):
+        tg.indexedarray(data, [[2 ** 33]])
+    with pytest.raises(TypeError, match=r"expected a list .* pass \[indices\]"):
+        tg.indexedarray(data, tg.array([1, 2], dtype=tg.int32))
+    np.testing.assert_array_equal(tg.indexedarray(data, [np.array([5, -6], dtype=np.int64)]).numpy(), [5.0, 0.0])
+    assert tg.indexedarray(data, [[]]).shape == (0,)
