@@ -49,6 +49,26 @@ def _set_flat(a: array, values: np.ndarray) -> None:
     a.assign(array(host, dtype=a.dtype, device=a.device))
 
 
+def _check_kernel(kernel, who: str, derivative: str = "") -> None:
+    """Refuse a kernel ``who`` cannot launch, or whose ``derivative`` ("adjoint": generated
+    backward; "tangent": forward mode) it lacks, before anything runs: with no float array to
+    perturb, the loops below would launch nothing and return an empty (vacuous) result.
+
+    Raises:
+        RuntimeError: an ``entry_point_abi='external_constant_params'`` kernel (an outside
+            launcher's entry, never launched by tapegrad), or ``derivative="adjoint"`` of a
+            kernel built with ``enable_backward=False`` (Warp's "Kernel must have backward
+            pass enabled to compute Jacobians").
+    """
+    abi = getattr(kernel, "entry_point_abi", "warp")
+    if abi != "warp":
+        raise RuntimeError(f"{who}: kernel '{kernel.key}' uses entry_point_abi={abi!r}: an outside launcher's "
+                           "entry, which tapegrad neither launches nor differentiates")
+    if derivative == "adjoint" and not kernel.enable_backward:
+        raise RuntimeError(f"{who}: kernel '{kernel.key}' was built with enable_backward=False (Kernel must have "
+                           "backward pass enabled to compute Jacobians)")
+
+
 def _select(items, mask_indices):
     return [i for i, a in enumerate(items) if _is_diff_array(a) and (mask_indices is None or i in mask_indices)]
 
@@ -69,8 +89,10 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     Returns:
         ``{(input_index, output_index): J}`` with ``J.shape == (output components, input components)``.
     Raises:
-        RuntimeError: the kernel was built with ``enable_backward=False``.
+        RuntimeError: the kernel was built with ``enable_backward=False``, or is an
+            ``entry_point_abi='external_constant_params'`` kernel.
     """
+    _check_kernel(kernel, "jacobian", "adjoint")
     inputs, outputs = list(inputs), list(outputs)
     ins = _select(inputs, input_indices)
     outs = _select(outputs, output_indices)
@@ -125,7 +147,9 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
         ``{(input_index, output_index): J}`` as ``jacobian``.
     Raises:
         KernelError: the kernel uses a builtin without a forward-mode rule (named).
+        RuntimeError: an ``entry_point_abi='external_constant_params'`` kernel.
     """
+    _check_kernel(kernel, "jacobian_fwd", "tangent")
     inputs, outputs = list(inputs), list(outputs)
     ins = _select(inputs, input_indices)
     outs = _select(outputs, output_indices)
@@ -171,7 +195,10 @@ def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, in
 
     Returns:
         ``{(input_index, output_index): J}`` as ``jacobian``.
+    Raises:
+        RuntimeError: an ``entry_point_abi='external_constant_params'`` kernel.
     """
+    _check_kernel(kernel, "jacobian_fd")
     inputs, outputs = list(inputs), list(outputs)
     ins = _select(inputs, input_indices)
     outs = _select(outputs, output_indices)
@@ -220,8 +247,16 @@ def gradcheck(kernel, dim, inputs, outputs, eps: float = 1e-4, atol: float = 1e-
         True when the Jacobians agree (False instead of raising when ``raise_exception=False``).
     Raises:
         GradcheckError: they disagree and ``raise_exception`` is set.
+        RuntimeError: as ``jacobian`` (a kernel without a generated adjoint, an external entry).
+        ValueError: nothing to compare: no floating-point array among the (selected) inputs
+            or outputs (a check that compares nothing would pass whatever the adjoint does).
     """
+    _check_kernel(kernel, "gradcheck", "adjoint")
     ja = jacobian(kernel, dim, inputs, outputs, device, input_indices, output_indices)
+    if not ja:
+        raise ValueError(f"gradcheck: kernel '{kernel.key}' has nothing to compare: no floating-point array among the "
+                         f"inputs{'' if input_indices is None else f' {list(input_indices)}'} and the outputs"
+                         f"{'' if output_indices is None else f' {list(output_indices)}'}")
     jf = jacobian_fd(kernel, dim, inputs, outputs, device, eps, input_indices, output_indices)
     bad: list[GradcheckEntry] = []
     names = kernel.arg_names
