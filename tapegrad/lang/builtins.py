@@ -652,9 +652,9 @@ def op_field(struct_t, name) -> Op:
     ft = dict(struct_t.fields)[name]
     if is_array(ft):
         return Op("field", lambda a: f"{a[0]}.{name}", ft,
-                  array_adj=lambda a, aa: f"tg::grad_array({a[0]}.{name}, {aa[0]}.{name})")
+                  array_adj=lambda a, aa: f"tg::grad_array({a[0]}.{name}, {aa[0]}.{name})", field=name)
     adj = (lambda a, aa, g: f"tg::accum({aa[0]}.{name}, {g});") if float_based(ft) else None
-    return Op("field", lambda a: f"{a[0]}.{name}", ft, adj, linear=frozenset({0}))
+    return Op("field", lambda a: f"{a[0]}.{name}", ft, adj, linear=frozenset({0}), field=name)
 
 
 def op_view(arr_t, pattern) -> Op:

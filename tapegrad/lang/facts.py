@@ -8,6 +8,8 @@ Nothing here reads generated C++: the rules walk the IR statements.
 ``null_unsafe``: the array parameters whose elements the kernel loads, stores or updates and
 whose truth value it never tests (``if a:``, ``not a``): ``None`` (Warp's null array, no memory)
 passed for one of them would make the kernel dereference a null pointer, so the launch refuses it.
+Each entry is ``[index, field, ...]``: the parameter, then the struct fields down to the array
+(``s.a[0]`` of a struct parameter ``s``: ``[0, "a"]``; an indexed array reads its ``data`` field).
 
 ``tid_accesses``: the array accesses every thread of the kernel makes, indexed directly by a
 ``tid()`` component (before any ``if``, loop or early return, so no guard can skip them). A
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from .direct import register_fact
 
 __all__ = ["TidAccess", "TID_ACCESSES", "tid_accesses", "tid_extent", "grid_overrun", "overrun_message",
-           "check_grid_fits", "NULL_UNSAFE", "null_unsafe"]
+           "check_grid_fits", "NULL_UNSAFE", "null_unsafe", "null_unsafe_fields", "null_unsafe_paths"]
 
 TID_ACCESSES = "tid_accesses"
 
@@ -113,6 +115,8 @@ def _null_use(fn, origin: dict, depth: int = 0):
                 tested.add(alias[id(s.args[0])])
             if op.view is not None and id(s.args[0]) in alias and s.out is not None:
                 alias[id(s.out)] = alias[id(s.args[0])]    # a view aliases its array
+            if op.field is not None and id(s.args[0]) in alias and s.out is not None:
+                alias[id(s.out)] = alias[id(s.args[0])] + (op.field,)   # a struct's (array) field
             for pos in (*op.reads, *op.writes):
                 if pos < len(s.args) and id(s.args[pos]) in alias:
                     accessed.add(alias[id(s.args[pos])])
@@ -126,9 +130,9 @@ def _null_use(fn, origin: dict, depth: int = 0):
 
 
 def _null_unsafe_rule(kernel, ir) -> list:
-    """The fact ``null_unsafe``: ``[index, ...]`` (see the module docstring)."""
-    accessed, tested = _null_use(ir, {id(p): i for i, p in enumerate(ir.params)})
-    return sorted(accessed - tested)
+    """The fact ``null_unsafe``: ``[[index, field, ...], ...]`` (see the module docstring)."""
+    accessed, tested = _null_use(ir, {id(p): (i,) for i, p in enumerate(ir.params)})
+    return [list(path) for path in sorted(accessed - tested, key=lambda p: (p[0], p[1:]))]
 
 
 register_fact(NULL_UNSAFE, _null_unsafe_rule)
@@ -141,7 +145,22 @@ def null_unsafe(kernel) -> frozenset:
     Raises:
         KernelError: the kernel does not type-check.
     """
-    return frozenset(map(int, kernel.fact(NULL_UNSAFE) or ()))
+    return frozenset(int(p[0]) for p in null_unsafe_paths(kernel) if len(p) == 1)
+
+
+def null_unsafe_fields(kernel, index: int) -> tuple:
+    """The struct field paths (tuples of field names) of parameter ``index`` of ``kernel`` whose
+    arrays the kernel loads, stores or updates without testing them (``null_unsafe``).
+
+    Raises:
+        KernelError: the kernel does not type-check.
+    """
+    return tuple(p[1:] for p in null_unsafe_paths(kernel) if len(p) > 1 and p[0] == index)
+
+
+def null_unsafe_paths(kernel) -> tuple:
+    """Every ``null_unsafe`` entry of ``kernel`` as a tuple ``(index, field, ...)``."""
+    return tuple((int(p[0]), *p[1:]) if isinstance(p, list) else (int(p),) for p in kernel.fact(NULL_UNSAFE) or ())
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -223,7 +223,7 @@ def _materialize(key, new_var, loc, ops):
             stmts.append(Read(t, k[1], loc))
         elif k[0] == "const":
             t = new_var(k[1], "temp", "c")
-            stmts.append(Const(t, k[2]))
+            stmts.append(Const(t, k[2], loc))
         else:
             args = [build(a) for a in k[3]]
             t = new_var(k[2], "temp", "idx")

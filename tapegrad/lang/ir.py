@@ -72,6 +72,7 @@ class Op:
     tid: Optional[tuple] = None     # ``tid()`` ops: (k, n), the component k of n this one computes
     bounds_checked: bool = False    # an access the compiler added, checked against the shape (never out of range)
     view: Optional[tuple] = None    # ``view`` ops: the subscript pattern (the result aliases args[0])
+    field: Optional[str] = None     # ``field`` ops: the struct field's name (the result is args[0].field)
 
 
 class Stmt:

@@ -103,7 +103,8 @@ class Launch:
         dev = self.device
         # the zero defaults (Warp's): empty arrays, zero scalars/vectors/matrices, default structs
         self._args = [None if isinstance(t, types.ArrayType) else zero_value(t) for t in ts]
-        self._values = [types.ArrayDesc() if isinstance(t, types.ArrayType) else p(a, dev)
+        # (a default struct's None array fields are checked when launch() packs it again)
+        self._values = [types.ArrayDesc() if isinstance(t, types.ArrayType) else getattr(p, "unchecked", p)(a, dev)
                         for t, p, a in zip(ts, self._packers, self._args)]
         self._adj_set = [False] * n   # adjoint values given explicitly (else an array's .grad)
         self._null_given = [False] * n   # array parameters set to None (a null array) on purpose

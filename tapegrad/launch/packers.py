@@ -19,7 +19,7 @@ import numpy as np
 from .. import memory_ops, tensortypes, types
 from ..array import array
 from ..errors import LaunchArgumentError, LaunchConversionError
-from ..lang.facts import null_unsafe
+from ..lang.facts import null_unsafe, null_unsafe_fields
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
@@ -189,12 +189,41 @@ def _make_composite_packer(kernel, i, ptype):
         return ctype(*flat.tolist())
     return pack
 
+def _field_value(value, path):
+    """The value at struct field ``path`` of a struct instance or dict (None where unset)."""
+    for name in path:
+        if value is None:
+            return None
+        value = value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+    return value
+
+
 def _make_struct_packer(kernel, i, ptype):
+    null_paths = []    # [tuple of field paths] once known: the array fields accessed untested
+
     def pack(value, device):
         if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
             what = f"a {ptype.name} struct" if getattr(ptype, "indexed", None) is None else f"a tg.{ptype!r}"
             raise TypeError(f"{arg_label(kernel, i)}: expected {what}, got {type(value).__name__}")
+        if not null_paths:
+            null_paths.append(null_unsafe_fields(kernel, i))
+        for path in null_paths[0]:     # a None array field would be dereferenced: a null pointer
+            if _field_value(value, path) is None:
+                name = ".".join((kernel.arg_names[i],) + path)
+                if path == ("data",) and getattr(ptype, "indexed", None) is not None:
+                    raise TypeError(f"{arg_label(kernel, i)}: got an indexed array without data (an annotation-only "
+                                    f"tg.indexedarray), but the kernel loads or stores its elements")
+                raise TypeError(f"{arg_label(kernel, i)}: field {name} is None (Warp's null array, no memory), but "
+                                f"the kernel loads or stores its elements without testing it (if {name}: ...): set "
+                                f"it to an array, or guard the accesses")
         return ptype.to_ctype(value, device)   # its arrays must be on the launch device
+
+    def pack_buffer(value, device):
+        """An adjoint buffer or a placeholder: a None field there is "no gradient" / "not set yet"."""
+        if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
+            return pack(value, device)
+        return ptype.to_ctype(value, device)
+    pack.unchecked = pack_buffer
     return pack
 
 
@@ -251,7 +280,7 @@ def grad_desc(g, pack, device):
         return g.descriptor()
     if g is None:
         return types.ArrayDesc()    # NULL data: "no gradient" (reads accumulate nothing)
-    return pack(g, device)
+    return getattr(pack, "unchecked", pack)(g, device)   # a struct's None fields: no gradient either
 
 def check_adjoint_shapes(kernel, arrays, vals, adj_descs):
     """Raise ValueError when an adjoint buffer given for an array parameter (non-NULL data) has

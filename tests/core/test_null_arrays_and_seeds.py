@@ -170,3 +170,75 @@ def test_object_with_both_interfaces_is_host_data_on_the_cpu(dtype, values, expe
     assert a.numpy().tolist() == expected
     alias = tg.array(src, dtype=dtype, device="cpu", copy=False)
     assert alias.ptr == src.data.ctypes.data
+
+
+@tg.struct
+class Holder:
+    a: tg.array(dtype=tg.float64)
+    scale: tg.float64
+
+
+@tg.struct
+class Outer:
+    inner: Holder
+    b: tg.array(dtype=tg.float64)
+
+
+@tg.func
+def third_of(h: Holder):
+    return h.a[3] * h.scale
+
+
+@tg.kernel
+def reads_a_struct_field(h: Holder, out: tg.array(dtype=tg.float64)):
+    out[0] = third_of(h)
+
+
+@tg.kernel
+def reads_a_nested_field(o: Outer, out: tg.array(dtype=tg.float64)):
+    v = o.inner
+    out[0] = v.a[1]
+    if o.b:                     # tested: None allowed
+        out[0] += o.b[0]
+
+
+@tg.kernel
+def reads_an_indexed_array(a: tg.indexedarray[tg.float64], out: tg.array(dtype=tg.float64)):
+    out[0] = a[2]
+
+
+def test_a_none_array_field_the_kernel_dereferences_is_refused():
+    """A struct's array field left None (its default) or an indexed array without data, read at
+    a constant index: the process died of SIGSEGV (the None check saw top-level parameters only).
+    The launch (tg.launch, a recorded launch, an adjoint launch) refuses it naming the field; a
+    tested field takes None; an adjoint buffer's None field is "no gradient"."""
+    out = tg.zeros(1, dtype=tg.float64)
+    h = Holder()
+    h.scale = 2.0
+    with pytest.raises(TypeError, match=r"argument 0 \('h'\): field h\.a is None \(Warp's null array"):
+        tg.launch(reads_a_struct_field, dim=1, inputs=[h, out])
+    with pytest.raises(TypeError, match=r"field h\.a is None"):
+        tg.launch(reads_a_struct_field, dim=1, inputs=[h, out], adj_inputs=[Holder(), tg.zeros(1, dtype=tg.float64)],
+                  adjoint=True)
+    o = Outer()
+    o.inner = h
+    with pytest.raises(TypeError, match=r"field o\.inner\.a is None"):
+        tg.launch(reads_a_nested_field, dim=1, inputs=[o, out])
+    h.a = tg.array([1.0, 2.0, 3.0, 4.0], dtype=tg.float64)
+    tg.launch(reads_a_nested_field, dim=1, inputs=[o, out])          # o.b None: tested
+    assert out.numpy().tolist() == [2.0]
+    tg.launch(reads_a_struct_field, dim=1, inputs=[h, out], adj_inputs=[Holder(), tg.ones(1, dtype=tg.float64)],
+              adjoint=True)                                           # a None gradient field: no gradient
+    tg.launch(reads_a_struct_field, dim=1, inputs=[h, out])
+    assert out.numpy().tolist() == [8.0]
+    with pytest.raises(TypeError, match=r"argument 0 \('a'\): got an indexed array without data"):
+        tg.launch(reads_an_indexed_array, dim=1, inputs=[tg.indexedarray(dtype=tg.float64), out])
+    # a recorded launch packs its default struct (None fields) without complaint, refuses at launch
+    cmd = tg.Launch(reads_a_struct_field, "cpu", bounds=1)
+    cmd.set_param_by_name("out", out)
+    with pytest.raises(TypeError, match=r"field h\.a is None"):
+        cmd.launch()
+    cmd.set_param_by_name("h", h)
+    h.a = None                    # the struct's current fields count (Warp's recorded launches)
+    with pytest.raises(TypeError, match=r"field h\.a is None"):
+        cmd.launch()
