@@ -23,8 +23,9 @@ import threading
 import jax
 import numpy as np
 
-from tapegrad import abi
+from tapegrad import abi, types
 from tapegrad.launch.grid import MAX_LAUNCH_SIZE
+from tapegrad.launch.packers import check_null_fields
 
 from .._base import check_argnames
 from .._op import GenericOp, config_key
@@ -205,6 +206,9 @@ class JaxKernel:
         arrays = [v for p, v in zip(self.call_params, args) if p.is_array]
         statics = {p.index: ffi_plan.pack_value(p.type, v, f"{self.label} argument '{p.name}'")
                    for p, v in zip(self.call_params, args) if not p.is_array}
+        for p, v in zip(self.call_params, args):    # a struct's None array field the kernel reads: refused
+            if isinstance(p.type, types.StructType):
+                check_null_fields(self.kernel, p.index, p.type, v, label=f"{self.label} argument '{p.name}'")
         if not (self.enable_backward and self.op.has_derivatives):
             call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
             if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):

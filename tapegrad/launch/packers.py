@@ -24,7 +24,7 @@ from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
 
-__all__ = ["ArrayCtype", "forget_adapters", "adapter_for", "arg_label", "foreign_desc",
+__all__ = ["ArrayCtype", "check_null_fields", "forget_adapters", "adapter_for", "arg_label", "foreign_desc",
            "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes",
            "exact_adjoint_buffers", "finish_adjoint_buffers", "AdjointScratch"]
 
@@ -198,6 +198,29 @@ def _field_value(value, path):
     return value
 
 
+def check_null_fields(kernel, i: int, ptype, value, paths=None, label=None) -> None:
+    """Refuse a struct value (parameter ``i`` of ``kernel``) whose array field the kernel loads or
+    stores untested is None (a null pointer the kernel would dereference; fact ``null_unsafe``).
+
+    Args:
+        kernel: a concrete ``Kernel``. i: the parameter index. ptype: its ``StructType``.
+        value: the struct instance or dict. paths: the field paths (``null_unsafe_fields``;
+            looked up when None). label: how errors name the argument (default: the launch's).
+    Raises:
+        TypeError: such a field is None, naming it.
+    """
+    for path in (null_unsafe_fields(kernel, i) if paths is None else paths):
+        if _field_value(value, path) is None:
+            who = arg_label(kernel, i) if label is None else label
+            name = ".".join((kernel.arg_names[i],) + path)
+            if path == ("data",) and getattr(ptype, "indexed", None) is not None:
+                raise TypeError(f"{who}: got an indexed array without data (an annotation-only tg.indexedarray), but "
+                                f"the kernel loads or stores its elements")
+            raise TypeError(f"{who}: field {name} is None (Warp's null array, no memory), but the kernel loads or "
+                            f"stores its elements without testing it (if {name}: ...): set it to an array, or guard "
+                            f"the accesses")
+
+
 def _make_struct_packer(kernel, i, ptype):
     null_paths = []    # [tuple of field paths] once known: the array fields accessed untested
 
@@ -207,15 +230,8 @@ def _make_struct_packer(kernel, i, ptype):
             raise TypeError(f"{arg_label(kernel, i)}: expected {what}, got {type(value).__name__}")
         if not null_paths:
             null_paths.append(null_unsafe_fields(kernel, i))
-        for path in null_paths[0]:     # a None array field would be dereferenced: a null pointer
-            if _field_value(value, path) is None:
-                name = ".".join((kernel.arg_names[i],) + path)
-                if path == ("data",) and getattr(ptype, "indexed", None) is not None:
-                    raise TypeError(f"{arg_label(kernel, i)}: got an indexed array without data (an annotation-only "
-                                    f"tg.indexedarray), but the kernel loads or stores its elements")
-                raise TypeError(f"{arg_label(kernel, i)}: field {name} is None (Warp's null array, no memory), but "
-                                f"the kernel loads or stores its elements without testing it (if {name}: ...): set "
-                                f"it to an array, or guard the accesses")
+        if null_paths[0]:     # a None array field would be dereferenced: a null pointer
+            check_null_fields(kernel, i, ptype, value, null_paths[0])
         return ptype.to_ctype(value, device)   # its arrays must be on the launch device
 
     def pack_buffer(value, device):

@@ -52,3 +52,29 @@ def test_block_dim_builtin_on_the_cpu():
     b = tg.zeros(8, dtype=float)
     tg.launch(block_scaled, dim=8, inputs=[tg.array(x, dtype=float), b])
     np.testing.assert_array_equal(b.numpy(), x)
+
+
+@tg.struct
+class Table:
+    values: tg.array(dtype=tg.float32)
+    scale: tg.float32
+
+
+@tg.kernel
+def scaled_fourth(t: Table, out: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    out[i] = t.values[3] * t.scale
+
+
+def test_jax_kernel_refuses_a_struct_static_with_a_none_array_field_it_reads():
+    """A struct static value whose array field (None by default) the kernel reads untested: the
+    XLA handler dereferenced the null pointer (the process died of SIGSEGV); now a TypeError
+    naming the field, and a set field runs as tg.launch does."""
+    jk = tg.jax_kernel(scaled_fourth, launch_dims=2)
+    t = Table()
+    t.scale = 2.0
+    with pytest.raises(TypeError, match=r"jax_kernel .* argument 't': field t\.values is None \(Warp's null array"):
+        jk(t)
+    t.values = tg.array(np.array([1.0, 2.0, 3.0, 4.5], dtype=np.float32))
+    (out,) = jk(t)
+    np.testing.assert_array_equal(np.asarray(out), [9.0, 9.0])
