@@ -39,7 +39,7 @@ __all__ = ["CompileError", "CacheDirError", "CacheWarning", "cache_dir", "check_
            "build_cpu", "load_cpu", "build_cuda", "load_cuda", "load_cpu_library", "load_cuda_image",
            "read_entry", "write_entry", "cached_entry", "entry_lock", "nvrtc_identity", "nvrtc_search_dirs",
            "cuda_image_base", "source_digest", "cpu_library_path", "find_cpu", "find_cuda",
-           "sweep_temporaries", "host_tag", "CXXFLAGS"]
+           "sweep_temporaries", "host_tag", "CXXFLAGS", "headers_library_path"]
 
 CXXFLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-w"]
 NVRTC_FLAGS = ["-std=c++17", "-w"]
@@ -535,10 +535,69 @@ def build_cpu(source: str, name: str, kernels=(), include_dirs=()) -> str:
 
 
 def _build_cpu(source, name, kernels, force, include_dirs=()):
-    path = cpu_library_path(source_digest(source), name)
+    base = cpu_library_path(source_digest(source), name)
+    path = headers_library_path(base)
+    if path is None:       # a header the last build read is gone: the compile says what now
+        path, force = base, True
     cmd, _, flags = _toolchain()
     flags = list(flags) + [f"-I{d}" for d in include_dirs]
-    return cached_entry([path], lambda: _compile_cpu(cmd, flags, source, name, kernels, path), force)[0]
+    return cached_entry([path], lambda: _compile_cpu(cmd, flags, source, name, kernels, base), force)[0]
+
+
+# ------------------------------------------------------------ headers a CPU build read
+#
+# A unit's text names its include folders, not what they hold: a preamble's `#include
+# "addon.h"` found in an include folder (or by an absolute path) is not part of the source
+# digest, so an edited header would load the binary built from its old text. The compiler
+# lists the headers it read outside the system folders (-MMD); those outside tapegrad's own
+# package are recorded beside the entry (``<entry>.hdr``, their paths) and the binary is named
+# by their contents as well (``<entry>_h<digest>.so``): a lookup hashes the listed headers
+# again, so an edited header selects another file name (a rebuild, and a fresh dlopen) and
+# the stale binary is never loaded. Units without such headers (every kernel without
+# extra_build_options) keep the plain name and pay one stat per lookup.
+
+_HDR_MAGIC = "tapegrad-headers 1"
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _headers_digest(paths) -> str | None:
+    h = hashlib.sha256()
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                h.update(p.encode() + b"\x00" + hashlib.sha256(f.read()).digest())
+        except OSError:
+            return None
+    return h.hexdigest()[:16]
+
+
+def headers_library_path(base: str) -> str | None:
+    """The path of the CPU library of cache entry ``base`` (``cpu_library_path``) for the
+    current contents of the headers its last build read (``base`` when it read none); None
+    when one of those headers can no longer be read (the caller rebuilds)."""
+    raw, problem = _read_own(base[:-3] + ".hdr")
+    if raw is None:
+        return base
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if problem or not lines or lines[0] != _HDR_MAGIC:
+        return None
+    digest = _headers_digest(lines[1:])
+    return None if digest is None else f"{base[:-3]}_h{digest}.so"
+
+
+def _read_headers(dep_file: str, source_path: str) -> list:
+    """The headers a compile read (its -MMD make rule), without the unit itself and tapegrad's
+    own files."""
+    import re
+    with open(dep_file, encoding="utf-8", errors="surrogateescape") as f:
+        text = f.read().replace("\\\n", " ")
+    _, _, deps = text.partition(": ")
+    out = []
+    for tok in re.findall(r"(?:\\.|[^\s\\])+", deps):
+        p = os.path.abspath(re.sub(r"\\(.)", r"\1", tok))
+        if p != os.path.abspath(source_path) and not p.startswith(_OWN_DIR) and p not in out:
+            out.append(p)
+    return out
 
 
 def source_digest(source: str) -> str:
@@ -567,7 +626,9 @@ def find_cpu(digest: str, name: str):
     Raises:
         CacheDirError: the cache directory is unsafe.
     """
-    path = cpu_library_path(digest, name)
+    path = headers_library_path(cpu_library_path(digest, name))
+    if path is None:
+        return None
     data, problem = read_entry(path)
     if data is None or problem is not None:
         return None
@@ -593,8 +654,11 @@ _WRITE_FAILURES = (("No space left on device", "ENOSPC"), ("Disk quota exceeded"
 
 
 def _compile_cpu(cmd, flags, source, name, kernels, path):
+    """Compile ``source`` for cache entry ``path`` (``cpu_library_path``); returns ``(the
+    library's path, its bytes)``: ``path``, or its headers-named twin when the compile read
+    headers outside the system folders (``headers_library_path``)."""
     d = os.path.dirname(path)
-    src_path = out_tmp = None
+    src_path = out_tmp = dep_tmp = None
     import subprocess  # only when compiling: a cached load never pays for importing it
     try:   # from the first temporary on: an interrupt (Ctrl-C) anywhere leaves none behind
         fd, src_path = _mkstemp(d, name, ".cpp")
@@ -602,7 +666,10 @@ def _compile_cpu(cmd, flags, source, name, kernels, path):
             f.write(source)
         fd, out_tmp = _mkstemp(d, name, ".so")
         os.close(fd)
-        proc = subprocess.run(cmd + flags + [src_path, "-o", out_tmp], capture_output=True, text=True)
+        fd, dep_tmp = _mkstemp(d, name, ".d")
+        os.close(fd)
+        proc = subprocess.run(cmd + flags + ["-MMD", "-MF", dep_tmp, src_path, "-o", out_tmp], capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             log = proc.stderr + proc.stdout
             for text, code in _WRITE_FAILURES:   # the compiler could not write its output: not the code's fault
@@ -613,10 +680,19 @@ def _compile_cpu(cmd, flags, source, name, kernels, path):
         os.chmod(out_tmp, 0o700)
         with open(out_tmp, "rb") as f:
             data = f.read()
+        headers = _read_headers(dep_tmp, src_path) if os.path.getsize(dep_tmp) else []
+        digest = _headers_digest(headers) if headers else None
+        hdr = path[:-3] + ".hdr"
+        if digest is not None:
+            path = f"{path[:-3]}_h{digest}.so"
         write_entry(path, data, tmp=out_tmp)
+        if digest is not None:   # after the binary: a lookup between the two rebuilds, never loads a stale one
+            _atomic_write(hdr, ("\n".join([_HDR_MAGIC, *headers]) + "\n").encode())
+        elif os.path.exists(hdr):
+            os.unlink(hdr)
         os.replace(src_path, path[:-3] + ".cpp")   # kept beside the binary for debugging
     finally:
-        for p in (out_tmp, src_path):
+        for p in (out_tmp, src_path, dep_tmp):
             if p is not None and os.path.exists(p):
                 os.unlink(p)
     return path, data

@@ -220,3 +220,61 @@ def test_cuda_preamble_and_include_dirs_reach_nvrtc(addon_dir):
     x, got = _run(k, "cuda:0")
     np.testing.assert_allclose(got, -0.5 * x, rtol=1e-6)
 
+
+
+_HEADER_SCRIPT = r"""
+import sys, numpy as np, tapegrad as tg
+
+@tg.func_native("return addon_scale(x);")
+def addon_call(x: float) -> float: ...
+
+@tg.kernel(enable_backward=False)
+def addon_kernel(a: tg.array(dtype=float)):
+    i = tg.tid()
+    a[i] = addon_call(a[i])
+
+d = sys.argv[1]
+# the header is in an include folder and not a listed dependency
+tg.set_module_options({"extra_build_options": tg.ModuleBuildOptions(
+    extra_cpu_include_dirs=[d], extra_cpu_preamble='#include "addon.h"')})
+a = tg.array(np.ones(5, np.float32), device="cpu")
+tg.launch(addon_kernel, dim=5, inputs=[a], device="cpu")
+print("factor", a.numpy()[0])
+if len(sys.argv) > 2:     # edit the header in this process, re-apply the options, launch again
+    open(d + "/addon.h", "w").write("static TG_FUNC float addon_scale(float x) { return %s * x; }\n" % sys.argv[2])
+    tg.set_module_options({"extra_build_options": tg.ModuleBuildOptions(
+        extra_cpu_include_dirs=[d], extra_cpu_preamble='#include "addon.h"')})
+    a = tg.array(np.ones(5, np.float32), device="cpu")
+    tg.launch(addon_kernel, dim=5, inputs=[a], device="cpu")
+    print("factor", a.numpy()[0])
+"""
+
+
+def test_edited_header_in_an_include_folder_rebuilds(tmp_path):
+    """A header the preamble includes from an include folder, not listed as a dependency: an
+    edit reaches the next process's build (and the same process's after set_module_options),
+    from the disk cache and the direct cache alike; an edit back finds the first binary again.
+    The unit's text only names the folder: the binary built from the old header was loaded."""
+    import os
+    import sys
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    script = tmp_path / "header_user.py"
+    script.write_text(_HEADER_SCRIPT)
+    env = {**os.environ, "TAPEGRAD_CACHE": str(tmp_path / "cache")}
+
+    def run(factor, *extra):
+        (inc / "addon.h").write_text("static TG_FUNC float addon_scale(float x) { return %s * x; }\n" % factor)
+        r = subprocess.run([sys.executable, str(script), str(inc), *extra], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        return [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("factor")]
+
+    assert run("2.0f") == [2.0]
+    assert run("2.0f") == [2.0]          # cached
+    assert run("3.0f") == [3.0]          # fresh process, edited header: rebuilt
+    assert run("2.0f") == [2.0]
+    assert run("5.0f", "7.0f") == [5.0, 7.0]   # in process, after the options are applied again
+    (inc / "addon.h").unlink()           # a header the last build read is gone: a compile error, not the old binary
+    r = subprocess.run([sys.executable, str(script), str(inc)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "addon.h" in r.stderr, r.stdout + r.stderr
