@@ -225,6 +225,32 @@ class indexedarray:
         self.shape = tuple(shape)
         self.device = data.device
 
+    def __setattr__(self, name, value):
+        # the tape's struct walkers build twins field by field (``type(ia)()``, then ``data`` and
+        # ``index0``.. set): keep dtype, device, shape and indices those of the fields set
+        if name in INDEX_FIELDS and "indices" in self.__dict__:
+            d = INDEX_FIELDS.index(name)
+            idx = list(self.indices) + [None] * (d + 1 - len(self.indices))
+            idx[d] = value
+            object.__setattr__(self, "indices", idx)
+            self._refresh()
+            return
+        object.__setattr__(self, name, value)
+        if name == "data" and "indices" in self.__dict__:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """dtype, device, shape and the index list after a field was set (no data: unchanged)."""
+        data = self.data
+        if not isinstance(data, array):
+            return
+        idx = (list(self.indices) + [None] * data.ndim)[:data.ndim]
+        object.__setattr__(self, "indices", idx)
+        object.__setattr__(self, "dtype", data.dtype)
+        object.__setattr__(self, "device", data.device)
+        object.__setattr__(self, "shape", tuple(data.shape[d] if ix is None else ix.shape[0]
+                                                for d, ix in enumerate(idx)))
+
     # ------------------------------------------------------------------ Warp's interface
     def _tg_annotation(self):
         return indexed_type(self.dtype, self.ndim)

@@ -246,7 +246,8 @@ def _tangent_values(prep, args, tans, what, n_in, null_for_ints=True):
             # a struct of the same type: its float fields' tangents, its arrays' tangent arrays
             # (None fields: zero, not written)
             try:
-                out.append(pack(t.cls() if v is None else v, dev))
+                # (unchecked: a None array field is a zero tangent, not a null dereference)
+                out.append(getattr(pack, "unchecked", pack)(t.cls() if v is None else v, dev))
             except (TypeError, ValueError, RuntimeError) as e:
                 raise type(e)(f"{_label(kernel, i, w, k)}: {e}") from None
         elif not _float_dtype(t):

@@ -197,3 +197,83 @@ def test_debug_builds_check_index_arrays_and_mapped_indices():
         assert out.numpy().tolist() == [0.0, 1.0, 2.0]
     finally:
         tg.config.mode = old
+
+
+@tg.kernel
+def gather_cubed(a: tg.indexedarray[tg.float64, Literal[2]], out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    v = a[i][1]                                   # through a view
+    out[i] = v * v * a[i, 0]
+
+
+@tg.kernel
+def scatter_sine(x: tg.array(dtype=tg.float64), a: tg.indexedarray[tg.float64, Literal[2]]):
+    i = tg.tid()
+    a[i, 1] = tg.sin(x[i])
+    tg.atomic_add(a, i, 0, x[i] * x[i])
+
+
+def _indexed_run(x0, d0, rows, device):
+    x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
+    data = tg.array(d0, dtype=tg.float64, device=device, requires_grad=True)
+    ia = tg.indexedarray2d(data, [tg.array(rows, dtype=tg.int32, device=device)])
+    out = tg.zeros(len(rows), dtype=tg.float64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(scatter_sine, dim=len(rows), inputs=[x], outputs=[ia], device=device)
+        tg.launch(gather_cubed, dim=len(rows), inputs=[ia], outputs=[out], device=device)
+    return x, data, ia, out, tape
+
+
+def test_forward_mode_through_indexed_arrays(device):
+    """Tangents through indexed arrays (a tangent launch, Tape.jvp, Tape.hvp): the tangent build
+    did not compile (tg::index_map had no dual-array overload: a CompileError), and the tape's
+    tangent struct of an indexed array was an annotation-only float32 one (a TypeError)."""
+    rows = np.array([3, 0, -1], dtype=np.int32)
+    rng = np.random.default_rng(7)
+    x0, d0 = rng.normal(size=3), rng.normal(size=(5, 2))
+    ux, ud = rng.normal(size=3), rng.normal(size=(5, 2))
+    h = 1e-6
+
+    def outputs(x, d):
+        return _indexed_run(x, d, rows, device)[3].numpy().copy()
+
+    fd = (outputs(x0 + h * ux, d0 + h * ud) - outputs(x0 - h * ux, d0 - h * ud)) / (2 * h)
+    x, data, ia, out, tape = _indexed_run(x0, d0, rows, device)
+    tans = tape.jvp({x: tg.array(ux, dtype=tg.float64, device=device),
+                     data: tg.array(ud, dtype=tg.float64, device=device)})
+    np.testing.assert_allclose(tans[out].numpy(), fd, rtol=1e-6, atol=1e-8)
+
+    # a tangent launch given the tangent as an indexed array over the data's tangent
+    d = tg.array(d0, dtype=tg.float64, device=device)
+    ia2 = tg.indexedarray2d(d, [tg.array(rows, dtype=tg.int32, device=device)])
+    tia = tg.indexedarray2d(tg.array(ud, dtype=tg.float64, device=device),
+                            [tg.array(rows, dtype=tg.int32, device=device)])
+    o, to = tg.zeros(3, dtype=tg.float64, device=device), tg.zeros(3, dtype=tg.float64, device=device)
+    tg.launch(gather_cubed, dim=3, inputs=[ia2], outputs=[o], tangent=True, tan_inputs=[tia], tan_outputs=[to],
+              device=device)
+    r = d0[rows]
+    dr = ud[rows]
+    np.testing.assert_allclose(to.numpy(), 2 * r[:, 1] * dr[:, 1] * r[:, 0] + r[:, 1] ** 2 * dr[:, 0], rtol=1e-12)
+    tg.launch(gather_cubed, dim=3, inputs=[ia2], outputs=[o], tangent=True, tan_inputs=[None], tan_outputs=[to],
+              device=device)                                   # None: a zero tangent
+    np.testing.assert_array_equal(to.numpy(), np.zeros(3))
+
+    # a Hessian-vector product of sum(out) with respect to x
+    def grad_x(xv):
+        xx, _, _, o2, t2 = _indexed_run(xv, d0, rows, device)
+        t2.backward(grads={o2: np.ones(3)})
+        return xx.grad.numpy().copy()
+
+    x, data, ia, out, tape = _indexed_run(x0, d0, rows, device)
+    loss = tg.zeros(1, dtype=tg.float64, device=device, requires_grad=True)
+    with tape:
+        tg.launch(_sum_into, dim=3, inputs=[out], outputs=[loss], device=device)
+    hv = tape.hvp(loss, {x: tg.array(ux, dtype=tg.float64, device=device)})
+    np.testing.assert_allclose(hv[x].numpy(), (grad_x(x0 + h * ux) - grad_x(x0 - h * ux)) / (2 * h),
+                               rtol=1e-5, atol=1e-7)
+
+
+@tg.kernel
+def _sum_into(a: tg.array(dtype=tg.float64), loss: tg.array(dtype=tg.float64)):
+    tg.atomic_add(loss, 0, a[tg.tid()])

@@ -179,6 +179,12 @@ template <typename T> TG_FUNC darray_t<T> view_slice(const darray_t<T>& a, int d
     darray_t<T> r = a; r.p = view_slice(a.p, d, start, stop, step, given);
     r.t = a.t.data ? view_slice(a.t, d, start, stop, step, given) : a.t; return r;
 }
+// an indexed array's index lookups and extents read the primal index arrays (indices carry no
+// tangent; the tangent build's struct holds every array field as a dual array)
+template <typename I> TG_FUNC I index_map(const darray_t<int32_t>& ix, I i) { return index_map(ix.p, i); }
+template <typename T> TG_FUNC int32_t indexed_shape(const darray_t<T>& data, const darray_t<int32_t>& ix, int k) {
+    return indexed_shape(data.p, ix.p, k);
+}
 template <typename T> TG_FUNC darray_t<T> make_darray(const array_t<T>& p, const array_t<T>& t, int32_t mode) {
     darray_t<T> r; r.p = p; r.t = t; r.mode = mode; return r;
 }
