@@ -226,9 +226,17 @@ def _paths(values, name: str, exists) -> list:
     if isinstance(values, (str, bytes)):
         raise TypeError(f"ModuleBuildOptions({name}=...): expected a sequence of paths, got a single "
                         f"{type(values).__name__}")
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"ModuleBuildOptions({name}=...): expected a sequence of paths, got "
+                        f"{type(values).__name__}") from None
     out = []
     for v in values:
-        p = os.fspath(v)
+        if not isinstance(v, (str, bytes, os.PathLike)):
+            raise TypeError(f"ModuleBuildOptions({name}=...): expected paths (str or os.PathLike), got "
+                            f"{type(v).__name__} {v!r}")
+        p = os.fsdecode(v)   # a bytes path as text: it reaches the compiler's -I and the unit's comment
         if not os.path.isabs(p) or not exists(p):
             raise ValueError(f"ModuleBuildOptions({name}=...): expected absolute paths of existing entries, "
                              f"got {p!r}")

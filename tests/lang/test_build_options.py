@@ -278,3 +278,19 @@ def test_edited_header_in_an_include_folder_rebuilds(tmp_path):
     (inc / "addon.h").unlink()           # a header the last build read is gone: a compile error, not the old binary
     r = subprocess.run([sys.executable, str(script), str(inc)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "addon.h" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(extra_cpu_include_dirs=5), r"extra_cpu_include_dirs=\.\.\.\): expected a sequence of paths, got int"),
+    (dict(extra_cuda_include_dirs=[None]), r"extra_cuda_include_dirs=\.\.\.\): expected paths .* got NoneType"),
+    (dict(extra_build_dependencies=[3]), r"extra_build_dependencies=\.\.\.\): expected paths .* got int 3"),
+])
+def test_bad_paths_name_the_argument(kw, match):
+    with pytest.raises(TypeError, match=match):
+        tg.ModuleBuildOptions(**kw)
+
+
+def test_bytes_and_pathlike_paths_become_text(tmp_path):
+    """A bytes folder reached the compiler as ``-Ib'/path'`` (and the unit as its repr)."""
+    o = tg.ModuleBuildOptions(extra_cpu_include_dirs=[bytes(tmp_path)], extra_cuda_include_dirs=[tmp_path])
+    assert o.extra_cpu_include_dirs == [str(tmp_path)] and o.extra_cuda_include_dirs == [str(tmp_path)]
