@@ -141,6 +141,24 @@ class ParamGroup:
         launch(_tick, dim=1, inputs=[self.step], device=self.device, record_tape=False)
 
 
+def _check_disjoint(params) -> None:
+    """Raise when two parameters share memory (the same array twice, or overlapping views):
+    their rows would update the same elements from different grid threads, at once when an
+    OpenMP team or CUDA blocks run them (lost updates: a different result from run to run)."""
+    by_device: dict = {}
+    for i, p in enumerate(params):
+        if p.ptr and p.nbytes:
+            by_device.setdefault(str(p.device), []).append((p.ptr, p.ptr + p.nbytes, i))
+    for spans in by_device.values():
+        spans.sort()
+        # sorted by start, any overlap shows between neighbours
+        hit = next(((i, j) for (_, end, i), (start, _, j) in zip(spans, spans[1:]) if start < end), None)
+        if hit is not None:
+            i, j = sorted(hit)
+            raise ValueError(f"params[{i}] and params[{j}]: expected parameters in separate memory, got two that "
+                             f"share it (the same array twice, or overlapping views): their updates would race")
+
+
 def build_groups(params, state_names, slot_type_for) -> list:
     """Split ``params`` into ``ParamGroup``s by (scalar type, device) and allocate zero state.
 
@@ -151,7 +169,7 @@ def build_groups(params, state_names, slot_type_for) -> list:
 
     Raises:
         TypeError: a parameter is not a tapegrad array or not floating point.
-        ValueError: a parameter is not contiguous.
+        ValueError: a parameter is not contiguous, or two share memory.
     """
     by_key: dict = {}
     for i, p in enumerate(params):
@@ -160,6 +178,7 @@ def build_groups(params, state_names, slot_type_for) -> list:
         if p.device is None or not p.dtype.scalar.is_float:
             raise TypeError(f"params[{i}]: expected a floating-point array with memory, got {p.dtype!r}")
         by_key.setdefault((p.dtype.scalar, p.device), []).append(i)
+    _check_disjoint(params)
     groups = []
     for (scalar, device), idx in by_key.items():
         values = tuple(flat_view(params[i], f"params[{i}]") for i in idx)

@@ -39,7 +39,8 @@ class Optimizer:
 
         Raises:
             TypeError: not a list of floating-point tapegrad arrays.
-            ValueError: a parameter is not contiguous.
+            ValueError: a parameter is not contiguous, or two share memory (the same array twice,
+                overlapping views: their updates would race).
         """
         if isinstance(params, array):
             raise TypeError(f"{type(self).__name__}(params=...): expected a list of arrays, got one array "

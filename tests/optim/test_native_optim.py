@@ -194,6 +194,23 @@ def test_errors_name_the_parameter():
         Adam().step()
 
 
+@pytest.mark.parametrize("cls", [Adam, SGD])
+def test_parameters_sharing_memory_are_refused(cls, device):
+    """Two rows over the same elements would update them from different grid threads at once
+    (an OpenMP team, CUDA blocks: a lost update, a result that changes from run to run); the
+    same array twice and overlapping views are refused, adjacent views are not."""
+    base = tg.zeros(3 * 4096, dtype=tg.float32, device=device, requires_grad=True)
+    other = tg.zeros(8, dtype=tg.float32, device=device, requires_grad=True)
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[2\]: .*share"):
+        cls([base, other, base])
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[1\]: .*share"):
+        cls([base[:4096], base[4000:5000]])
+    opt = cls([base[:4096], base[4096:8192], other])   # neighbours, not overlapping
+    with pytest.raises(ValueError, match="share"):
+        opt.set_params([other, base, base[5:6]])
+    assert len(opt.params) == 3
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("cls", [Adam, SGD])
 def test_step_captured_in_a_cuda_graph(cls):
