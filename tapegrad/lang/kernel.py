@@ -439,7 +439,19 @@ class Kernel:
         with _lock:   # emission reads IR shared with other kernels (their @func specializations)
             ir = self.wide_ir() if variant.wide else self._ir
             return emit.kernel_parts(ir, self.symbol, self.enable_backward, set() if seen is None else seen,
-                                     variant, sites, external, self.options.get("cpu_grain"))
+                                     variant, sites, external, self.cpu_grain())
+
+    def cpu_grain(self):
+        """The kernel's ``cpu_grain`` option (None: the default), checked again here: Warp code
+        writes ``kernel.options`` items directly, and a grain of 0 divided by zero in the
+        emitted CPU loop (the process died of SIGFPE).
+
+        Raises:
+            ValueError: ``kernel.options["cpu_grain"]`` is not None or an int in [1, 2**24].
+        """
+        grain = self.options.get("cpu_grain")
+        check_cpu_grain(grain, f"kernel '{self.key}' options")
+        return grain
 
     def mode(self) -> str:
         """The build mode of this kernel's next loads: its Python module's ``"mode"`` option
@@ -456,7 +468,7 @@ class Kernel:
         inputs (``BuildInputs.digest``) and an external entry's name (``strip_hash``); the
         direct cache's manifest key holds it."""
         ext = self.get_mangled_name() if self.entry_point_abi != "warp" else ""
-        grain = self.options.get("cpu_grain")   # the CPU loop's schedule is emitted with it
+        grain = self.cpu_grain()   # the CPU loop's schedule is emitted with it
         return f"{self.build_inputs().digest}:{self.entry_point_abi}:{ext}" + (f":g{grain}" if grain else "")
 
     def source(self) -> str:

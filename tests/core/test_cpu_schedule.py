@@ -143,3 +143,34 @@ def test_cpu_grain_rejects_non_positive_ints(bad):
         tg.Kernel(grained.func, options={"cpu_grain": bad})
     with pytest.raises(ValueError, match="cpu_grain"):
         tg.set_module_options({"cpu_grain": 4})   # a kernel's option, not a module's
+
+
+_MUTATED = r"""
+import numpy as np, tapegrad as tg
+
+@tg.kernel
+def fill(a: tg.array[tg.float32]):
+    a[tg.tid()] = 1.0
+
+fill.options["cpu_grain"] = 0     # Warp code writes kernel.options items directly
+a = tg.zeros(10, dtype=tg.float32, device="cpu")
+try:
+    tg.launch(fill, 10, inputs=[a])
+except ValueError as e:
+    print("refused:", e)
+fill.options["cpu_grain"] = 2
+tg.launch(fill, 10, inputs=[a])
+print("ok", a.numpy().sum())
+"""
+
+
+def test_cpu_grain_written_into_kernel_options_is_checked(tmp_path):
+    """``kernel.options["cpu_grain"] = 0`` after decoration skipped the decorator's check: the
+    emitted plan divided by a chunk of 0 and the process died of SIGFPE (a subprocess here)."""
+    script = tmp_path / "mutated.py"
+    script.write_text(_MUTATED)
+    r = subprocess.run([sys.executable, str(script)], env={**os.environ, "OMP_NUM_THREADS": "2"},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert "refused: kernel '__main__.fill' options: 'cpu_grain' expects None or an int in [1, 2**24]" in r.stdout
+    assert "ok 10.0" in r.stdout

@@ -164,7 +164,8 @@ inline int64_t omp_chunk(int64_t n, int64_t grain = 1024) {
 #else
     int64_t c = n;
 #endif
-    return c < grain ? grain : c;
+    if (c < grain) c = grain;
+    return c < 1 ? 1 : c;   // never 0 (Kernel.cpu_grain checks the option; a chunk of 0 hangs or divides by 0)
 }
 
 // The chunks of a dense CPU launch shared by an OpenMP team (lang.emit._cpu_forward_loops):
@@ -195,6 +196,7 @@ struct omp_plan_t {
 #endif
         chunk = n / (32 * t);
         if (chunk < grain) chunk = grain;
+        if (chunk < 1) chunk = 1;
         chunks = (n - 1) / chunk + 1;
         blocks = int(chunks < t ? chunks : t);
         block = blocks <= LOCAL ? local : new omp_block_t[blocks];
