@@ -16,6 +16,7 @@ from .array import array, clone
 from .creation import zeros
 from .errors import GradcheckError
 from .launch import launch
+from .types import StructType
 
 __all__ = ["jacobian", "jacobian_fwd", "jacobian_fd", "gradcheck", "GradcheckError", "GradcheckEntry"]
 
@@ -69,8 +70,45 @@ def _check_kernel(kernel, who: str, derivative: str = "") -> None:
                            "backward pass enabled to compute Jacobians)")
 
 
-def _select(items, mask_indices):
+def _select(items, mask_indices, who="jacobian", what="input_indices"):
+    """The positions of ``items`` whose Jacobians are taken: the float arrays (those of
+    ``mask_indices`` when given; naming another argument there is an error).
+
+    Raises:
+        ValueError: ``mask_indices`` names an argument that is not a float tapegrad array (an
+            indexed array or struct: its arrays are not differentiated here).
+    """
+    if mask_indices is not None:
+        for i in mask_indices:
+            if isinstance(i, (int, np.integer)) and 0 <= i < len(items) and not _is_diff_array(items[i]):
+                raise ValueError(f"{who}: {what} names argument {i}, a {type(items[i]).__name__}, but Jacobians are "
+                                 f"taken with respect to floating-point tapegrad arrays only (an indexed array or a "
+                                 f"struct's arrays: pass the array itself to a kernel taking it)")
     return [i for i, a in enumerate(items) if _is_diff_array(a) and (mask_indices is None or i in mask_indices)]
+
+
+def _scratch_twin(a):
+    """For a struct (or indexed array) argument: a twin whose arrays view the same memory and
+    whose float arrays carry zeroed scratch gradients (an adjoint accumulates into a struct's
+    arrays' own ``.grad``: the caller's, which a Jacobian must leave alone); others as given."""
+    t = type(a)
+    st = getattr(t, "_tg_struct", None)
+    if not isinstance(st, StructType):
+        return a
+    out = t()
+    for name, _ in st.fields:
+        f = getattr(a, name, None)
+        if _is_diff_array(f):
+            w = array.wrap_memory(f.ptr, f.dtype, f.shape, f.strides, f.device, f)
+            # the descriptor's gradient pointer shares the data's strides: scratch laid out alike
+            span = sum((n - 1) * st_ for n, st_ in zip(f.shape, f.strides) if n) + f.dtype.size
+            buf = zeros(-(-span // f.dtype.size) if f.size else 0, f.dtype, f.device)
+            w.grad = array.wrap_memory(buf.ptr, f.dtype, f.shape, f.strides, f.device, buf)
+            f = w
+        elif isinstance(getattr(type(f), "_tg_struct", None), StructType):
+            f = _scratch_twin(f)
+        setattr(out, name, f)
+    return out
 
 
 def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, output_indices=None,
@@ -94,8 +132,8 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     """
     _check_kernel(kernel, "jacobian", "adjoint")
     inputs, outputs = list(inputs), list(outputs)
-    ins = _select(inputs, input_indices)
-    outs = _select(outputs, output_indices)
+    ins = _select(inputs, input_indices, "jacobian")
+    outs = _select(outputs, output_indices, "jacobian", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
     n_in = len(inputs)
     # outputs the kernel writes and never reads (tapegrad arrays; a generic kernel: none)
@@ -103,6 +141,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     after = {o for o in saved if access is not None and n_in + o < len(access)
              and access[n_in + o][1] and not access[n_in + o][0]}
     result = {}
+    twin_in, twin_out = [_scratch_twin(a) for a in inputs], [_scratch_twin(a) for a in outputs]
     for j in outs:
         out = outputs[j]
         n_out = out.size * max(out.dtype.length, 1)
@@ -121,7 +160,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
                 launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
                        max_blocks=max_blocks)
                 _restore(outputs, {o: saved[o] for o in saved if o not in after})
-            launch(kernel, dim, inputs, outputs, device=device, adjoint=True, adj_inputs=adj_in,
+            launch(kernel, dim, twin_in, twin_out, device=device, adjoint=True, adj_inputs=adj_in,
                    adj_outputs=adj_out, record_tape=False, block_dim=block_dim, max_blocks=max_blocks)
             for i in ins:
                 rows[i][r] = _flat(adj_in[i])
@@ -151,8 +190,8 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
     """
     _check_kernel(kernel, "jacobian_fwd", "tangent")
     inputs, outputs = list(inputs), list(outputs)
-    ins = _select(inputs, input_indices)
-    outs = _select(outputs, output_indices)
+    ins = _select(inputs, input_indices, "jacobian_fwd")
+    outs = _select(outputs, output_indices, "jacobian_fwd", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
     # an input the kernel also writes (in place) is restored too
     saved_in = {i: clone(inputs[i], requires_grad=False) for i in ins}
@@ -200,8 +239,8 @@ def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, in
     """
     _check_kernel(kernel, "jacobian_fd")
     inputs, outputs = list(inputs), list(outputs)
-    ins = _select(inputs, input_indices)
-    outs = _select(outputs, output_indices)
+    ins = _select(inputs, input_indices, "jacobian_fd")
+    outs = _select(outputs, output_indices, "jacobian_fd", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
 
     def run():

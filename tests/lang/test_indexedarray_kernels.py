@@ -277,3 +277,39 @@ def test_forward_mode_through_indexed_arrays(device):
 @tg.kernel
 def _sum_into(a: tg.array(dtype=tg.float64), loss: tg.array(dtype=tg.float64)):
     tg.atomic_add(loss, 0, a[tg.tid()])
+
+
+@tg.struct
+class _Weights:
+    w: tg.array(dtype=tg.float64)
+
+
+@tg.kernel
+def weighted_gather(x: tg.array(dtype=tg.float64), a: tg.indexedarray[tg.float64], s: _Weights,
+                    out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    out[i] = a[i] * x[i] * s.w[i]
+
+
+def test_jacobians_leave_the_callers_gradients_alone(device):
+    """jacobian() of a kernel taking an indexed array or a struct of arrays: each row's adjoint
+    launch accumulated into the data's and the struct arrays' own .grad (data.grad [0, 2, 0, 1]
+    after the call: the caller's gradients changed); naming such an argument in input_indices
+    returned {} (nothing computed, silently)."""
+    from tapegrad.autograd import jacobian, jacobian_fd, jacobian_fwd
+    data = tg.array(np.arange(4.0), dtype=tg.float64, device=device, requires_grad=True)
+    ia = data[tg.array([3, 1], dtype=tg.int32, device=device)]
+    s = _Weights()
+    s.w = tg.array([0.5, -2.0], dtype=tg.float64, device=device, requires_grad=True)
+    x = tg.array([1.0, 2.0], dtype=tg.float64, device=device, requires_grad=True)
+    out = tg.zeros(2, dtype=tg.float64, device=device)
+    for fn in (jacobian, jacobian_fwd, jacobian_fd):
+        J = fn(weighted_gather, 2, inputs=[x, ia, s], outputs=[out], device=device)
+        np.testing.assert_allclose(J[(0, 0)], np.diag([3.0 * 0.5, 1.0 * -2.0]), rtol=1e-8, atol=1e-9)
+        assert set(J) == {(0, 0)}
+        np.testing.assert_array_equal(data.grad.numpy(), np.zeros(4))
+        np.testing.assert_array_equal(s.w.grad.numpy(), np.zeros(2))
+        for bad in (1, 2):
+            with pytest.raises(ValueError, match=rf"{fn.__name__}: input_indices names argument {bad}, a \w+, but "
+                                                 r"Jacobians are taken with respect to floating-point tapegrad arrays"):
+                fn(weighted_gather, 2, inputs=[x, ia, s], outputs=[out], device=device, input_indices=[bad])
