@@ -141,6 +141,26 @@ class HostValue(np.ndarray):
         _same_scalars("sub", other, self)
         return super().__rsub__(other)
 
+    def __iadd__(self, other):   # numpy's in-place add rounded a vec3d into a vec3f silently
+        _same_scalars("add", self, other)
+        return super().__iadd__(other)
+
+    def __isub__(self, other):
+        _same_scalars("sub", self, other)
+        return super().__isub__(other)
+
+    def __truediv__(self, other):
+        _same_scalars("div", self, other)
+        return super().__truediv__(other)
+
+    def __rtruediv__(self, other):
+        _same_scalars("div", other, self)
+        return super().__rtruediv__(other)
+
+    def __itruediv__(self, other):
+        _same_scalars("div", self, other)
+        return super().__itruediv__(other)
+
     def __mul__(self, other):
         if _is_scalar(other):
             return super().__mul__(other)

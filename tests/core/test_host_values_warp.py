@@ -79,3 +79,26 @@ def test_mixed_component_types_have_no_implicit_conversion():
     np.testing.assert_array_equal(m_d * m_d, np.array([[1.0, 2.0], [3.0, 4.0]]) @ np.array([[1.0, 2.0], [3.0, 4.0]]))
     assert v_d + v_d == tg.vec3d(1.0, 0.5, 0.25) and isinstance(v_f - v_f, tg.vec3f)
     assert 2.0 - v_d == tg.vec3d(1.5, 1.75, 1.875)
+
+
+def test_mixed_component_types_divide_and_update_in_place_with_no_conversion():
+    """``/`` and the in-place ``+=``, ``-=``, ``/=`` follow the rule of ``+``: ``vec3f / vec3d``
+    gave a vec3d, and ``v_f += v_d`` rounded the float64 sum into the float32 value silently
+    (Warp: no 'div'/'add' overload; a Warp value has no in-place add, ``+=`` is ``+``)."""
+    v_f, v_d = tg.vec3f(1.0, 2.0, 3.0), tg.vec3d(0.1, 0.2, 0.3)
+    with pytest.raises(RuntimeError, match="'div' compatible with the arguments 'vec3f, vec3d'"):
+        v_f / v_d
+    with pytest.raises(RuntimeError, match="'div' compatible with the arguments 'vec3d, vec3f'"):
+        v_d / v_f
+    for op, name in (("__iadd__", "add"), ("__isub__", "sub"), ("__itruediv__", "div")):
+        w = tg.vec3f(1.0, 2.0, 3.0)
+        with pytest.raises(RuntimeError, match=f"'{name}' compatible with the arguments 'vec3f, vec3d'"):
+            getattr(w, op)(v_d)
+        assert w == tg.vec3f(1.0, 2.0, 3.0)     # left as it was
+    w = tg.vec3d(1.0, 2.0, 3.0)
+    w += v_d
+    w /= tg.vec3d(2.0, 2.0, 2.0)
+    w -= tg.vec3d(0.0, 0.0, 1.0)
+    w /= 2.0
+    np.testing.assert_array_equal(w, (np.array([1.1, 2.2, 3.3]) / 2.0 - np.array([0.0, 0.0, 1.0])) / 2.0)
+    assert isinstance(w, tg.vec3d)
