@@ -101,6 +101,23 @@ def _first(paths) -> list:
     return list(dict.fromkeys(paths))
 
 
+def _recheck_build_options(o: "ModuleBuildOptions") -> None:
+    """Check an instance's attributes again when it is applied: Warp's instances are edited in
+    place and applied again (an edited attribute skipped the constructor's checks and failed
+    later with Python's own words, or reached the compiler as a stray string's characters).
+
+    Raises:
+        TypeError, ValueError: as the constructor.
+    """
+    for name in ("extra_cuda_preamble", "extra_cpu_preamble"):
+        v = getattr(o, name)
+        if not isinstance(v, str):
+            raise TypeError(f"ModuleBuildOptions({name}=...): expected a str, got {type(v).__name__}")
+    for name in ("extra_cuda_include_dirs", "extra_cpu_include_dirs", "extra_build_dependencies"):
+        # absolute paths; whether they exist is asked when the options are resolved (as Warp)
+        setattr(o, name, _paths(getattr(o, name), name, lambda p: True))
+
+
 def _preamble(text: str) -> str:
     # the trailing newline a preamble needs in the unit: "#define A 1" and "#define A 1\n" are one
     return text + "\n" if text and not text.endswith("\n") else text
@@ -311,6 +328,7 @@ def _check_options(options, known, who: str) -> None:
             if not isinstance(v, ModuleBuildOptions):
                 raise TypeError(f"{who}(options): 'extra_build_options' expects None or a ModuleBuildOptions, "
                                 f"got {type(v).__name__}")
+            _recheck_build_options(v)
         if k == "launch_bounds":
             check_launch_bounds(v, who)
         if k == "cpu_grain":

@@ -294,3 +294,21 @@ def test_bytes_and_pathlike_paths_become_text(tmp_path):
     """A bytes folder reached the compiler as ``-Ib'/path'`` (and the unit as its repr)."""
     o = tg.ModuleBuildOptions(extra_cpu_include_dirs=[bytes(tmp_path)], extra_cuda_include_dirs=[tmp_path])
     assert o.extra_cpu_include_dirs == [str(tmp_path)] and o.extra_cuda_include_dirs == [str(tmp_path)]
+
+
+@pytest.mark.parametrize("attr, value, error, match", [
+    ("extra_cpu_preamble", 5, TypeError, r"extra_cpu_preamble=\.\.\.\): expected a str, got int"),
+    ("extra_cpu_include_dirs", "/tmp", TypeError, "got a single str"),
+    ("extra_build_dependencies", ["rel.h"], ValueError, "expected absolute paths of existing entries, got 'rel.h'"),
+])
+def test_an_instance_edited_in_place_is_checked_when_applied(attr, value, error, match):
+    """Warp's instances are edited and applied again (``set_module_options``): the edited
+    attribute skipped the constructor's checks (a str folder reached the compiler one
+    character a folder, a non-str preamble failed at the next launch with Python's words)."""
+    k = _addon_kernel()
+    o = tg.ModuleBuildOptions()
+    setattr(o, attr, value)
+    with pytest.raises(error, match=match):
+        k.module.options["extra_build_options"] = o
+    with pytest.raises(error, match=match):
+        tg.set_module_options({"extra_build_options": o}, module=k.module)
