@@ -26,6 +26,7 @@ import numpy as np
 
 from tapegrad import abi, types
 from tapegrad.device import get_device
+from tapegrad.modules import no_adjoint
 
 from ..export_names import advice, describe, stable_name
 from . import plan as ffi_plan
@@ -85,7 +86,9 @@ def _fill(plan, platform: int, ordinal: int) -> None:
         fwd, bwd, cap, fwd_lanes = entries(spec.kernel, device, math.prod(spec.launch) > abi.MAX_NARROW_THREADS)
         fn = bwd if spec.adjoint else fwd
         if fn is None:
-            raise RuntimeError(f"kernel '{spec.kernel.key}' was built with enable_backward=False")
+            # (an adjoint the kernel refuses, arrays built from addresses, says so: not "built with ...")
+            raise RuntimeError(no_adjoint(spec.kernel) or
+                               f"kernel '{spec.kernel.key}' was built with enable_backward=False")
         lanes = 1 if spec.adjoint else fwd_lanes    # adjoint entries loop over single threads
     if platform == 0:
         c.cpu_entry = fn

@@ -173,3 +173,27 @@ def float_extent(a: tg.array(dtype=float)):
 def test_bad_calls_name_the_problem(kernel, message):
     with pytest.raises(tg.KernelError, match=message):
         kernel.module("cpu")
+
+
+@tg.kernel
+def doubled_through_address32(x: tg.array(dtype=tg.float32), y: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    view = tg.array(ptr=x.ptr, shape=x.shape[0], dtype=tg.float32)
+    y[i] = view[i] * 2.0
+
+
+@pytest.mark.jax
+def test_jax_kernel_derivatives_name_the_address_array():
+    """jax.grad / vjp of a jax_kernel whose kernel builds a float array from an address: the
+    refusal said "was built with enable_backward=False" (it was not); it names the line now, as
+    every other adjoint path does."""
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    jk = tg.jax_kernel(doubled_through_address32, enable_backward=True)
+    x = jnp.array([1.0, 2.0, 3.0], dtype=jnp.float32)
+    np.testing.assert_array_equal(np.asarray(jk(x)[0]), [2.0, 4.0, 6.0])
+    for derivative in (lambda: jax.grad(lambda v: jk(v)[0].sum())(x),
+                       lambda: jax.vjp(lambda v: jk(v)[0], x)[1](jnp.ones(3, dtype=x.dtype)),
+                       lambda: jax.jvp(lambda v: jk(v)[0], (x,), (jnp.ones(3, dtype=x.dtype),))):
+        with pytest.raises(RuntimeError, match=r"has no adjoint: it builds a floating-point array from an address"):
+            derivative()
