@@ -594,7 +594,7 @@ def _read_headers(dep_file: str, source_path: str) -> list:
     _, _, deps = text.partition(": ")
     out = []
     for tok in re.findall(r"(?:\\.|[^\s\\])+", deps):
-        p = os.path.abspath(re.sub(r"\\(.)", r"\1", tok))
+        p = os.path.abspath(re.sub(r"\\(.)", r"\1", tok).replace("$$", "$"))   # make's escapes
         if p != os.path.abspath(source_path) and not p.startswith(_OWN_DIR) and p not in out:
             out.append(p)
     return out
