@@ -95,38 +95,67 @@ NULL_UNSAFE = "null_unsafe"
 _TRUTH_OPS = ("array_nonnull", "logical_not")   # ``if a:`` / ``while a:`` and ``not a`` of an array
 
 
-def _null_use(fn, origin: dict, depth: int = 0):
-    """(accessed, tested): the parameter indices (``origin``: id(var) -> index) whose elements
-    ``fn`` accesses, and whose truth value it tests; through locals, views and the user
-    functions it passes them to. Flow-insensitive: a test anywhere counts as a guard."""
+def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
+    """(accessed, tested): the parameter paths (``origin``: id(var) -> (index, field, ...)) whose
+    elements ``fn`` accesses, and whose truth value it tests; through locals, views, struct
+    fields (of parameters, and of structs the kernel builds holding them: ``forigin``, id(var)
+    -> {field: path}) and the user functions it passes them to. Flow-insensitive: a test
+    anywhere counts as a guard."""
     from .ir import Assign, Read, Write, walk
     alias = dict(origin)
+    fields = dict(forigin or {})     # structs built in the function: which fields hold which arrays
     accessed, tested = set(), set()
     for s in walk(fn.body):
-        if isinstance(s, Write):
-            if id(s.src) in alias:
-                alias[id(s.var)] = alias[id(s.src)]
-        elif isinstance(s, Read):
-            if id(s.var) in alias:
-                alias[id(s.out)] = alias[id(s.var)]
+        if isinstance(s, (Write, Read)):
+            src, dst = (s.src, s.var) if isinstance(s, Write) else (s.var, s.out)
+            if id(src) in alias:
+                alias[id(dst)] = alias[id(src)]
+            if id(src) in fields:
+                fields[id(dst)] = fields[id(src)]
         elif isinstance(s, Assign) and s.args:
             op = s.op
             if op.name in _TRUTH_OPS and id(s.args[0]) in alias:
                 tested.add(alias[id(s.args[0])])
             if op.view is not None and id(s.args[0]) in alias and s.out is not None:
                 alias[id(s.out)] = alias[id(s.args[0])]    # a view aliases its array
-            if op.field is not None and id(s.args[0]) in alias and s.out is not None:
-                alias[id(s.out)] = alias[id(s.args[0])] + (op.field,)   # a struct's (array) field
+            if op.field is not None and s.out is not None:
+                if id(s.args[0]) in alias:
+                    alias[id(s.out)] = alias[id(s.args[0])] + (op.field,)   # a struct's (array) field
+                elif op.field in fields.get(id(s.args[0]), {}):
+                    alias[id(s.out)] = fields[id(s.args[0])][op.field]
+            if op.name in ("struct_new", "struct_set") and s.out is not None:
+                _struct_fields(s, alias, fields)
             for pos in (*op.reads, *op.writes):
                 if pos < len(s.args) and id(s.args[pos]) in alias:
                     accessed.add(alias[id(s.args[pos])])
             if op.callee is not None and depth < 16:
-                sub = {id(p): alias[id(a)] for p, a in zip(op.callee.params, s.args) if id(a) in alias}
-                if sub:
-                    a, t = _null_use(op.callee, sub, depth + 1)
+                pairs = list(zip(op.callee.params, s.args))
+                sub = {id(p): alias[id(a)] for p, a in pairs if id(a) in alias}
+                fsub = {id(p): fields[id(a)] for p, a in pairs if id(a) in fields}
+                if sub or fsub:
+                    a, t = _null_use(op.callee, sub, depth + 1, fsub)
                     accessed |= a
                     tested |= t
     return accessed, tested
+
+
+def _struct_fields(s, alias: dict, fields: dict) -> None:
+    """For ``S(a=x, ...)`` / ``s.a = x`` (``struct_new`` / ``struct_set``): record which fields
+    of the new struct value hold arrays that came from parameters."""
+    first = s.args[0]
+    if s.op.name == "struct_new":
+        names = getattr(getattr(first, "t", None), "names", ())
+        got = {n: alias[id(v)] for n, v in zip(names, s.args[1:]) if id(v) in alias}
+    else:
+        name = getattr(getattr(s.args[1], "t", None), "name", None) if len(s.args) == 3 else None
+        got = dict(fields.get(id(first), {}))
+        if name is not None:
+            if id(s.args[2]) in alias:
+                got[name] = alias[id(s.args[2])]
+            else:
+                got.pop(name, None)
+    if got:
+        fields[id(s.out)] = got
 
 
 def _null_unsafe_rule(kernel, ir) -> list:

@@ -242,3 +242,30 @@ def test_a_none_array_field_the_kernel_dereferences_is_refused():
     h.a = None                    # the struct's current fields count (Warp's recorded launches)
     with pytest.raises(TypeError, match=r"field h\.a is None"):
         cmd.launch()
+
+
+@tg.func
+def second_of(h: Holder):
+    return h.a[1]
+
+
+@tg.kernel
+def reads_through_built_structs(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64),
+                                out: tg.array(dtype=tg.float64)):
+    s = Holder()
+    s.a = x                          # a struct the kernel builds, holding a parameter's array
+    t = Holder(a=y, scale=2.0)
+    out[0] = s.a[2] + second_of(t)
+
+
+def test_a_none_array_inside_a_struct_the_kernel_builds_is_refused():
+    """None passed for an array the kernel stores into a struct it builds (``s.a = x``,
+    ``Holder(a=y)``) and reads back from there: the process died of SIGSEGV (the null check
+    lost the array at the struct)."""
+    out = tg.zeros(1, dtype=tg.float64)
+    x = tg.array([1.0, 2.0, 3.0], dtype=tg.float64)
+    for args, name in (([None, x, out], "x"), ([x, None, out], "y")):
+        with pytest.raises(TypeError, match=rf"\('{name}'\): got None \(Warp's null array"):
+            tg.launch(reads_through_built_structs, dim=1, inputs=args)
+    tg.launch(reads_through_built_structs, dim=1, inputs=[x, x, out])
+    assert out.numpy().tolist() == [5.0]
