@@ -17,6 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from ..abi import ENTRY_POINT_ABIS
 from ..config import check_mode
 from ..config import config as _config
 
@@ -333,6 +334,8 @@ def _check_options(options, known, who: str) -> None:
             check_launch_bounds(v, who)
         if k == "cpu_grain":
             check_cpu_grain(v, who)
+        if k == "entry_point_abi" and v not in ENTRY_POINT_ABIS:
+            raise ValueError(f"{who}(options): 'entry_point_abi' expects one of {list(ENTRY_POINT_ABIS)}, got {v!r}")
 
 
 # Options a single kernel takes (``@kernel(...)``, ``Kernel(options=...)``) besides the module ones

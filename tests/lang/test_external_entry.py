@@ -84,6 +84,10 @@ def test_decorator_checks():
         tg.kernel(entry_point_abi="external_constant_params")
     with pytest.raises(ValueError, match="must be 'warp' or 'external_constant_params'"):
         tg.kernel(enable_backward=False, entry_point_abi="optix")
+    # Kernel(options=...) too (it took any value: the kernel built, and its launches were refused)
+    with pytest.raises(ValueError, match=r"'entry_point_abi' expects one of \['warp', 'external_constant_params'\], "
+                                         r"got 'optix'"):
+        tg.Kernel(_no_params, options={"entry_point_abi": "optix", "enable_backward": False})
 
 
 def _no_params():
