@@ -144,6 +144,20 @@ class Plan:
         return self._c
 
 
+def _without_gradients(c):
+    """A packed struct value with its arrays' gradient pointers cleared: a static value is a
+    constant of the JAX program, so the adjoint (jax.grad) accumulates nothing into the arrays
+    it holds (with their pointers it added into the caller's tapegrad ``.grad`` on every
+    backward call)."""
+    for name, _ in c._fields_:
+        v = getattr(c, name)
+        if isinstance(v, types.ArrayDesc):
+            v.grad = None
+        elif isinstance(v, ctypes.Structure):
+            _without_gradients(v)
+    return c
+
+
 def pack_value(ptype, value, label) -> bytes:
     """The kernel-ABI bytes of static value ``value`` for parameter type ``ptype`` (a scalar:
     ``types.scalar_packer``, the rule ``tg.launch`` packs it by).
@@ -157,7 +171,7 @@ def pack_value(ptype, value, label) -> bytes:
         return bytes(types.scalar_packer(ptype, label)(value))
     try:
         if isinstance(ptype, types.StructType):
-            return bytes(ptype.to_ctype(value))
+            return bytes(_without_gradients(ptype.to_ctype(value)))
         integral = ptype.scalar.kind in ("int", "uint")
         if isinstance(value, (str, bytes)) or (integral and isinstance(value, (float, np.floating))
                                                and not float(value).is_integer()):
