@@ -1068,8 +1068,11 @@ def _data_device(data, copy):
 
 
 def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:
-    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad;
-    ``retain_grad`` as for ``array`` (needs a gradient: ``ValueError`` otherwise)."""
+    """A contiguous copy of ``src`` (on ``device`` when given), with a copy of its grad (as
+    Warp's) — except while a tape records: the clone then starts with a zero gradient, since
+    the recorded copy passes the clone's gradient back to ``src`` (a copied ``src.grad`` would
+    be counted twice); ``retain_grad`` as for ``array`` (needs a gradient: ``ValueError``
+    otherwise)."""
     if _INDEXED.cls is not None and isinstance(src, _INDEXED.cls):   # its selection, gathered
         src = src.contiguous()      # requires_grad as the data's (Warp's clone default)
         if device is not None or pinned or retain_grad or (
@@ -1083,7 +1086,7 @@ def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad
     copy(out, src)
     rg = src.requires_grad if requires_grad is None else requires_grad
     if rg:
-        if src.grad is not None:
+        if src.grad is not None and active_tape() is None:
             out.grad = clone(src.grad, device=dev, requires_grad=False)
         else:
             out.requires_grad = True

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .indexedarray import register_copy_kernel
+from .array import clone
+from .indexedarray import indexedarray, register_copy_kernel
 from .lang import kernel, tid
 from .launch import launch
 
@@ -60,7 +61,28 @@ def copy_elements(dst, src) -> None:
         raise RuntimeError(f"indexed copy: devices differ: {dst.device} and {src.device}")
     if not all(dst.shape):
         return
+    if _overlap(dst, src):
+        # one launch reading and writing the same memory: an element could be overwritten
+        # before it is read (data[1:4] = data[0:3] gave [0, 0, 0, 0] for [0, 0, 1, 2]); gather
+        # the source first (recorded, so a tape passes the gradient through the copy)
+        src = src.contiguous() if isinstance(src, indexedarray) else clone(src)
     launch(_KERNELS[len(dst.shape) - 1], dim=tuple(dst.shape), inputs=[src], outputs=[dst], device=dst.device)
+
+
+def _byte_span(x):
+    """``(lo, hi)``: the bytes an array (an indexed array: its data array) can touch."""
+    a = x.data if isinstance(x, indexedarray) else x
+    lo = hi = a.ptr
+    for n, st in zip(a.shape, a.strides):
+        lo += min(0, (n - 1) * st)
+        hi += max(0, (n - 1) * st)
+    return lo, hi + a.dtype.size
+
+
+def _overlap(dst, src) -> bool:
+    """Whether ``dst`` and ``src`` may share memory (their byte spans intersect)."""
+    (a0, a1), (b0, b1) = _byte_span(dst), _byte_span(src)
+    return a0 < b1 and b0 < a1
 
 
 register_copy_kernel(copy_elements)
