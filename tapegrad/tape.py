@@ -806,7 +806,12 @@ def _remap_struct(plan, s, remapped):
             changed |= w is not v
             v = w
         kwargs[fname] = v
-    return cls(**kwargs) if changed else s
+    if not changed:
+        return s
+    out = cls()      # field by field: an indexed array's constructor takes (data, indices), not fields
+    for fname, v in kwargs.items():
+        setattr(out, fname, v)
+    return out
 
 
 def _replay_callback(rec, plan, remapped):
