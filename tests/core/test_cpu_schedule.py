@@ -54,6 +54,23 @@ tg.launch(bump2, (1001, 1003), inputs=[c, w])
 assert (c.numpy() == 1).all()
 i, j = np.meshgrid(np.arange(1001), np.arange(1003), indexing="ij")
 assert (w.numpy() == i * 10000 + j).all()
+
+@tg.kernel
+def total(c: tg.array4d[tg.int32], s: tg.array[tg.int64]):
+    i, j, k, l = tg.tid()
+    if (i + j + k + l) % 5 == 2:     # an early return
+        return
+    c[i, j, k, l] = c[i, j, k, l] + 1
+    tg.atomic_add(s, 0, tg.int64(((i * 5 + j) * 7 + k) * 401 + l))   # every thread into one cell
+
+shape = (3, 5, 7, 401)
+c = tg.zeros(shape, dtype=tg.int32, device="cpu")
+s = tg.zeros(1, dtype=tg.int64, device="cpu")
+tg.launch(total, shape, inputs=[c, s])
+idx = np.indices(shape)
+keep = idx.sum(axis=0) % 5 != 2
+assert (c.numpy() == keep).all()
+assert s.numpy()[0] == np.arange(c.size).reshape(shape)[keep].sum(), s.numpy()
 print("ok")
 """
 
