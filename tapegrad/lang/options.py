@@ -202,11 +202,15 @@ def build_inputs(name: str) -> BuildInputs:
     with _lock:
         hit = _RESOLVED.get(name)
         opts = _TABLE.get(name, DEFAULTS)["extra_build_options"]
+        gen = _UPDATES.get(name, 0)
     if hit is not None:
         return hit
     bi = _resolve_inputs(opts)
     with _lock:
-        _RESOLVED[name] = bi
+        # kept only if the options were not applied again while they were read
+        # (set_module_options on another thread): the old inputs would outlive the change
+        if _UPDATES.get(name, 0) == gen:
+            _RESOLVED[name] = bi
     return bi
 
 
@@ -274,6 +278,7 @@ _BOOLS = ("enable_backward", "fast_math", "fuse_fp", "lineinfo", "compile_time_t
 _lock = threading.Lock()
 _TABLE: dict = {}   # module name -> its options (a full copy of DEFAULTS, updated)
 _RESOLVED: dict = {}   # module name -> its BuildInputs (dropped when its options change)
+_UPDATES: dict = {}    # module name -> how many times its options were applied
 _LISTENERS: list = []   # callables run after options change (the kernel loader's cached choices)
 
 
@@ -301,6 +306,7 @@ def update_module_options(name: str, options: dict, who: str = "set_module_optio
     with _lock:
         _TABLE.setdefault(name, dict(DEFAULTS)).update(options)
         _RESOLVED.pop(name, None)
+        _UPDATES[name] = _UPDATES.get(name, 0) + 1
     for fn in list(_LISTENERS):
         fn()
 
@@ -423,6 +429,7 @@ def forget_module(name: str) -> None:
     with _lock:
         _TABLE.pop(name, None)
         _RESOLVED.pop(name, None)
+        _UPDATES.pop(name, None)
 
 
 class ModuleOptions(dict):

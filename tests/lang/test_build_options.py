@@ -312,3 +312,25 @@ def test_an_instance_edited_in_place_is_checked_when_applied(attr, value, error,
         k.module.options["extra_build_options"] = o
     with pytest.raises(error, match=match):
         tg.set_module_options({"extra_build_options": o}, module=k.module)
+
+
+def test_options_changed_while_resolving_are_not_hidden(addon_dir, monkeypatch):
+    """``set_module_options`` on another thread while a launch resolves the old options: the
+    old inputs were stored after the change had dropped them, and every later build of the
+    module used the old preamble (until the options changed again)."""
+    from tapegrad.lang import options
+    k = _addon_kernel()
+    k.module.options["extra_build_options"] = _opts(addon_dir, 2.0)
+    real = options._resolve_inputs
+
+    def racing(opts):
+        bi = real(opts)
+        monkeypatch.setattr(options, "_resolve_inputs", real)
+        k.module.options["extra_build_options"] = _opts(addon_dir, 5.0)   # the other thread's change
+        return bi
+
+    monkeypatch.setattr(options, "_resolve_inputs", racing)
+    assert "ADDON_FACTOR 2.0f" in k.build_inputs().cpu_preamble    # this resolution: the options it read
+    assert "ADDON_FACTOR 5.0f" in k.build_inputs().cpu_preamble    # the next: the current ones
+    x, got = _run(k)
+    np.testing.assert_allclose(got, 5.0 * x, rtol=1e-6)
