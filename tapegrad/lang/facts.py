@@ -9,7 +9,8 @@ Nothing here reads generated C++: the rules walk the IR statements.
 whose truth value it never tests (``if a:``, ``not a``): ``None`` (Warp's null array, no memory)
 passed for one of them would make the kernel dereference a null pointer, so the launch refuses it.
 Each entry is ``[index, field, ...]``: the parameter, then the struct fields down to the array
-(``s.a[0]`` of a struct parameter ``s``: ``[0, "a"]``; an indexed array reads its ``data`` field).
+(``s.a[0]`` of a struct parameter ``s``: ``[0, "a"]``; an indexed array reads its ``data`` field;
+``"[]"`` stands for the elements of an array of structs: ``xs[i].a[0]`` is ``[0, "[]", "a"]``).
 
 ``tid_accesses``: the array accesses every thread of the kernel makes, indexed directly by a
 ``tid()`` component (before any ``if``, loop or early return, so no guard can skip them). A
@@ -25,10 +26,11 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from ..types import StructType
 from .direct import register_fact
 
 __all__ = ["TidAccess", "TID_ACCESSES", "tid_accesses", "tid_extent", "grid_overrun", "overrun_message",
-           "check_grid_fits", "NULL_UNSAFE", "null_unsafe", "null_unsafe_fields", "null_unsafe_paths"]
+           "check_grid_fits", "NULL_UNSAFE", "null_unsafe", "null_unsafe_fields", "null_unsafe_paths", "ELEMENT"]
 
 TID_ACCESSES = "tid_accesses"
 
@@ -92,6 +94,7 @@ def _tid_access_rule(kernel, ir) -> list:
 register_fact(TID_ACCESSES, _tid_access_rule)
 
 NULL_UNSAFE = "null_unsafe"
+ELEMENT = "[]"     # in a null_unsafe path: the elements of an array of structs
 _TRUTH_OPS = ("array_nonnull", "logical_not")   # ``if a:`` / ``while a:`` and ``not a`` of an array
 
 
@@ -123,6 +126,9 @@ def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
                     alias[id(s.out)] = alias[id(s.args[0])] + (op.field,)   # a struct's (array) field
                 elif op.field in fields.get(id(s.args[0]), {}):
                     alias[id(s.out)] = fields[id(s.args[0])][op.field]
+            if op.name == "load" and id(s.args[0]) in alias and s.out is not None and \
+                    isinstance(s.out.type, StructType):
+                alias[id(s.out)] = alias[id(s.args[0])] + (ELEMENT,)   # a struct element of an array
             if op.name in ("struct_new", "struct_set") and s.out is not None:
                 _struct_fields(s, alias, fields)
             for pos in (*op.reads, *op.writes):

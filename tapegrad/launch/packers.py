@@ -19,12 +19,13 @@ import numpy as np
 from .. import memory_ops, tensortypes, types
 from ..array import array
 from ..errors import LaunchArgumentError, LaunchConversionError
-from ..lang.facts import null_unsafe, null_unsafe_fields
+from ..lang.facts import ELEMENT, null_unsafe, null_unsafe_fields
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
 
-__all__ = ["ArrayCtype", "check_null_fields", "forget_adapters", "adapter_for", "arg_label", "foreign_desc",
+__all__ = ["ArrayCtype", "check_null_elements", "check_null_fields", "forget_adapters", "adapter_for", "arg_label",
+           "foreign_desc",
            "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes",
            "exact_adjoint_buffers", "finish_adjoint_buffers", "AdjointScratch"]
 
@@ -125,6 +126,8 @@ def _make_array_packer(kernel, i, ptype):
     layouts: dict = {}   # numpy layouts met by this parameter (see _ndarray_desc)
     ndarray = np.ndarray
     null_refused = []    # [bool] once known: whether None (a null array) would be dereferenced
+    # arrays of structs: the element fields (array-valued) the kernel dereferences untested
+    element_paths = [] if isinstance(dtype, types.StructType) else [()]
 
     def pack(value, device):
         if isinstance(value, array):
@@ -132,6 +135,10 @@ def _make_array_packer(kernel, i, ptype):
                 _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
             if value._storage_check is not None:   # foreign memory its framework may have moved
                 value._storage_check.verify(label)
+            if not element_paths:
+                element_paths.append(tuple(p[1:] for p in null_unsafe_fields(kernel, i) if p[:1] == (ELEMENT,)))
+            if element_paths[0]:
+                check_null_elements(kernel, i, value, element_paths[0])
             return value.descriptor()
         if value is None:    # Warp's null array: no data, every extent 0 (``if not a:`` in the kernel)
             if not null_refused:
@@ -219,6 +226,32 @@ def check_null_fields(kernel, i: int, ptype, value, paths=None, label=None) -> N
             raise TypeError(f"{who}: field {name} is None (Warp's null array, no memory), but the kernel loads or "
                             f"stores its elements without testing it (if {name}: ...): set it to an array, or guard "
                             f"the accesses")
+
+
+def check_null_elements(kernel, i: int, value, paths) -> None:
+    """Refuse an array of structs (parameter ``i`` of ``kernel``) in which an element's array
+    field at one of ``paths`` (field names) is None, where the kernel dereferences that field
+    untested (a null pointer; fact ``null_unsafe``). Reads the elements (a copy from the GPU).
+
+    Raises:
+        TypeError: such a field is None, naming the element and the field.
+    """
+    if not value.size:
+        return
+    recs = np.ascontiguousarray(value.numpy()).reshape(-1)
+    for path in paths:
+        field = recs
+        for name in path:
+            field = field[name]
+        ptrs = np.ascontiguousarray(field).view(np.uint8).reshape(len(recs), -1)[:, :8].copy().view(np.uint64)
+        bad = np.flatnonzero(ptrs.reshape(-1) == 0)
+        if bad.size:
+            k = np.unravel_index(int(bad[0]), value.shape)
+            name = ".".join(path)
+            raise TypeError(f"{arg_label(kernel, i)}: element {tuple(int(j) for j in k)} has field {name} None "
+                            f"(Warp's null array, no memory), but the kernel loads or stores its elements without "
+                            f"testing it (if {kernel.arg_names[i]}[i].{name}: ...): set it to an array, or guard the "
+                            f"accesses")
 
 
 def _make_struct_packer(kernel, i, ptype):

@@ -269,3 +269,53 @@ def test_a_none_array_inside_a_struct_the_kernel_builds_is_refused():
             tg.launch(reads_through_built_structs, dim=1, inputs=args)
     tg.launch(reads_through_built_structs, dim=1, inputs=[x, x, out])
     assert out.numpy().tolist() == [5.0]
+
+
+@tg.struct
+class Nest:
+    inner: Holder
+
+
+@tg.kernel
+def reads_element_fields(hs: tg.array(dtype=Holder), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    out[i] = hs[i].a[2] * hs[i].scale
+
+
+@tg.kernel
+def reads_nested_element_fields(ns: tg.array(dtype=Nest), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    n = ns[i]
+    out[i] = n.inner.a[1]
+
+
+@tg.kernel
+def guarded_element_fields(hs: tg.array(dtype=Holder), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    h = hs[i]
+    if h.a:
+        out[i] = h.a[2]
+
+
+def test_a_none_array_field_in_an_array_of_structs_is_refused():
+    """An array of structs whose element has an array field left None, read by the kernel
+    untested: the process died of SIGSEGV. The launch reads the elements and refuses, naming the
+    element and field (after fast launches of good arrays too: such kernels take the checked
+    path); a kernel testing the field takes it."""
+    good = Holder()
+    good.a = tg.array([1.0, 2.0, 3.0], dtype=tg.float64)
+    good.scale = 2.0
+    bad = Holder()
+    out = tg.zeros(2, dtype=tg.float64)
+    for _ in range(3):
+        tg.launch(reads_element_fields, dim=2, inputs=[tg.array([good, good], dtype=Holder), out])
+    assert out.numpy().tolist() == [6.0, 6.0]
+    with pytest.raises(TypeError, match=r"argument 0 \('hs'\): element \(1,\) has field a None \(Warp's null array"):
+        tg.launch(reads_element_fields, dim=2, inputs=[tg.array([good, bad], dtype=Holder), out])
+    n_good, n_bad = Nest(), Nest()
+    n_good.inner = good
+    with pytest.raises(TypeError, match=r"element \(0,\) has field inner\.a None"):
+        tg.launch(reads_nested_element_fields, dim=2, inputs=[tg.array([n_bad, n_good], dtype=Nest), out])
+    out.zero_()
+    tg.launch(guarded_element_fields, dim=2, inputs=[tg.array([good, bad], dtype=Holder), out])
+    assert out.numpy().tolist() == [3.0, 0.0]
