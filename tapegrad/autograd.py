@@ -15,6 +15,7 @@ import numpy as np
 from .array import array, clone
 from .creation import zeros
 from .errors import GradcheckError
+from .lang.kernel import Kernel
 from .launch import launch
 from .types import StructType
 
@@ -56,12 +57,15 @@ def _check_kernel(kernel, who: str, derivative: str = "") -> None:
     perturb, the loops below would launch nothing and return an empty (vacuous) result.
 
     Raises:
+        TypeError: ``kernel`` is not a ``@tg.kernel``.
         RuntimeError: an ``entry_point_abi='external_constant_params'`` kernel (an outside
             launcher's entry, never launched by tapegrad), or ``derivative="adjoint"`` of a
             kernel built with ``enable_backward=False`` (Warp's "Kernel must have backward
             pass enabled to compute Jacobians").
     """
-    abi = getattr(kernel, "entry_point_abi", "warp")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"{who}: expected a @tg.kernel function, got {type(kernel).__name__}")
+    abi = kernel.entry_point_abi
     if abi != "warp":
         raise RuntimeError(f"{who}: kernel '{kernel.key}' uses entry_point_abi={abi!r}: an outside launcher's "
                            "entry, which tapegrad neither launches nor differentiates")

@@ -74,3 +74,11 @@ def test_gradcheck_still_compares():
     y = tg.zeros(3, dtype=tg.float64, device="cpu")
     assert gradcheck(square, 3, [x], [y], eps=1e-6, atol=1e-8, rtol=1e-8)
     np.testing.assert_allclose(jacobian(square, 3, [x], [y])[(0, 0)], np.diag(2 * x.numpy()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [jacobian, jacobian_fwd, jacobian_fd, gradcheck])
+def test_a_python_function_is_a_type_error(fn):
+    x = tg.array(np.arange(3.0), dtype=tg.float64, device="cpu")
+    y = tg.zeros(3, dtype=tg.float64, device="cpu")
+    with pytest.raises(TypeError, match=r"expected a @tg.kernel function, got function"):
+        fn(lambda a: a, 3, [x], [y])
