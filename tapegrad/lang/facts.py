@@ -99,15 +99,18 @@ _TRUTH_OPS = ("array_nonnull", "logical_not")   # ``if a:`` / ``while a:`` and `
 
 
 def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
-    """(accessed, tested): the parameter paths (``origin``: id(var) -> (index, field, ...)) whose
-    elements ``fn`` accesses, and whose truth value it tests; through locals, views, struct
-    fields (of parameters, and of structs the kernel builds holding them: ``forigin``, id(var)
-    -> {field: path}) and the user functions it passes them to. Flow-insensitive: a test
-    anywhere counts as a guard."""
+    """(accessed, tested, always): the parameter paths (``origin``: id(var) -> (index, field,
+    ...)) whose elements ``fn`` accesses, whose truth value it tests, and whose elements it
+    accesses unconditionally (a statement of the body's top level, outside every branch and
+    loop: statements after a possible ``return`` sit in a branch on its flag; through the
+    functions called there); through locals, views, struct fields (of parameters, and of
+    structs the kernel builds holding them: ``forigin``, id(var) -> {field: path}) and the user
+    functions it passes them to. A test anywhere guards the other, conditional accesses."""
     from .ir import Assign, Read, Write, walk
     alias = dict(origin)
     fields = dict(forigin or {})     # structs built in the function: which fields hold which arrays
-    accessed, tested = set(), set()
+    accessed, tested, always = set(), set(), set()
+    top = {id(s) for s in fn.body}
     for s in walk(fn.body):
         if isinstance(s, (Write, Read)):
             src, dst = (s.src, s.var) if isinstance(s, Write) else (s.var, s.out)
@@ -134,15 +137,19 @@ def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
             for pos in (*op.reads, *op.writes):
                 if pos < len(s.args) and id(s.args[pos]) in alias:
                     accessed.add(alias[id(s.args[pos])])
+                    if id(s) in top:
+                        always.add(alias[id(s.args[pos])])
             if op.callee is not None and depth < 16:
                 pairs = list(zip(op.callee.params, s.args))
                 sub = {id(p): alias[id(a)] for p, a in pairs if id(a) in alias}
                 fsub = {id(p): fields[id(a)] for p, a in pairs if id(a) in fields}
                 if sub or fsub:
-                    a, t = _null_use(op.callee, sub, depth + 1, fsub)
+                    a, t, u = _null_use(op.callee, sub, depth + 1, fsub)
                     accessed |= a
                     tested |= t
-    return accessed, tested
+                    if id(s) in top:
+                        always |= u
+    return accessed, tested, always
 
 
 def _struct_fields(s, alias: dict, fields: dict) -> None:
@@ -166,8 +173,8 @@ def _struct_fields(s, alias: dict, fields: dict) -> None:
 
 def _null_unsafe_rule(kernel, ir) -> list:
     """The fact ``null_unsafe``: ``[[index, field, ...], ...]`` (see the module docstring)."""
-    accessed, tested = _null_use(ir, {id(p): (i,) for i, p in enumerate(ir.params)})
-    return [list(path) for path in sorted(accessed - tested, key=lambda p: (p[0], p[1:]))]
+    accessed, tested, always = _null_use(ir, {id(p): (i,) for i, p in enumerate(ir.params)})
+    return [list(path) for path in sorted((accessed - tested) | always, key=lambda p: (p[0], p[1:]))]
 
 
 register_fact(NULL_UNSAFE, _null_unsafe_rule)

@@ -145,8 +145,8 @@ def _make_array_packer(kernel, i, ptype):
                 null_refused.append(i in null_unsafe(kernel))
             if null_refused[0]:
                 raise TypeError(f"{label}: got None (Warp's null array, no memory), but the kernel loads or "
-                                f"stores its elements without testing it (if {kernel.arg_names[i]}: ...): pass an "
-                                f"array, or guard the accesses")
+                                f"stores its elements without testing it on the way (if {kernel.arg_names[i]}: ...): "
+                                f"pass an array, or guard the accesses")
             d = types.ArrayDesc()
             d.ndim = ndim
             return d

@@ -319,3 +319,25 @@ def test_a_none_array_field_in_an_array_of_structs_is_refused():
     out.zero_()
     tg.launch(guarded_element_fields, dim=2, inputs=[tg.array([good, bad], dtype=Holder), out])
     assert out.numpy().tolist() == [3.0, 0.0]
+
+
+@tg.kernel
+def reads_after_testing(a: tg.array(dtype=tg.float64), b: tg.array(dtype=tg.float64),
+                            out: tg.array(dtype=tg.float64)):
+    if a:
+        out[0] = b[2]
+    out[1] = a[2]                 # every thread reads it, tested or not
+
+
+def test_an_array_read_unconditionally_is_refused_even_if_tested_elsewhere():
+    """A kernel that tests the array in one place but reads it outside every branch: the test
+    counted as a guard for all accesses and the unconditional read died of SIGSEGV."""
+    out = tg.zeros(2, dtype=tg.float64)
+    with pytest.raises(TypeError, match=r"argument 0 \('a'\): got None \(Warp's null array, no memory\), but the "
+                                        r"kernel loads or stores its elements without testing it"):
+        tg.launch(reads_after_testing, dim=1, inputs=[None, tg.zeros(3, dtype=tg.float64), out])
+    with pytest.raises(TypeError, match=r"argument 1 \('b'\): got None"):     # b: never tested
+        tg.launch(reads_after_testing, dim=1, inputs=[tg.array([1.0, 2.0, 3.0], dtype=tg.float64), None, out])
+    tg.launch(reads_after_testing, dim=1, inputs=[tg.array([1.0, 2.0, 3.0], dtype=tg.float64),
+                                                  tg.array([0.0, 0.0, 5.0], dtype=tg.float64), out])
+    assert out.numpy().tolist() == [5.0, 3.0]
