@@ -25,7 +25,7 @@ import numpy as np
 
 from tapegrad import abi, types
 from tapegrad.launch.grid import MAX_LAUNCH_SIZE
-from tapegrad.launch.packers import check_null_fields
+from tapegrad.launch.packers import check_null_fields, check_written_fields
 
 from .._base import check_argnames
 from .._op import GenericOp, config_key
@@ -209,6 +209,7 @@ class JaxKernel:
         for p, v in zip(self.call_params, args):    # a struct's None array field the kernel reads: refused
             if isinstance(p.type, types.StructType):
                 check_null_fields(self.kernel, p.index, p.type, v, label=f"{self.label} argument '{p.name}'")
+                check_written_fields(self.kernel, p.index, v, label=f"{self.label} argument '{p.name}'")
         if not (self.enable_backward and self.op.has_derivatives):
             call, addr, operands = self._forward(arrays, statics, grid, shapes, vm)
             if plain and key is not None and len(self._eager) < _EAGER_CACHE_MAX and not output_metadata(operands):

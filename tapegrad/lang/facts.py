@@ -30,7 +30,8 @@ from ..types import StructType
 from .direct import register_fact
 
 __all__ = ["TidAccess", "TID_ACCESSES", "tid_accesses", "tid_extent", "grid_overrun", "overrun_message",
-           "check_grid_fits", "NULL_UNSAFE", "null_unsafe", "null_unsafe_fields", "null_unsafe_paths", "ELEMENT"]
+           "check_grid_fits", "NULL_UNSAFE", "null_unsafe", "null_unsafe_fields", "null_unsafe_paths", "ELEMENT",
+           "WRITTEN_FIELDS", "written_fields"]
 
 TID_ACCESSES = "tid_accesses"
 
@@ -98,14 +99,15 @@ ELEMENT = "[]"     # in a null_unsafe path: the elements of an array of structs
 _TRUTH_OPS = ("array_nonnull", "logical_not")   # ``if a:`` / ``while a:`` and ``not a`` of an array
 
 
-def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
+def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None, written: set = None):
     """(accessed, tested, always): the parameter paths (``origin``: id(var) -> (index, field,
     ...)) whose elements ``fn`` accesses, whose truth value it tests, and whose elements it
     accesses unconditionally (a statement of the body's top level, outside every branch and
     loop: statements after a possible ``return`` sit in a branch on its flag; through the
     functions called there); through locals, views, struct fields (of parameters, and of
     structs the kernel builds holding them: ``forigin``, id(var) -> {field: path}) and the user
-    functions it passes them to. A test anywhere guards the other, conditional accesses."""
+    functions it passes them to. A test anywhere guards the other, conditional accesses.
+    ``written`` (when given) collects the paths whose elements are stored or updated."""
     from .ir import Assign, Read, Write, walk
     alias = dict(origin)
     fields = dict(forigin or {})     # structs built in the function: which fields hold which arrays
@@ -139,12 +141,14 @@ def _null_use(fn, origin: dict, depth: int = 0, forigin: dict = None):
                     accessed.add(alias[id(s.args[pos])])
                     if id(s) in top:
                         always.add(alias[id(s.args[pos])])
+                    if written is not None and pos in op.writes:
+                        written.add(alias[id(s.args[pos])])
             if op.callee is not None and depth < 16:
                 pairs = list(zip(op.callee.params, s.args))
                 sub = {id(p): alias[id(a)] for p, a in pairs if id(a) in alias}
                 fsub = {id(p): fields[id(a)] for p, a in pairs if id(a) in fields}
                 if sub or fsub:
-                    a, t, u = _null_use(op.callee, sub, depth + 1, fsub)
+                    a, t, u = _null_use(op.callee, sub, depth + 1, fsub, written)
                     accessed |= a
                     tested |= t
                     if id(s) in top:
@@ -178,6 +182,30 @@ def _null_unsafe_rule(kernel, ir) -> list:
 
 
 register_fact(NULL_UNSAFE, _null_unsafe_rule)
+
+WRITTEN_FIELDS = "written_fields"
+
+
+def _written_fields_rule(kernel, ir) -> list:
+    """The fact ``written_fields``: ``[[index, field, ...], ...]``, the arrays held in struct (and
+    indexed-array) parameters, or in the struct elements of array parameters, whose elements
+    the kernel stores or updates (a launch refuses a read-only one there, as for a parameter)."""
+    written: set = set()
+    _null_use(ir, {id(p): (i,) for i, p in enumerate(ir.params)}, written=written)
+    return [list(p) for p in sorted((p for p in written if len(p) > 1), key=lambda p: (p[0], p[1:]))]
+
+
+register_fact(WRITTEN_FIELDS, _written_fields_rule)
+
+
+def written_fields(kernel, index: int) -> tuple:
+    """The field paths (tuples of names; ``ELEMENT`` for an array's struct elements) of
+    parameter ``index`` whose arrays ``kernel`` writes (fact ``written_fields``).
+
+    Raises:
+        KernelError: the kernel does not type-check.
+    """
+    return tuple(tuple(p[1:]) for p in kernel.fact(WRITTEN_FIELDS) or () if int(p[0]) == index)
 
 
 def null_unsafe(kernel) -> frozenset:

@@ -150,7 +150,7 @@ def _native_plan(kernel, packers, written, tid_checks=()):
     if _fast is None:
         return None
     if any(isinstance(t, types.ArrayType) and isinstance(t.dtype, types.StructType) and
-           any(p[:1] == (facts.ELEMENT,) for p in facts.null_unsafe_fields(kernel, i))
+           any(p[:1] == (facts.ELEMENT,) for p in facts.null_unsafe_fields(kernel, i) + facts.written_fields(kernel, i))
            for i, t in enumerate(kernel.arg_types)):
         return None   # its arrays of structs need their elements' array fields checked (the Python packer)
     kinds, ndims, dtypes, zero_sizes = [], [], [], []

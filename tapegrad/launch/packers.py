@@ -19,12 +19,13 @@ import numpy as np
 from .. import memory_ops, tensortypes, types
 from ..array import array
 from ..errors import LaunchArgumentError, LaunchConversionError
-from ..lang.facts import ELEMENT, null_unsafe, null_unsafe_fields
+from ..lang.facts import ELEMENT, null_unsafe, null_unsafe_fields, written_fields
 from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
 
-__all__ = ["ArrayCtype", "check_null_elements", "check_null_fields", "forget_adapters", "adapter_for", "arg_label",
+__all__ = ["ArrayCtype", "check_null_elements", "check_null_fields", "check_written_fields", "forget_adapters",
+           "adapter_for", "arg_label",
            "foreign_desc",
            "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes",
            "exact_adjoint_buffers", "finish_adjoint_buffers", "AdjointScratch"]
@@ -136,9 +137,10 @@ def _make_array_packer(kernel, i, ptype):
             if value._storage_check is not None:   # foreign memory its framework may have moved
                 value._storage_check.verify(label)
             if not element_paths:
-                element_paths.append(tuple(p[1:] for p in null_unsafe_fields(kernel, i) if p[:1] == (ELEMENT,)))
-            if element_paths[0]:
-                check_null_elements(kernel, i, value, element_paths[0])
+                element_paths.append((tuple(p[1:] for p in null_unsafe_fields(kernel, i) if p[:1] == (ELEMENT,)),
+                                      tuple(p[1:] for p in written_fields(kernel, i) if p[:1] == (ELEMENT,))))
+            if element_paths[0] and (element_paths[0][0] or element_paths[0][1]):
+                check_null_elements(kernel, i, value, *element_paths[0])
             return value.descriptor()
         if value is None:    # Warp's null array: no data, every extent 0 (``if not a:`` in the kernel)
             if not null_refused:
@@ -228,22 +230,36 @@ def check_null_fields(kernel, i: int, ptype, value, paths=None, label=None) -> N
                             f"the accesses")
 
 
-def check_null_elements(kernel, i: int, value, paths) -> None:
+def check_null_elements(kernel, i: int, value, paths, written=()) -> None:
     """Refuse an array of structs (parameter ``i`` of ``kernel``) in which an element's array
     field at one of ``paths`` (field names) is None, where the kernel dereferences that field
-    untested (a null pointer; fact ``null_unsafe``). Reads the elements (a copy from the GPU).
+    untested (a null pointer; fact ``null_unsafe``), or is read-only at one of ``written`` (the
+    fields the kernel writes). Reads the elements (a copy from the GPU).
 
     Raises:
-        TypeError: such a field is None, naming the element and the field.
+        TypeError: such a field is None. RuntimeError: such a field is read-only. Both name
+            the element and the field.
     """
     if not value.size:
         return
     recs = np.ascontiguousarray(value.numpy()).reshape(-1)
-    for path in paths:
+
+    def descs(path):     # the fields' ArrayDesc bytes, one row per element
         field = recs
         for name in path:
             field = field[name]
-        ptrs = np.ascontiguousarray(field).view(np.uint8).reshape(len(recs), -1)[:, :8].copy().view(np.uint64)
+        return np.ascontiguousarray(field).view(np.uint8).reshape(len(recs), -1)
+
+    flags_at = types.ArrayDesc.flags.offset
+    for path in written:
+        flags = descs(path)[:, flags_at:flags_at + 4].copy().view(np.uint32).reshape(-1)
+        bad = np.flatnonzero(flags & types.ARRAY_FLAG_READONLY)
+        if bad.size:
+            k = np.unravel_index(int(bad[0]), value.shape)
+            raise RuntimeError(f"{arg_label(kernel, i)}: element {tuple(int(j) for j in k)}: the kernel writes field "
+                               f"{'.'.join(path)}, but that array is read-only")
+    for path in paths:
+        ptrs = descs(path)[:, :8].copy().view(np.uint64)
         bad = np.flatnonzero(ptrs.reshape(-1) == 0)
         if bad.size:
             k = np.unravel_index(int(bad[0]), value.shape)
@@ -254,17 +270,36 @@ def check_null_elements(kernel, i: int, value, paths) -> None:
                             f"accesses")
 
 
+def check_written_fields(kernel, i: int, value, paths=None, label=None) -> None:
+    """Refuse a struct value (parameter ``i`` of ``kernel``) holding a read-only array in a field
+    the kernel writes (fact ``written_fields``), as a read-only array parameter is refused.
+
+    Raises:
+        RuntimeError: such a field's array is read-only, naming the field.
+    """
+    for path in (written_fields(kernel, i) if paths is None else paths):
+        if ELEMENT in path:
+            continue     # arrays of structs: checked with their elements
+        v = _field_value(value, path)
+        if getattr(v, "readonly", False):
+            name = ".".join((kernel.arg_names[i],) + path)
+            raise RuntimeError(f"{arg_label(kernel, i) if label is None else label}: the kernel writes field "
+                               f"{name}, but that array is read-only")
+
+
 def _make_struct_packer(kernel, i, ptype):
-    null_paths = []    # [tuple of field paths] once known: the array fields accessed untested
+    null_paths = []    # [(field paths accessed untested, field paths written)] once known
 
     def pack(value, device):
         if not (isinstance(value, ptype.cls) or isinstance(value, dict)):
             what = f"a {ptype.name} struct" if getattr(ptype, "indexed", None) is None else f"a tg.{ptype!r}"
             raise TypeError(f"{arg_label(kernel, i)}: expected {what}, got {type(value).__name__}")
         if not null_paths:
-            null_paths.append(null_unsafe_fields(kernel, i))
-        if null_paths[0]:     # a None array field would be dereferenced: a null pointer
-            check_null_fields(kernel, i, ptype, value, null_paths[0])
+            null_paths.append((null_unsafe_fields(kernel, i), written_fields(kernel, i)))
+        if null_paths[0][0]:     # a None array field would be dereferenced: a null pointer
+            check_null_fields(kernel, i, ptype, value, null_paths[0][0])
+        if null_paths[0][1]:
+            check_written_fields(kernel, i, value, null_paths[0][1])
         return ptype.to_ctype(value, device)   # its arrays must be on the launch device
 
     def pack_buffer(value, device):
