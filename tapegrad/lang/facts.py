@@ -57,8 +57,10 @@ def _tid_access_rule(kernel, ir) -> list:
 
     Loads, stores and atomics on array parameters at the kernel body's top level before any
     control flow, whose index is a ``tid()`` value (directly or through a local assigned once
-    from it). Conservative: what it cannot see (struct fields, helper functions, arithmetic on
-    the index) is left out, so a grid it accepts may still be wrong, never the other way round.
+    from it); for an indexed-array parameter, ``dim`` is a dimension of its indexed shape (the
+    index array's length, or the data's extent where not indexed). Conservative: what it cannot
+    see (other struct fields, helper functions, arithmetic on the index) is left out, so a grid
+    it accepts may still be wrong, never the other way round.
     """
     from .ir import Assign, Const, Read, Write
     params = {id(p): i for i, p in enumerate(ir.params)}
@@ -67,6 +69,8 @@ def _tid_access_rule(kernel, ir) -> list:
         if isinstance(s, Write):
             writes[id(s.var)] = writes.get(id(s.var), 0) + 1
     tid_of: dict = {}            # id(temp or local) -> (k, n)
+    field_of: dict = {}          # id(temp) -> (param, field): a field of an (indexed array) parameter
+    param_of = dict(params)      # struct parameters through the locals holding them (set once)
     found = []
     for s in ir.body:
         if isinstance(s, Assign) and s.op.tid is not None:
@@ -74,10 +78,26 @@ def _tid_access_rule(kernel, ir) -> list:
         elif isinstance(s, Write):
             if id(s.src) in tid_of and writes.get(id(s.var)) == 1:
                 tid_of[id(s.var)] = tid_of[id(s.src)]
+            if id(s.src) in param_of and writes.get(id(s.var)) == 1:
+                param_of[id(s.var)] = param_of[id(s.src)]
         elif isinstance(s, Read):
             if id(s.var) in tid_of:
                 tid_of[id(s.out)] = tid_of[id(s.var)]
+            if id(s.var) in param_of:
+                param_of[id(s.out)] = param_of[id(s.var)]
         elif isinstance(s, Assign):
+            if s.op.field is not None and s.args and id(s.args[0]) in param_of and s.out is not None:
+                field_of[id(s.out)] = (param_of[id(s.args[0])], s.op.field)
+                continue
+            if s.op.name == "index_map" and id(s.args[0]) in field_of and id(s.args[1]) in tid_of:
+                # an indexed array's a[..., i, ...]: i runs through index array k (null: data's
+                # dimension k), so the indexed shape's dimension k bounds it
+                p, f = field_of[id(s.args[0])]
+                if f.startswith("index"):
+                    acc = [p, int(f[len("index"):]), *tid_of[id(s.args[1])]]
+                    if acc not in found:
+                        found.append(acc)
+                continue
             if s.op.bounds_checked:
                 continue         # checked against the shape: no grid can make it run past the array
             if (0 in s.op.reads or 0 in s.op.writes) and s.args and id(s.args[0]) in params:

@@ -96,10 +96,14 @@ def _plan(kernel) -> LaunchPlan:
         ts = kernel.arg_types
         arrays = tuple(i for i, t in enumerate(ts) if isinstance(t, types.ArrayType))
         checks = tuple(a for a in facts.tid_accesses(kernel) if isinstance(ts[a.param], types.ArrayType))
+        # indexed arrays indexed by tid(): their indexed shapes bound the grid (checked in Python;
+        # the native helper reads only array parameters' shapes, so such kernels go without it)
+        indexed = tuple(a for a in facts.tid_accesses(kernel) if getattr(ts[a.param], "indexed", None) is not None)
         # the process's first launch does not load the native helper (a one-shot launch gains
         # nothing from it; its load, 1-2 ms, moves to the next Python-path launch)
-        native = _native_plan(kernel, packers, written, checks) if _python_launches or _fast is not None \
-            else DEFERRED
+        native = None if indexed else _native_plan(kernel, packers, written, checks) \
+            if _python_launches or _fast is not None else DEFERRED
+        checks += indexed
         plan = kernel.launch_plan = LaunchPlan(packers, written, native, checks, arrays)
     return plan
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import types
 from ..array import array
+from ..indexedarray import indexedarray
 from ..lang import facts
 
 __all__ = ["MAX_LAUNCH_SIZE", "NARROW_LAUNCH_SIZE", "launch_bounds", "make_bounds", "check_grid"]
@@ -68,7 +69,12 @@ def check_grid(kernel, checks, dim, size, args, vals):
         p, d = a.param, a.dim
         v = args[p]
         # a packed tapegrad array has its parameter's ndim, so dimension d exists
-        n = v._shape[d] if v.__class__ is array else (vals[p].shape[d] if d < vals[p].ndim else None)
+        if v.__class__ is array:
+            n = v._shape[d]
+        elif isinstance(v, indexedarray):     # its indexed shape (index arrays' lengths)
+            n = v.shape[d] if v.data is not None and d < len(v.shape) else None
+        else:
+            n = vals[p].shape[d] if d < vals[p].ndim else None
         if n is not None:
             # a lone i = tid() takes every value of the grid
             ext = size if a.components == 1 else facts.tid_extent(a.component, a.components, dim)

@@ -179,6 +179,12 @@ def read_through(a: tg.indexedarray[float], out: tg.array(dtype=float)):
     out[i] = a[i]
 
 
+@tg.kernel
+def read_shifted(a: tg.indexedarray[float], out: tg.array(dtype=float)):
+    i = tg.tid()
+    out[i] = a[i + 1]        # not a plain tid() index: the launch's grid check cannot see it
+
+
 def test_debug_builds_check_index_arrays_and_mapped_indices():
     data = tg.array(np.arange(6, dtype=np.float32))
     out = tg.zeros(3)
@@ -190,7 +196,9 @@ def test_debug_builds_check_index_arrays_and_mapped_indices():
         assert out.numpy().tolist() == [5.0, 0.0, 0.0]
         with pytest.raises(tg.KernelIndexError, match=r"index-array read .* at index 2 is out of range for its "
                                                       r"shape \(2,\)"):
-            tg.launch(read_through, dim=3, inputs=[ia, out])      # past the index array
+            tg.launch(read_shifted, dim=2, inputs=[ia, out])      # past the index array
+        with pytest.raises(ValueError, match="larger than argument 'a' allows"):
+            tg.launch(read_through, dim=3, inputs=[ia, out])      # the launch's grid check, first
         with pytest.raises(tg.KernelIndexError, match=r"read .* at index 9 is out of range for its shape \(6,\)"):
             tg.launch(read_through, dim=2, inputs=[tg.indexedarray(data, [tg.array([9, 0], dtype=tg.int32)]), out])
         tg.launch(read_through, dim=3, inputs=[tg.indexedarray(data, [None]), out])   # not indexed: no lookup
@@ -355,3 +363,42 @@ def test_in_place_writes_through_an_indexed_array_on_a_tape(device):
     h = 1e-6
     fd = [(run(x0 + h * e)[1].numpy()[0] - run(x0 - h * e)[1].numpy()[0]) / (2 * h) for e in np.eye(4)]
     np.testing.assert_allclose(d.grad.numpy(), fd, rtol=1e-7, atol=1e-8)
+
+
+@tg.kernel
+def _sum_through(a: tg.indexedarray[tg.float32], out: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    tg.atomic_add(out, 0, a[i])
+
+
+@tg.kernel
+def _copy_rows(a: tg.indexedarray[tg.float32, Literal[2]], out: tg.array2d(dtype=tg.float32)):
+    i, j = tg.tid()
+    out[i, j] = a[i, j]
+
+
+def test_grid_past_the_indexed_shape_is_refused(device):
+    """A grid larger than an indexed array's shape along a dimension the kernel indexes by tid()
+    unguarded read past the index array (garbage indices: a wrong sum at dim=3, SIGSEGV at
+    dim=1000); the launch refuses it as for a plain array (the indexed shape bounds it)."""
+    data = tg.array(np.arange(10, dtype=np.float32), device=device)
+    ia = data[tg.array([9, 1], dtype=tg.int32, device=device)]
+    out = tg.zeros(1, device=device)
+    tg.launch(_sum_through, dim=2, inputs=[ia, out], device=device)
+    assert out.numpy().tolist() == [10.0]
+    for dim in (3, 1000):
+        with pytest.raises(ValueError, match=r"dim=\(\d+,\) is larger than argument 'a' allows: .* dimension 0 of 'a' "
+                                             r"\(length 2\)"):
+            tg.launch(_sum_through, dim=dim, inputs=[ia, out], device=device)
+    d2 = tg.array(np.arange(20, dtype=np.float32).reshape(4, 5), device=device)
+    ia2 = d2[tg.array([3, 0], dtype=tg.int32, device=device), :]
+    o2 = tg.zeros((2, 5), device=device)
+    tg.launch(_copy_rows, dim=(2, 5), inputs=[ia2, o2], device=device)
+    np.testing.assert_array_equal(o2.numpy(), np.arange(20, dtype=np.float32).reshape(4, 5)[[3, 0]])
+    for dim, k, n in (((2, 6), 1, 5), ((3, 5), 0, 2)):
+        with pytest.raises(ValueError, match=rf"dimension {k} of 'a' \(length {n}\)"):
+            tg.launch(_copy_rows, dim=dim, inputs=[ia2, tg.zeros(dim, device=device)], device=device)
+    cmd = tg.launch(_sum_through, dim=2, inputs=[ia, out], device=device, record_cmd=True)
+    cmd.set_dim(5)
+    with pytest.raises(ValueError, match="larger than argument 'a' allows"):
+        cmd.launch()
