@@ -163,6 +163,7 @@ class HostValue(np.ndarray):
 
     def __mul__(self, other):
         if _is_scalar(other):
+            _same_scalars("mul", self, other)
             return super().__mul__(other)
         return _product(self, other)
 
@@ -173,6 +174,7 @@ class HostValue(np.ndarray):
 
     def __imul__(self, other):
         if _is_scalar(other):
+            _same_scalars("mul", self, other)
             return super().__imul__(other)
         self[...] = _product(self, other)
         return self
@@ -220,10 +222,17 @@ def _kind(x) -> str:
 
 
 def _same_scalars(op: str, a, b) -> None:
-    """Raise Warp's RuntimeError when ``a`` and ``b`` are both values, of different component types."""
+    """Raise Warp's RuntimeError when ``a`` and ``b`` are both values, of different component
+    types, or a value and a NumPy scalar (``np.float64(2)``, ``tg.float64(2)``) of another type
+    (numpy promoted ``vec3f * np.float64(2)`` to a vec3d; Warp has no such overload). Python
+    numbers are literals and combine with any value."""
     if isinstance(a, HostValue) and isinstance(b, HostValue) and a.dtype != b.dtype:
         raise RuntimeError(f"Couldn't find a function '{op}' compatible with the arguments "
                            f"'{type(a).__name__}, {type(b).__name__}'")
+    if isinstance(a, HostValue) and isinstance(b, np.generic) and not isinstance(b, np.bool_) \
+            and b.dtype != a.dtype:
+        raise RuntimeError(f"Couldn't find a function '{op}' compatible with the arguments "
+                           f"'{type(a).__name__}, {b.dtype.name}'")
 
 
 def _product(a, b):

@@ -102,3 +102,23 @@ def test_mixed_component_types_divide_and_update_in_place_with_no_conversion():
     w /= 2.0
     np.testing.assert_array_equal(w, (np.array([1.1, 2.2, 3.3]) / 2.0 - np.array([0.0, 0.0, 1.0])) / 2.0)
     assert isinstance(w, tg.vec3d)
+
+
+def test_numpy_scalars_of_another_type_do_not_promote_a_value():
+    """``vec3f * np.float64(2)`` (or ``tg.float64(2)``) gave a vec3d: numpy promoted the value
+    to the scalar's precision. Warp has no such overload ('mul' of 'vec3f, float64'); scalars
+    of the value's own type and Python numbers (literals) combine as before."""
+    v = tg.vec3f(1.0, 2.0, 3.0)
+    for op, name in (("__mul__", "mul"), ("__add__", "add"), ("__sub__", "sub"), ("__truediv__", "div"),
+                     ("__imul__", "mul")):
+        for s in (np.float64(2.0), np.int64(2)):
+            with pytest.raises(RuntimeError, match=f"'{name}' compatible with the arguments 'vec3f, {s.dtype.name}'"):
+                getattr(tg.vec3f(1.0, 2.0, 3.0), op)(s)
+    with pytest.raises(RuntimeError, match="'mul' compatible with the arguments 'mat22d, float32'"):
+        tg.mat22d(1.0, 2.0, 3.0, 4.0) * np.float32(2.0)
+    r = v * np.float32(0.5)
+    assert isinstance(r, tg.vec3f) and r == tg.vec3f(0.5, 1.0, 1.5)
+    r = v * 0.1
+    assert isinstance(r, tg.vec3f)
+    np.testing.assert_array_equal(r, np.array([1.0, 2.0, 3.0], np.float32) * np.float32(0.1))
+    assert isinstance(tg.vec3d(1.0, 2.0, 3.0) / np.float64(4.0), tg.vec3d)
