@@ -859,7 +859,7 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
 def forget_variant_choices() -> None:
     """Drop every kernel's per-device shortcut to its loaded module, so the next launch picks
     the build of the current mode (called when ``tg.config.mode`` or a module's "mode" option
-    changes; the loaded modules stay cached), and the modules built with extra_build_options:
+    changes; the loaded modules stay cached), and the CPU modules built with extra_build_options:
     the next launch looks their binary up again, so a header an include folder holds, edited
     since, selects a rebuilt binary (``build.headers_library_path``) once the options are
     applied again, as an edited dependency does."""
@@ -867,7 +867,10 @@ def forget_variant_choices() -> None:
         every = list(_ALL)
     for k in every:
         k._by_id.clear()
-        for key in [key for key in list(k._modules) if isinstance(key, tuple) and len(key) == 3]:
+        # CPU builds only: CUDA's (NVRTC) do not record their headers, and a CUDA load inside
+        # a stream capture would fail
+        for key in [key for key in list(k._modules) if isinstance(key, tuple) and len(key) == 3
+                    and str(key[0]).startswith("cpu")]:
             k._modules.pop(key, None)
 
 
