@@ -133,6 +133,10 @@ class BuildInputs:
         cpu_include_dirs, cuda_include_dirs: folders given with ``-I`` (tuples of paths).
         cpu_preamble, cuda_preamble: C++ text, ending with a newline when not empty.
         dependencies: ``((path, sha256 of its contents), ...)``, read when resolved.
+        cuda_folders: a digest of the files the CUDA include folders hold (their paths, sizes
+            and modification times, when resolved; "" without folders): NVRTC does not report
+            the headers it reads (the CPU build's are recorded, ``build.headers_library_path``),
+            so an edited header there changes the unit, hence the cache key.
     """
 
     cpu_include_dirs: tuple = ()
@@ -140,6 +144,7 @@ class BuildInputs:
     cpu_preamble: str = ""
     cuda_preamble: str = ""
     dependencies: tuple = ()
+    cuda_folders: str = ""
 
     def is_empty(self) -> bool:
         """Whether the build gets nothing extra (the unit is tapegrad's own code alone)."""
@@ -160,6 +165,8 @@ class BuildInputs:
                  f"// cpu include dirs: {list(self.cpu_include_dirs)}",
                  f"// cuda include dirs: {list(self.cuda_include_dirs)}"]
         lines += [f"// dependency {p}: sha256 {h}" for p, h in self.dependencies]
+        if self.cuda_folders:
+            lines.append(f"// cuda include folders' files: {self.cuda_folders}")
         lines += ["#ifdef TG_CUDA", self.cuda_preamble + "#else", self.cpu_preamble + "#endif"]
         return "\n".join(lines) + "\n"
 
@@ -188,7 +195,27 @@ def _resolve_inputs(opts) -> BuildInputs:
         if not os.path.isdir(d):
             raise ValueError(f"extra_build_options: the include folder {d!r} no longer exists")
     return BuildInputs(tuple(opts.extra_cpu_include_dirs), tuple(opts.extra_cuda_include_dirs),
-                       _preamble(opts.extra_cpu_preamble), _preamble(opts.extra_cuda_preamble), tuple(deps))
+                       _preamble(opts.extra_cpu_preamble), _preamble(opts.extra_cuda_preamble), tuple(deps),
+                       _folders_digest(opts.extra_cuda_include_dirs))
+
+
+def _folders_digest(dirs) -> str:
+    """A digest of every file under ``dirs`` (path, size, modification time): a header edited
+    there changes it. Stat only, no reads: a large SDK folder costs a walk, once per resolution."""
+    if not dirs:
+        return ""
+    h = hashlib.sha256()
+    for d in dirs:
+        for root, subdirs, files in os.walk(d):
+            subdirs.sort()
+            for f in sorted(files):
+                p = os.path.join(root, f)
+                try:
+                    st = os.stat(p)
+                except OSError:   # vanished meanwhile, a dangling link
+                    continue
+                h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()[:16]
 
 
 def build_inputs(name: str) -> BuildInputs:

@@ -334,3 +334,42 @@ def test_options_changed_while_resolving_are_not_hidden(addon_dir, monkeypatch):
     assert "ADDON_FACTOR 5.0f" in k.build_inputs().cpu_preamble    # the next: the current ones
     x, got = _run(k)
     np.testing.assert_allclose(got, 5.0 * x, rtol=1e-6)
+
+
+def _edit(path, text):
+    import os
+    st = os.stat(path)
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))   # a later time, on any clock
+
+
+def test_cuda_include_folder_files_join_the_unit(addon_dir):
+    """NVRTC reports no headers: a file edited in a CUDA include folder (not a listed
+    dependency) changes the unit's text, hence the CUDA cache key and the direct cache's key,
+    once the options are resolved again (a new process, or set_module_options); it left the
+    unit as it was, and the CUDA build loaded the binary of the old header."""
+    k = _addon_kernel()
+    k.module.options["extra_build_options"] = _opts(addon_dir, 3.0, target="cuda", deps=False)
+    before, key = k.build_inputs().unit_text(), direct.key_of(k)
+    assert "cuda include folders' files:" in before
+    _edit(addon_dir / "addon.h", "static TG_FUNC float addon_scale(float x) { return 7.0f * x; }\n")
+    assert k.build_inputs().unit_text() == before   # resolved once per change of the options, as Warp
+    k.module.options["extra_build_options"] = _opts(addon_dir, 3.0, target="cuda", deps=False)
+    assert k.build_inputs().unit_text() != before and direct.key_of(k) != key
+    (addon_dir / "sub").mkdir()
+    after = k.build_inputs().unit_text()
+    (addon_dir / "sub" / "more.h").write_text("// new\n")
+    k.module.options["extra_build_options"] = _opts(addon_dir, 3.0, target="cuda", deps=False)
+    assert k.build_inputs().unit_text() != after   # a new file in a subfolder too
+
+
+@pytest.mark.cuda
+def test_cuda_edited_header_in_an_include_folder_rebuilds(addon_dir):
+    k = _addon_kernel()
+    k.module.options["extra_build_options"] = _opts(addon_dir, 3.0, target="cuda", deps=False)
+    x, got = _run(k, "cuda:0")
+    np.testing.assert_allclose(got, 3.0 * x, rtol=1e-6)
+    _edit(addon_dir / "addon.h", "#pragma once\nstatic TG_FUNC float addon_scale(float x) { return -2.0f * x; }\n")
+    k.module.options["extra_build_options"] = _opts(addon_dir, 3.0, target="cuda", deps=False)
+    x, got = _run(k, "cuda:0")
+    np.testing.assert_allclose(got, -2.0 * x, rtol=1e-6)
