@@ -938,6 +938,9 @@ class ExprMixin:
         if not is_int(p.type):
             self.error(f"tg.array(ptr=...) in a kernel must be an integer address (a uint64, a.ptr), got "
                        f"{type_name(p.type)}", node)
+        if p.type not in (uint64, int64):    # an address needs 64 bits (Warp takes a uint64 only)
+            self.error(f"tg.array(ptr=...) in a kernel must be a 64-bit integer address (a uint64, a.ptr), got "
+                       f"{type_name(p.type)}, which cannot hold one", node)
         if p.type is not uint64:
             p = self.cast(uint64, p, node)
         return self.call_op(op_array_from_ptr(dtype, len(ext)), [p] + ext, node)

@@ -166,9 +166,15 @@ def float_extent(a: tg.array(dtype=float)):
     b = tg.array(ptr=a.ptr, shape=(a[0],), dtype=float)  # noqa: F841
 
 
+@tg.kernel
+def narrow_address(a: tg.array(dtype=float), p: tg.int32):
+    b = tg.array(ptr=p, shape=(2,), dtype=float)  # noqa: F841
+
+
 @pytest.mark.parametrize("kernel, message", [
     (no_dtype, "ptr=, shape= and dtype=.*missing dtype"), (positional, "keywords only"),
     (float_address, r"ptr=\.\.\.\) in a kernel must be an integer address"),
+    (narrow_address, r"must be a 64-bit integer address \(a uint64, a\.ptr\), got int32, which cannot hold one"),
     (float_extent, "extents must be integers")])
 def test_bad_calls_name_the_problem(kernel, message):
     with pytest.raises(tg.KernelError, match=message):
