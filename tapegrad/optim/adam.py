@@ -3,11 +3,21 @@ import functools
 
 from .. import types
 from ..array import array
-from ..lang import kernel, min, pow, sqrt, tid
+from ..lang import func, kernel, min, pow, sqrt, tid
 from .multi_tensor import CHUNK, slot_struct
 from .optimizer import Optimizer
 
 __all__ = ["Adam"]
+
+
+@func
+def adam_rule(p, g, m, v, lr, beta1, beta2, eps, c1, c2):
+    """One element's Adam update in the state type: (new p, new m, new v), with the bias
+    corrections ``c1 = 1 - beta1^t``, ``c2 = 1 - beta2^t`` (the one owner of the rule: every
+    launch form below calls it; generic, so one specialization per state type)."""
+    m = beta1 * m + (1.0 - beta1) * g
+    v = beta2 * v + (1.0 - beta2) * g * g
+    return p - lr * (m / c1) / (sqrt(v / c2) + eps), m, v
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,12 +37,10 @@ def _kernel(scalar, state):
         c2 = 1.0 - pow(beta2, t)
         pa, ga, ma, va = s.p, s.g, s.m, s.v      # the row's arrays, not the row, per element
         while j < end:
-            g = S(ga[j])
-            m = beta1 * ma[j] + (1.0 - beta1) * g
-            v = beta2 * va[j] + (1.0 - beta2) * g * g
+            q, m, v = adam_rule(S(pa[j]), S(ga[j]), ma[j], va[j], lr, beta1, beta2, eps, c1, c2)
             ma[j] = m
             va[j] = v
-            pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+            pa[j] = P(q)
             j += stride
 
     return kernel(adam_step, enable_backward=False, key=f"tapegrad.optim.adam_{scalar.name}")
@@ -62,12 +70,10 @@ def _runs_kernel(scalar, state, grain):
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
         for k in range(n):
-            g = S(ga[k])
-            m = beta1 * ma[k] + (1.0 - beta1) * g
-            v = beta2 * va[k] + (1.0 - beta2) * g * g
+            q, m, v = adam_rule(S(pa[k]), S(ga[k]), ma[k], va[k], lr, beta1, beta2, eps, c1, c2)
             ma[k] = m
             va[k] = v
-            pa[k] = P(S(pa[k]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+            pa[k] = P(q)
 
     # grain (multi_tensor.ParamGroup.cpu_grain): a thread runs CPU_SPAN elements, not one
     return kernel(adam_step_runs, enable_backward=False, cpu_grain=grain,
@@ -84,12 +90,10 @@ def _flat_kernel(scalar, state):
         t = S(step[0])
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
-        g = S(ga[j])
-        m = beta1 * ma[j] + (1.0 - beta1) * g
-        v = beta2 * va[j] + (1.0 - beta2) * g * g
+        q, m, v = adam_rule(S(pa[j]), S(ga[j]), ma[j], va[j], lr, beta1, beta2, eps, c1, c2)
         ma[j] = m
         va[j] = v
-        pa[j] = P(S(pa[j]) - lr * (m / c1) / (sqrt(v / c2) + eps))
+        pa[j] = P(q)
 
     return kernel(adam_step_flat, enable_backward=False, key=f"tapegrad.optim.adam_flat_{scalar.name}")
 

@@ -3,11 +3,31 @@ import functools
 
 from .. import types
 from ..array import array
-from ..lang import kernel, min, tid
+from ..lang import func, kernel, min, tid
 from .multi_tensor import CHUNK, slot_struct
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
+
+
+@func
+def sgd_rule(p, g, b, lr, momentum, dampening, weight_decay, nesterov, first):
+    """One element's SGD update in the state type: (new p, new b); ``b`` is read and written by
+    the caller only with momentum (the one owner of the rule: every launch form below calls it;
+    generic, so one specialization per state type). The momentum buffer starts at zero, so
+    without dampening the first step's ``b = g`` is the general formula, and only a dampened
+    first step needs ``first``."""
+    g = g + weight_decay * p
+    if momentum != 0.0:
+        b = momentum * b + (1.0 - dampening) * g
+        if dampening != 0.0:
+            if first:
+                b = g
+        if nesterov != 0:
+            g = g + momentum * b
+        else:
+            g = b
+    return p - lr * g, b
 
 
 @functools.lru_cache(maxsize=None)
@@ -25,18 +45,13 @@ def _kernel(scalar, state):
         first = step[0] == 1
         pa, ga, ba = s.p, s.g, s.b          # the row's arrays, not the row, per element
         while j < end:
-            p = S(pa[j])
-            g = S(ga[j]) + weight_decay * p
+            b = S(0.0)
             if momentum != 0.0:
-                b = g
-                if not first:
-                    b = momentum * ba[j] + (1.0 - dampening) * g
+                b = ba[j]
+            q, b = sgd_rule(S(pa[j]), S(ga[j]), b, lr, momentum, dampening, weight_decay, nesterov, first)
+            if momentum != 0.0:
                 ba[j] = b
-                if nesterov != 0:
-                    g = g + momentum * b
-                else:
-                    g = b
-            pa[j] = P(p - lr * g)
+            pa[j] = P(q)
             j += stride
 
     return kernel(sgd_step, enable_backward=False, key=f"tapegrad.optim.sgd_{scalar.name}")
@@ -63,20 +78,13 @@ def _runs_kernel(scalar, state, grain):
         ba = array(ptr=s.b.ptr + at * types.uint64(SSIZE), shape=(m,), dtype=S)
         first = step[0] == 1
         for k in range(m):
-            p = S(pa[k])
-            g = S(ga[k]) + weight_decay * p
+            b = S(0.0)
             if momentum != 0.0:
-                # b starts at zero: without dampening the first step's b = g is this formula
-                b = momentum * ba[k] + (1.0 - dampening) * g
-                if dampening != 0.0:
-                    if first:
-                        b = g
+                b = ba[k]
+            q, b = sgd_rule(S(pa[k]), S(ga[k]), b, lr, momentum, dampening, weight_decay, nesterov, first)
+            if momentum != 0.0:
                 ba[k] = b
-                if nesterov != 0:
-                    g = g + momentum * b
-                else:
-                    g = b
-            pa[k] = P(p - lr * g)
+            pa[k] = P(q)
 
     # grain (multi_tensor.ParamGroup.cpu_grain): a thread runs CPU_SPAN elements, not one
     return kernel(sgd_step_runs, enable_backward=False, cpu_grain=grain,
@@ -90,21 +98,16 @@ def _flat_kernel(scalar, state):
     def sgd_step_flat(pa: array(dtype=P), ga: array(dtype=P), ba: array(dtype=S), step: array(dtype=types.int32),
                       lr: state, momentum: state, dampening: state, weight_decay: state, nesterov: types.int32):
         j = tid()
-        p = S(pa[j])
-        g = S(ga[j]) + weight_decay * p
+        b = S(0.0)
+        first = False
         if momentum != 0.0:
-            # b starts at zero, so without dampening the first step's b = g is this same formula
-            # (no read of the step count per element: the loop stays vectorizable)
-            b = momentum * ba[j] + (1.0 - dampening) * g
-            if dampening != 0.0:
-                if step[0] == 1:
-                    b = g
+            b = ba[j]
+            if dampening != 0.0:     # the step count is read only where the rule needs it
+                first = step[0] == 1
+        q, b = sgd_rule(S(pa[j]), S(ga[j]), b, lr, momentum, dampening, weight_decay, nesterov, first)
+        if momentum != 0.0:
             ba[j] = b
-            if nesterov != 0:
-                g = g + momentum * b
-            else:
-                g = b
-        pa[j] = P(p - lr * g)
+        pa[j] = P(q)
 
     return kernel(sgd_step_flat, enable_backward=False, key=f"tapegrad.optim.sgd_flat_{scalar.name}")
 
