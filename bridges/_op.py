@@ -442,6 +442,9 @@ class KernelSignature:
         an output (framework shapes ``out_shapes``) past its end with unguarded ``tid()`` values
         (``lang.facts.check_grid_fits``: the kernel's IR facts, read without lowering a cached kernel)."""
         extents = {p.index: tuple(a.shape)[:p.type.ndim] for p, a in zip(self.call_params, args) if p.is_array}
+        # an indexed-array static (jax_kernel): its indexed shape bounds tid() indices as an array's does
+        extents.update((p.index, tuple(a.shape)) for p, a in zip(self.call_params, args)
+                       if getattr(p.type, "indexed", None) is not None and getattr(a, "data", None) is not None)
         extents.update((p.index, tuple(s)[:p.type.ndim]) for p, s in zip(self.outputs, out_shapes))
         check_grid_fits(self.kernel, grid, extents, self.label)
 

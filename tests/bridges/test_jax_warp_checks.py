@@ -110,3 +110,21 @@ def test_jax_grad_leaves_the_arrays_of_struct_statics_alone():
         np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda v: ji(v, ia)[0].sum()))(x)), [3.0, 1.0])
     np.testing.assert_array_equal(t.values.grad.numpy(), [0.0, 0.0])
     np.testing.assert_array_equal(data.grad.numpy(), np.zeros(4))
+
+
+@tg.kernel
+def doubled_selection(x: tg.array(dtype=tg.float32), a: tg.indexedarray[tg.float32], out: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    out[i] = a[i] * 2.0
+
+
+def test_jax_kernel_grid_past_an_indexed_static_is_refused():
+    """A jax_kernel grid larger than an indexed-array static's shape, indexed by tid() unguarded:
+    the handler read past the index array (garbage indices into the data); refused as for an
+    array argument."""
+    data = tg.array(np.arange(10, dtype=np.float32))
+    ia = data[tg.array([9, 1], dtype=tg.int32)]
+    jk = tg.jax_kernel(doubled_selection, output_dims={"out": 64})
+    np.testing.assert_array_equal(np.asarray(jk(jnp.zeros(1), ia, launch_dims=2)[0])[:2], [18.0, 2.0])
+    with pytest.raises(ValueError, match=r"dim=\(64,\) is larger than argument 'a' allows: .*\(length 2\)"):
+        jk(jnp.zeros(1), ia, launch_dims=64)
