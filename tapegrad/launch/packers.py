@@ -230,6 +230,14 @@ def check_null_fields(kernel, i: int, ptype, value, paths=None, label=None) -> N
                             f"the accesses")
 
 
+# CUDA arrays of structs whose elements passed check_null_elements: array -> (version, address,
+# paths, written). Reading the elements back is a device-to-host copy (and illegal while a CUDA
+# graph is captured); tapegrad bumps an array's version at every write it makes to its elements
+# (launches storing into them, assign, copy, fill_), and writes through the elements' array fields
+# change no element, so a checked array stays checked until its version moves.
+_ELEMENTS_CHECKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def check_null_elements(kernel, i: int, value, paths, written=()) -> None:
     """Refuse an array of structs (parameter ``i`` of ``kernel``) in which an element's array
     field at one of ``paths`` (field names) is None, where the kernel dereferences that field
@@ -241,6 +249,10 @@ def check_null_elements(kernel, i: int, value, paths, written=()) -> None:
             the element and the field.
     """
     if not value.size:
+        return
+    key = (value.version, value.ptr, tuple(paths), tuple(written))
+    cuda = value.device.is_cuda
+    if cuda and _ELEMENTS_CHECKED.get(value) == key:
         return
     recs = np.ascontiguousarray(value.numpy()).reshape(-1)
 
@@ -268,6 +280,8 @@ def check_null_elements(kernel, i: int, value, paths, written=()) -> None:
                             f"(Warp's null array, no memory), but the kernel loads or stores its elements without "
                             f"testing it (if {kernel.arg_names[i]}[i].{name}: ...): set it to an array, or guard the "
                             f"accesses")
+    if cuda:
+        _ELEMENTS_CHECKED[value] = key
 
 
 def check_written_fields(kernel, i: int, value, paths=None, label=None) -> None:

@@ -321,6 +321,30 @@ def test_a_none_array_field_in_an_array_of_structs_is_refused():
     assert out.numpy().tolist() == [3.0, 0.0]
 
 
+@pytest.mark.cuda
+def test_cuda_arrays_of_structs_are_checked_again_only_after_a_write():
+    """CUDA: the element check reads the elements back (a device-to-host copy, illegal while a
+    graph is captured), so an array of structs that passed it is not read again until tapegrad
+    writes its elements (its version moves): a launch captured in a graph after a checked one
+    runs, and assigning an element with a None field is refused at the next launch."""
+    dev = "cuda:0"
+    good = Holder()
+    good.a = tg.array([1.0, 2.0, 3.0], dtype=tg.float64, device=dev)
+    good.scale = 2.0
+    hs = tg.array([good, good], dtype=Holder, device=dev)
+    out = tg.zeros(2, dtype=tg.float64, device=dev)
+    tg.launch(reads_element_fields, dim=2, inputs=[hs, out], device=dev)    # checked here
+    out.zero_()
+    with tg.ScopedCapture(device=dev) as capture:
+        tg.launch(reads_element_fields, dim=2, inputs=[hs, out], device=dev)
+    tg.capture_launch(capture.graph)
+    tg.synchronize_device(dev)
+    assert out.numpy().tolist() == [6.0, 6.0]
+    hs.assign(tg.array([good, Holder()], dtype=Holder, device=dev))
+    with pytest.raises(TypeError, match=r"element \(1,\) has field a None"):
+        tg.launch(reads_element_fields, dim=2, inputs=[hs, out], device=dev)
+
+
 @tg.kernel
 def reads_after_testing(a: tg.array(dtype=tg.float64), b: tg.array(dtype=tg.float64),
                             out: tg.array(dtype=tg.float64)):
