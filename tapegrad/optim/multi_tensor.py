@@ -170,6 +170,7 @@ def build_groups(params, state_names, slot_type_for) -> list:
     Raises:
         TypeError: a parameter is not a tapegrad array or not floating point.
         ValueError: a parameter is not contiguous, or two share memory.
+        RuntimeError: a parameter is read-only.
     """
     by_key: dict = {}
     for i, p in enumerate(params):
@@ -177,6 +178,8 @@ def build_groups(params, state_names, slot_type_for) -> list:
             raise TypeError(f"params[{i}]: expected a tapegrad array, got {type(p).__name__}")
         if p.device is None or not p.dtype.scalar.is_float:
             raise TypeError(f"params[{i}]: expected a floating-point array with memory, got {p.dtype!r}")
+        if p.readonly:    # the step kernels write it through its address (no launch-time read-only check)
+            raise RuntimeError(f"params[{i}]: the optimizer writes its parameters, but this array is read-only")
         by_key.setdefault((p.dtype.scalar, p.device), []).append(i)
     _check_disjoint(params)
     groups = []

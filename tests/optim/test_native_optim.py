@@ -368,3 +368,17 @@ def test_cpu_table_kernel_loop_is_vectorized():
     out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib], capture_output=True, text=True,
                          check=True).stdout
     assert re.search(r"\b(v?mulps|v?subps)\b", out)
+
+
+@pytest.mark.parametrize("cls", [SGD, Adam])
+def test_a_read_only_parameter_is_refused(cls):
+    """A read-only parameter (a NumPy array with write=False, wrapped without a copy) was stepped
+    through its address: the NumPy array changed. The optimizer refuses it up front."""
+    x = np.ones(10, np.float32)
+    x.setflags(write=False)
+    p = tg.array(x, copy=False, requires_grad=True)
+    assert p.readonly
+    with pytest.raises(RuntimeError, match=r"params\[0\]: the optimizer writes its parameters, but this array is "
+                                           r"read-only"):
+        cls([p], lr=0.1)
+    assert x.tolist() == [1.0] * 10
