@@ -29,9 +29,11 @@ from .grid import NARROW_LAUNCH_SIZE, check_grid, launch_bounds
 from .packers import (
     arg_label,
     check_adjoint_shapes,
+    check_null_argument,
     exact_adjoint_buffers,
     finish_adjoint_buffers,
     grad_desc,
+    null_array_desc,
     zero_value,
 )
 
@@ -195,9 +197,14 @@ class Launch:
             self._adj_set[i] = value is not None
             self._put(self._n + i, v)
         else:
-            # None is Warp's null array, as in tg.launch (``if not a:`` in the kernel); only an
-            # array parameter never set is refused by launch()
-            self._put(i, pack(value, self.device))
+            # None is Warp's null array, as in tg.launch (``if not a:`` in the kernel); an array
+            # parameter never set, or None where the kernel would dereference it, is refused by
+            # launch() (Warp code records a launch with None and sets the array later)
+            t = self.kernel.arg_types[i]
+            if value is None and type(t) is types.ArrayType:
+                self._put(i, null_array_desc(t.ndim))
+            else:
+                self._put(i, pack(value, self.device))
             self._args[i] = value
             if i in self._arrays:
                 self._null_given[i] = value is None
@@ -371,6 +378,8 @@ class Launch:
                 if self._args[i] is None and not vals[i].data and not self._null_given[i]:
                     raise ValueError(f"Launch.launch: {arg_label(k, i)} has no array set (a kernel would read "
                                      "through a NULL pointer); set one with set_param_by_name")
+                if self._null_given[i]:
+                    check_null_argument(k, i)
         for i in self._written:
             if isinstance(vals[i], types.ArrayDesc) and vals[i].flags & 1:
                 raise RuntimeError(f"{arg_label(k, i)}: the kernel writes this array, but it is read-only")

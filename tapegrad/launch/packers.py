@@ -24,11 +24,10 @@ from ..protocols import interface_layout, parse_cuda_array_interface
 from ..storage import check_extent, fold_inner_dims
 from ..tensortypes import ArrayCtype, tensor_type_for
 
-__all__ = ["ArrayCtype", "check_null_elements", "check_null_fields", "check_written_fields", "forget_adapters",
-           "adapter_for", "arg_label",
-           "foreign_desc",
-           "make_packers", "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes",
-           "exact_adjoint_buffers", "finish_adjoint_buffers", "AdjointScratch"]
+__all__ = ["ArrayCtype", "check_null_argument", "null_array_desc", "check_null_elements", "check_null_fields",
+           "check_written_fields", "forget_adapters", "adapter_for", "arg_label", "foreign_desc", "make_packers",
+           "adjoint_values", "grad_desc", "zero_value", "check_adjoint_shapes", "exact_adjoint_buffers",
+           "finish_adjoint_buffers", "AdjointScratch"]
 
 
 # Foreign tensor types (torch, paddle, JAX... whose protocol path is missing, refuses or is
@@ -146,12 +145,8 @@ def _make_array_packer(kernel, i, ptype):
             if not null_refused:
                 null_refused.append(i in null_unsafe(kernel))
             if null_refused[0]:
-                raise TypeError(f"{label}: got None (Warp's null array, no memory), but the kernel loads or "
-                                f"stores its elements without testing it on the way (if {kernel.arg_names[i]}: ...): "
-                                f"pass an array, or guard the accesses")
-            d = types.ArrayDesc()
-            d.ndim = ndim
-            return d
+                check_null_argument(kernel, i, label)
+            return null_array_desc(ndim)
         if type(value) is ndarray and device.is_cpu and not _numpy_adapted:
             return _ndarray_desc(kernel, i, ptype, value, device, layouts)
         if not isinstance(value, ArrayCtype):
@@ -205,6 +200,27 @@ def _field_value(value, path):
             return None
         value = value.get(name) if isinstance(value, dict) else getattr(value, name, None)
     return value
+
+
+def null_array_desc(ndim: int):
+    """The descriptor of Warp's null array (``None`` for an array parameter): no memory, every
+    extent 0."""
+    d = types.ArrayDesc()
+    d.ndim = ndim
+    return d
+
+
+def check_null_argument(kernel, i: int, label=None) -> None:
+    """Refuse ``None`` (a null array) for array parameter ``i`` of ``kernel`` where the kernel loads
+    or stores its elements without testing it first (a null pointer; fact ``null_unsafe``).
+
+    Raises:
+        TypeError: naming the argument.
+    """
+    if i in null_unsafe(kernel):
+        raise TypeError(f"{arg_label(kernel, i) if label is None else label}: got None (Warp's null array, no "
+                        f"memory), but the kernel loads or stores its elements without testing it on the way "
+                        f"(if {kernel.arg_names[i]}: ...): pass an array, or guard the accesses")
 
 
 def check_null_fields(kernel, i: int, ptype, value, paths=None, label=None) -> None:
