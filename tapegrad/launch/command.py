@@ -251,6 +251,8 @@ class Launch:
                 self._adj_args[i], self._adj_set[i] = value, True
             else:
                 self._args[i] = value
+                if i in self._arrays:    # a raw descriptor without data is a null array too
+                    self._null_given[i] = isinstance(value, types.ArrayDesc) and not value.data
             return
         self.set_param_at_index(i, value, adjoint)
 
