@@ -310,22 +310,23 @@ class OptaxOptimizer:
         # one handshake on one output: tapegrad's stream now waits for the update (all its
         # outputs become ready together), so the outputs' memory is copied from by pointer
         stream_wait_for(new[-1], dev)
+        # written in place (donated views whose buffers XLA gave back to their new values): the
+        # next step's views; any other parameter's memory must hold none of the outputs before
+        # the copies write it
+        inplace = [self._donate and v.unsafe_buffer_pointer() == p.ptr for p, v in zip(self.params, new)]
+        if self._donate and not all(inplace):
+            self._check_donated_memory(new)
         stream = dev.stream.cuda_stream
-        copied = False
-        for i, (p, raw, v) in enumerate(zip(self.params, self._raw, new)):
+        for i, (p, raw, v, done) in enumerate(zip(self.params, self._raw, new, inplace)):
             if self._donate:
-                if v.unsafe_buffer_pointer() == p.ptr:   # written in place: the next step's view
-                    self._pviews[i] = v
-                    continue
-                self._pviews[i] = None    # its donated view is gone: a new one next step
-            copied = True
+                self._pviews[i] = v if done else None   # a donated view is gone: a new one next step
+            if done:
+                continue
             if raw is None:
                 copy(p, from_jax(v, dtype=p.dtype))
             else:
                 cuda_memory.memcpy(raw[0], v.unsafe_buffer_pointer(), raw[1], stream)
-        self._in_flight = new if copied else None
-        if copied and self._donate:
-            self._check_donated_memory(new)
+        self._in_flight = None if all(inplace) else new
 
     def _check_donated_memory(self, new):
         """Raise if an output of the update other than a parameter's own new value took a
