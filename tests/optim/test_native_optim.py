@@ -37,7 +37,12 @@ def _run_pair(make_tg, make_torch, dtype=np.float32, steps=6, device="cpu", tol=
     rng = np.random.default_rng(0)
     ps = _params(rng, dtype, device=device)
     tps = [torch.tensor(p.numpy().copy(), dtype=torch.float64, requires_grad=True) for p in ps]
-    opt, topt = make_tg(ps), make_torch(tps)
+    _step_and_compare(ps, tps, make_tg(ps), make_torch(tps), rng, steps, dtype, tol, device)
+
+
+def _step_and_compare(ps, tps, opt, topt, rng, steps, dtype, tol, device="cpu"):
+    """``steps`` steps of ``opt`` over ``ps`` and ``topt`` over their float64 torch twins ``tps``
+    with the same random gradients, then the parameters compared."""
     for _ in range(steps):
         for p, t in zip(ps, tps):
             g = rng.normal(size=p.shape).astype(dtype)
@@ -257,15 +262,7 @@ def test_sgd_large_cpu_params_run_flat_and_match_torch(kw, flat_launches):
     tps = [torch.tensor(p.numpy().copy(), requires_grad=True) for p in ps]
     opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
     assert opt.groups[0].flat == (0, 2)
-    for _ in range(4):
-        for p, t in zip(ps, tps):
-            g = rng.normal(size=p.shape)
-            p.grad.assign(g)
-            t.grad = torch.tensor(g)
-        opt.step()
-        topt.step()
-    for i, (p, t) in enumerate(zip(ps, tps)):
-        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12, err_msg=f"params[{i}]")
+    _step_and_compare(ps, tps, opt, topt, rng, 4, np.float64, 1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -275,16 +272,7 @@ def test_adam_large_cpu_params_run_flat_and_match_torch(dtype, flat_launches):
     tps = [torch.tensor(p.numpy().astype(np.float64), requires_grad=True) for p in ps]
     opt, topt = Adam(ps, lr=0.01, betas=(0.8, 0.99)), torch.optim.Adam(tps, lr=0.01, betas=(0.8, 0.99))
     assert opt.groups[0].flat == (0, 2)
-    for _ in range(4):
-        for p, t in zip(ps, tps):
-            g = rng.normal(size=p.shape).astype(dtype)
-            p.grad.assign(g)
-            t.grad = torch.tensor(g.astype(np.float64))
-        opt.step()
-        topt.step()
-    tol = 1e-5 if dtype == np.float32 else 1e-12
-    for i, (p, t) in enumerate(zip(ps, tps)):
-        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=tol, atol=tol, err_msg=f"params[{i}]")
+    _step_and_compare(ps, tps, opt, topt, rng, 4, dtype, 1e-5 if dtype == np.float32 else 1e-12)
 
 
 def test_float16_large_param_keeps_float32_state_in_its_own_launch(flat_launches):
@@ -341,15 +329,7 @@ def test_sgd_cpu_table_runs_match_torch(kw, many):
     opt, topt = SGD(ps, lr=0.05, **kw), torch.optim.SGD(tps, lr=0.05, **kw)
     table = sum(p.size for p in ps)   # every CPU parameter in the table (FLAT_MIN None)
     assert (table >= TEAM_MIN) == many and (opt.groups[0].cpu_grain is not None) == many
-    for _ in range(3):
-        for p, t in zip(ps, tps):
-            g = rng.normal(size=p.shape)
-            p.grad.assign(g)
-            t.grad = torch.tensor(g)
-        opt.step()
-        topt.step()
-    for i, (p, t) in enumerate(zip(ps, tps)):
-        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12, err_msg=f"params[{i}]")
+    _step_and_compare(ps, tps, opt, topt, rng, 3, np.float64, 1e-12)
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None or platform.machine() not in ("x86_64", "AMD64"),
