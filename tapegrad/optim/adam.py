@@ -36,8 +36,6 @@ def _kernel(scalar, state):
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
         pa, ga, ma, va = s.p, s.g, s.m, s.v      # the row's arrays, not the row, per element
-        if not pa or not ga or not ma or not va:
-            return      # never (a row holds its arrays): tested, so no launch reads the table back to check
         while j < end:
             q, m, v = adam_rule(S(pa[j]), S(ga[j]), ma[j], va[j], lr, beta1, beta2, eps, c1, c2)
             ma[j] = m

@@ -44,8 +44,6 @@ def _kernel(scalar, state):
         end = min(min(chunk_start[c] + types.int64(CHUNK), j + reach), s.n)
         first = step[0] == 1
         pa, ga, ba = s.p, s.g, s.b          # the row's arrays, not the row, per element
-        if not pa or not ga or not ba:
-            return      # never (a row holds its arrays): tested, so no launch reads the table back to check
         while j < end:
             b = S(0.0)
             if momentum != 0.0:
