@@ -35,7 +35,12 @@ def _kernel(scalar, state):
         t = S(step[0])
         c1 = 1.0 - pow(beta1, t)
         c2 = 1.0 - pow(beta2, t)
-        pa, ga, ma, va = s.p, s.g, s.m, s.v      # the row's arrays, not the row, per element
+        # the row's memory as arrays built at its addresses: no array field of the table is
+        # dereferenced, so the launch needs no read-back check of the rows (the native path)
+        pa = array(ptr=s.p.ptr, shape=(s.n,), dtype=P)
+        ga = array(ptr=s.g.ptr, shape=(s.n,), dtype=P)
+        ma = array(ptr=s.m.ptr, shape=(s.n,), dtype=S)
+        va = array(ptr=s.v.ptr, shape=(s.n,), dtype=S)
         while j < end:
             q, m, v = adam_rule(S(pa[j]), S(ga[j]), ma[j], va[j], lr, beta1, beta2, eps, c1, c2)
             ma[j] = m

@@ -43,7 +43,11 @@ def _kernel(scalar, state):
         j = chunk_start[c] + types.int64(lane) * span
         end = min(min(chunk_start[c] + types.int64(CHUNK), j + reach), s.n)
         first = step[0] == 1
-        pa, ga, ba = s.p, s.g, s.b          # the row's arrays, not the row, per element
+        # the row's memory as arrays built at its addresses: no array field of the table is
+        # dereferenced, so the launch needs no read-back check of the rows (the native path)
+        pa = array(ptr=s.p.ptr, shape=(s.n,), dtype=P)
+        ga = array(ptr=s.g.ptr, shape=(s.n,), dtype=P)
+        ba = array(ptr=s.b.ptr, shape=(s.n,), dtype=S)
         while j < end:
             b = S(0.0)
             if momentum != 0.0:

@@ -362,3 +362,20 @@ def test_a_read_only_parameter_is_refused(cls):
                                            r"read-only"):
         cls([p], lr=0.1)
     assert x.tolist() == [1.0] * 10
+
+
+@pytest.mark.parametrize("module", ["adam", "sgd"])
+def test_table_kernels_dereference_no_array_field_of_the_table(module):
+    """The CUDA table kernel reads each row's memory through arrays built at the row's addresses,
+    never through the rows' array fields: such a field dereferenced would make every launch check
+    the table's elements (a read from the GPU, illegal while a graph is captured) and send it down
+    the Python launch path (the H200 step went from 15 to 30 us)."""
+    import importlib
+
+    from tapegrad.lang import facts
+    from tapegrad.launch.core import launch_plan
+    mod = importlib.import_module(f"tapegrad.optim.{module}")
+    for k in (mod._kernel(tg.float32, tg.float32), mod._kernel(tg.float16, tg.float32),
+              mod._runs_kernel(tg.float32, tg.float32, None)):
+        assert facts.null_unsafe_fields(k, 0) == () and facts.written_fields(k, 0) == (), k.key
+        assert launch_plan(k).native is not None, k.key
