@@ -439,6 +439,12 @@ class array:
         return self._owner
 
     @property
+    def _ref(self):
+        """Warp's name for ``owner`` (Warp code checks ``a._ref is src`` after a zero-copy
+        ``wp.array(src, copy=False)``): the same object, read-only."""
+        return self._owner
+
+    @property
     def vars(self):
         return {}
 

@@ -97,7 +97,8 @@ DIFFERENT = {
     "kernel": "`module=` / `module_options=` choose the options-table entry (`\"unique\"`: one of its own); the "
               "CUDA hints (`launch_bounds`, `cuda_max_registers`, `cluster_dim`, `grid_stride`...) are checked "
               "and kept in `kernel.options` but not applied; `entry_point_abi=\"external_constant_params\"` emits "
-              "Warp's external CUDA entry (docs/kernels.md, tests/lang/test_external_entry.py)",
+              "Warp's external CUDA entry (docs/kernels.md, tests/lang/test_external_entry.py); tapegrad's "
+              "`cpu_grain=` sets the CPU OpenMP chunk (docs/kernels.md)",
     "Module": "a module by name: `.name`, `.options` (item assignment sets an option), `resolve_options`, "
               "`hash_module` (a content hash); every kernel still compiles on its own",
     "get_module": "returns a `Module` (name and options); see `Module`",
@@ -110,7 +111,8 @@ DIFFERENT = {
           "detects the same problem (kernel returns, unknown attributes/names, @func return types)" for n in (
         "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError",
         "WarpCodegenIndexError", "WarpCodegenKeyError")},
-    "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3",
+    "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3; "
+             "Warp's private `_ref` reads `owner` (tests/core/test_array.py)",
     **{n: "indices are checked against the data's extents on host gathers and scatters (Warp reads past the "
           "end); ints may sit next to index arrays in a key (`data[1, idx]`); host gathers and scatters are "
           "launches recorded on a tape with exact adjoints; in kernels as Warp, with exact adjoints into the "

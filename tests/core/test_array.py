@@ -115,6 +115,20 @@ def test_factories():
     assert tg.empty((2, 3)).shape == (2, 3)
 
 
+def test_warp_ref_names_the_zero_copy_source():
+    # Warp's private `_ref` is tapegrad's `owner`: the NumPy array a zero-copy array views
+    n = np.ones(8, dtype=np.int32)
+    a = tg.array(n, dtype=int, copy=False, device="cpu")
+    assert a._ref is n and a.owner is n
+    n.fill(2)
+    assert (a.numpy() == 2).all()
+    # a copy does not reference its source
+    c = tg.array(n, copy=True)
+    assert c._ref is c.owner and c._ref is not n
+    with pytest.raises(AttributeError):
+        a._ref = n   # read-only, as owner
+
+
 def test_grad_ownership():
     a = tg.zeros(3, requires_grad=True)
     assert a.grad is not None and a.grad.shape == (3,)
