@@ -419,11 +419,32 @@ class KernelSignature:
             RuntimeError: component dims that do not fit.
         """
         self.check_arrays(args, fw)
+        self.check_value_tensors(args, fw)
         for p, v in zip(self.call_params, args):
             if isinstance(p.type, types.ScalarType) and (type(v) in _PLAIN or isinstance(v, _NUMPY)):
                 # tg.launch's own rule (types.scalar_packer); symbolic values (torch SymInt under
                 # compile, JAX tracers) are the framework's to check
                 types.scalar_packer(p.type, f"{self.label} argument '{p.name}'")(v)
+
+    def check_value_tensors(self, args, fw) -> None:
+        """Refuse a tensor that takes part in differentiation (``fw.in_autodiff``) given for a
+        value parameter (a scalar, or an element of a vector/matrix list): a value is passed to
+        the launch as a number and gets no gradient, so its derivative would be a silent zero.
+
+        Raises:
+            TypeError: naming the argument.
+        """
+        if fw.in_autodiff is None:
+            return
+        for p, v in zip(self.call_params, args):
+            if p.is_array:
+                continue
+            vs = v if isinstance(v, (list, tuple)) else (v,)
+            if any(fw.is_tensor(e) and fw.in_autodiff(e) for e in vs):
+                raise TypeError(f"{self.label} argument '{p.name}': a value parameter ({p.type!r}) takes a number and "
+                                f"gets no gradient, but a {fw.tensor_name} that requires grad or is traced by a "
+                                f"transform (grad, jvp, vmap) came: its derivative would be a silent zero. Pass a "
+                                f"number (detached), or make '{p.name}' an array parameter to differentiate it")
 
     def check_arrays(self, args, fw) -> None:
         """The count and the array arguments of ``check_args`` (a ``jax_callable``'s function has

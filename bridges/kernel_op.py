@@ -113,6 +113,9 @@ class OpFramework:
         layout: ``(tensor, tapegrad dtype, label) -> Layout`` (the bridge's).
         stream_handle: ``device ordinal -> the framework's current CUDA stream handle``.
         check_grid: ``(grid, label) -> None``, raising for grids the framework cannot launch.
+        in_autodiff: ``tensor -> bool``: whether a tensor takes part in differentiation (one
+            given for a value parameter would get a silent zero gradient, so it is refused);
+            None where the framework refuses such values itself (JAX: traced scalars).
     """
 
     who: str
@@ -130,6 +133,7 @@ class OpFramework:
     layout: Any = None
     stream_handle: Any = None
     check_grid: Any = None
+    in_autodiff: Any = None
 
 
 class KernelOp:

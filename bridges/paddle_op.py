@@ -156,4 +156,4 @@ def _framework(bridge: Bridge) -> OpFramework:
         zeros_like=lambda t: paddle.zeros(list(t.shape), dtype=t.dtype, device=t.place),
         copy=lambda t: t.clone(), contiguous=lambda t: t.contiguous(), framework_dtype=dt.to_framework,
         layout=lambda t, dtype, label: bridge.layout(t, dtype, fname=label),
-        stream_handle=bridge.stream_handle)
+        stream_handle=bridge.stream_handle, in_autodiff=lambda t: not t.stop_gradient)

@@ -71,6 +71,9 @@ class DifferentiableOpDef(CustomOpDef):
             if fn is None or kwargs or torch.compiler.is_compiling() or torch.compiler.is_exporting():
                 # graph capture records the custom op itself (its registered autograd is first order)
                 return self._opoverload(*args, **kwargs)
+            # torch's dispatcher turns a tensor given for a value parameter into a number, which
+            # would drop its gradient silently: refuse a differentiated one first
+            self._tg_op.sig.check_value_tensors(args, self._tg_op.fw)
             return fn(*args)
         except (RuntimeError, TypeError):
             kop = self.__dict__.get("_tg_op")
@@ -353,4 +356,12 @@ def _framework(bridge: Bridge) -> OpFramework:
         copy=lambda t: t.clone(memory_format=torch.contiguous_format),
         contiguous=lambda t: t.contiguous(), framework_dtype=dt.to_framework,
         layout=lambda t, dtype, label: bridge.layout(t, dtype, fname=label),
-        stream_handle=bridge.stream_handle)
+        stream_handle=bridge.stream_handle, in_autodiff=_in_autodiff)
+
+
+def _in_autodiff(t) -> bool:
+    """Whether tensor ``t`` takes part in differentiation: it requires grad, carries a forward-mode
+    tangent, or is wrapped by a ``torch.func`` transform (grad, jvp, vmap)."""
+    if t.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(t):
+        return True
+    return getattr(fwAD, "_current_level", -1) >= 0 and fwAD.unpack_dual(t).tangent is not None

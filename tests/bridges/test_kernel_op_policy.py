@@ -234,6 +234,38 @@ def test_scalar_of_the_wrong_type(fw):
             lambda: op(fw.tensor(np.ones(4)), "a"))
 
 
+@tg.kernel
+def kp_scaled_f(x: tg.array(dtype=tg.float64), s: tg.float64, y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = x[i] * x[i] * s
+
+
+@pytest.mark.parametrize("name", [pytest.param("torch", marks=pytest.mark.torch),
+                                  pytest.param("paddle", marks=pytest.mark.paddle)])
+def test_a_trainable_tensor_for_a_scalar_is_refused(name):
+    """A trainable tensor given for a value parameter was taken as a number: its gradient came back as
+    None (torch, paddle) or 0 (torch.func.grad, jvp), silently. JAX refuses traced scalars itself."""
+    fw = Fw(name)
+    op = fw.op(kp_scaled_f)
+    x = fw.tensor([1.0, 2.0, 3.0], dtype="float64", trainable=True)
+    s = fw.tensor(1.5, dtype="float64", trainable=True)
+    body = (r" argument 's': a value parameter \(tapegrad\.float64\) takes a number and gets no gradient, but a "
+            + TENSOR[name] + r" that requires grad or is traced by a transform")
+    _raises(TypeError, fw, kp_scaled_f, body, lambda: op(x, s))
+    np.testing.assert_allclose(fw.numpy(op(x, 1.5)), [1.5, 6.0, 13.5])
+    np.testing.assert_allclose(fw.numpy(op(x, fw.tensor(1.5, dtype="float64"))), [1.5, 6.0, 13.5])   # plain: a value
+    if name == "torch":
+        import torch
+        xd, sd = x.detach(), s.detach()
+        for transform in (lambda: torch.func.grad(lambda v: op(xd, v).sum())(sd),
+                          lambda: torch.func.jvp(lambda v: op(xd, v), (sd,), (torch.ones_like(sd),)),
+                          lambda: torch.func.vmap(lambda v: op(xd, v))(torch.ones(2, dtype=torch.float64))):
+            _raises(TypeError, fw, kp_scaled_f, body, transform)
+        # a value captured from outside the transform stays a value; the array argument is differentiated
+        g = torch.func.grad(lambda v: op(v, sd).sum())(xd)
+        np.testing.assert_allclose(g.numpy(), 2 * 1.5 * np.array([1.0, 2.0, 3.0]))
+
+
 # ----------------------------------------------------------------------------------- CUDA
 
 CUDA_FRAMEWORKS = [pytest.param(n, marks=[getattr(pytest.mark, n), pytest.mark.cuda]) for n in WHO]
