@@ -260,6 +260,11 @@ class TorchAdapter(FrameworkAdapter):
             wait_for_handle(dev, current_stream_handle(dev.ordinal))
 
     def wrap(self, a):
+        if a.readonly:
+            # torch tensors are always writable (torch.from_numpy only warns): a write through
+            # the view would change memory that may be truly immutable (a read-only mmap: SIGSEGV)
+            raise ValueError(f"to_torch: the array is read-only and torch tensors cannot be (got {a!r}); "
+                             "clone it first")
         bf16 = a.dtype.scalar is types.bfloat16   # travels as its raw bits (numpy/CAI have no bfloat16)
         if a.device.ordinal < 0:   # CPU: the array's cached numpy view, shared by torch
             n = a.numpy()
@@ -332,6 +337,8 @@ to_torch = Bridge.public(_bridge.to_tensor, "to_torch", """\
     Raises:
         TypeError: not an array; ``requires_grad`` on a non-float array.
         BridgeTypeError: struct arrays (no torch equivalent).
+        ValueError: an array without memory, or a read-only one (torch tensors are always
+            writable: clone it first).
     """, __name__)
 
 

@@ -227,6 +227,33 @@ def test_wrong_argument_types():
         tg.to_torch(tg.array(dtype=float, ndim=1))
 
 
+def test_to_torch_of_a_read_only_array_is_refused(tmp_path):
+    """torch tensors are always writable: to_torch of a read-only array (a read-only memory map
+    here) gave a tensor whose first in-place write killed the process with SIGSEGV."""
+    import subprocess
+    path = tmp_path / "frozen.bin"
+    path.write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    code = f"""
+import mmap, numpy as np, tapegrad as tg
+f = open({str(path)!r}, "rb")
+a = tg.array(np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.float32), copy=False)
+assert a.readonly
+try:
+    t = tg.to_torch(a)
+    t.add_(1.0)
+except ValueError as e:
+    assert "to_torch: the array is read-only" in str(e), e
+    print("refused")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", (r.returncode, r.stdout, r.stderr[-2000:])
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        tg.to_torch(tg.array(frozen, copy=False))
+    assert tg.to_torch(tg.array(frozen)).tolist() == [0.0, 1.0, 2.0, 3.0]   # a copy is writable
+
+
 # --------------------------------------------------------------------------------- grads
 
 def test_from_torch_shares_and_allocates_the_grad_with_torch():
