@@ -88,6 +88,24 @@ def zero(a) -> None:
             cupy_view(a)[...] = 0
 
 
+def share_bytes(a, b) -> bool:
+    """Whether arrays ``a`` and ``b`` may share memory: same device and intersecting byte spans
+    (interleaved views such as ``x[::2]`` and ``x[1::2]`` count as sharing)."""
+    if a.device is not b.device or not a.size or not b.size:
+        return False
+
+    def span(x):
+        if x.is_contiguous:
+            return x.ptr, x.ptr + x.nbytes
+        lo = hi = x.ptr
+        for n, st in zip(x.shape, x.strides):
+            lo += min(0, (n - 1) * st)
+            hi += max(0, (n - 1) * st)
+        return lo, hi + x.dtype.size
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
 def copy(dest, src) -> None:
     """Copy the elements of ``src`` into ``dest`` (same shape and scalar type, any devices).
 
@@ -107,6 +125,13 @@ def copy(dest, src) -> None:
         return
     cuda_dev = dest.device if dest.device.is_cuda else src.device
     stream = cuda_dev.stream
+    if share_bytes(dest, src):
+        # a copy within one allocation (tg.copy(a, a, dest_offset=1, count=4)): cudaMemcpy and
+        # CuPy's element-wise copy leave overlapping ranges undefined; read the source first
+        import cupy
+        with on_current_stream(cuda_dev):
+            cupy.copyto(cupy_view(dest), cupy_view(src).copy())
+        return
     if dest.is_contiguous and src.is_contiguous:
         cuda_memory.memcpy(dest.ptr, src.ptr, dest.nbytes, stream.cuda_stream)
         if dest.device.is_cpu or src.device.is_cpu:

@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from . import memory_ops
 
-__all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region"]
+__all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region",
+           "copy_adjoint"]
 
 # The attribute of a recording tape through which the native launch helper records the common
 # launch without calling into Python (``tapegrad.launch.fastlaunch``): a tuple ``(pending, live,
@@ -103,14 +104,7 @@ class CopyRecord:
         dgrad, sgrad = grad_region(dest), grad_region(src)
         if dgrad is None:
             return
-        dg = _region(dgrad, self.dest_offset, self.count, src.size)
-        if sgrad is not None:
-            sg = _region(sgrad, self.src_offset, self.count, dest.size)
-            if dg.shape != sg.shape:
-                dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
-            memory_ops.accumulate(sg, dg)
-        if not dest.retain_grad:   # Warp's flag: keep the gradient of the overwritten destination
-            memory_ops.zero(dg)
+        copy_adjoint(self, dgrad, sgrad)
 
 
 @dataclass(frozen=True)
@@ -140,6 +134,36 @@ class FillRecord:
         g = grad_region(self.array)
         if g is not None and not self.array.retain_grad:
             memory_ops.zero(g)
+
+
+def copy_adjoint(rec, dgrad, sgrad) -> None:
+    """The adjoint of copy record ``rec`` over gradient buffers ``dgrad`` (of ``rec.dest``) and
+    ``sgrad`` (of ``rec.src``, or None): the copied range's ``d(src) += d(dest)``, then
+    ``d(dest)`` zeroed there, since the overwritten destination values reach nothing (kept
+    with ``rec.dest.retain_grad``, Warp's flag). ``Tape.backward`` calls it with the ``.grad``
+    buffers, ``Tape.hvp`` also with their tangents.
+
+    When the two ranges share memory (a copy within one array: ``tg.copy(a, a, dest_offset=1,
+    src_offset=0, count=4)``), the destination's gradient is read into a copy first: adding
+    into the source range would otherwise change it before it is zeroed (the gradient of the
+    shifted elements was lost) or read again.
+    """
+    dest, src = rec.dest, rec.src
+    dg = _region(dgrad, rec.dest_offset, rec.count, src.size)
+    sg = None if sgrad is None else _region(sgrad, rec.src_offset, rec.count, dest.size)
+    if sg is not None and dg.shape != sg.shape:
+        dg, sg = dg.reshape((dg.size,)), sg.reshape((sg.size,))
+    if sg is not None and memory_ops.share_bytes(dg, sg):
+        moved = type(dg)(shape=dg.shape, dtype=dg.dtype, device=dg.device)
+        memory_ops.copy(moved, dg)
+        if not dest.retain_grad:
+            memory_ops.zero(dg)
+        memory_ops.accumulate(sg, moved)
+        return
+    if sg is not None:
+        memory_ops.accumulate(sg, dg)
+    if not dest.retain_grad:
+        memory_ops.zero(dg)
 
 
 def grad_region(a):

@@ -31,7 +31,7 @@ from . import memory_ops, tape_saves
 from .array import array
 from .launch import LaunchRecord
 from .launch.tangent import MODE_GRADS, launch_tangent, tangent_module
-from .recording import CopyRecord, FillRecord, grad_region
+from .recording import CopyRecord, FillRecord, copy_adjoint, grad_region
 from .types import ArrayType
 
 __all__ = ["jvp", "hvp", "TangentState"]
@@ -396,22 +396,10 @@ def _tangent_adjoint(rec, state, grad_of, tgrads):
                        tan_adj_inputs=tadj[:n_in], tan_adj_outputs=tadj[n_in:],
                        block_dim=rec.block_dim, max_blocks=rec.max_blocks, mode=MODE_GRADS)
     elif isinstance(rec, CopyRecord):
-        dest, src = rec.dest, rec.src
         for table in ((lambda a: grad_of(a)), tgrads.of):
-            dg = table(dest)
-            if dg is None:
-                continue
-            d = _region(dg, rec.dest_offset, rec.count, src.size)
-            sg = table(src)
-            if sg is not None:
-                s = _region(sg, rec.src_offset, rec.count, dest.size)
-                if d.shape != s.shape:
-                    d2, s = d.reshape((d.size,)), s.reshape((s.size,))
-                else:
-                    d2 = d
-                memory_ops.accumulate(s, d2)
-            if not dest.retain_grad:
-                d.zero_()
+            dg = table(rec.dest)
+            if dg is not None:
+                copy_adjoint(rec, dg, table(rec.src))
     elif isinstance(rec, FillRecord):          # the overwritten values reach nothing
         if not rec.array.retain_grad:
             for g in (grad_of(rec.array), tgrads.of(rec.array) if grad_of(rec.array) is not None else None):
