@@ -776,9 +776,17 @@ class ExprMixin:
         extras = [self.expr(a) for a in node.args[1:]]
         extras = [self.materialize(v, lit) if isinstance(v, Lit) and lit is not None else self.materialize(v)
                   for v in extras]
-        out = self.builtin_args(name, [state] + extras, node)
+        # randf(state, lo, hi) is (hi - lo) * randf(state) + lo, the runtime's own formula, in
+        # differentiable ops: its gradient reaches lo and hi (a draw alone is a constant; as one
+        # builtin without an adjoint, the gradient through lo and hi was a silent 0)
+        ranged = name == "randf" and len(extras) == 2 and all(v.type is float32 for v in extras)
+        out = self.builtin_args(name, [state] + ([] if ranged else extras), node)
         new_state = self.builtin_args("rand_state", [out], node)
         value = self.builtin_args("rand_value", [out], node)
+        if ranged:
+            lo, hi = extras
+            value = self.builtin_args("add", [self.builtin_args("mul", [self.builtin_args("sub", [hi, lo], node),
+                                                                       value], node), lo], node)
         target = node.args[0]
         local = self.scope.get(target.id) if isinstance(target, ast.Name) else None
         if isinstance(local, Var) and local.kind == "local":

@@ -179,3 +179,34 @@ def test_draws_in_a_differentiable_loop():
         s = pcg(s)
         total += (s >> 8).astype(np.float32) * np.float32(1.0 / 16777216.0)
     np.testing.assert_allclose(out.numpy(), total * x * x, rtol=1e-12)
+
+
+@tg.kernel
+def k_ranged_draw(lo: tg.array(dtype=float), hi: tg.array(dtype=float), out: tg.array(dtype=float)):
+    i = tg.tid()
+    state = tg.rand_init(5, i)
+    out[i] = tg.randf(state, lo[i] * lo[i], hi[i])
+
+
+def test_ranged_randf_is_differentiable_in_its_bounds(device):
+    """randf(state, lo, hi) = lo + (hi - lo) u: d/dlo = 1 - u, d/dhi = u (a silent 0 before),
+    in reverse and forward mode; the draw u itself is a constant. The values are unchanged."""
+    n = 16
+    lo_v = np.linspace(-1.0, 1.0, n).astype(np.float32)
+    hi_v = np.linspace(2.0, 3.0, n).astype(np.float32)
+    lo = tg.array(lo_v, dtype=float, requires_grad=True, device=device)
+    hi = tg.array(hi_v, dtype=float, requires_grad=True, device=device)
+    out = tg.zeros(n, dtype=float, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(k_ranged_draw, dim=n, inputs=[lo, hi, out], device=device)
+    s = pcg(ref_init(5, np.arange(n)))
+    u = (s >> 8).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    a = lo_v * lo_v
+    np.testing.assert_allclose(out.numpy(), (hi_v - a) * u + a, rtol=1e-6, atol=1e-7)
+    tape.backward(grads={out: np.ones(n, dtype=np.float32)})
+    u64 = u.astype(np.float64)
+    np.testing.assert_allclose(lo.grad.numpy(), 2.0 * lo_v * (1.0 - u64), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hi.grad.numpy(), u64, rtol=1e-6, atol=1e-7)
+    tan = tape.jvp({lo: np.ones(n, dtype=np.float32), hi: np.full(n, 2.0, dtype=np.float32)})[out].numpy()
+    np.testing.assert_allclose(tan, 2.0 * lo_v * (1.0 - u64) + 2.0 * u64, rtol=1e-5, atol=1e-6)
