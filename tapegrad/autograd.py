@@ -15,6 +15,7 @@ import numpy as np
 from .array import array, clone
 from .creation import zeros
 from .errors import GradcheckError
+from .indexedarray import indexedarray
 from .lang.kernel import Kernel
 from .launch import launch
 from .types import StructType
@@ -91,6 +92,43 @@ def _select(items, mask_indices, who="jacobian", what="input_indices"):
     return [i for i, a in enumerate(items) if _is_diff_array(a) and (mask_indices is None or i in mask_indices)]
 
 
+def _arrays_in(a) -> list:
+    """The tapegrad arrays argument ``a`` holds: itself, a struct's array fields (nested structs
+    too), an indexed array's data."""
+    if isinstance(a, array):
+        return [a]
+    if isinstance(a, indexedarray):
+        return _arrays_in(a.data)
+    st = getattr(type(a), "_tg_struct", None)
+    if isinstance(st, StructType):
+        return [x for name, _ in st.fields for x in _arrays_in(getattr(a, name, None))]
+    return []
+
+
+class _Written:
+    """The input arrays ``kernel`` writes (in place, a counter it bumps with ``atomic_add``...),
+    with copies of their contents: every run of a Jacobian starts from them and they are put back
+    at the end. Without it, each run started where the previous one left them (a finite
+    difference of drifted values; a slot counter ran past its output array and the process
+    died of heap corruption)."""
+
+    def __init__(self, kernel, inputs):
+        access = None if kernel.is_generic() else kernel.arg_access
+        self.saved = []
+        seen = set()
+        for k, a in enumerate(inputs):
+            if access is not None and k < len(access) and not access[k][1]:
+                continue
+            for x in _arrays_in(a):
+                if id(x) not in seen and x.size:
+                    seen.add(id(x))
+                    self.saved.append((x, clone(x, requires_grad=False)))
+
+    def restore(self) -> None:
+        for x, v in self.saved:
+            x.assign(v)
+
+
 def _scratch_twin(a):
     """For a struct (or indexed array) argument: a twin whose arrays view the same memory and
     whose float arrays carry zeroed scratch gradients (an adjoint accumulates into a struct's
@@ -144,6 +182,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     access = getattr(kernel, "arg_access", None) if not kernel.is_generic() else None
     after = {o for o in saved if access is not None and n_in + o < len(access)
              and access[n_in + o][1] and not access[n_in + o][0]}
+    written = _Written(kernel, inputs)
     result = {}
     twin_in, twin_out = [_scratch_twin(a) for a in inputs], [_scratch_twin(a) for a in outputs]
     for j in outs:
@@ -157,6 +196,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
             seed[r] = 1.0
             _set_flat(adj_out[j], seed)
             _restore(outputs, saved)
+            written.restore()
             if after:
                 # the adjoints of atomic_min/max read the slot's final value: write-only outputs
                 # hold the forward's results (as under a tape), outputs the kernel reads their
@@ -164,6 +204,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
                 launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
                        max_blocks=max_blocks)
                 _restore(outputs, {o: saved[o] for o in saved if o not in after})
+                written.restore()     # the adjoint's replay reads the inputs as the forward saw them
             launch(kernel, dim, twin_in, twin_out, device=device, adjoint=True, adj_inputs=adj_in,
                    adj_outputs=adj_out, record_tape=False, block_dim=block_dim, max_blocks=max_blocks)
             for i in ins:
@@ -171,6 +212,7 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
         for i in ins:
             result[(i, j)] = rows[i]
     _restore(outputs, saved)
+    written.restore()
     return result
 
 
@@ -197,8 +239,7 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
     ins = _select(inputs, input_indices, "jacobian_fwd")
     outs = _select(outputs, output_indices, "jacobian_fwd", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
-    # an input the kernel also writes (in place) is restored too
-    saved_in = {i: clone(inputs[i], requires_grad=False) for i in ins}
+    written = _Written(kernel, inputs)     # inputs the kernel writes (in place) are restored too
     result = {}
     for i in ins:
         n_in = inputs[i].size * max(inputs[i].dtype.length, 1)
@@ -210,8 +251,7 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
             seed[c] = 1.0
             _set_flat(tan_in[i], seed)
             _restore(outputs, saved)
-            for k, v in saved_in.items():
-                inputs[k].assign(v)
+            written.restore()
             launch(kernel, dim, inputs, outputs, device=device, tangent=True, tan_inputs=tan_in,
                    tan_outputs=tan_out, block_dim=block_dim, max_blocks=max_blocks)
             for j in outs:
@@ -219,8 +259,7 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
         for j in outs:
             result[(i, j)] = cols[j]
     _restore(outputs, saved)
-    for k, v in saved_in.items():
-        inputs[k].assign(v)
+    written.restore()
     return result
 
 
@@ -234,7 +273,9 @@ def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, in
     """Jacobians of ``kernel`` by central finite differences (``(f(x+eps) - f(x-eps)) / 2eps``).
 
     Every forward run starts from the outputs' original contents, so kernels that accumulate
-    into their outputs (``atomic_add``) are differentiated correctly. Inputs are restored.
+    into their outputs (``atomic_add``) are differentiated correctly, and from the original
+    contents of the inputs the kernel writes (in place, or a counter it bumps). Inputs are
+    restored.
 
     Returns:
         ``{(input_index, output_index): J}`` as ``jacobian``.
@@ -246,9 +287,12 @@ def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, in
     ins = _select(inputs, input_indices, "jacobian_fd")
     outs = _select(outputs, output_indices, "jacobian_fd", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
+    written = _Written(kernel, inputs)
 
-    def run():
+    def run(i, values):
         _restore(outputs, saved)
+        written.restore()
+        _set_flat(inputs[i], values)
         launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
                max_blocks=max_blocks)
         return {j: _flat(outputs[j]) for j in outs}
@@ -260,13 +304,12 @@ def jacobian_fd(kernel, dim, inputs, outputs, device=None, eps: float = 1e-4, in
         for c in range(x0.size):
             xp = x0.copy()
             xp[c] += eps
-            _set_flat(inputs[i], xp)
-            fp = run()
+            fp = run(i, xp)
             xp[c] = x0[c] - eps
-            _set_flat(inputs[i], xp)
-            fm = run()
+            fm = run(i, xp)
             for j in outs:
                 cols[j][:, c] = (fp[j] - fm[j]) / (2 * eps)
+        written.restore()
         _set_flat(inputs[i], x0)
         for j in outs:
             result[(i, j)] = cols[j]
