@@ -38,6 +38,12 @@ class Config:
             ``logging`` itself; ``True``: also details (the generated source's path in the kernel
             cache, the native helpers loaded); ``False``: nothing.
         quiet: ``True`` says nothing, whatever ``verbose`` is (Warp's name).
+        deterministic: None (default) or ``DeterministicMode.NOT_GUARANTEED`` only. Warp's
+            process-wide default for the ``deterministic`` module option; tapegrad takes
+            ``RUN_TO_RUN`` per module (``set_module_options({"deterministic": ...})`` or
+            ``@kernel(module="unique", module_options=...)``), so setting it here raises
+            instead of being ignored (it would also reach tapegrad's own kernels, and CUDA
+            has no deterministic build).
         legacy_scalar_return_types: ``True`` makes a component read from a host vector or
             matrix (``v[0]``, ``m[0, 1]``) a Python ``float``/``int``; ``False`` (default): a
             NumPy scalar of the type (Warp's switch of the same name).
@@ -64,6 +70,20 @@ class Config:
             self._mode = value
             for fn in list(_LISTENERS):
                 fn()
+
+    @property
+    def deterministic(self):
+        return None
+
+    @deterministic.setter
+    def deterministic(self, value) -> None:
+        # None, False and NOT_GUARANTEED (an IntEnum equal to 0) ask for nothing
+        if value is None or value is False or (isinstance(value, int) and not isinstance(value, bool) and value == 0):
+            return
+        raise ValueError(f"config.deterministic = {value!r}: tapegrad takes the 'deterministic' option per module: "
+                         f"set_module_options({{'deterministic': DeterministicMode.RUN_TO_RUN}}) in the module that "
+                         f"defines the kernels, or @kernel(module=\"unique\", module_options={{...}}); RUN_TO_RUN "
+                         f"runs their CPU launches serially, in grid order")
 
     @property
     def legacy_scalar_return_types(self) -> bool:

@@ -105,8 +105,9 @@ DIFFERENT = {
     "ModuleBuildOptions": "include folders, preambles and dependencies reach the CPU and CUDA builds and their "
                           "cache keys (docs/kernels.md, tests/lang/test_build_options.py); paths are checked "
                           "when the instance is made (Warp: when the options are resolved)",
-    "DeterministicMode": "the enum as Warp's; only `NOT_GUARANTEED` (and None) are accepted as the "
-                         "`deterministic` option",
+    "DeterministicMode": "the enum as Warp's; `RUN_TO_RUN` runs the module's CPU launches serially in grid "
+                         "order (bit-identical runs; docs/kernels.md, tests/lang/test_deterministic.py), and raises "
+                         "on CUDA; `GPU_TO_GPU` and a process-wide `config.deterministic` are refused",
     **{n: "tapegrad/errors.py: a `KernelError` that is also Warp's built-in base class; raised where tapegrad "
           "detects the same problem (kernel returns, unknown attributes/names, @func return types)" for n in (
         "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError",

@@ -63,15 +63,19 @@ def runtime_source() -> str:
 
 @dataclass(frozen=True)
 class Variant:
-    """Which build of a kernel: ``wide`` (64-bit thread index) and ``debug`` (bounds checks)."""
+    """Which build of a kernel: ``wide`` (64-bit thread index), ``debug`` (bounds checks) and
+    ``serial`` (CPU entries run the grid on the calling thread in grid order, for
+    ``DeterministicMode.RUN_TO_RUN``: floating-point atomics then accumulate in the same order
+    on every run)."""
 
     wide: bool = False
     debug: bool = False
+    serial: bool = False
 
     @property
     def suffix(self) -> str:
         """What the variant adds to a module's file name ("" for the default build)."""
-        return ("_w" if self.wide else "") + ("_dbg" if self.debug else "")
+        return ("_w" if self.wide else "") + ("_dbg" if self.debug else "") + ("_ser" if self.serial else "")
 
 
 DEFAULT = Variant()
@@ -614,11 +618,17 @@ def serial_first(region: list, indent: str, omp_min: str = "TG_OMP_MIN") -> list
     under ``TG_OMP_MIN`` threads: ``#pragma omp parallel if (false)`` still enters libgomp, which
     allocates a team and takes its locks (~0.2 us of a small CPU launch), so a small launch
     runs the loop without any pragma and returns."""
-    body = [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line]
-    return [f"{indent}if (tg_bounds.size < {omp_min}) {{", *body, f"{indent}    return;", f"{indent}}}", *region]
+    return [f"{indent}if (tg_bounds.size < {omp_min}) {{", *serial_only(region), f"{indent}    return;", f"{indent}}}",
+            *region]
 
 
-def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None) -> tuple:
+def serial_only(region: list) -> list:
+    """``region`` (an OpenMP parallel region's lines) without its OpenMP lines: the same loop
+    on the calling thread, in grid order (a ``serial`` build, ``Variant``)."""
+    return [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line]
+
+
+def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None, serial=False) -> tuple:
     """The forward grid loop of the CPU entry point: ``(helper lines, entry body lines)``.
 
     When every array argument is dense in its innermost dimension (the common case), the loop
@@ -640,11 +650,15 @@ def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None) -> tuple:
     2^31) the generic loop runs. The wide variant (``wide``: launches past 2^31 - 1
     threads) keeps the dense copy with a 64-bit index. ``grain`` (the kernel's ``cpu_grain``;
     None: ``OMP_GRAIN``) is the fewest grid threads of a chunk; launches under ``4 grain``
-    threads run serially (``TG_OMP_MIN`` by default).
+    threads run serially (``TG_OMP_MIN`` by default). ``serial``: the plain loop over the grid
+    in order on the calling thread, nothing else (``Variant.serial``).
     """
     g = OMP_GRAIN if grain is None else int(grain)
     omp_min = "TG_OMP_MIN" if grain is None else str(OMP_MIN_CHUNKS * g)
     n = len(fn.params)
+    if serial:
+        return [], [f"    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
+                    f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});"]
     arrays = [i for i, p in enumerate(fn.params) if is_array(p.type)]
     generic = [f"    #pragma omp parallel if (tg_bounds.size >= {omp_min})", "    {",
                f"        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size, {g});",
@@ -748,7 +762,7 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=
     cpu_fwd, cpu_bwd, cpu_dbg, cuda_fwd, cuda_bwd = (abi.entry_name(sym, t, e) for t, e in (
         ("cpu", "forward"), ("cpu", "backward"), ("cpu", "dbg_slot"), ("cuda", "forward"), ("cuda", "backward")))
     # CPU
-    helper, loops = _cpu_forward_loops(fn, sym, ts, variant.wide, cpu_grain)
+    helper, loops = _cpu_forward_loops(fn, sym, ts, variant.wide, cpu_grain, variant.serial)
     cpu = helper + [f'extern "C" TG_EXPORT void {cpu_fwd}(const tg::launch_t* tg_b, void** tg_args) {{',
                     "    const tg::launch_t tg_bounds = *tg_b;"]
     cpu += [f"    const {t} a{i} = *reinterpret_cast<const {t}*>(tg_args[{i}]);" for i, t in enumerate(ts)]
@@ -780,7 +794,7 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=
                   f"            {sym}_adj({gcall});",
                   "            " + " ".join(posts),
                   "        }", *flushes, "    }"]
-        cpu += serial_first(region, "    ") + ["}"]
+        cpu += (serial_only(region) if variant.serial else serial_first(region, "    ")) + ["}"]
     # CUDA
     kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])
     grid = ("    for (int64_t tg_t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; tg_t < tg_bounds.size; "

@@ -32,6 +32,7 @@ from .options import (
     add_options_listener,
     build_inputs,
     check_cpu_grain,
+    check_deterministic,
     check_kernel_options,
     check_launch_bounds,
     forget_module,
@@ -39,6 +40,7 @@ from .options import (
     register_module_hasher,
     resolve_options,
 )
+from .options import deterministic as module_deterministic
 from .options import module_options as options_of_module
 from .ptr_arrays import adjoint_refusal
 from .signature import annotations, capture_source, resolve_type, short_hash, source_of, where
@@ -459,6 +461,18 @@ class Kernel:
         opt = options_of_module(self.module_name)["mode"]
         return opt if opt is not None else config.mode
 
+    def deterministic(self) -> bool:
+        """Whether the kernel's launches must be run-to-run reproducible: its own
+        ``options["deterministic"]`` when set, else its module's (``RUN_TO_RUN``; see
+        ``DeterministicMode``). Such a kernel loads the ``serial`` build on the CPU.
+
+        Raises:
+            ValueError: an option value tapegrad does not support (``GPU_TO_GPU``).
+        """
+        if self.options.get("deterministic") is not None:
+            return check_deterministic(self.options["deterministic"], f"kernel '{self.key}' options['deterministic']")
+        return module_deterministic(self.module_name)
+
     def build_inputs(self):
         """The ``options.BuildInputs`` of the kernel's module (its ``extra_build_options``)."""
         return build_inputs(self.module_name)
@@ -497,7 +511,12 @@ class Kernel:
             hit = self._by_id.get(id(device))
             if hit is not None and hit[0] is device:
                 return hit[1]
-        variant = emit.Variant(bool(wide), self.mode() == "debug")
+        serial = self.deterministic()
+        if serial and getattr(device, "is_cuda", False):
+            raise RuntimeError(f"kernel '{self.key}': deterministic=DeterministicMode.RUN_TO_RUN is honoured on the "
+                               f"CPU only (its launches run serially there); tapegrad has no ordered-reduction build "
+                               f"for CUDA, so it cannot promise reproducible atomics on {device}")
+        variant = emit.Variant(bool(wide), self.mode() == "debug", serial)
         key = _module_key(device, variant, self.build_inputs())
         m = self._modules.get(key)
         if m is None:

@@ -24,13 +24,21 @@ from ..config import config as _config
 __all__ = ["DEFAULTS", "module_options", "update_module_options", "add_options_listener", "DeterministicMode",
            "ModuleBuildOptions", "Module", "get_module", "kernel_module_name", "forget_module",
            "check_kernel_options", "KERNEL_OPTIONS", "BuildInputs", "build_inputs", "resolve_options",
-           "register_module_hasher", "check_cpu_grain"]
+           "register_module_hasher", "check_cpu_grain", "check_deterministic", "deterministic"]
 
 
 class DeterministicMode(enum.IntEnum):
-    """Warp's ``deterministic`` module option values. tapegrad's CPU kernels run in launch
-    order; only ``NOT_GUARANTEED`` (and None) are accepted: tapegrad has no reproducible-order
-    reduction mode for CUDA atomics, so asking for one raises instead of being ignored."""
+    """Warp's ``deterministic`` module option values.
+
+    ``NOT_GUARANTEED`` (and None, the default): CPU launches run on OpenMP threads and CUDA
+    launches on many blocks, so floating-point atomics (``atomic_add``, ``a[i] += x``, and the
+    adjoints of array reads) accumulate in an order that can change from run to run.
+    ``RUN_TO_RUN``: bit-identical results on repeated runs. tapegrad honours it on the CPU by
+    running the module's launches (forward, adjoint and tangent) on one thread in grid order,
+    so every accumulation happens in the same order; CUDA has no ordered-reduction build, so
+    loading such a kernel on a CUDA device raises. ``GPU_TO_GPU`` (equal results across device
+    architectures) is refused when set.
+    """
 
     NOT_GUARANTEED = 0
     RUN_TO_RUN = 1
@@ -354,10 +362,8 @@ def _check_options(options, known, who: str) -> None:
             raise ValueError(f"{who}(options): 'block_dim' expects a positive int, got {v}")
         if k == "mode" and v is not None:
             check_mode(v, f"{who}(options): 'mode'")
-        if k == "deterministic" and v not in (None, False, DeterministicMode.NOT_GUARANTEED):
-            raise ValueError(f"{who}(options): 'deterministic' {v!r} is not supported: tapegrad has no "
-                             f"reproducible-order mode for atomic accumulation (None or "
-                             f"DeterministicMode.NOT_GUARANTEED only)")
+        if k == "deterministic":
+            check_deterministic(v, f"{who}(options): 'deterministic'")
         if k == "extra_build_options" and v is not None:
             if not isinstance(v, ModuleBuildOptions):
                 raise TypeError(f"{who}(options): 'extra_build_options' expects None or a ModuleBuildOptions, "
@@ -386,6 +392,34 @@ def check_cpu_grain(v, who: str) -> None:
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2 ** 24):
         raise ValueError(f"{who}: 'cpu_grain' expects None or an int in [1, 2**24] (the fewest grid threads of "
                          f"an OpenMP chunk on the CPU), got {v!r}")
+
+
+def check_deterministic(v, who: str) -> bool:
+    """Whether the ``deterministic`` option value ``v`` asks for run-to-run reproducible
+    launches (``DeterministicMode.RUN_TO_RUN``, or True); False for None, False and
+    ``NOT_GUARANTEED``.
+
+    Raises:
+        ValueError: ``GPU_TO_GPU`` (tapegrad cannot promise equal results across device
+            architectures) or a value that is not a ``DeterministicMode``, a bool or None.
+    """
+    if v is None or v is False or (isinstance(v, int) and not isinstance(v, bool) and v == 0):
+        return False
+    if v is True or (isinstance(v, int) and v == DeterministicMode.RUN_TO_RUN):
+        return True
+    if isinstance(v, int) and v == DeterministicMode.GPU_TO_GPU:
+        raise ValueError(f"{who}: DeterministicMode.GPU_TO_GPU (equal results across device architectures) is not "
+                         f"supported: tapegrad compiles each device's code on its own; use "
+                         f"DeterministicMode.RUN_TO_RUN (bit-identical repeated runs, CPU launches only)")
+    raise ValueError(f"{who}: expected None, a bool or a DeterministicMode (NOT_GUARANTEED, RUN_TO_RUN), got {v!r}")
+
+
+def deterministic(name: str) -> bool:
+    """Whether module ``name``'s kernels run their CPU launches serially in grid order
+    (its ``deterministic`` option is ``RUN_TO_RUN``)."""
+    with _lock:
+        v = _TABLE.get(name, DEFAULTS)["deterministic"]
+    return check_deterministic(v, f"module '{name}' option 'deterministic'")
 
 
 def check_launch_bounds(v, who: str) -> None:

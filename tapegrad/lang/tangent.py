@@ -274,7 +274,7 @@ def _arg_decls(fn, second_order, cuda):
     return out
 
 
-def _entry(fn, sym, second_order, cuda) -> list:
+def _entry(fn, sym, second_order, cuda, serial=False) -> list:
     n = len(fn.params)
     kind = "tangent_adjoint" if second_order else "tangent"
     body = "tadj" if second_order else "tan"
@@ -304,10 +304,12 @@ def _entry(fn, sym, second_order, cuda) -> list:
              "    const tg::launch_t tg_bounds = *tg_b;",
              f"    const int32_t tg_mode = *reinterpret_cast<const int32_t*>(tg_args[{nslots * n}]);"]
     lines += _arg_decls(fn, second_order, False)
+    # serial: a deterministic kernel's build runs the grid on the calling thread, in order
+    run = emit.serial_only if serial else (lambda region: emit.serial_first(region, "    "))
     if second_order:   # as the adjoint's entry
-        lines += emit.serial_first(["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
-                                    "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}",
-                                    "    }"], "    ") + ["}"]
+        lines += run(["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
+                      "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}",
+                      "    }"]) + ["}"]
         return lines
     # as the forward's entry: dynamic chunks, so a thread whose core is shared hands work over
     region = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
@@ -315,13 +317,14 @@ def _entry(fn, sym, second_order, cuda) -> list:
               "        #pragma omp for schedule(dynamic, tg_chunk)",
               "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }",
               "    }"]
-    lines += emit.serial_first(region, "    ") + ["}"]
+    lines += run(region) + ["}"]
     return lines
 
 
-def tangent_parts(fn, sym, label, second_order, seen) -> list:
+def tangent_parts(fn, sym, label, second_order, seen, serial=False) -> list:
     """The C++ parts of one kernel's tangent code for a translation unit (structs and functions
-    that ``seen``, a set updated here, does not hold yet, then the kernel's bodies and entries).
+    that ``seen``, a set updated here, does not hold yet, then the kernel's bodies and entries);
+    ``serial``: CPU entries that run the grid on the calling thread in order (``emit.Variant``).
 
     Raises:
         KernelError: a construct without a forward-mode rule, naming it and its line.
@@ -344,7 +347,7 @@ def tangent_parts(fn, sym, label, second_order, seen) -> list:
     if second_order:
         parts.append(DualEmitter(fn, label, False, structs).adjoint_function(f"{sym}_tadj"))
     cuda = _entry(fn, sym, False, True) + (_entry(fn, sym, True, True) if second_order else [])
-    cpu = _entry(fn, sym, False, False) + (_entry(fn, sym, True, False) if second_order else [])
+    cpu = _entry(fn, sym, False, False, serial) + (_entry(fn, sym, True, False, serial) if second_order else [])
     parts.append("#ifdef TG_CUDA\n" + "\n".join(cuda) + "\n#else\n" + "\n".join(cpu) + "\n#endif")
     return parts
 

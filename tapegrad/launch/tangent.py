@@ -149,7 +149,7 @@ def _unit_name(kernels, second_order) -> str:
 def _load_direct(kernel, device, second_order):
     """The tangent build from the cache without lowering the kernel (the direct cache:
     ``lang/direct.py``), or None (not lowered yet is the only case it helps)."""
-    if kernel.is_lowered or kernel.mode() == "debug":
+    if kernel.is_lowered or kernel.mode() == "debug" or kernel.deterministic():
         return None
     variant = "tan2" if second_order else "tan"
     digest = direct.lookup_variant(kernel, variant)
@@ -175,6 +175,8 @@ def _memo_alias(kernel, device):
     build inputs when it has any (changed ``extra_build_options``: another build)."""
     alias = getattr(device, "alias", None) or str(device)
     digest = kernel.build_inputs().digest
+    if kernel.deterministic():   # the serial build (DeterministicMode.RUN_TO_RUN): another unit
+        alias += "#serial"
     return f"{alias}#{digest}" if digest else alias
 
 
@@ -196,8 +198,16 @@ def load_tangents(kernels, device, second_order=False) -> list:
     kernels = list(kernels)
     seen: set = set()
     parts = []
+    serial = {k.deterministic() for k in kernels}
+    if len(serial) > 1:
+        raise ValueError(f"load_tangents: kernels '{kernels[0].key}' and others differ in their 'deterministic' "
+                         f"option and cannot share a translation unit")
+    serial = serial.pop()
+    if serial and getattr(device, "is_cuda", False):
+        raise RuntimeError(f"launch(tangent=True): kernel '{kernels[0].key}': deterministic=DeterministicMode."
+                           f"RUN_TO_RUN is honoured on the CPU only; tapegrad has no ordered-reduction build for CUDA")
     for k in kernels:
-        parts += lang_tangent.tangent_parts(k.ir, k.symbol, k.key, second_order, seen)
+        parts += lang_tangent.tangent_parts(k.ir, k.symbol, k.key, second_order, seen, serial)
     inputs = kernels[0].build_inputs()   # one unit: one set of extra_build_options
     source = emit.module_source(parts, inputs.unit_text())
     name = _unit_name(kernels, second_order)
@@ -208,7 +218,7 @@ def load_tangents(kernels, device, second_order=False) -> list:
     out = _entries(kernels, device, second_order, owner)
     for k, m in zip(kernels, out):
         _remember(k, device, second_order, m)
-    if len(kernels) == 1:
+    if len(kernels) == 1 and not serial:   # (the direct cache knows the default builds only)
         direct.store_variant(kernels[0], "tan2" if second_order else "tan", build.source_digest(source))
     return out
 

@@ -148,8 +148,11 @@ def test_kernel_name_and_launch_bounds():
 def test_deterministic_mode_and_build_options(tmp_path):
     assert [m.value for m in tg.DeterministicMode] == [0, 1, 2]
     tg.set_module_options({"deterministic": tg.DeterministicMode.NOT_GUARANTEED}, module="wb_det")
+    # RUN_TO_RUN is honoured (serial CPU launches: tests/lang/test_deterministic.py); GPU_TO_GPU is not
+    tg.set_module_options({"deterministic": tg.DeterministicMode.RUN_TO_RUN}, module="wb_det")
+    tg.set_module_options({"deterministic": None}, module="wb_det")
     with pytest.raises(ValueError, match="deterministic"):
-        tg.set_module_options({"deterministic": tg.DeterministicMode.RUN_TO_RUN}, module="wb_det")
+        tg.set_module_options({"deterministic": tg.DeterministicMode.GPU_TO_GPU}, module="wb_det")
     tg.set_module_options({"extra_build_options": tg.ModuleBuildOptions()}, module="wb_det")
     opts = tg.ModuleBuildOptions(extra_cpu_include_dirs=[str(tmp_path)])
     tg.set_module_options({"extra_build_options": opts}, module="wb_det")   # used by builds: test_build_options.py
