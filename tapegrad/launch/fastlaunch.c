@@ -1631,7 +1631,9 @@ static void *adjoint_array(call_t *c, int i, PyObject *g) {
         return &c->gdesc[i];
     }
     if (g == api.none) return &c->zdesc;
-    if (TYPE(g) == T_ARRAY) return array_descriptor(g, array_dict(g), &c->refs);
+    /* a tapegrad array buffer of the parameter's element type, ndim and device (else the Python
+       path, which raises) */
+    if (TYPE(g) == T_ARRAY) return array_desc(&c->p->p[i], g, c->dev, &c->refs);
     return packer_desc(c, i, g, 0);   /* a buffer given as another object: its packer, as launch() */
 }
 

@@ -156,6 +156,17 @@ def _make_array_packer(kernel, i, ptype):
         if value.tg_dtype is not dtype or value.ndim != ndim or value.tg_device is not device:
             _check_array(kernel, i, ptype, value.tg_dtype, value.ndim, value.tg_device, device)
         return value
+
+    def check_buffer(value, device):
+        """An adjoint buffer given as a tapegrad array: the parameter's element type, ndim and
+        device, as for the array itself (the adjoint writes it as one: a float32 buffer for a
+        float64 parameter was written past its end; another device's memory cannot be written)."""
+        if value.dtype is not dtype or value.ndim != ndim or value.device is not device:
+            try:
+                _check_array(kernel, i, ptype, value.dtype, value.ndim, value.device, device)
+            except (TypeError, RuntimeError) as e:
+                raise type(e)(f"launch(adjoint=True): the adjoint buffer of {e}") from None
+    pack.check_buffer = check_buffer
     return pack
 
 def _make_scalar_packer(kernel, i, ptype):
@@ -391,6 +402,9 @@ def _desc_grad(d):
 def grad_desc(g, pack, device):
     """Descriptor of a gradient buffer: its *data* is what the adjoint kernel accumulates into."""
     if isinstance(g, array):
+        check = getattr(pack, "check_buffer", None)
+        if check is not None:
+            check(g, device)
         return g.descriptor()
     if g is None:
         return types.ArrayDesc()    # NULL data: "no gradient" (reads accumulate nothing)

@@ -383,3 +383,50 @@ def test_cuda_adjoint_block_dims_max_blocks_and_streams(block_dim, max_blocks):
     f, s = adjoint_both(k_sin, 1000, make, 1, block_dim=block_dim, max_blocks=max_blocks, stream=stream)
     assert f == s
     assert np.abs(np.frombuffer(f[1], np.float32)).sum() > 0
+
+
+@tg.kernel
+def _square_scaled(x: tg.array(dtype=tg.float64), s: tg.float64, y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = x[i] * x[i] * s
+
+
+@pytest.mark.parametrize("bad", [tg.float32, tg.vec2d, tg.int64])
+def test_an_adjoint_buffer_of_another_element_type_is_refused(bad):
+    """A tapegrad array given as an adjoint buffer must have its parameter's element type: a
+    float32 buffer for a float64 array was accepted (native and Python paths) and written as
+    float64, past its end ([0, 0, 0, 2.625, ...] in the memory after it)."""
+    x = tg.array(np.array([1.0, 2.0, 3.0]), dtype=tg.float64, requires_grad=True)
+    y = tg.zeros(3, dtype=tg.float64, requires_grad=True)
+    y.grad.fill_(1.0)      # the output's own gradient: a launch the native helper takes
+    good = tg.zeros(3, dtype=tg.float64)
+    tg.launch(_square_scaled, dim=3, inputs=[x, 2.0], outputs=[y], adjoint=True, adj_inputs=[good, None])
+    y.grad.fill_(1.0)      # the store's adjoint consumed it
+    with counted(fast=1, fallback=0, adjoint=True):
+        tg.launch(_square_scaled, dim=3, inputs=[x, 2.0], outputs=[y], adjoint=True, adj_inputs=[good, None])
+    np.testing.assert_array_equal(good.numpy(), [8.0, 16.0, 24.0])
+    y.grad.fill_(1.0)
+    room = tg.zeros(8, dtype=bad)
+    buf = room[0:3]
+    # the native helper passes it to the Python path, which raises
+    with counted(fast=0, fallback=1, adjoint=True), \
+            pytest.raises(TypeError, match=r"adjoint buffer of kernel .*argument 0 \('x'\).*float64"):
+        tg.launch(_square_scaled, dim=3, inputs=[x, 2.0], outputs=[y], adjoint=True, adj_inputs=[buf, None])
+    assert not room.numpy().any()
+    cmd = tg.launch(_square_scaled, dim=3, inputs=[x, 2.0], outputs=[y], adjoint=True, record_cmd=True)
+    with pytest.raises(TypeError, match="adjoint buffer"):
+        cmd.set_param_at_index(0, buf, adjoint=True)
+
+
+@pytest.mark.cuda
+def test_an_adjoint_buffer_on_another_device_is_refused():
+    """A host buffer for a CUDA array's adjoint (the kernel would write host memory through a
+    device pointer) is refused, naming the argument and both devices."""
+    x = tg.array(np.array([1.0, 2.0, 3.0]), dtype=tg.float64, requires_grad=True, device="cuda:0")
+    y = tg.zeros(3, dtype=tg.float64, requires_grad=True, device="cuda:0")
+    y.grad.fill_(1.0)
+    host = tg.zeros(3, dtype=tg.float64, device="cpu")
+    with pytest.raises(RuntimeError, match=r"adjoint buffer of kernel .*argument 0 \('x'\).*device cpu"):
+        tg.launch(_square_scaled, dim=3, inputs=[x, 2.0], outputs=[y], adjoint=True, adj_inputs=[host, None],
+                  device="cuda:0")
+    assert not host.numpy().any()
