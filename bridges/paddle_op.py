@@ -77,10 +77,17 @@ class _PaddleOp:
             return vjp
 
         int_outs = [k for k in range(kop.n_out) if k not in kop.fout]
+        in_names = [p.name for p in kop.sig.inputs]
+
+        def describe(pos):
+            # a node's flat arguments start with the op's inputs (KernelOp.split)
+            return f"{kop.label} argument '{in_names[pos]}'" if pos < len(in_names) else \
+                f"{kop.label} (a derivative's argument {pos})"
         suffixes = ((FORWARD, ""), (BACKWARD, "_backward"), (TANGENT, "_jvp"), (BACKWARD_JVP, "_backward_jvp"))
         for node, suffix in suffixes:
             layers[node] = _Layer(self.name + suffix, launch(node), grads(node), int_outs if node == FORWARD else (),
-                                  f"PyLayer {self.name + suffix} of kernel '{kop.kernel.key}' (tg.paddle_op)")
+                                  f"PyLayer {self.name + suffix} of kernel '{kop.kernel.key}' (tg.paddle_op)",
+                                  describe)
         forward, cls = layers[FORWARD], layers[FORWARD].cls
 
         def op(*args):
@@ -108,7 +115,9 @@ class _Layer:
     checks only its first tensor, which is trainable whenever backward runs.
     """
 
-    def __init__(self, name, forward_fn, grads_fn, int_outs=(), doc=None):
+    def __init__(self, name, forward_fn, grads_fn, int_outs=(), doc=None, describe=None):
+        describe = describe or (lambda pos: f"{name} argument {pos}")
+
         def forward(ctx, tensors, layout):
             where, other = layout
             vals = list(other)
@@ -116,6 +125,9 @@ class _Layer:
                 vals[i] = t
             outs = forward_fn(vals)
             ctx.save_for_backward(*tensors, *outs)
+            # paddle checks the inplace versions of what its own ops save, not of what a PyLayer
+            # saves: backward compares them itself (a silently wrong gradient otherwise)
+            ctx.tg_versions = [t._inplace_version() for t in (*tensors, *outs)]
             ctx.tg_layout = layout
             ctx.tg_needs = {i for i, t in zip(where, tensors) if not t.stop_gradient}
             for k in int_outs:
@@ -125,6 +137,7 @@ class _Layer:
         def backward(ctx, *grads):
             saved = ctx.saved_tensor()
             where, other = ctx.tg_layout
+            _check_versions(name, describe, saved, ctx.tg_versions, where)
             vals = list(other)
             for i, t in zip(where, saved):
                 vals[i] = t
@@ -141,6 +154,19 @@ class _Layer:
         where.sort(key=lambda i: vals[i].stop_gradient)   # trainable first (stable)
         other = tuple(None if isinstance(v, paddle.Tensor) else v for v in vals)
         return self.cls.apply([vals[i] for i in where], (tuple(where), other))
+
+
+def _check_versions(name, describe, saved, versions, where) -> None:
+    """Raise RuntimeError when a tensor a layer saved (its tensor arguments at positions ``where``,
+    then its outputs) was modified in place after the forward, as paddle's own ops do: the
+    backward would read the new values."""
+    for k, (t, v) in enumerate(zip(saved, versions)):
+        now = t._inplace_version()
+        if now != v:
+            what = describe(where[k]) if k < len(where) else f"{name}: output {k - len(where)}"
+            raise RuntimeError(f"{what} was modified by an inplace operation after the forward (inplace version "
+                               f"{now}, expected {v}): its gradient would be computed from the new values. Modify a "
+                               "clone, or call the op again after the change")
 
 
 # ------------------------------------------------------------------ the framework's part of KernelOp

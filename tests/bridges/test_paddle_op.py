@@ -223,3 +223,18 @@ def test_call_errors_name_the_argument():
     big = tg.paddle_op(rosenbrock, launch_dims=8)             # the grid would read xy past its end
     with pytest.raises(ValueError, match="launch grid"):
         big(paddle.zeros([4, 2], dtype="float64"))
+
+
+def test_an_input_modified_in_place_after_the_forward_raises():
+    """paddle checks the inplace versions of what its own ops save, not of a PyLayer's: an input
+    scaled in place between the op and backward gave the gradient at the new values, silently."""
+    op = tg.paddle_op(sincos, num_outputs=2)
+    x = T([0.1, 0.2, 0.3])
+    b = x * 1.0
+    a, _ = op(b, 2.0)
+    b.scale_(10.0)                       # as paddle.sin(b) then b.scale_(10.0) would, raise
+    with pytest.raises(Exception, match="paddle_op '.*sincos' argument 'x' was modified by an inplace operation"):
+        a.sum().backward()
+    a, c = op(x * 1.0, 2.0)              # untouched: the gradient is right
+    (a.sum() + c.sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2.0 * np.cos([0.1, 0.2, 0.3]) - np.sin([0.1, 0.2, 0.3]), rtol=1e-12)
