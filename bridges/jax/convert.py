@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from tapegrad import types
-from tapegrad.array import array
+from tapegrad.array import array, clone
 from tapegrad.device import Device, get_device
 from tapegrad.dlpack import from_dlpack as _tg_from_dlpack
+from tapegrad.recording import active_tape, set_active_tape
 from tapegrad.storage import StorageCheck
 from tapegrad.tensortypes import TensorLayout, TensorType, register_tensor_type
 
@@ -179,11 +180,42 @@ def _deletable_view(a, x):
     return v
 
 
+def _jax_can_view(a) -> bool:
+    """Whether JAX can import ``a``'s memory as it is: writable (a DLPack capsule JAX accepts
+    cannot say read-only) and compact — every element once, in some order of the dims (XLA
+    imports transpositions, not gaps or 0-strides)."""
+    if a.readonly:
+        return False
+    shape, strides = a.flat_layout()
+    expected = a.dtype.scalar.size
+    for st, n in sorted((st, n) for n, st in zip(shape, strides) if n != 1):
+        if n == 0:
+            return True
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _compact_copy(a):
+    """A contiguous copy of ``a``, not recorded on an active tape (it is no gradient path)."""
+    tape = active_tape()
+    if tape is not None:
+        set_active_tape(None)
+    try:
+        return clone(a, requires_grad=False)
+    finally:
+        if tape is not None:
+            set_active_tape(tape)
+
+
 def to_jax(a):
     """A ``jax.Array`` sharing tapegrad array ``a``'s memory (through DLPack; no copy).
 
     Vector/matrix elements appear as trailing dims (``(n,)`` vec3 -> ``(n, 3)``). The JAX
-    array keeps ``a``'s memory alive.
+    array keeps ``a``'s memory alive. A layout XLA cannot import (a slice with gaps, a
+    0-stride broadcast) or a read-only array is copied first (JAX arrays are immutable, so the
+    copy holds the same values; it does not follow later writes to ``a``).
 
     Raises:
         TypeError: not a tapegrad array; a struct array.
@@ -193,6 +225,8 @@ def to_jax(a):
         raise TypeError(f"to_jax: expected a tapegrad array, got {type(a).__name__}")
     if isinstance(a.dtype, types.StructType):
         raise TypeError(f"to_jax: struct arrays ({a.dtype.name}) have no JAX equivalent")
+    if not (a.is_contiguous or _jax_can_view(a)) or a.readonly:
+        a = _compact_copy(a)
     if a.device is _CPU and _FROM_CAPSULE is not None and (a.dtype.scalar.bits < 64 or jax.config.jax_enable_x64):
         if _jax_cpu is None:
             _jax_cpu = jax.devices("cpu")[0]

@@ -31,6 +31,27 @@ def test_to_jax_aliases_cpu_memory():
     np.testing.assert_array_equal(np.asarray(j), 2.0)
 
 
+def test_to_jax_copies_layouts_xla_cannot_import():
+    """A slice with gaps, a 0-stride broadcast and a read-only array raised JAX's 'UNIMPLEMENTED:
+    Only DLPack tensors with trivial (compact) striding' or a BufferError about legacy capsules
+    (to_jax offers no copy= to pass): they are copied; compact layouts stay views."""
+    base = tg.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    cases = {"column gaps": base[:, 1:3], "strided 1-D": tg.array(np.arange(10, dtype=np.float32))[::2],
+             "broadcast": tg.array(np.broadcast_to(np.arange(3, dtype=np.float32), (2, 3)), copy=False),
+             "vec3 rows": tg.array(np.arange(12, dtype=np.float32).reshape(4, 3), dtype=tg.vec3)[::2]}
+    for name, a in cases.items():
+        j = tg.to_jax(a)
+        np.testing.assert_array_equal(np.asarray(j), a.numpy(), err_msg=name)
+    t = base.transpose()                           # a transposition: XLA imports it as is
+    assert tg.to_jax(t).unsafe_buffer_pointer() == base.ptr
+    np.testing.assert_array_equal(np.asarray(tg.to_jax(t)), np.arange(12).reshape(3, 4).T)
+    tape = tg.Tape()                               # the copy is no gradient path: nothing recorded
+    g = tg.array(np.arange(6.0), requires_grad=True)
+    with tape:
+        np.testing.assert_array_equal(np.asarray(tg.to_jax(g[::2])), [0.0, 2.0, 4.0])
+    assert not tape.records
+
+
 def test_vector_dtypes_round_trip():
     v = tg.from_jax(jnp.ones((5, 3), jnp.float32), dtype=tg.vec3)
     assert v.shape == (5,) and v.dtype is tg.vec3

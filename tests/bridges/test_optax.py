@@ -276,6 +276,30 @@ def test_parameters_jax_cannot_alias_are_still_stepped():
     np.testing.assert_array_equal(base.numpy()[0], np.random.default_rng(4).normal(size=9).astype(np.float32)[0])
 
 
+def test_strided_parameters_and_gradients_are_stepped():
+    """A column of a matrix as a parameter, and a strided gradient, raised JAX's 'trivial (compact)
+    striding' error from to_jax; they follow plain optax, and the other columns stay."""
+    rng = np.random.default_rng(7)
+    m0 = rng.normal(size=(4, 3))
+    mat = tg.array(m0, dtype=tg.float64)
+    col = mat[:, 1]
+    col.requires_grad = True
+    gbase = tg.zeros(8, dtype=tg.float64)
+    col.grad = gbase[::2]
+    tx = optax.sgd(0.1, momentum=0.9)
+    with jax.enable_x64(True):
+        opt = tg.optax_optimizer(tx, [col])
+        history = []
+        for _ in range(3):
+            g = rng.normal(size=4)
+            gbase.numpy()[::2] = g
+            opt.step()
+            history.append([g])
+        (ref,) = _reference_steps(tx, [m0[:, 1].copy()], history)
+    np.testing.assert_allclose(mat.numpy()[:, 1], ref, rtol=1e-12)
+    np.testing.assert_array_equal(mat.numpy()[:, [0, 2]], m0[:, [0, 2]])
+
+
 @tg.kernel
 def _fill_grad(g: tg.array[tg.float32], k: tg.float32):
     i = tg.tid()
