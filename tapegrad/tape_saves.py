@@ -337,10 +337,31 @@ def kernel_reads(kernel, args) -> tuple:
     Args:
         kernel: the launched (specialized) ``Kernel``. args: its inputs + outputs as passed.
     """
-    groups, first = [], {}
+    # arguments over one memory (an array and a view of it, two overlapping views) are one
+    # group, as the same array passed twice: a load through one after a store through the
+    # other reads the new values
+    parent, spans, first = [], [], {}
+    slots = []
     for a in args:
-        if isinstance(a, array) or (is_struct_instance(a) and struct_arrays(a)):
-            groups.append(first.setdefault(id(a), len(first)))
-        else:
-            groups.append(None)
+        if not (isinstance(a, array) or (is_struct_instance(a) and struct_arrays(a))):
+            slots.append(None)
+            continue
+        k = first.get(id(a))
+        if k is None:
+            k = first[id(a)] = len(parent)
+            parent.append(k)
+            spans.append([memory_range(x) for x in ([a] if isinstance(a, array) else struct_arrays(a)) if x.size])
+        slots.append(k)
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    for k in range(len(spans)):
+        for m in range(k):
+            if any(overlaps(r, t) for r in spans[k] for t in spans[m]):
+                parent[find(k)] = find(m)
+    number: dict = {}
+    groups = [None if k is None else number.setdefault(find(k), len(number)) for k in slots]
     return group_reads(kernel, tuple(groups))

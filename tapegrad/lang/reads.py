@@ -271,6 +271,14 @@ def _walk(stmts, key, stored, flags, stack, needed) -> None:
             op = s.op
             if op.name == "field" and s.args and id(s.args[0]) in key:
                 key[id(s.out)] = key[id(s.args[0])]     # an array (or nested struct) of a struct
+            elif s.out is not None and isinstance(s.out.type, ArrayType) and id(s.out) not in key:
+                # an array made from one of interest (a view ``row = m[i]``, a slice, a function
+                # returning one) shares its memory: its loads and stores are the group's (a
+                # store through the view then a load of ``m[i, 0]`` is a load after a store)
+                g = next((key[id(a)] for a in s.args
+                          if id(a) in key and isinstance(getattr(a, "type", None), ArrayType)), None)
+                if g is not None:
+                    key[id(s.out)] = g
             if op.name != "load" or id(s) in needed:
                 for pos in op.reads:
                     g = key.get(id(s.args[pos]))
