@@ -195,8 +195,13 @@ class ZeroPlan:
         self._n = n
 
     def run(self):
-        """Zero every region."""
+        """Zero every region (inside a CPU capture: recorded, run at each replay)."""
         if not self._n:
+            return
+        if cpu_capture.capturing():
+            # a native memset runs at once: a captured tape.zero() zeroed only while capturing,
+            # so each replay of tape.zero(); tape.backward() accumulated into the last one's
+            cpu_capture.record(self.run, (self,))
             return
         fn = load_zero_many()
         if fn:

@@ -97,6 +97,24 @@ def test_a_tape_inside_a_cpu_capture_records_a_replayable_backward():
     assert x.grad.numpy().tolist() == [6.0, 6.0]
 
 
+def test_a_captured_tape_zero_zeroes_at_every_replay():
+    """``tape.zero()`` inside a CPU capture is replayed: its native batched memset ran only while
+    capturing, so each replay of ``zero(); backward()`` added to the last (x.grad 3x, then 6x...)."""
+    x = tg.array(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    y = tg.zeros(2, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(scale, dim=2, inputs=[x, y, 3.0])
+    tape.backward(grads={y: np.ones(2, np.float32)})      # the zero plan exists before capturing
+    with tg.ScopedCapture(device="cpu") as cap:
+        tape.zero()
+        tape.backward(grads={y: np.ones(2, np.float32)})
+    for _ in range(3):
+        x.grad.fill_(7.0)
+        tg.capture_launch(cap.graph)
+        assert x.grad.numpy().tolist() == [3.0, 3.0]
+
+
 def test_graph_launched_inside_another_capture_is_recorded():
     a = tg.zeros(1)
     with tg.ScopedCapture(device="cpu") as inner:
