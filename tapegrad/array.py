@@ -850,6 +850,9 @@ class array:
             norm.append(k)
         target = self[tuple(norm)]
         if isinstance(value, array):
+            if value.shape != target.shape and len(idx) < self.ndim and any(
+                    isinstance(k, (int, np.integer)) for k in idx):
+                target = self[idx]     # a[1] = b[0]: the row view, as a[1] reads (not the (1, n) slice)
             target.assign(value)
         elif np.ndim(value) <= len(target.dtype.inner_shape):
             target.fill_(value)

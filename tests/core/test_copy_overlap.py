@@ -91,3 +91,24 @@ def test_overlapping_copy_retain_grad(device):
     expect = g.copy()
     expect[0:4] += g[1:5]
     np.testing.assert_array_equal(c.grad.numpy(), expect)
+
+
+def test_setitem_of_a_row_from_another_row(device):
+    """``a[1] = a[0]`` assigns the row ``a[1]`` reads (an array value of the row's shape was refused:
+    'expected shape (1, 3), got (3,)'), recorded as a copy: the overwritten row passes no gradient
+    and the source row gets both rows' gradients."""
+    values = np.array([[0.3, -1.1, 0.7], [1.3, -0.4, 0.9]])
+    x = tg.array(values, dtype=F64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        c = tg.clone(x)
+        c[1] = c[0]
+        flat = c.flatten()
+        out = tg.zeros(1, dtype=F64, requires_grad=True, device=device)
+        tg.launch(_weighted_cubes, dim=6, inputs=[flat], outputs=[out])
+    np.testing.assert_array_equal(c.numpy(), [values[0], values[0]])
+    tape.backward(loss=out)
+    w = np.arange(1, 7, dtype=np.float64).reshape(2, 3)
+    expect = np.zeros((2, 3))
+    expect[0] = 3 * values[0] ** 2 * (w[0] + w[1])
+    np.testing.assert_allclose(x.grad.numpy(), expect, rtol=1e-12)
