@@ -1,4 +1,4 @@
-"""Loaded kernel binaries: the objects ``Kernel.module(device)`` returns and ``launch`` calls.
+"""Loaded kernel binaries: the objects ``Kernel.module_for(device)`` returns and ``launch`` calls.
 
 ``CpuModule`` calls a kernel's exported C entry point; ``CudaModule`` launches its CUDA entry
 through the driver. Built and loaded by ``tapegrad.build``; this module only launches.

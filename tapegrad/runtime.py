@@ -16,7 +16,8 @@ import types as pytypes
 
 from . import build, recording
 from .device import Device, get_cuda_devices, get_device, synchronize
-from .lang.kernel import Kernel, KernelModule, all_kernels, check_block_dim
+from .errors import KernelError
+from .lang.kernel import Kernel, all_kernels, check_block_dim, module_kernels
 from .lang.options import (  # noqa: F401  re-exported: Warp's names for module options
     DeterministicMode,
     Module,
@@ -108,7 +109,7 @@ def _module_name(module, who: str) -> str:
         return module
     if isinstance(module, pytypes.ModuleType):
         return module.__name__
-    if isinstance(module, (KernelModule, Module)):
+    if isinstance(module, Module):
         return module.name
     raise TypeError(f"{who}(module): expected None, a module name (str), a Python module or kernel.module, "
                     f"got {type(module).__name__}")
@@ -150,8 +151,14 @@ def _check_workers(max_workers, who):
 
 
 def _kernels_of(module, recursive: bool) -> list:
-    if isinstance(module, KernelModule):
-        return [module.kernel]
+    if isinstance(module, Module) and not recursive:   # kernel.module: the kernels it groups
+        found = []
+        for k in module_kernels(module.name):
+            try:
+                found += sorted(k._specs.values(), key=lambda s: s.key) if k.is_generic() else [k]
+            except KernelError:   # an invalid signature: its own launch says so
+                continue
+        return found
     name = _module_name(module, "load_module")
     found, ids = [], set()
     for mod_name, mod in list(sys.modules.items()):
@@ -169,7 +176,8 @@ def load_module(module=None, device=None, recursive: bool = False, block_dim=Non
     first launch.
 
     Args:
-        module: ``kernel.module``, a Python module or its name (its global kernels are loaded).
+        module: ``kernel.module``/``get_module(name)`` (the kernels it groups), a Python module or
+            its name (its global kernels are loaded).
         device: a device, a name, or a list of them (default: the current device).
         recursive: also load the kernels of the submodules already imported.
         block_dim, max_workers: accepted as in Warp (block_dim does not change the code).

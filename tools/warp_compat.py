@@ -88,20 +88,23 @@ DIFFERENT = {
     "set_module_options": "Warp's option names are validated and stored; `enable_backward` changes "
                           "compilation (for kernels defined after the call) and `mode` (\"release\"/"
                           "\"debug\") the build of the module's next launches; the others are stored only",
-    "load_module": "every kernel is its own module: loads the kernels found in the Python module's globals",
-    "force_load": "loads every kernel defined so far (each its own module)",
+    "load_module": "a `kernel.module` loads the kernels that module groups; a Python module or its name, the "
+                   "kernels found in its globals (each kernel compiles into a binary of its own)",
+    "force_load": "loads every kernel defined so far (each compiles into a binary of its own)",
     "clear_kernel_cache": "clears tapegrad's cache (`$TAPEGRAD_CACHE`, default `~/.cache/tapegrad`)",
-    "Kernel": "`Kernel(func, key=, options=, module=)` as Warp; `kernel.module` is a per-kernel module object "
-              "(`.name`, `.options`, `.load(device, block_dim=None)`, callable with a device) whose name is the "
-              "options-table entry the kernel reads",
+    "Kernel": "`Kernel(func, key=, options=, module=)` as Warp; `kernel.module` is the `Module` the kernel's "
+              "module shares (see `Module`); `kernel.module_for(device)` loads the kernel alone",
     "kernel": "`module=` / `module_options=` choose the options-table entry (`\"unique\"`: one of its own); the "
               "CUDA hints (`launch_bounds`, `cuda_max_registers`, `cluster_dim`, `grid_stride`...) are checked "
               "and kept in `kernel.options` but not applied; `entry_point_abi=\"external_constant_params\"` emits "
               "Warp's external CUDA entry (docs/kernels.md, tests/lang/test_external_entry.py); tapegrad's "
               "`cpu_grain=` sets the CPU OpenMP chunk (docs/kernels.md)",
-    "Module": "a module by name: `.name`, `.options` (item assignment sets an option), `resolve_options`, "
-              "`hash_module` (a content hash); every kernel still compiles on its own",
-    "get_module": "returns a `Module` (name and options); see `Module`",
+    "Module": "one object per module name, shared by its kernels as Warp groups them (`kernel.module`): "
+              "`.name`, `.options` (item assignment sets an option), `load(device)` (all its kernels, returned "
+              "by key), `resolve_options`, `hash_module` (a content hash); every kernel still compiles into a "
+              "binary of its own, and a kernel nothing refers to leaves its module "
+              "(tests/lang/test_module_grouping.py)",
+    "get_module": "the module's one `Module` object (`kernel.module` of its kernels); see `Module`",
     "ModuleBuildOptions": "include folders, preambles and dependencies reach the CPU and CUDA builds and their "
                           "cache keys (docs/kernels.md, tests/lang/test_build_options.py); paths are checked "
                           "when the instance is made (Warp: when the options are resolved)",

@@ -28,7 +28,6 @@ from .ir import c_identifier
 from .kernel_args import KernelArg, KernelArgs
 from .lower import Target, lower
 from .options import (
-    Module,
     add_options_listener,
     build_inputs,
     check_cpu_grain,
@@ -36,8 +35,10 @@ from .options import (
     check_kernel_options,
     check_launch_bounds,
     forget_module,
+    get_module,
     kernel_module_name,
     register_module_hasher,
+    register_module_loader,
     resolve_options,
 )
 from .options import deterministic as module_deterministic
@@ -132,7 +133,9 @@ class Kernel:
         self._modules: dict = {}    # device alias (default build) or (alias, Variant) -> loaded module
         self._by_id: dict = {}      # id(device) -> (device, module of the launches <= 2^31 - 1 threads)
         self.launch_plan = None   # what tapegrad.launch computes once per kernel (its LaunchPlan)
-        self.module = KernelModule(self)   # kernel.module(device) / Warp's kernel.module.load(device)
+        # Warp's module object, shared by the kernels of the module (its load loads them all);
+        # module_for(device) loads this kernel alone
+        self.module = get_module(self.module_name)
         # Held while this kernel compiles and loads (module_for) and while its launch plan is
         # built: threads making its first launch together build it once, and other kernels'
         # builds never wait for it. Everything it guards is published fully built (assigned once).
@@ -424,7 +427,7 @@ class Kernel:
         """
         if self.entry_point_abi != "warp":
             raise RuntimeError(f"{who}: Kernel '{self.key}' uses entry_point_abi='{self.entry_point_abi}' and cannot "
-                               f"be launched with wp.launch(); load it (kernel.module.load(cuda_device)) and launch "
+                               f"be launched with wp.launch(); load it (kernel.module_for(cuda_device)) and launch "
                                f"its entry '{self.get_mangled_name()}' from the external runtime")
 
     def cpp_parts(self, seen=None, variant=emit.DEFAULT, sites=None):
@@ -495,8 +498,9 @@ class Kernel:
         return got[1]
 
     def module_for(self, device, wide=False):
-        """Compile (or load from cache) for ``device``; memoized per device (``kernel.module(device)``
-        calls it). The build follows ``mode()`` (a debug build checks every array access) and
+        """Compile (or load from cache) for ``device``; memoized per device (the launch path
+        calls it; ``kernel.module.load(device)`` loads every kernel of the module). The build
+        follows ``mode()`` (a debug build checks every array access), ``deterministic()`` and
         ``wide`` (the variant with a 64-bit ``tid()``, for launches of more than 2^31 - 1 threads);
         each variant is compiled on first use and cached on its own.
 
@@ -584,67 +588,39 @@ class Kernel:
             _LOADED.add(self)
 
 
-class KernelModule:
-    """``kernel.module``: the kernel's compiled modules, shaped like Warp's ``Module`` object.
-
-    ``kernel.module(device)`` returns the loaded module for ``device`` (tapegrad's launch path);
-    ``kernel.module.load(device, block_dim=None)`` is Warp's spelling of the same load.
-    Every kernel is its own module here (Warp groups a Python module's kernels into one).
-    """
-
-    __slots__ = ("kernel",)
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __call__(self, device):
-        return self.kernel.module_for(device)
-
-    @property
-    def name(self) -> str:
-        return self.kernel.module_name
-
-    @property
-    def options(self):
-        """The module's options (``options.ModuleOptions``: assigning an item sets it)."""
-        return Module(self.kernel.module_name).options
-
-    def load(self, device=None, block_dim=None):
-        """Compile (or load from the disk cache) the kernel for ``device`` (default: current).
-
-        Args:
-            device: a device or its name. block_dim: accepted as in Warp (a positive int); the
-                compiled code does not depend on it.
-        Returns:
-            The loaded module (a generic kernel loads each of its specializations made so far
-            and returns the last one's module, None when there is none yet).
-        Raises:
-            TypeError/ValueError: a bad ``block_dim``. KernelError, CompileError: as for a launch.
-        """
-        check_block_dim(block_dim, "Module.load")
-        device = get_device(device)
-        if self.kernel.is_generic():   # Warp's module loads every overload made so far
-            mods = [k.module_for(device) for k in list(self.kernel._specs.values())]
-            return mods[-1] if mods else None
-        return self.kernel.module_for(device)
-
-    def __repr__(self):
-        return f"<tapegrad module of kernel {self.kernel.key}>"
+def module_kernels(name: str) -> list:
+    """The kernels of module ``name`` as Warp's module holds them: per kernel key the newest
+    live definition (a redefinition replaces its kernel), sorted by key; a generic kernel
+    stands for the specializations made so far."""
+    with _lock:
+        every = list(_ALL)
+    newest: dict = {}
+    for k in every:
+        if k.module_name != name or k._forced is not None:
+            continue
+        cur = newest.get(k.key_base)
+        if cur is None or k.serial > cur.serial:
+            newest[k.key_base] = k
+    return [newest[base] for base in sorted(newest)]
 
 
-    def resolve_options(self, config=None, block_dim=None) -> dict:
-        """The module's options fully resolved (Warp's ``Module.resolve_options``;
-        ``options.resolve_options``)."""
-        return resolve_options(self.kernel.module_name, config, block_dim)
+def _load_module(name: str, device, block_dim) -> dict:
+    """``Module.load``: every kernel of module ``name`` (specializations for generic ones)
+    loaded for ``device``, by key."""
+    check_block_dim(block_dim, "Module.load")
+    device = get_device(device)
+    out = {}
+    for k in module_kernels(name):
+        try:
+            generic = k.is_generic()
+        except KernelError:    # an invalid signature: loading the module raises it, as a launch would
+            generic = False
+        for one in (sorted(k._specs.values(), key=lambda s: s.key) if generic else [k]):
+            out[one.key] = one.module_for(device)
+    return out
 
-    def hash_module(self) -> bytes:
-        """The content hash of the module the kernel belongs to (``module_hash``)."""
-        return module_hash(self.kernel.module_name)
 
-    def get_module_hash(self, block_dim=None) -> bytes:
-        """Warp's spelling of ``hash_module`` (``block_dim`` does not change tapegrad's code)."""
-        check_block_dim(block_dim, "Module.get_module_hash")
-        return module_hash(self.kernel.module_name)
+register_module_loader(_load_module)
 
 
 # a statement's Python location comment (emit's "// @file:line"): not part of what code computes
@@ -666,20 +642,10 @@ def module_hash(name: str) -> bytes:
     Raises:
         ValueError: as ``options.build_inputs``.
     """
-    with _lock:
-        every = list(_ALL)
-    newest: dict = {}
-    for k in every:
-        if k.module_name != name or k._forced is not None:
-            continue
-        cur = newest.get(k.key_base)
-        if cur is None or k.serial > cur.serial:
-            newest[k.key_base] = k
     h = hashlib.sha256()
     h.update(repr(sorted((key, repr(v)) for key, v in resolve_options(name).items())).encode())
-    for base in sorted(newest):
-        k = newest[base]
-        h.update(f"\0kernel {base}\0".encode())
+    for k in module_kernels(name):
+        h.update(f"\0kernel {k.key_base}\0".encode())
         try:
             ks = sorted(k._specs.values(), key=lambda s: s.key) if k.is_generic() else [k]
             for one in ks:
@@ -915,7 +881,7 @@ def preload_for_capture(device, scopes) -> None:
         found += [k for k in loaded if id(k) not in ids]
     for k in found:
         try:
-            k.module(device)
+            k.module_for(device)
         except Exception:  # a kernel that does not build fails at its own launch, with its own error
             pass
 

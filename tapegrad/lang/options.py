@@ -24,7 +24,8 @@ from ..config import config as _config
 __all__ = ["DEFAULTS", "module_options", "update_module_options", "add_options_listener", "DeterministicMode",
            "ModuleBuildOptions", "Module", "get_module", "kernel_module_name", "forget_module",
            "check_kernel_options", "KERNEL_OPTIONS", "BuildInputs", "build_inputs", "resolve_options",
-           "register_module_hasher", "check_cpu_grain", "check_deterministic", "deterministic"]
+           "register_module_hasher", "check_cpu_grain", "check_deterministic", "deterministic",
+           "register_module_loader"]
 
 
 class DeterministicMode(enum.IntEnum):
@@ -486,11 +487,12 @@ def kernel_module_name(func, module, module_options=None, who: str = "kernel") -
 
 
 def forget_module(name: str) -> None:
-    """Drop a ``"unique"`` module's options (its kernel died)."""
+    """Drop a ``"unique"`` module's options and its ``Module`` object (its kernel died)."""
     with _lock:
         _TABLE.pop(name, None)
         _RESOLVED.pop(name, None)
         _UPDATES.pop(name, None)
+        _MODULES.pop(name, None)
 
 
 class ModuleOptions(dict):
@@ -513,6 +515,8 @@ class ModuleOptions(dict):
 
 
 _HASHER: list = []   # the module content hash (lang/kernel.py registers it: it knows the kernels)
+_LOADER: list = []   # the module loader (lang/kernel.py registers it too)
+_MODULES: dict = {}  # module name -> its one Module object
 
 
 def register_module_hasher(fn) -> None:
@@ -520,11 +524,20 @@ def register_module_hasher(fn) -> None:
     _HASHER[:] = [fn]
 
 
-class Module:
-    """A module of kernels by name (Warp's ``wp.get_module(name)``): its ``name`` and
-    ``options`` (``ModuleOptions``: assignment sets the option)."""
+def register_module_loader(fn) -> None:
+    """Register ``fn(name, device) -> dict``, what ``Module.load`` runs (it loads the module's
+    kernels for the device and returns them by key)."""
+    _LOADER[:] = [fn]
 
-    __slots__ = ("name",)
+
+class Module:
+    """The kernels of one module, as Warp groups them: by default every kernel and ``@func``
+    of a Python module belongs to the module named after it, a ``module="unique"`` kernel to
+    one of its own. There is one object per name (``wp.get_module(name)``, ``kernel.module``):
+    its ``name``, ``options`` (``ModuleOptions``: assignment sets the option) and ``load``,
+    which loads all of its kernels. tapegrad still compiles each kernel into a binary of its
+    own, on its first launch or ``load``.
+    """
 
     def __init__(self, name: str):
         self.name = name
@@ -532,6 +545,31 @@ class Module:
     @property
     def options(self) -> ModuleOptions:
         return ModuleOptions(self.name)
+
+    def load(self, device=None, block_dim=None) -> dict:
+        """Compile (or load from the disk cache) every kernel of the module for ``device``
+        (default: the current device), as Warp's ``Module.load``: the newest definition of each
+        kernel, and each specialization made so far of a generic kernel.
+
+        Args:
+            device: a device or its name. block_dim: None or a positive int, accepted as in Warp
+                (the compiled code does not depend on it).
+        Returns:
+            ``{kernel key: loaded kernel}`` (what ``kernel.module_for(device)`` returns; empty
+            when the module has no kernel to build yet).
+        Raises:
+            TypeError/ValueError: a bad ``block_dim`` or device. KernelError, CompileError: a
+                kernel of the module does not build (as its launch would raise);
+                WarpCodegenError: a CUDA-only (external entry) kernel loaded on the CPU.
+            RuntimeError: no kernel code is loaded in this process.
+        """
+        if not _LOADER:
+            raise RuntimeError("Module.load: the kernel language is not loaded")
+        return _LOADER[0](self.name, device, block_dim)
+
+    def __call__(self, device=None):
+        raise TypeError(f"module '{self.name}' is shared by the kernels of its module (as Warp's): call "
+                        f"kernel.module_for(device) for one kernel's loaded binary, or module.load(device) for all")
 
     def resolve_options(self, config=None, block_dim=None) -> dict:
         """The options fully resolved (``resolve_options``: mode from ``config``, the build inputs)."""
@@ -564,11 +602,16 @@ class Module:
 
 
 def get_module(name: str) -> Module:
-    """The module named ``name`` (a Python module's name, as kernels record it).
+    """The module named ``name`` (a Python module's name, as kernels record it): the same
+    object on every call, and the ``kernel.module`` of its kernels.
 
     Raises:
         TypeError: ``name`` is not a str.
     """
     if not isinstance(name, str):
         raise TypeError(f"get_module(name): expected a str, got {type(name).__name__}")
-    return Module(name)
+    with _lock:
+        m = _MODULES.get(name)
+        if m is None:
+            m = _MODULES[name] = Module(name)
+    return m

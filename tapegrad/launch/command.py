@@ -308,7 +308,7 @@ class Launch:
         mod = self._module
         if mod is None:
             k = self.kernel
-            mod = self._module = k.module(dev) if self.bounds.size <= NARROW_LAUNCH_SIZE else \
+            mod = self._module = k.module_for(dev) if self.bounds.size <= NARROW_LAUNCH_SIZE else \
                 k.module_for(dev, wide=True)
         argv, bounds, vals = self._argv, self.bounds, self._values
         scratch = ()

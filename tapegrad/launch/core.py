@@ -199,7 +199,7 @@ def _record_plan(kernel):
     return tuple(flags)
 
 def _listen_for_build_changes():
-    # tg.config.mode and module options choose the build kernel.module(dev) returns: a change
+    # tg.config.mode and module options choose the build kernel.module_for(dev) returns: a change
     # makes the native plans forget the modules they launch
     from ..config import add_mode_listener
     from ..lang.options import add_options_listener
@@ -376,11 +376,11 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     if cpu_capture.open_count and dev.is_cpu and cpu_capture.capturing():
         # a CPU graph capture records the launch (the packed values and arguments stay alive
         # with the graph) and runs it at each replay
-        mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
+        mod = kernel.module_for(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         cpu_capture.record(lambda: mod.launch(bounds, argv, adjoint, 0, block_dim, max_blocks), (vals, args))
     else:
         # past 2^31 - 1 threads: the kernel's wide build (int64 tid()), compiled on first use
-        mod = kernel.module(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
+        mod = kernel.module_for(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
         mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
         if plan.native is not None and bounds.size <= NARROW_LAUNCH_SIZE:
             if plan.native is DEFERRED and _python_launches:

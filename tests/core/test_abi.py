@@ -142,7 +142,7 @@ def test_entry_names(probe):
         i = tg.tid()
         x[i] = x[i] * 2.0
 
-    lib = k_abi_entries.module(tg.get_device("cpu")).lib
+    lib = k_abi_entries.module_for(tg.get_device("cpu")).lib
     for entry in ("forward", "backward"):
         assert hasattr(lib, abi.entry_name(k_abi_entries.symbol, "cpu", entry))
     assert abi.entry_name("k", "cuda", "dbg_slot") == "tg_dbg_slot"

@@ -267,7 +267,7 @@ def test_a_kernel_build_refuses_an_unsafe_dir(tmp_path, monkeypatch):
         y[tg.tid()] = 1.0
 
     with pytest.raises(tg.CacheDirError, match="group-writable"):
-        refused.module(tg.get_device("cpu"))   # (a launch would also try the process-wide helpers here)
+        refused.module_for(tg.get_device("cpu"))   # (a launch would also try the process-wide helpers here)
     assert not list(d.iterdir())
 
 

@@ -111,7 +111,7 @@ def _rounds(x, want_axpb, want_square, want_count):
                     n = tg.zeros(1, dtype=tg.int32)
                     tg.launch(count, N, inputs=[x, n])
                     assert int(n.numpy()[0]) == want_count
-                modules[t][j] = kernels[j].module(tg.get_device("cpu"))
+                modules[t][j] = kernels[j].module_for(tg.get_device("cpu"))
 
         _race(THREADS, work)
         for j in range(3):   # one module per kernel: nobody saw a half-built or second one

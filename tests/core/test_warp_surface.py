@@ -144,9 +144,9 @@ def _surface_k(a: tg.array(dtype=float)):
 
 def test_kernel_module_is_warps_module_object():
     m = _surface_k.module
-    loaded = m.load("cpu")
-    assert loaded is _surface_k.module(tg.get_device("cpu"))
-    assert m.load(tg.get_device("cpu"), block_dim=128) is loaded
+    loaded = m.load("cpu")    # every kernel of this test file's module, by key
+    assert loaded[_surface_k.key] is _surface_k.module_for(tg.get_device("cpu"))
+    assert m.load(tg.get_device("cpu"), block_dim=128) == loaded
     assert m.name == __name__
     with pytest.raises(ValueError, match=r"Module.load\(block_dim=...\).*positive"):
         m.load("cpu", block_dim=0)

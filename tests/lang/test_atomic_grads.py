@@ -130,7 +130,7 @@ def test_returned_value_has_a_gradient(device, kernel):
     tape = tg.Tape()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernel.module(tg.get_device(device))     # lowered once per process: the warning comes then
+        kernel.module_for(tg.get_device(device))     # lowered once per process: the warning comes then
     if any(issubclass(w.category, tg.TapeCompileWarning) and "returns is used" in str(w.message) for w in caught):
         _WARNED.add(kernel.key)
     assert kernel.key in _WARNED, "no TapeCompileWarning for the used return value of a float atomic"
@@ -158,5 +158,5 @@ def add_unused(x: tg.array(dtype=F64), f: tg.array(dtype=F64)):
 
 
 def test_unused_returned_value_does_not_warn(recwarn):
-    add_unused.module(tg.get_device("cpu"))
+    add_unused.module_for(tg.get_device("cpu"))
     assert not [w for w in recwarn if issubclass(w.category, tg.TapeCompileWarning)]

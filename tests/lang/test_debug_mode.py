@@ -122,15 +122,15 @@ def test_release_builds_have_no_checks_and_modes_are_cached_apart(debug_mode):
     x = tg.array(np.arange(4, dtype=np.float32))
     y = tg.zeros(4)
     tg.launch(shifted_read, dim=4, inputs=[x, y, 0])
-    dbg = shifted_read.module(cpu)
+    dbg = shifted_read.module_for(cpu)
     assert getattr(dbg, "debug", False)
     tg.config.mode = "release"
-    rel = shifted_read.module(cpu)
+    rel = shifted_read.module_for(cpu)
     assert rel is not dbg and not getattr(rel, "debug", False)
     assert "dbg_ok" not in shifted_read.source() and "tg_dbg_slot" not in shifted_read.source()
     tg.launch(shifted_read, dim=4, inputs=[x, y, 1])   # release: in range here, no check either way
     tg.config.mode = "debug"
-    assert shifted_read.module(cpu) is dbg              # switching back picks the cached debug build
+    assert shifted_read.module_for(cpu) is dbg              # switching back picks the cached debug build
 
 
 def test_mode_values_and_module_option():
@@ -147,10 +147,10 @@ def test_mode_values_and_module_option():
         assert tg.get_module_options()["mode"] == "debug"
         with pytest.raises(tg.KernelIndexError):
             tg.launch(shifted_read, dim=4, inputs=[x, y, 1])
-        assert getattr(shifted_read.module(cpu), "debug", False)
+        assert getattr(shifted_read.module_for(cpu), "debug", False)
     finally:
         tg.set_module_options({"mode": None})
-    assert not getattr(shifted_read.module(cpu), "debug", False)
+    assert not getattr(shifted_read.module_for(cpu), "debug", False)
 
 
 @tg.kernel

@@ -146,7 +146,7 @@ def test_driver_launch_of_the_external_entry():
     from cupy.cuda import driver, runtime
     dev = tg.get_device("cuda:0")
     out = tg.zeros(1, dtype=tg.float32, device=dev)
-    m = ext_demo.module.load(dev)
+    m = ext_demo.module.load(dev)[ext_demo.key]
     assert m.entry == "__raygen__ext_demo"
     raw = ExtParams(scale=1.5, out=out).__ctype__()
     tg.synchronize()   # the zero fill ran on tapegrad's stream; the launch below uses the legacy one

@@ -94,7 +94,7 @@ def test_cxx_failure_raises_compile_error(tmp_path, monkeypatch):
     monkeypatch.setattr(k, "cpp_parts", broken)
     monkeypatch.setenv("TAPEGRAD_CACHE", str(tmp_path / "cache"))
     with pytest.raises(build.CompileError) as e:
-        k.module(tg.get_device("cpu"))
+        k.module_for(tg.get_device("cpu"))
     msg = str(e.value)
     assert "C++ compilation failed" in msg and HERE in msg, msg
 
@@ -127,7 +127,7 @@ _SCRIPT = textwrap.dedent("""
 
     a = tg.array(np.ones(4, np.float32), dtype=tg.float32)
     t1 = time.perf_counter()
-    cached_kernel.module(tg.get_device("cpu"))
+    cached_kernel.module_for(tg.get_device("cpu"))
     t2 = time.perf_counter()
     tg.launch(cached_kernel, dim=4, inputs=[a, 2.0])
     assert a.numpy().tolist() == [2.0 + {salt}] * 4

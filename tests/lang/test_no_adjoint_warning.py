@@ -9,7 +9,7 @@ import tapegrad as tg
 def _compile_warnings(kernel):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernel.module(tg.get_device("cpu"))
+        kernel.module_for(tg.get_device("cpu"))
     return [str(w.message) for w in caught if issubclass(w.category, tg.TapeCompileWarning)]
 
 

@@ -178,7 +178,7 @@ def narrow_address(a: tg.array(dtype=float), p: tg.int32):
     (float_extent, "extents must be integers")])
 def test_bad_calls_name_the_problem(kernel, message):
     with pytest.raises(tg.KernelError, match=message):
-        kernel.module("cpu")
+        kernel.module_for("cpu")
 
 
 @tg.kernel
