@@ -182,7 +182,17 @@ class _TorchOp:
         if getattr(fwAD, "_current_level", -1) < 0:   # no dual level open (torch keeps it in a global)
             return
         for i in self.kop.arrays:
-            if fwAD.unpack_dual(args[i]).tangent is not None:
+            try:
+                tangent = fwAD.unpack_dual(args[i]).tangent
+            except RuntimeError:
+                # inside a compiled graph's runtime torch refuses the query (its message is an
+                # internal assert): the tangents cannot be seen, so they cannot be kept either
+                raise RuntimeError(f"{self.kop.label}: called from a compiled graph (torch.compile) while forward-mode "
+                                   "AD is active (a forward_ad.dual_level is open): tapegrad cannot tell whether its "
+                                   "inputs carry tangents, which torch would drop. Call the compiled function outside "
+                                   "the dual level, or call the op object returned by tg.torch_op eagerly (its "
+                                   "forward mode launches the kernel's tangent)") from None
+            if tangent is not None:
                 raise RuntimeError(f"{self.kop.label}: forward-mode AD through the custom op itself "
                                    f"(torch.ops.{self.qualname.replace('::', '.')}, as compiled and exported graphs "
                                    "call it) is not supported: torch would drop the tangents. Call the op object "
