@@ -1092,10 +1092,17 @@ def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad
         raise TypeError(f"clone: expected a tapegrad array, got {type(src).__name__}")
     dev = src.device if device is None else get_device(device)
     out = array(shape=src.shape, dtype=src.dtype, device=dev, pinned=pinned)
-    copy(out, src)
     rg = src.requires_grad if requires_grad is None else requires_grad
-    if rg:
-        if src.grad is not None and active_tape() is None:
+    recording = active_tape() is not None
+    if rg and recording:
+        # the gradient exists before the recorded copy, so the tape tracks the clone as an array
+        # with a gradient: later host writes into it (c[1] = v, c.fill_(v)) are recorded and
+        # tape.zero() clears it (set after the copy, the tape never saw it: a fill of the
+        # clone passed its new values' gradient back to src)
+        out.requires_grad = True
+    copy(out, src)
+    if rg and not recording:
+        if src.grad is not None:
             out.grad = clone(src.grad, device=dev, requires_grad=False)
         else:
             out.requires_grad = True

@@ -121,7 +121,12 @@ def copy(dest, src) -> None:
         if dest.is_contiguous and src.is_contiguous and dest.nbytes == src.nbytes and dest.dtype is src.dtype:
             ctypes.memmove(dest.ptr, src.ptr, dest.nbytes)   # no numpy views (the tape saves small arrays often)
             return
-        np.copyto(dest.numpy(), src.numpy(), casting="no")
+        values = src.numpy()
+        if share_bytes(dest, src):
+            # strided ranges of one allocation (copy(a[1::2], a[1:4])): NumPy's copyto reads
+            # elements it already wrote ([0, 1, 2, 2, 4, 2] for [0, 1, 2, 2, 4, 3]); read them first
+            values = values.copy()
+        np.copyto(dest.numpy(), values, casting="no")
         return
     cuda_dev = dest.device if dest.device.is_cuda else src.device
     stream = cuda_dev.stream

@@ -104,16 +104,25 @@ def overlaps(r1, r2) -> bool:
 
 
 def drop_covered(saves: list) -> list:
-    """``saves`` (of one record) without those whose memory another, restored at the same
-    point, spans entirely (a view saved alongside its base)."""
+    """``saves`` (of one record) without those whose elements another, restored at the same
+    point, holds entirely (a view saved alongside its base).
+
+    Holding means a contiguous save spanning the other's bytes, or a save of the same layout:
+    a strided view's span has gaps (``a[::2]`` spans ``a[0:5]``'s bytes but not ``a[1]``),
+    and dropping a save it only spans lost the elements in the gaps (a wrong gradient)."""
     if len(saves) < 2:
         return saves
     spans = [memory_range(s.array) for s in saves]
+
+    def holds(j, i):
+        t, r = spans[j], spans[i]
+        if not (t[0] is r[0] and t[1] <= r[1] and r[2] <= t[2]):
+            return False
+        a, b = saves[j].array, saves[i].array
+        return a.is_contiguous or (a.ptr, a.shape, a.strides) == (b.ptr, b.shape, b.strides)
     out = []
     for i, s in enumerate(saves):
-        r = spans[i]
-        if not any(j != i and t.before_adjoint == s.before_adjoint and spans[j][0] is r[0]
-                   and spans[j][1] <= r[1] and r[2] <= spans[j][2] and (spans[j] != r or j < i)
+        if not any(j != i and t.before_adjoint == s.before_adjoint and holds(j, i) and (not holds(i, j) or j < i)
                    for j, t in enumerate(saves)):
             out.append(s)
     return out

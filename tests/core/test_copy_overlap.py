@@ -112,3 +112,31 @@ def test_setitem_of_a_row_from_another_row(device):
     expect = np.zeros((2, 3))
     expect[0] = 3 * values[0] ** 2 * (w[0] + w[1])
     np.testing.assert_allclose(x.grad.numpy(), expect, rtol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["copy", "assign"])
+def test_overlapping_strided_ranges(how, device):
+    """A copy between strided ranges of one array reads every source element before writing:
+    ``copy(a[1::2], a[1:4])`` of [0..5] is [0, 1, 2, 2, 4, 3] (NumPy's copyto read an element it
+    had already written: [0, 1, 2, 2, 4, 2]); the gradient follows the same memmove."""
+    values = np.array([0.3, -1.1, 0.7, 1.3, -0.4, 0.9])
+    x = tg.array(values, dtype=F64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        c = tg.clone(x)
+        if how == "copy":
+            tg.copy(c[1::2], c[1:4])
+        else:
+            c[1::2].assign(c[1:4])
+        out = tg.zeros(1, dtype=F64, requires_grad=True, device=device)
+        tg.launch(_weighted_cubes, dim=6, inputs=[c], outputs=[out])
+    moved = values.copy()
+    moved[1::2] = values[1:4].copy()
+    np.testing.assert_array_equal(c.numpy(), moved)
+    tape.backward(loss=out)
+    w = np.arange(1, 7, dtype=np.float64)
+    g_c = 3 * moved ** 2 * w                       # d loss / d c after the copy
+    expect = g_c.copy()
+    expect[1::2] = 0.0                             # overwritten
+    expect[1:4] += g_c[1::2]                       # each source element gets its destination's
+    np.testing.assert_allclose(x.grad.numpy(), expect, rtol=1e-12)

@@ -283,3 +283,27 @@ def test_host_writes_show_in_the_graph_and_warn_without_saving(device):
         with tape2:
             tg.launch(sin_into, dim=4, inputs=[x], outputs=[y])
             x.zero_()                               # saved: no warning
+
+
+@pytest.mark.parametrize("write", ["setitem", "strided setitem", "fill_ of a view", "zero_ strided"])
+def test_host_write_into_a_clone_made_under_the_tape(write, device):
+    """A clone made while the tape records has its gradient before the recorded copy, so the tape
+    has seen it: a later host write into it is recorded (before, the clone's gradient was set
+    after the copy's record, the write was not recorded, and the gradient of the new values went
+    back to the source: x.grad[1] = 3 * 0.3^2 instead of 0)."""
+    def program(x):
+        c = tg.clone(x)
+        if write == "setitem":
+            c[1] = 0.3
+        elif write == "strided setitem":
+            c[1::2][0] = 0.3
+        elif write == "fill_ of a view":
+            c[1:3].fill_(0.3)
+        else:
+            c[1::2].zero_()
+        f = _loss_like(x)
+        tg.launch(cube_sum, dim=4, inputs=[c], outputs=[f])
+        return f
+    g, x, tape = both(program, X0, device)
+    assert g[1] == 0.0
+    assert any(isinstance(r, FillRecord) for r in tape.records)

@@ -112,3 +112,52 @@ def test_reading_before_and_after_a_write_through_an_alias_warns():
     with tg.Tape():
         with pytest.warns(tg.TapeWarning, match=r"_base_and_view_argument.*both before and after"):
             tg.launch(_base_and_view_argument, dim=2, inputs=[m2, m2[0], out])
+
+
+@tg.kernel
+def _mix(a: A1, b: A1, c: A1):
+    i = tg.tid()
+    c[i] = tg.sin(a[i]) * b[i] + c[i] * 0.5
+
+
+def _two_readers_then_strided_write(xs):
+    """w0[::2] and w0[0:3] read (their values needed), then w0[1::2] written: the write saves
+    both readers' views; the contiguous w0[0:3] lies inside the span of w0[::2] but not in its
+    elements (w0[1]), so neither save may be dropped for the other."""
+    w0, w1, w2 = (tg.clone(x) for x in xs)
+    tg.launch(_mix, dim=3, inputs=[w2[3:6], w0[::2], w1[2:5]])
+    tg.launch(_mix, dim=3, inputs=[w2[0:3], w0[0:3], w1[0:3]])
+    tg.launch(_mix, dim=3, inputs=[w2[::2], w1[2:5], w0[1::2]])
+    out = tg.zeros(1, dtype=F64, requires_grad=True)
+    for k, w in enumerate((w0, w1, w2)):
+        tg.launch(_cubes, dim=6, inputs=[w, out])
+    return out
+
+
+def _two_readers_np(v0, v1, v2):
+    w0, w1, w2 = v0.copy(), v1.copy(), v2.copy()
+    w1[2:5] = np.sin(w2[3:6]) * w0[::2] + 0.5 * w1[2:5]
+    w1[0:3] = np.sin(w2[0:3]) * w0[0:3] + 0.5 * w1[0:3]
+    w0[1::2] = np.sin(w2[::2]) * w1[2:5] + 0.5 * w0[1::2]
+    return float((w0 ** 3).sum() + (w1 ** 3).sum() + (w2 ** 3).sum())
+
+
+def test_a_strided_save_does_not_stand_for_a_view_in_its_gaps():
+    rng = np.random.default_rng(0)
+    vals = [rng.uniform(-1, 1, 6) for _ in range(3)]
+    xs = [tg.array(v, dtype=F64, requires_grad=True) for v in vals]
+    tape = tg.Tape()
+    with tape:
+        out = _two_readers_then_strided_write(xs)
+    assert out.numpy()[0] == pytest.approx(_two_readers_np(*vals), rel=1e-12)
+    tape.backward(loss=out)
+    h = 1e-6
+    for k in range(3):
+        fd = np.zeros(6)
+        for e in range(6):
+            p = [v.copy() for v in vals]
+            m = [v.copy() for v in vals]
+            p[k][e] += h
+            m[k][e] -= h
+            fd[e] = (_two_readers_np(*p) - _two_readers_np(*m)) / (2 * h)
+        np.testing.assert_allclose(xs[k].grad.numpy(), fd, rtol=1e-6, atol=1e-8)
