@@ -161,10 +161,24 @@ def _layout_key(t):
     # get_device() (an int) and is_cpu say what t.device says (-1 and True: CPU; N: cuda:N;
     # -1 and False: meta and others, which never get a Layout) without building a
     # torch.device object per conversion
-    return (t.dtype, t.shape, t.stride(), t.get_device(), t.is_cpu)
+    return (t.dtype, t.shape, t.stride(), t.get_device(), t.is_cpu, t.__class__, t.is_neg())
+
+
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
 def _layout(t):
+    cls = t.__class__
+    if cls.__torch_dispatch__ is not _PLAIN_DISPATCH:
+        # a wrapper subclass (torch.compile's FakeTensor, FunctionalTensor, DTensor...): its
+        # data_ptr() is no memory of its elements (a FakeTensor's is 0: a launch crashed)
+        raise TypeError(f"a torch tensor of class {cls.__module__}.{cls.__qualname__} (a __torch_dispatch__ "
+                        "subclass, e.g. torch.compile's fake tensors) has no memory tapegrad can use; pass a real "
+                        "tensor, or call kernels inside torch.compile through tg.torch_op")
+    if t.is_neg():
+        # a lazily negated view (``z.conj().imag``): its memory holds the negated values
+        raise TypeError("a torch tensor with the negative bit set (a lazily negated view, e.g. z.conj().imag) holds "
+                        "its values negated in memory; pass t.resolve_neg() (a copy with the values)")
     tdt = t.dtype
     scalar = _lookup(tdt) or dtype_from_torch(tdt)   # the latter raises the explanatory TypeError
     return TensorLayout(scalar, tuple(t.shape), t.stride(), device_from_torch(t.device), str(tdt))

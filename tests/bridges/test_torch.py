@@ -14,6 +14,7 @@ import tapegrad as tg  # noqa: E402
 from tapegrad.bridges._base import BridgeTypeError, GradLayoutError  # noqa: E402
 
 from . import _bridge_checks as checks  # noqa: E402
+from ._bridge_kernels import square  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")]
 
@@ -252,6 +253,46 @@ except ValueError as e:
     with pytest.raises(ValueError, match="read-only"):
         tg.to_torch(tg.array(frozen, copy=False))
     assert tg.to_torch(tg.array(frozen)).tolist() == [0.0, 1.0, 2.0, 3.0]   # a copy is writable
+
+
+def test_fake_tensors_are_refused_with_a_clear_error():
+    """torch.compile's FakeTensor (data_ptr() 0) was wrapped as an array over address 0: from_torch
+    read garbage and a launch of it killed the process (SIGSEGV); also after a real tensor of the
+    same layout had been converted (layouts are cached per dtype/shape/strides/device)."""
+    import subprocess
+    code = """
+import numpy as np, torch, tapegrad as tg
+from torch._subclasses.fake_tensor import FakeTensorMode
+from tests.bridges._bridge_kernels import square
+tg.from_torch(torch.zeros(3))                    # a plain tensor's layout is cached first
+with FakeTensorMode():
+    ft = torch.zeros(3)
+for what, fn in (("from_torch", lambda: tg.from_torch(ft)),
+                 ("launch", lambda: tg.launch(square, dim=3, inputs=[ft], outputs=[tg.zeros(3)]))):
+    try:
+        fn()
+    except TypeError as e:
+        assert "FakeTensor" in str(e) and "no memory" in str(e), e
+        print(what, "refused")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert r.returncode == 0 and r.stdout.split() == ["from_torch", "refused", "launch", "refused"], \
+        (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_a_negative_bit_view_is_refused():
+    """z.conj().imag is a real tensor whose memory holds the negated values (torch's lazy negation):
+    from_torch and launch read [2, 4] for [-2, -4]."""
+    z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64)
+    nv = z.conj().imag
+    assert nv.is_neg() and nv.tolist() == [-2.0, -4.0]
+    tg.from_torch(torch.zeros(2))                   # the plain layout is cached: the bit must still count
+    for fn in (lambda: tg.from_torch(nv), lambda: tg.from_torch(nv, return_ctype=True),
+               lambda: tg.launch(square, dim=2, inputs=[nv], outputs=[tg.zeros(2)])):
+        with pytest.raises(TypeError, match="negative bit"):
+            fn()
+    np.testing.assert_array_equal(tg.from_torch(nv.resolve_neg()).numpy(), [-2.0, -4.0])
 
 
 # --------------------------------------------------------------------------------- grads
