@@ -33,6 +33,7 @@ from typing import Any
 from . import cpu_capture, memory_ops, types
 from .array import array
 from .cuda import graph as cuda_graph
+from .cuda import memory as cuda_memory
 from .cuda.stream import ScopedStream
 from .lang.reads import group_reads
 from .storage import contiguous_strides
@@ -153,8 +154,10 @@ class SaveArena:
     ALIGN = 64
 
     def __init__(self):
-        self._chunks: dict = {}    # (device, stream) -> [[buffer, used bytes], ...], the open one last
-        self._spent: dict = {}     # (device, stream) -> full buffers, reused after reset()
+        # the host's device, or (device, stream) on CUDA -> [[buffer, used bytes, its size], ...],
+        # the open one last
+        self._chunks: dict = {}
+        self._spent: dict = {}     # the host's device -> full buffers, reused after reset()
 
     def snapshot(self, a, stream=None):
         """``snapshot(a, stream)``, the copy carved from this arena (the same values, dtype,
@@ -166,45 +169,59 @@ class SaveArena:
         if dev.is_cpu:
             if cpu_capture.capturing():
                 return snapshot(a, stream)     # a CPU graph capture owns the memory it records with
-            key = (dev, None)
+            s = None
+            key = dev
         else:
             s = dev.stream if stream is None else stream
             if cuda_graph.is_capturing(stream=s):
                 return snapshot(a, stream)     # graph-owned memory: the graph may outlive this tape
             key = (dev, s)                     # a buffer serves the stream it was allocated on
-        chunks = self._chunks.get(key)
         size = -(-nbytes // self.ALIGN) * self.ALIGN
-        if chunks is None or chunks[-1][1] + size > chunks[-1][0].nbytes:
-            spent = self._spent.get(key)
-            if spent and spent[-1].nbytes >= size:
-                buf = spent.pop()
-            elif stream is None:
-                buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
-            else:
-                with ScopedStream(stream, sync_enter=False):
-                    buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
-            if chunks is None:
-                chunks = self._chunks[key] = []
-            chunks.append([buf, 0])
+        chunks = self._chunks.get(key)
+        if chunks is None or chunks[-1][1] + size > chunks[-1][2]:
+            chunks = self._new_chunk(key, a, size, stream)
         entry = chunks[-1]
-        buf, used = entry
+        buf, used = entry[0], entry[1]
         entry[1] = used + size
-        dense = a.is_contiguous
-        out = array.wrap_memory(buf.ptr + used, a.dtype, a.shape,
-                                a.strides if dense else contiguous_strides(a.shape, a.dtype.size), dev, buf, False)
-        if dev.is_cpu and dense:
-            ctypes.memmove(out.ptr, a.ptr, nbytes)    # memory_ops.copy's host case, its checks done here
-        else:
-            restore(out, a, stream)
+        at = buf.ptr + used
+        # an in-place step saves at every recorded launch: a dense array is copied by one raw
+        # call (the arena's memory is the tape's own, so memory_ops.copy's overlap and device
+        # checks have nothing to find), on the stream the record ran on
+        if a.is_contiguous:
+            out = array.wrap_memory(at, a.dtype, a.shape, a.strides, dev, buf, False)
+            if s is None:
+                ctypes.memmove(at, a.ptr, nbytes)
+            else:
+                cuda_memory.memcpy(at, a.ptr, nbytes, s.cuda_stream)
+            return out
+        out = array.wrap_memory(at, a.dtype, a.shape, contiguous_strides(a.shape, a.dtype.size), dev, buf, False)
+        restore(out, a, stream)
         return out
+
+    def _new_chunk(self, key, a, size, stream) -> list:
+        """Open a buffer of at least ``size`` bytes for ``key`` (a spent host buffer when one
+        is large enough); returns the key's chunk list, the new one last."""
+        spent = self._spent.get(key)
+        if spent and spent[-1].nbytes >= size:
+            buf = spent.pop()
+        elif stream is None:
+            buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
+        else:
+            with ScopedStream(stream, sync_enter=False):
+                buf = array(shape=(max(self.CHUNK, size),), dtype=types.uint8, device=a.device)
+        chunks = self._chunks.get(key)
+        if chunks is None:
+            chunks = self._chunks[key] = []
+        chunks.append([buf, 0, buf.nbytes])
+        return chunks
 
     def reset(self) -> None:
         """Carve from the start again (the copies handed out are no longer needed). Host
         buffers are kept for reuse; device buffers go back to their pool (a backward still
         queued on some stream may read them: the pool orders their reuse)."""
         for key, chunks in self._chunks.items():
-            if key[0].is_cpu:
-                self._spent.setdefault(key, []).extend(sorted((b for b, _ in chunks), key=lambda b: b.nbytes))
+            if not isinstance(key, tuple):     # a host buffer (keyed by its device alone)
+                self._spent.setdefault(key, []).extend(sorted((c[0] for c in chunks), key=lambda b: b.nbytes))
         self._chunks = {}
 
 
