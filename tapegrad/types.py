@@ -765,7 +765,19 @@ def struct(cls):
         cls.__ctype__ = lambda self: st.to_ctype(self)
     if "cls" not in hints:   # Warp's struct objects name their Python class ``.cls``
         cls.cls = cls
+    for fname, ftype in fields:
+        # Warp's private ``_<field>_grad`` (the gradient its struct keeps alive for an array field):
+        # here the field's array keeps its own gradient, which this reads
+        if isinstance(ftype, ArrayType) and f"_{fname}_grad" not in hints:
+            setattr(cls, f"_{fname}_grad", property(lambda self, f=fname: _array_field_grad(self, f)))
     return cls
+
+
+def _array_field_grad(instance, name: str):
+    """The gradient of the array in field ``name`` of a struct instance (None: no array there,
+    or one without a gradient)."""
+    value = getattr(instance, name, None)
+    return None if value is None else getattr(value, "grad", None)
 
 
 def _check_array_field(name: str, t, value) -> None:

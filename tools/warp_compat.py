@@ -115,6 +115,8 @@ DIFFERENT = {
           "detects the same problem (kernel returns, unknown attributes/names, @func return types)" for n in (
         "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError", "WarpCodegenValueError",
         "WarpCodegenIndexError", "WarpCodegenKeyError")},
+    "struct": "an array field's array keeps its own gradient; Warp's private `instance._<field>_grad` reads it "
+              "(tests/core/test_struct_grad_alias.py)",
     "array": "strides and shapes are int64 in the kernel ABI (Warp: int32); CUDA array interface v3; "
              "Warp's private `_ref` reads `owner` (tests/core/test_array.py)",
     **{n: "indices are checked against the data's extents on host gathers and scatters (Warp reads past the "
