@@ -8,16 +8,20 @@ input component by ``±eps`` and re-runs the forward from the original output co
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .array import array, clone
+from .config import config
 from .creation import zeros
-from .errors import GradcheckError
+from .errors import GradcheckError, TapeWarning
 from .indexedarray import indexedarray
 from .lang.kernel import Kernel
 from .launch import launch
+from .tape_forward import struct_of
+from .tape_saves import kernel_reads
 from .types import StructType
 
 __all__ = ["jacobian", "jacobian_fwd", "jacobian_fd", "gradcheck", "GradcheckError", "GradcheckEntry"]
@@ -117,16 +121,49 @@ class _Written:
         self.saved = []
         seen = set()
         for k, a in enumerate(inputs):
-            if access is not None and k < len(access) and not access[k][1]:
+            # arg_access answers for array parameters; a struct's arrays are all taken (its
+            # entry says (False, False) whatever the kernel does with its fields)
+            if isinstance(a, array) and access is not None and k < len(access) and not access[k][1]:
                 continue
             for x in _arrays_in(a):
                 if id(x) not in seen and x.size:
                     seen.add(id(x))
-                    self.saved.append((x, clone(x, requires_grad=False)))
+                    self.saved.append((k, x, clone(x, requires_grad=False)))
 
-    def restore(self) -> None:
-        for x, v in self.saved:
-            x.assign(v)
+    def restore(self, keep=()) -> None:
+        """Put the original contents back (except in the inputs at positions ``keep``)."""
+        for k, x, v in self.saved:
+            if k not in keep:
+                x.assign(v)
+
+
+def _after_only(kernel, inputs, outputs):
+    """The positions (of ``inputs + outputs``) of the arrays (and structs of arrays) the kernel
+    writes without loading them before the write: the adjoint's replay, which skips stores, must
+    read them holding the forward's results (a load after the store; the final value the
+    adjoints of ``atomic_min``/``atomic_max`` read), while the others hold their values from
+    before the launch (an in-place update's old values). The order is the tape's
+    (``tape_saves.kernel_reads``); an argument loaded both before and after a write cannot be
+    served either way: a ``TapeWarning`` says so (``RuntimeError`` under
+    ``tg.config.strict_tape``), as the tape does. A generic kernel: the write-only outputs."""
+    args = list(inputs) + list(outputs)
+    if kernel.is_generic():       # the specialization is chosen at launch: no order known here
+        return set()
+    reads = kernel_reads(kernel, args)
+    out = set()
+    for k, r in enumerate(reads):
+        if r is None or not r.writes:
+            continue
+        if r.before and r.after:
+            msg = (f"jacobian: kernel '{kernel.key}' reads argument '{r.name}' both before and after writing it; "
+                   "its adjoint sees one of the two values for both reads, so this Jacobian may be wrong. Write "
+                   "the new values to a separate array.")
+            if config.strict_tape:
+                raise RuntimeError(msg)
+            warnings.warn(msg, TapeWarning, stacklevel=3)
+        if not r.before:
+            out.add(k)
+    return out
 
 
 def _scratch_twin(a):
@@ -157,10 +194,11 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
              block_dim=256, max_blocks=0) -> dict:
     """Jacobians of ``kernel`` from its generated adjoint.
 
-    Each row runs the forward, then the adjoint with the outputs the kernel reads restored to
-    their original contents (its replay reads them) and the write-only ones holding the
-    forward's results (the adjoints of ``atomic_min``/``atomic_max`` read the final value);
-    the outputs are left as given.
+    Each row runs the forward, then the adjoint with the arrays the kernel loads before writing
+    them (in place) restored to their original contents (its replay reads them) and those it
+    writes without loading them first holding the forward's results (a load after the store;
+    the final value the adjoints of ``atomic_min``/``atomic_max`` read), the tape's rule;
+    inputs and outputs are left as given.
 
     Args:
         kernel, dim, inputs, outputs, device: as for ``launch``.
@@ -178,10 +216,9 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
     outs = _select(outputs, output_indices, "jacobian", "output_indices")
     saved = {j: clone(outputs[j], requires_grad=False) for j in range(len(outputs)) if isinstance(outputs[j], array)}
     n_in = len(inputs)
-    # outputs the kernel writes and never reads (tapegrad arrays; a generic kernel: none)
-    access = getattr(kernel, "arg_access", None) if not kernel.is_generic() else None
-    after = {o for o in saved if access is not None and n_in + o < len(access)
-             and access[n_in + o][1] and not access[n_in + o][0]}
+    post = _after_only(kernel, inputs, outputs)
+    after = {o for o in saved if n_in + o in post}        # outputs holding the forward's results
+    keep = {k for k in post if k < n_in}                  # inputs likewise
     written = _Written(kernel, inputs)
     result = {}
     twin_in, twin_out = [_scratch_twin(a) for a in inputs], [_scratch_twin(a) for a in outputs]
@@ -197,14 +234,13 @@ def jacobian(kernel, dim, inputs, outputs, device=None, input_indices=None, outp
             _set_flat(adj_out[j], seed)
             _restore(outputs, saved)
             written.restore()
-            if after:
-                # the adjoints of atomic_min/max read the slot's final value: write-only outputs
-                # hold the forward's results (as under a tape), outputs the kernel reads their
-                # original contents (its replay reads them)
+            if post:
+                # arrays the kernel writes before (or without) loading them hold the forward's
+                # results, as under a tape; the others their original contents
                 launch(kernel, dim, inputs, outputs, device=device, record_tape=False, block_dim=block_dim,
                        max_blocks=max_blocks)
                 _restore(outputs, {o: saved[o] for o in saved if o not in after})
-                written.restore()     # the adjoint's replay reads the inputs as the forward saw them
+                written.restore(keep)
             launch(kernel, dim, twin_in, twin_out, device=device, adjoint=True, adj_inputs=adj_in,
                    adj_outputs=adj_out, record_tape=False, block_dim=block_dim, max_blocks=max_blocks)
             for i in ins:
@@ -245,8 +281,7 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
         n_in = inputs[i].size * max(inputs[i].dtype.length, 1)
         cols = {j: np.zeros((outputs[j].size * max(outputs[j].dtype.length, 1), n_in)) for j in outs}
         for c in range(n_in):
-            tan_in = [zeros(a.shape, a.dtype, a.device) if _is_diff_array(a) else None for a in inputs]
-            tan_out = [zeros(a.shape, a.dtype, a.device) if _is_diff_array(a) else None for a in outputs]
+            tan_in, tan_out = [_zero_tangent(a) for a in inputs], [_zero_tangent(a) for a in outputs]
             seed = np.zeros(n_in)
             seed[c] = 1.0
             _set_flat(tan_in[i], seed)
@@ -261,6 +296,15 @@ def jacobian_fwd(kernel, dim, inputs, outputs, device=None, input_indices=None, 
     _restore(outputs, saved)
     written.restore()
     return result
+
+
+def _zero_tangent(a):
+    """A zero tangent for launch argument ``a``: a float array's buffer; for a struct holding
+    arrays, a struct whose float arrays are zero buffers (without them, a value the kernel
+    stores into a struct's array and loads back lost its tangent); None otherwise."""
+    if _is_diff_array(a):
+        return zeros(a.shape, a.dtype, a.device)
+    return struct_of(a, lambda f: zeros(f.shape, f.dtype, f.device) if _is_diff_array(f) else None)
 
 
 def _restore(outputs, saved):
