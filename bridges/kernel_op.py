@@ -113,6 +113,7 @@ class OpFramework:
         layout: ``(tensor, tapegrad dtype, label) -> Layout`` (the bridge's).
         stream_handle: ``device ordinal -> the framework's current CUDA stream handle``.
         check_grid: ``(grid, label) -> None``, raising for grids the framework cannot launch.
+        in_out: the op takes in-out arrays (``in_out_argnames``: JAX), which a kernel may write.
         in_autodiff: ``tensor -> bool``: whether a tensor takes part in differentiation (one
             given for a value parameter would get a silent zero gradient, so it is refused);
             None where the framework refuses such values itself (JAX: traced scalars).
@@ -134,6 +135,7 @@ class OpFramework:
     stream_handle: Any = None
     check_grid: Any = None
     in_autodiff: Any = None
+    in_out: bool = False
 
 
 class KernelOp:
@@ -147,7 +149,8 @@ class KernelOp:
 
     Raises:
         TypeError, ValueError: as ``KernelSignature.of``; a struct input where the framework
-            cannot pass one; no array input with ``device_input``.
+            cannot pass one; no array input with ``device_input``; (ValueError) a kernel that
+            writes one of its input arrays.
     """
 
     def __init__(self, fw: OpFramework, kernel, num_outputs=1, *, launch_dims=None, output_dims=None,
@@ -160,6 +163,16 @@ class KernelOp:
                 if hasattr(p.type, "fields"):
                     raise TypeError(f"{fw.who}: parameter '{p.name}' of kernel '{kernel.key}' is a struct, which "
                                     f"a {fw.who} cannot take (pass its fields)")
+        for p in sig.inputs:
+            if p.is_array and kernel.arg_access[p.index][1]:
+                # an op's inputs are its caller's: a write would change them behind the framework's
+                # back (torch/paddle: a silently changed tensor whose gradient the adjoint then
+                # reads at the new values; XLA: immutable operands)
+                hint = " or name it in in_out_argnames" if fw.in_out else ""
+                raise ValueError(f"{fw.who}: kernel '{kernel.key}' writes its input array '{p.name}', but a kernel op "
+                                 f"must not change its caller's {fw.tensor_name}s (they would change behind the "
+                                 f"framework's back, and gradients would read the new values); make it an output "
+                                 f"(num_outputs){hint}")
         if device_input:
             sig.first_array()
         self.label = sig.label

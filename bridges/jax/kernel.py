@@ -143,11 +143,7 @@ class JaxKernel:
         self.kernel = kernel
         self.op = KernelOp(JAX_FRAMEWORK, kernel, num_outputs, in_out_argnames=in_out_argnames or (),
                            launch_dims=launch_dims, output_dims=output_dims, device_input=False, structs=True)
-        self.sig = self.op.sig
-        for p in self.sig.inputs:
-            if p.is_array and kernel.arg_access[p.index][1]:
-                raise ValueError(f"{_WHO}: kernel '{kernel.key}' writes its input array '{p.name}', but XLA's operands "
-                                 "are immutable; make it an output (num_outputs) or name it in in_out_argnames")
+        self.sig = self.op.sig   # (a kernel writing an input array is refused there, as for every kernel op)
         self.num_outputs = num_outputs
         self.vmap_method = _check_vmap_method(vmap_method)
         self.launch_dims = launch_dims
@@ -429,4 +425,4 @@ JAX_FRAMEWORK = OpFramework(
     who=_WHO, tensor_name="JAX array",
     is_tensor=lambda v: getattr(v, "shape", None) is not None and getattr(v, "dtype", None) is not None,
     scalar_of=lambda v: jax_scalar(v.dtype), dtype_name=lambda v: str(v.dtype),
-    detach_hint="apply jax.lax.stop_gradient to its inputs", check_grid=_check_grid)
+    detach_hint="apply jax.lax.stop_gradient to its inputs", check_grid=_check_grid, in_out=True)

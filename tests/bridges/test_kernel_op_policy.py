@@ -235,6 +235,27 @@ def test_scalar_of_the_wrong_type(fw):
 
 
 @tg.kernel
+def kp_writes_input(x: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    v = x[i]
+    x[i] = v * 2.0
+    y[i] = v * v
+
+
+def test_a_kernel_writing_an_input_is_refused(fw):
+    """jax_kernel refused it; torch_op and paddle_op ran it: the caller's tensor was doubled behind the
+    framework's back (torch's schema says the op mutates nothing) and the gradient read the doubled
+    values ([4, 8, 12] for x = [1, 2, 3] instead of 2x = [2, 4, 6])."""
+    hint = " or name it in in_out_argnames" if fw.name == "jax" else ""
+    with pytest.raises(ValueError) as e:
+        fw.op(kp_writes_input)
+    assert str(e.value) == (f"{fw.who}: kernel '{kp_writes_input.key}' writes its input array 'x', but a kernel op "
+                            f"must not change its caller's {TENSOR[fw.name]}s (they would change behind the "
+                            f"framework's back, and gradients would read the new values); make it an output "
+                            f"(num_outputs){hint}")
+
+
+@tg.kernel
 def kp_scaled_f(x: tg.array(dtype=tg.float64), s: tg.float64, y: tg.array(dtype=tg.float64)):
     i = tg.tid()
     y[i] = x[i] * x[i] * s
