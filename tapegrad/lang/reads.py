@@ -292,7 +292,15 @@ def _walk(stmts, key, stored, flags, stack, needed) -> None:
             callee = op.callee
             if callee is not None:
                 sub = {id(p): key[id(a)] for p, a in zip(callee.params, s.args) if id(a) in key}
-                if sub and id(callee) in stack:      # recursion: assume the worst
+                if sub and getattr(callee, "native", None) is not None:
+                    # a @func_native's C++ body is not seen: it may load and store the arrays it
+                    # takes (a store there was missed: the tape saved nothing, the adjoint read
+                    # the new values)
+                    for g in sub.values():
+                        _mark(flags, g, 1 if g in stored else 0)
+                        _mark(flags, g, 2)
+                        stored.add(g)
+                elif sub and id(callee) in stack:      # recursion: assume the worst
                     for g in sub.values():
                         _mark(flags, g, 0)
                         _mark(flags, g, 1)

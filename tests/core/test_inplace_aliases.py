@@ -161,3 +161,35 @@ def test_a_strided_save_does_not_stand_for_a_view_in_its_gaps():
             m[k][e] -= h
             fd[e] = (_two_readers_np(*p) - _two_readers_np(*m)) / (2 * h)
         np.testing.assert_allclose(xs[k].grad.numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+@tg.func_native("*tg::addr(a.data, a, i) = v;",
+                adj_snippet="adj_v += *tg::addr(adj_a.data, adj_a, i); *tg::addr(adj_a.data, adj_a, i) = 0.0;")
+def _native_put(a: A1, i: int, v: F64):
+    ...
+
+
+@tg.kernel
+def _square_then_native_put(x: A1, y: A1):
+    i = tg.tid()
+    y[i] = x[i] * x[i]
+    _native_put(x, i, F64(5.0))
+
+
+def test_a_native_function_may_write_the_arrays_it_takes():
+    """A @func_native's C++ body is not seen, so an array passed to it counts as loaded and stored:
+    the kernel above overwrites x after reading it, and the tape saves x (it saved nothing, and
+    the adjoint of y = x^2 read x = 5: [1.875, 151.875] for [0.1875, 45.5625])."""
+    x0 = np.array([0.5, 1.5])
+    x = tg.array(x0, dtype=F64, requires_grad=True)
+    tape = tg.Tape()
+    with tape:
+        xc = tg.clone(x)
+        y = tg.zeros(2, dtype=F64, requires_grad=True)
+        tg.launch(_square_then_native_put, dim=2, inputs=[xc, y])
+        loss = tg.zeros(1, dtype=F64, requires_grad=True)
+        tg.launch(_cubes, dim=2, inputs=[y, loss])
+        tg.launch(_cubes, dim=2, inputs=[xc, loss])
+    np.testing.assert_array_equal(xc.numpy(), [5.0, 5.0])
+    tape.backward(loss=loss)
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x0 ** 5, rtol=1e-12)
