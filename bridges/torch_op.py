@@ -292,6 +292,8 @@ def _loop_vmap(op, n_results):
     """A vmap rule for a custom op: one launch per batch entry, stacked (a kernel's launch grid
     has no batch dimension to run the entries in one launch)."""
     def rule(info, in_dims, *args):
+        if info.batch_size == 0:
+            return _empty_batch(op, n_results, in_dims, args)
         res = []
         for b in range(info.batch_size):
             res.append(op._opoverload(*[a.select(d, b) if d is not None and a is not None else a
@@ -300,6 +302,22 @@ def _loop_vmap(op, n_results):
             return torch.stack(res), 0
         return tuple(torch.stack(r) for r in zip(*res)), (0,) * n_results
     return rule
+
+
+def _empty_batch(op, n_results, in_dims, args):
+    """vmap over an empty batch: no launch; the results' shapes from the op's fake implementation
+    on meta tensors of one batch entry's shape (native ops give ``(0, ...)`` results too)."""
+    def entry(a, d):
+        if d is None or not isinstance(a, torch.Tensor):
+            return a.to("meta") if isinstance(a, torch.Tensor) else a
+        return torch.empty(a.shape[:d] + a.shape[d + 1:], dtype=a.dtype, device="meta")
+    device = next(a.device for a in args if isinstance(a, torch.Tensor))
+    outs = op._opoverload(*[entry(a, d) for a, d in zip(args, in_dims)])
+    outs = [outs] if n_results == 1 else list(outs)
+    res = [torch.empty((0, *o.shape), dtype=o.dtype, device=device) for o in outs]
+    if n_results == 1:
+        return res[0], 0
+    return tuple(res), (0,) * n_results
 
 
 # ------------------------------------------------------------------ exported programs

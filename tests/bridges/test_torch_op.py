@@ -135,6 +135,19 @@ def test_expanded_output_gradient_is_not_modified():
     assert torch.equal(gx, 2 * x.detach()) and torch.equal(g, torch.ones(5))
 
 
+def test_vmap_over_an_empty_batch():
+    """vmap over a batch of 0 (native torch ops give (0, ...) results) raised 'stack expects a
+    non-empty TensorList' from the op's vmap rule; the shapes now come from the fake impl."""
+    op = tg.torch_op(sincos, num_outputs=2)
+    a, b = torch.func.vmap(op, in_dims=(0, None))(torch.zeros(0, 7, dtype=torch.float64), 3.0)
+    assert a.shape == b.shape == (0, 7) and a.dtype == torch.float64
+    g = torch.func.vmap(torch.func.grad(lambda x: op(x, 3.0)[0].sum()))(torch.zeros(0, 7, dtype=torch.float64))
+    assert g.shape == (0, 7)
+    x = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    a, _ = torch.func.vmap(op, in_dims=(0, None))(torch.stack([x, 2 * x]), 3.0)   # non-empty: as before
+    torch.testing.assert_close(a, 3.0 * torch.sin(torch.stack([x, 2 * x])))
+
+
 def test_forward_only_kernel():
     op = tg.torch_op(fwd_only)
     assert op.backward_op is None
