@@ -153,6 +153,7 @@ class array:
             self.readonly = True
         if dtype is typing.Any and data is not None:   # Warp's: the dtype of the data
             dtype = None
+        recorded = None
         if ptr is not None:
             if data is not None:
                 raise RuntimeError("array: pass either data= or ptr=, not both")
@@ -166,13 +167,22 @@ class array:
             # (an object with both interfaces asked for on the CPU is host data, as in Warp)
             self._init_cai(data, dtype, shape, device)
         else:
-            self._init_host(data, dtype, shape, device, copy, pinned)
+            recorded = _recorded_source(data, dtype, shape) if copy else None   # copy=False may alias
+            if recorded is not None:
+                # a copy of an array with a gradient while a tape records: a recorded tg.copy
+                # once the new array has its gradient (an unrecorded copy cut the gradient: 0)
+                self._init_alloc(recorded.dtype, recorded.shape,
+                                 recorded.device if device is None else device, pinned)
+            else:
+                self._init_host(data, dtype, shape, device, copy, pinned)
         if grad is not None:
             self.grad = grad
         elif requires_grad:
             self.requires_grad = True
         if retain_grad:
             self.retain_grad = True
+        if recorded is not None:
+            _copy_recorded(self, recorded)
 
     # ----------------------------------------------------------------------- construction
     def _set(self, ptr, dtype, shape, strides, device, owner, check=True):
@@ -1074,6 +1084,30 @@ def _data_device(data, copy):
     if not copy and (isinstance(data, np.ndarray) or hasattr(data, "__array_interface__")):
         return get_device("cpu")
     return get_device(None)
+
+
+def _recorded_source(data, dtype, shape):
+    """``data`` when ``array(data)`` must be a recorded copy: a tapegrad array with a gradient,
+    copied while a tape records (same dtype and shape; None otherwise).
+
+    Raises:
+        RuntimeError: such an array converted to another dtype or shape (a cast the tape cannot
+            differentiate: the gradient would silently stop there).
+    """
+    if not isinstance(data, array) or active_tape() is None or not data.requires_grad:
+        return None
+    dt = types.resolve_dtype(dtype) if dtype is not None else data.dtype
+    if dt is not data.dtype or (shape is not None and normalize_shape(shape) != data.shape):
+        raise RuntimeError(f"array(data=...): copying an array of {data.dtype!r} with a gradient into "
+                           f"{dt!r}{'' if shape is None else f' of shape {tuple(normalize_shape(shape))}'} while a "
+                           "Tape records cannot pass the gradient back: use tg.clone(data) (recorded), a kernel "
+                           "that casts, or data.numpy() for a constant copy")
+    return data
+
+
+def _copy_recorded(dest, src) -> None:
+    """``copy(dest, src)`` (``array.__init__`` has a parameter named ``copy``)."""
+    copy(dest, src)
 
 
 def clone(src: array, device=None, requires_grad=None, pinned=False, retain_grad=False) -> array:

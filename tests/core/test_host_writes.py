@@ -307,3 +307,20 @@ def test_host_write_into_a_clone_made_under_the_tape(write, device):
     g, x, tape = both(program, X0, device)
     assert g[1] == 0.0
     assert any(isinstance(r, FillRecord) for r in tape.records)
+
+
+def test_array_of_an_array_with_a_gradient_is_a_recorded_copy(device):
+    """``tg.array(x)`` copying an array with a gradient while a tape records is a recorded copy:
+    the gradient passes back to ``x`` (an unrecorded copy gave x.grad = 0); a conversion to
+    another dtype, which the tape cannot differentiate, raises; ``copy=False`` still aliases."""
+    def program(x):
+        c = tg.array(x, requires_grad=True)
+        f = _loss_like(x)
+        tg.launch(cube_sum, dim=4, inputs=[c], outputs=[f])
+        return f
+    g, x, tape = both(program, X0, device)
+    np.testing.assert_allclose(g, 3 * X0 ** 2, rtol=1e-12)
+    with tg.Tape():
+        assert tg.array(x, copy=False).ptr == x.ptr
+        with pytest.raises(RuntimeError, match=r"array\(data=...\).*float32.*tg.clone"):
+            tg.array(x, dtype=tg.float32)
