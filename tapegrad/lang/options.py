@@ -311,7 +311,9 @@ DEFAULTS = {
 }
 _BOOLS = ("enable_backward", "fast_math", "fuse_fp", "lineinfo", "compile_time_trace", "strip_hash")
 
-_lock = threading.Lock()
+# re-entrant: a unique module's kernel can die in a garbage collection that an allocation made
+# under the lock triggers, and its finalizer (forget_module) takes the lock on the same thread
+_lock = threading.RLock()
 _TABLE: dict = {}   # module name -> its options (a full copy of DEFAULTS, updated)
 _RESOLVED: dict = {}   # module name -> its BuildInputs (dropped when its options change)
 _UPDATES: dict = {}    # module name -> how many times its options were applied

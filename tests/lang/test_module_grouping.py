@@ -102,3 +102,36 @@ def test_calling_the_module_with_a_device_says_what_to_call():
     with pytest.raises(TypeError, match=r"kernel\.module_for\(device\)"):
         grouped_a.module(tg.get_device("cpu"))
     assert grouped_a.module_for(tg.get_device("cpu")) is grouped_a.module.load("cpu")[grouped_a.key]
+
+
+def test_a_unique_kernel_collected_under_the_options_lock_does_not_deadlock(monkeypatch):
+    # a "unique" module's kernel that dies in a garbage collection triggered while the options
+    # lock is held (an allocation inside get_module) runs its finalizer, which takes the lock
+    # again on the same thread: with a plain lock that thread waited for itself forever
+    import threading
+
+    from tapegrad.lang import options
+
+    real_init = options.Module.__init__
+
+    def collecting_init(self, name):
+        gc.collect()           # the kernel below dies here, under the lock
+        real_init(self, name)
+
+    def body(x: tg.array(dtype=float)):
+        x[tg.tid()] = 1.0
+
+    gc.disable()
+    try:
+        k = tg.kernel(body, module="unique")
+        k.cycle = k            # only the collector frees it
+        name = k.module_name
+        del k
+        monkeypatch.setattr(options.Module, "__init__", collecting_init)
+        t = threading.Thread(target=tg.get_module, args=("tg_grouping_deadlock",), daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "get_module deadlocked in a kernel's finalizer"
+    finally:
+        gc.enable()
+    assert name not in options._MODULES   # the dead unique module was forgotten
