@@ -302,6 +302,9 @@ class Bridge:
                 raise TypeError(f"{fname}: expected a {row.framework} tensor, got {type(t).__name__}")
             lay = cached((key_of(t), dtype)) or layout(t, dtype)
             shared = False                  # the gradient is the tensor's own .grad
+            if grad is not None and not lay.dtype.scalar.is_float:
+                raise TypeError(f"{fname}(grad=...): arrays of {lay.dtype!r} cannot carry gradients (only floating-"
+                                "point ones do)")
             if grad is None and (requires_grad_of(t) if requires_grad is None else requires_grad):
                 if not lay.dtype.scalar.is_float:
                     raise TypeError(f"{fname}: requires_grad=True needs a floating-point tensor, "

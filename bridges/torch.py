@@ -386,7 +386,10 @@ def stream_from_torch(stream_or_device=None):
     if isinstance(stream_or_device, torch.cuda.Stream):
         ts = stream_or_device
     else:
-        ts = torch.cuda.current_stream(_torch_device_arg(stream_or_device, "stream_from_torch"))
+        dev = _torch_device_arg(stream_or_device, "stream_from_torch")
+        if not torch.cuda.is_available():   # torch's own answer is an AssertionError
+            raise RuntimeError("stream_from_torch: torch sees no CUDA device (streams are CUDA's)")
+        ts = torch.cuda.current_stream(dev)
     return Stream(device_from_torch(ts.device), cuda_stream=int(ts.cuda_stream), owner=ts)
 
 

@@ -385,6 +385,10 @@ def test_grad_errors():
         tg.from_torch(torch.zeros(3), grad=[0.0, 0.0, 0.0])
     with pytest.raises(GradLayoutError):
         tg.from_torch(torch.zeros(3, 4), grad=torch.zeros(4, 3).t(), return_ctype=True)
+    # grad= on integer data: refused as requires_grad=True is (an integer array got a gradient)
+    for kw in ({}, {"return_ctype": True}):
+        with pytest.raises(TypeError, match=r"from_torch\(grad=\.\.\.\): arrays of tapegrad.int32 cannot carry"):
+            tg.from_torch(torch.zeros(3, dtype=torch.int32), grad=torch.zeros(3, dtype=torch.int32), **kw)
 
 
 def test_to_torch_grads():
@@ -435,6 +439,9 @@ def test_streams_on_the_cpu_are_clear_errors():
         tg.stream_from_torch("cpu")
     with pytest.raises(RuntimeError, match="not a CUDA device"):
         tg.stream_from_torch(torch.device("cpu"))
+    if not torch.cuda.is_available():   # torch's current stream without CUDA: torch said AssertionError
+        with pytest.raises(RuntimeError, match="stream_from_torch: torch sees no CUDA device"):
+            tg.stream_from_torch()
 
 
 def test_release_after_without_a_stream_is_a_no_op():
