@@ -94,6 +94,8 @@ class _PaddleOp:
             # under paddle.jit.to_static's bytecode tracer (SOT) the op is opaque: it runs eagerly, as
             # native Python, between the traced subgraphs (a no-op call everywhere else)
             _sot_fallback(recursive=True)
+            # before the PyLayer: its forward runs with gradients off, where no tensor looks differentiated
+            kop.sig.check_value_tensors(args, kop.fw)
             return forward.apply(*args)
 
         op.__name__ = op.__qualname__ = self.name
@@ -182,4 +184,4 @@ def _framework(bridge: Bridge) -> OpFramework:
         zeros_like=lambda t: paddle.zeros(list(t.shape), dtype=t.dtype, device=t.place),
         copy=lambda t: t.clone(), contiguous=lambda t: t.contiguous(), framework_dtype=dt.to_framework,
         layout=lambda t, dtype, label: bridge.layout(t, dtype, fname=label),
-        stream_handle=bridge.stream_handle, in_autodiff=lambda t: not t.stop_gradient)
+        stream_handle=bridge.stream_handle, in_autodiff=lambda t: not t.stop_gradient and paddle.is_grad_enabled())

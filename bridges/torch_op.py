@@ -388,8 +388,8 @@ def _framework(bridge: Bridge) -> OpFramework:
 
 
 def _in_autodiff(t) -> bool:
-    """Whether tensor ``t`` takes part in differentiation: it requires grad, carries a forward-mode
-    tangent, or is wrapped by a ``torch.func`` transform (grad, jvp, vmap)."""
-    if t.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(t):
+    """Whether tensor ``t`` takes part in differentiation: it requires grad (grad mode on), carries a
+    forward-mode tangent, or is wrapped by a ``torch.func`` transform (grad, jvp, vmap)."""
+    if (t.requires_grad and torch.is_grad_enabled()) or torch._C._functorch.is_functorch_wrapped_tensor(t):
         return True
     return getattr(fwAD, "_current_level", -1) >= 0 and fwAD.unpack_dual(t).tangent is not None

@@ -275,6 +275,8 @@ def test_a_trainable_tensor_for_a_scalar_is_refused(name):
     _raises(TypeError, fw, kp_scaled_f, body, lambda: op(x, s))
     np.testing.assert_allclose(fw.numpy(op(x, 1.5)), [1.5, 6.0, 13.5])
     np.testing.assert_allclose(fw.numpy(op(x, fw.tensor(1.5, dtype="float64"))), [1.5, 6.0, 13.5])   # plain: a value
+    with fw.mod.no_grad():   # nothing is differentiated: the trainable tensor is a value
+        np.testing.assert_allclose(fw.numpy(op(x, s)), [1.5, 6.0, 13.5])
     if name == "torch":
         import torch
         xd, sd = x.detach(), s.detach()
