@@ -555,7 +555,9 @@ def _lower_grad_call(builder, g, node):
             builder.error(f"grad({name}): cannot differentiate with respect to a {type_name(a.type)}", node)
     types = [a.type for a in args]
     out = types[0] if len(types) == 1 else tuple_struct(types)
-    seed = literal(1.0, ret)
+    # typed (double(1.0)), so that forward mode's dual twin is a dual too: a template adjoint
+    # such as tg::adj_sin(T, T&, T) cannot deduce T from a dual argument and a plain 1.0
+    seed = f"{ret.cname}({literal(1.0, ret)})"
 
     def fwd(a):
         gs = [f"tg_g{k}" for k in range(len(a))]

@@ -144,6 +144,11 @@ class DualEmitter(FunctionEmitter):
             return text.replace(f"{n}_fwd(", f"{n}_tan(").replace(f"{n}_rep(", f"{n}_tanrep(")
         if name in ("tid",) and "tid64" in text:
             self._unsupported(s, "a launch of more than 2^31 - 1 threads")
+        if name == "grad":
+            # tg.grad(f)(x) runs f's adjoint: on duals its tangent twin, whose tangent part is the
+            # second derivative along x's tangent (the _adj of the plain unit does not exist here:
+            # the tangent build failed to compile)
+            text = _USER_ADJ_CALL.sub(r"\1_tadj(", text)
         return self.dualize(text)
 
     def adj_text(self, s, args, adjs, g) -> str:
@@ -176,6 +181,10 @@ class DualEmitter(FunctionEmitter):
 
     def const_text(self, s) -> str:
         return self.dualize(super().const_text(s))
+
+
+# a user function's adjoint call as tg.grad renders it (funcs: ``tgf_<name>_<hash>_adj(``)
+_USER_ADJ_CALL = re.compile(r"\b(tgf_\w+)_adj\(")
 
 
 def _check_supported(fn, label):

@@ -336,6 +336,58 @@ def test_grad_inside_a_custom_adjoint(device):
     np.testing.assert_allclose(x.grad.numpy(), 0.5 / np.sqrt(xs.astype(np.float64)), rtol=1e-6)
 
 
+@tg.func
+def _sin_times(x: tg.float64, y: tg.float64):
+    return tg.sin(x) * y
+
+
+@tg.kernel
+def grad_values_kernel(x: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    dy, dx = tg.grad(tg.atan2)(x[i] * x[i], x[i] + 1.0)
+    gx, gy = tg.grad(_sin_times)(x[i], x[i] * x[i])
+    out[i] = dy + 2.0 * dx + tg.grad(tg.sin)(x[i]) + gx * gy
+
+
+def _grad_values_np(x):
+    y, xx = x * x, x + 1.0
+    r = y * y + xx * xx
+    return xx / r + 2.0 * (-y / r) + np.cos(x) + np.cos(x) * x * x * np.sin(x)
+
+
+def test_forward_mode_through_grad_values(device):
+    """tg.grad(f)(x) in a kernel under forward mode: its tangent is f's second derivative along x's
+    (the tangent build called f's plain adjoint, which it does not define, and passed a plain 1.0
+    seed to the builtins' dual adjoints: a C++ compile error)."""
+    x0 = np.array([0.3, -0.7, 1.4])
+    x = tg.array(x0, dtype=tg.float64, device=device)
+    out = tg.zeros(3, dtype=tg.float64, device=device)
+    tan = tg.zeros(3, dtype=tg.float64, device=device)
+    tg.launch(grad_values_kernel, dim=3, inputs=[x, out], device=device, tangent=True,
+              tan_inputs=[tg.ones(3, dtype=tg.float64, device=device), tan])
+    np.testing.assert_allclose(out.numpy(), _grad_values_np(x0), rtol=1e-12)
+    h = 1e-6
+    np.testing.assert_allclose(tan.numpy(), (_grad_values_np(x0 + h) - _grad_values_np(x0 - h)) / (2 * h), rtol=1e-6)
+
+
+def test_second_order_through_grad_inside_a_custom_adjoint(device):
+    """Tape.hvp of a kernel whose custom adjoint calls tg.grad: d2/dx2 sqrt(x) = -x^-1.5 / 4."""
+    xs = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    x = tg.array(xs, dtype=float, device=device, requires_grad=True)
+    y = tg.zeros_like(x, requires_grad=True)
+    loss = tg.zeros(1, dtype=float, device=device, requires_grad=True)
+    with tg.Tape() as tape:
+        tg.launch(safe_sqrt_kernel, dim=4, inputs=[x, y], device=device)
+        tg.launch(_sum_kernel, dim=4, inputs=[y, loss], device=device)
+    hv = tape.hvp(loss, {x: np.ones(4, dtype=np.float32)})[x].numpy()
+    np.testing.assert_allclose(hv, -0.25 * xs.astype(np.float64) ** -1.5, rtol=1e-5)
+
+
+@tg.kernel
+def _sum_kernel(y: tg.array(dtype=float), loss: tg.array(dtype=float)):
+    tg.atomic_add(loss, 0, y[tg.tid()])
+
+
 def test_grad_rejects_what_is_not_a_function():
     with pytest.raises(TypeError, match="grad\\(\\) expects a Warp function"):
         tg.grad(3.0)
