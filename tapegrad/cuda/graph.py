@@ -114,10 +114,13 @@ def is_capturing(device=None, stream=None) -> bool:
         stream = dev.stream
     elif not isinstance(stream, Stream):
         raise TypeError(f"is_capturing: stream must be a tapegrad Stream, got {type(stream).__name__}")
-    if captures.capture_for(stream.device, stream.cuda_stream) is not None:
+    handle = stream.cuda_stream
+    if captures.capture_for(stream.device, handle) is not None:
         return True
-    with stream.device.context_guard():
-        return _query_capturing(stream.cuda_stream)
+    if handle:    # a created stream names its context itself (a tape's save asks at every in-place step)
+        return _query_capturing(handle)
+    with stream.device.context_guard():    # the legacy stream is the current device's
+        return _query_capturing(handle)
 
 
 def capture_retain(obj, device=None, stream=None) -> None:
