@@ -90,7 +90,9 @@ class array:
         grad: an existing gradient array to use (borrowed).
         copy: copy host data (default True, as in Warp) — False wraps it zero-copy on the CPU
             (a read-only numpy array gives a read-only array, except ``np.asarray(jax_array)``,
-            wrapped writable as ``from_jax`` wraps the same memory).
+            wrapped writable as ``from_jax`` wraps the same memory) where it can: data of
+            another scalar type than ``dtype``, a list or reversed strides are converted into
+            a copy, as Warp does.
         pinned: page-locked host memory (CPU arrays; needs CUDA, else ignored).
         owner: with ``ptr``: object kept alive as long as the array (a weakref to a dead object
             is refused).
@@ -359,8 +361,8 @@ class array:
         else:
             base = types.dtype_from_numpy(arr.dtype)
             if dt is not None and dt.scalar is not base:
-                if not copy and dev.is_cpu:
-                    raise TypeError(f"array(data=..., copy=False): data has dtype {base!r}, cannot alias it as {dt!r}")
+                # another scalar type cannot be aliased: converted, a copy (as Warp; also what
+                # copy=False does with a list, reversed strides or a CUDA device)
                 arr = arr.astype(dt.scalar.np_dtype)
                 base = dt.scalar
                 copy = True

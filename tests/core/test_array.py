@@ -129,6 +129,21 @@ def test_warp_ref_names_the_zero_copy_source():
         a._ref = n   # read-only, as owner
 
 
+def test_copy_false_converts_what_it_cannot_alias():
+    # another scalar type cannot be aliased: copy=False converts it into a copy, as Warp does;
+    # two such arrays get buffers of their own
+    b = np.ones(8, dtype=np.int64)
+    c = np.zeros(8, dtype=np.int64)
+    bw = tg.array(b, dtype=int, copy=False, device="cpu")
+    cw = tg.array(c, dtype=int, copy=False, device="cpu")
+    assert bw.dtype is tg.int32 and bw.ptr != b.ctypes.data and bw.ptr != cw.ptr
+    b.fill(5)
+    np.testing.assert_array_equal(bw.numpy(), np.ones(8, np.int32))
+    np.testing.assert_array_equal(cw.numpy(), np.zeros(8, np.int32))
+    # the same type still aliases
+    assert tg.array(b, dtype=tg.int64, copy=False).ptr == b.ctypes.data
+
+
 def test_grad_ownership():
     a = tg.zeros(3, requires_grad=True)
     assert a.grad is not None and a.grad.shape == (3,)
