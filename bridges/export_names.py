@@ -52,24 +52,63 @@ def _value_print(v) -> str:
     return f if f is not None else f"{type(v).__module__}.{type(v).__qualname__}:{v!r}"
 
 
-def kernel_digest(kernel) -> str:
-    """sha256 hex digest of what the kernel computes: its function's source text, parameter
-    types, ``enable_backward`` and closure values (not where its file lies)."""
-    from tapegrad.lang.depends import type_fingerprint
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _code_print(pyfunc, seen: set) -> str:
+    """What a kernel's or helper's Python function computes with: its source text, its closure
+    values and the module globals its body names (``tg.constant`` values...), through the
+    ``@tg.func`` helpers it calls, recursively. (The source alone named two kernels alike whose
+    helper closes over another constant, or a module reloaded with a changed global constant.)"""
     from tapegrad.lang.signature import source_of
-    fn = kernel.func
+    if id(pyfunc) in seen:
+        return "<seen>"
+    seen.add(id(pyfunc))
     try:
-        src = source_of(fn)[0]
-    except Exception:  # noqa: BLE001  no source (a kernel typed at a prompt): its bytecode instead
-        src = _value_print(fn)
-    _, types = kernel.parameters()
-    parts = ["tapegrad-op 1", ".".join(kernel_path(kernel)), src, str(bool(kernel.enable_backward))]
-    parts += [str(type_fingerprint(t)) for t in types]
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        parts = [source_of(pyfunc)[0]]
+    except Exception:  # noqa: BLE001  no source (typed at a prompt): its bytecode instead
+        parts = [_value_print(pyfunc)]
+    code = pyfunc.__code__
+    for name, cell in zip(code.co_freevars, pyfunc.__closure__ or ()):
         try:
-            parts.append(f"{name}={_value_print(cell.cell_contents)}")
+            parts.append(f"{name}={_dep_print(cell.cell_contents, seen)}")
         except ValueError:   # an empty cell
             parts.append(f"{name}=<empty>")
+    g = getattr(pyfunc, "__globals__", {})
+    for name in sorted(set(code.co_names)):
+        if name in g:
+            parts.append(f"g:{name}={_dep_print(g[name], seen)}")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _dep_print(v, seen: set) -> str:
+    """A value a kernel's body reads, printed without process-specific parts: ``@tg.func`` helpers
+    by what they compute (``_code_print`` of each overload, custom adjoint and native snippet),
+    modules by name, other values by ``_value_print`` (an object printed with its address by its
+    type only: an address differs between processes)."""
+    import types as pytypes
+    if isinstance(v, pytypes.ModuleType):
+        return "module:" + v.__name__
+    overloads = getattr(v, "overloads", None)
+    if isinstance(overloads, list) and overloads and all(hasattr(o, "pyfunc") for o in overloads):
+        return "func:" + "|".join(_code_print(o.pyfunc, seen) + ("/" + _code_print(o.grad, seen)
+                                                                if getattr(o, "grad", None) is not None else "")
+                                  for o in overloads)
+    if hasattr(v, "snippet") and callable(getattr(v, "pyfunc", None)):   # a native snippet function
+        return f"native:{_code_print(v.pyfunc, seen)}:{v.snippet}:{getattr(v, 'adj_snippet', '')}"
+    text = _value_print(v)
+    return f"{type(v).__module__}.{type(v).__qualname__}" if _ADDRESS.search(text) else text
+
+
+def kernel_digest(kernel) -> str:
+    """sha256 hex digest of what the kernel computes: its function's source text, parameter
+    types, ``enable_backward``, closure values and the module globals its body names, through
+    the ``@tg.func`` helpers it calls (not where its file lies)."""
+    from tapegrad.lang.depends import type_fingerprint
+    fn = kernel.func
+    _, types = kernel.parameters()
+    parts = ["tapegrad-op 2", ".".join(kernel_path(kernel)), _code_print(fn, set()), str(bool(kernel.enable_backward))]
+    parts += [str(type_fingerprint(t)) for t in types]
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode())

@@ -148,6 +148,48 @@ def test_torch_op_default_name_is_shared_by_an_equal_kernel_rebuilt(tmp_path):
     assert torch.equal(ops[1](x), 2 * x)
 
 
+@pytest.mark.torch
+def test_torch_op_names_follow_helper_closures_and_module_globals(tmp_path):
+    """Two kernels of one source whose @tg.func helper closes over another constant, and a module
+    executed again with another global constant, got the same name: tg.torch_op returned the first
+    op, silently computing with the old constant ([2, 2, 2] for a scale of 3)."""
+    import importlib.util
+
+    import torch
+    path = tmp_path / "tg_test_consts.py"
+    src = """
+        import tapegrad as tg
+
+        SCALE = tg.constant({c})
+
+        @tg.kernel
+        def scaled(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+            i = tg.tid()
+            y[i] = x[i] * SCALE
+
+        def make(c):
+            @tg.func
+            def f(v: tg.float64):
+                return v * c
+
+            @tg.kernel
+            def via_func(x: tg.array[tg.float64], y: tg.array[tg.float64]):
+                i = tg.tid()
+                y[i] = f(x[i])
+            return via_func
+        """
+    x = torch.ones(3, dtype=torch.float64)
+    for c in (2.0, 3.0):   # the module executed again with another global constant
+        path.write_text(textwrap.dedent(src.format(c=c)))
+        spec = importlib.util.spec_from_file_location("tg_test_consts", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        assert tg.torch_op(mod.scaled)(x).tolist() == [c] * 3
+    for c in (4.0, 5.0):   # one source, helpers closing over other constants
+        assert tg.torch_op(mod.make(c))(x).tolist() == [c] * 3
+    assert tg.torch_op(mod.make(4.0)) is tg.torch_op(mod.make(4.0))   # equal computations: one op
+
+
 # ------------------------------------------------------------------------------- jax.export
 
 _JAX_HEAD = """
