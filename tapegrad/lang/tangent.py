@@ -34,9 +34,10 @@ import re
 from ..abi import entry_name
 from ..errors import KernelError
 from . import emit
+from .builtins_random import DRAWS
 from .emit import FunctionEmitter, callee_order, structs_used
 from .ir import Assign, walk
-from .typeutil import float_based, is_array, is_struct
+from .typeutil import float_based, is_array, is_scalar, is_struct
 
 __all__ = ["DualEmitter", "dualize", "tangent_parts", "tangent_source", "FORWARD_UNSUPPORTED"]
 
@@ -138,6 +139,13 @@ class DualEmitter(FunctionEmitter):
                 return f"tg::datomic_add_({', '.join([a, v] + idx)})"
             if name == "atomic_sub":
                 return f"tg::datomic_add_({', '.join([a, f'tg::neg({v})'] + idx)})"
+        if name == "bit_cast":
+            return self._bit_cast(s, args)
+        if name in DRAWS:
+            # a random draw's parameters (poisson's lam) take no tangent: the draw is a constant
+            # (its C++ takes plain floats: a dual argument failed to compile)
+            args = [f"tg::primal({t})" if k and is_scalar(a.type) and float_based(a.type) else t
+                    for k, (a, t) in enumerate(zip(s.args, args))]
         text = super().op_text(s, args, replay)
         if op.callee is not None:
             n = op.callee.name
@@ -150,6 +158,17 @@ class DualEmitter(FunctionEmitter):
             # the tangent build failed to compile)
             text = _USER_ADJ_CALL.sub(r"\1_tadj(", text)
         return self.dualize(text)
+
+    def _bit_cast(self, s, args) -> str:
+        """``tg.cast(a, T)`` on duals: the bits of the value; a float result has a zero tangent (a
+        bit pattern has no derivative, as the adjoint has none). The dual's own bits (value and
+        tangent) failed tg.cast's size check at compile time."""
+        src, out = s.args[0].type, s.out.type
+        if is_struct(src) or is_struct(out):
+            self._unsupported(s, "tg.cast of a struct")
+        v = f"tg::dual_of<{src.cname}>::val({args[0]})" if float_based(src) else args[0]
+        text = f"tg::wx_bit_cast<{out.cname}>({v})"
+        return f"tg::dual_of<{out.cname}>::make({text}, {out.cname}())" if float_based(out) else text
 
     def adj_text(self, s, args, adjs, g) -> str:
         op = s.op

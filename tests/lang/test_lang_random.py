@@ -210,3 +210,29 @@ def test_ranged_randf_is_differentiable_in_its_bounds(device):
     np.testing.assert_allclose(hi.grad.numpy(), u64, rtol=1e-6, atol=1e-7)
     tan = tape.jvp({lo: np.ones(n, dtype=np.float32), hi: np.full(n, 2.0, dtype=np.float32)})[out].numpy()
     np.testing.assert_allclose(tan, 2.0 * lo_v * (1.0 - u64) + 2.0 * u64, rtol=1e-5, atol=1e-6)
+
+
+@tg.kernel
+def k_poisson_scaled(x: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    state = tg.rand_init(3, i)
+    n = tg.poisson(state, float(x[i]) * 3.0)      # a count: a constant for derivatives
+    out[i] = tg.float64(n) * x[i] * x[i]
+
+
+def test_forward_mode_of_a_draw_with_a_float_parameter(device):
+    """poisson(state, lam) with lam from the data under forward mode: the count is a constant
+    (its tangent build passed a dual lam to the draw: a C++ compile error); jvp and backward
+    agree: d/dx (n x^2) = 2 n x."""
+    x0 = np.array([0.3, 0.7, 1.9])
+    x = tg.array(x0, dtype=tg.float64, requires_grad=True, device=device)
+    out = tg.zeros(3, dtype=tg.float64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(k_poisson_scaled, dim=3, inputs=[x, out], device=device)
+    n = out.numpy() / (x0 * x0)
+    np.testing.assert_allclose(n, np.round(n))
+    tan = tape.jvp({x: np.ones(3)})[out].numpy()
+    np.testing.assert_allclose(tan, 2 * n * x0, rtol=1e-12)
+    tape.backward(grads={out: np.ones(3)})
+    np.testing.assert_allclose(x.grad.numpy(), 2 * n * x0, rtol=1e-12)

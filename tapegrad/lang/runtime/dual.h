@@ -123,6 +123,11 @@ template <typename T> TG_FUNC dual<T> floordiv(const dual<T>& a, const dual<T>& 
 }
 
 // ---- what a dual of a storage type is: dual<T> for floats, component-wise for vec/mat
+// the value of a dual scalar (a plain value as is): the argument of a builtin that takes no
+// tangent (a random draw's parameters), spelled without a type name the dual code rewrites
+template <typename T> TG_FUNC T primal(const T& x) { return x; }
+template <typename T> TG_FUNC T primal(const dual<T>& x) { return x.v; }
+
 template <typename T> struct dual_of { typedef T type;
     static TG_FUNC T make(const T& v, const T&) { return v; }
     static TG_FUNC T val(const T& d) { return d; }
