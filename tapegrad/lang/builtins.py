@@ -358,6 +358,15 @@ Builtin("length_sq", lambda a: np.dot(a, a), "squared length").add(
     to(1, fvec, lambda t: t.scalar), "tg::length_sq", "tg::adj_length_sq", samples=[Sample(("V4:any",), "S")])
 Builtin("normalize", lambda a: a / np.linalg.norm(a), "v / length(v) (zero vector stays zero)").add(
     same(1, fvec), "tg::normalize", "tg::adj_normalize", samples=[Sample(("V3:any",), "V3")])
+# integer vectors (Warp's dot, cross and length_sq take any scalar type): no gradient to give
+def _ivec(t):
+    return is_vec(t) and is_int(t.scalar) and not is_quat(t)
+
+
+REGISTRY["dot"].add(to(2, _ivec, lambda t: t.scalar), "tg::dot")
+REGISTRY["cross"].add(same(2, lambda t: _ivec(t) and t.length_ == 3), "tg::cross")
+REGISTRY["length_sq"].add(to(1, _ivec, lambda t: t.scalar), "tg::length_sq")
+
 Builtin("outer", lambda a, b: np.outer(a, b), "outer product a b^T").add(
     lambda ts: mat(ts[0].length_, ts[1].length_, ts[0].scalar)
     if len(ts) == 2 and fvec(ts[0]) and fvec(ts[1]) and ts[0].scalar is ts[1].scalar else NO,

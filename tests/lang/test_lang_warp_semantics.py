@@ -267,3 +267,27 @@ def test_func_reads_struct_array_field_shape(device):
     np.testing.assert_array_equal(out.numpy(), [7, 3])
     tg.launch(field_shape_default_kernel, 1, inputs=[out], device=device)
     np.testing.assert_array_equal(out.numpy(), [0, 0])
+
+
+@tg.kernel
+def _int_vector_products(out: tg.array(dtype=int), out64: tg.array(dtype=tg.int64)):
+    v = tg.vec3i(1, 2, 3)
+    w = tg.vec3i(-2, 5, 1)
+    out[0] = tg.dot(v, w)
+    c = tg.cross(v, w)
+    out[1] = c[0]
+    out[2] = c[1]
+    out[3] = c[2]
+    out[4] = tg.length_sq(w)
+    u = tg.vector(tg.int64(3), tg.int64(4))
+    out64[0] = tg.dot(u, u)
+
+
+def test_dot_cross_and_length_sq_of_integer_vectors(device):
+    """As Warp's: dot, cross and length_sq take integer vectors (a KernelError before)."""
+    out = tg.zeros(5, dtype=int, device=device)
+    out64 = tg.zeros(1, dtype=tg.int64, device=device)
+    tg.launch(_int_vector_products, dim=1, inputs=[out, out64], device=device)
+    v, w = np.array([1, 2, 3]), np.array([-2, 5, 1])
+    assert out.numpy().tolist() == [int(v @ w), *np.cross(v, w).tolist(), int(w @ w)]
+    assert out64.numpy().tolist() == [25]
