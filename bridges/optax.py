@@ -145,6 +145,7 @@ class OptaxOptimizer:
             if p.device != params[0].device:
                 raise ValueError(f"optax_optimizer: params[{i}] is on {p.device}, params[0] on {params[0].device}: "
                                  "one optimizer steps parameters of one device")
+        _check_distinct(params)
         self.transformation = transformation
         self.params = params
         self._shapes = [(p.ptr, p.shape, p.strides) for p in params]
@@ -348,6 +349,28 @@ class OptaxOptimizer:
                                    "that pairs donated buffers differently). Please report it with your jax version.")
 
 
+def _check_distinct(params) -> None:
+    """Raise ValueError when two parameters are one array or overlapping contiguous memory: each
+    step writes every parameter's new value back, so the last write would win and the other
+    update would be lost (torch's optimizers refuse duplicate parameters too)."""
+    spans = []
+    for i, p in enumerate(params):
+        if p.size == 0:
+            continue
+        if p.is_contiguous:
+            spans.append((p.ptr, p.ptr + p.nbytes, i))
+        for j, q in enumerate(params[:i]):
+            if (q.ptr, q.shape, q.strides) == (p.ptr, p.shape, p.strides) and q.device == p.device:
+                raise ValueError(f"optax_optimizer: params[{j}] and params[{i}] are the same memory (each step "
+                                 "writes both back: one update would be lost); pass each parameter once")
+    spans.sort()
+    for (a0, a1, i), (b0, b1, j) in zip(spans, spans[1:]):
+        if b0 < a1 and params[i].device == params[j].device:
+            i, j = min(i, j), max(i, j)
+            raise ValueError(f"optax_optimizer: params[{i}] and params[{j}] overlap in memory (each step writes "
+                             "both back: the overlapping elements would get only one update); pass disjoint arrays")
+
+
 def optax_optimizer(transformation, params) -> OptaxOptimizer:
     """An optimizer object whose ``step()`` applies ``transformation`` to tapegrad ``params``.
 
@@ -360,6 +383,7 @@ def optax_optimizer(transformation, params) -> OptaxOptimizer:
 
     Raises:
         TypeError: not an optax transformation; a parameter that is not a floating-point array.
-        ValueError: no parameters, or parameters on several devices.
+        ValueError: no parameters, parameters on several devices, or two parameters that are
+            the same or overlapping (contiguous) memory.
     """
     return OptaxOptimizer(transformation, params)

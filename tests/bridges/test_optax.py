@@ -300,6 +300,25 @@ def test_strided_parameters_and_gradients_are_stepped():
     np.testing.assert_array_equal(mat.numpy()[:, [0, 2]], m0[:, [0, 2]])
 
 
+def test_a_parameter_given_twice_or_overlapping_is_refused():
+    """[p, p] and two overlapping slices of one array were accepted: each step wrote both back, so
+    one update was lost silently (p moved by one SGD step, not two). Disjoint views still work."""
+    p = tg.array(np.ones(6), dtype=tg.float32, requires_grad=True)
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[1\] are the same memory"):
+        tg.optax_optimizer(optax.sgd(0.1), [p, p])
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[1\] overlap in memory"):
+        tg.optax_optimizer(optax.sgd(0.1), [p[0:4], p[2:6]])
+    halves = [p[0:3], p[3:6]]
+    for h in halves:
+        h.requires_grad = True
+    opt = tg.optax_optimizer(optax.sgd(0.5), halves)
+    p.grad.fill_(1.0)
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), 0.5)
+    evens, odds = p[0::2], p[1::2]                  # interleaved, disjoint: not refused
+    tg.optax_optimizer(optax.sgd(0.5), [evens, odds])
+
+
 @tg.kernel
 def _fill_grad(g: tg.array[tg.float32], k: tg.float32):
     i = tg.tid()
