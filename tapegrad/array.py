@@ -753,7 +753,7 @@ class array:
 
         Raises:
             TypeError: ``value`` is not a number (or a vector/matrix of numbers) of the array's
-                component shape.
+                component shape, or holds a fractional float for an integer array.
         """
         self._check_writable("fill_")
         if isinstance(self.dtype, types.StructType):
@@ -770,6 +770,13 @@ class array:
             if shape not in ((), inner):
                 raise TypeError(f"fill_(value): expected a number or a value of shape {inner} for an array of "
                                 f"{self.dtype!r}, got {value!r}")
+        if np.dtype(self.dtype.scalar.np_dtype).kind in "iu":
+            # a fractional float cannot be stored exactly in integers: Warp refuses it too (it
+            # would otherwise be truncated silently)
+            v = np.asarray(value)
+            if v.dtype.kind in "fc" and not np.all(np.isfinite(v) & (v == np.trunc(v))):
+                raise TypeError(f"fill_(value): expected an integer value for an array of {self.dtype!r}, "
+                                f"got {value!r}")
         tape = active_tape()
         if tape is not None:     # part of the recorded program: its adjoint stops the gradient
             tape.record_write(self, "fill_")

@@ -70,8 +70,25 @@ SAME = {
     **{n: "tests/lang/test_lang_warp_generics.py (Warp's semantics and messages: stubs, Python-scope overload "
           "resolution, generic annotations, gradients of functions, replays, C++ snippets)" for n in (
         "overload", "grad", "func_replay", "Int", "Float", "Scalar", "expect_eq", "expect_neq", "identity")},
+    **{n: "tests/lang/test_warp_differential.py (same kernel source run under Warp 1.19 and tapegrad, values "
+          "and adjoints bit for bit; fixes in tests/lang/test_warp_audit_semantics.py)" for n in (
+        "min", "max", "clamp", "abs", "sign", "step", "acos", "asin", "sqrt", "cbrt", "exp", "log", "log2",
+        "tanh", "pow", "floor", "ceil", "round", "trunc", "cross", "dot", "length", "normalize", "outer",
+        "determinant", "trace", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_exch",
+        "atomic_cas", "rand_init", "randf", "randn", "randi", "randu", "sample_unit_sphere_surface", "noise",
+        "curlnoise", "quat_rotate", "quat_rotate_inv", "quat_inverse", "quat_to_matrix", "quat_from_axis_angle",
+        "transform_vector", "transform_inverse", "transform_multiply", "where", "smoothstep", "atan2")},
 }
 DIFFERENT = {
+    "inverse": "an ill-conditioned but invertible matrix is inverted (1e-13 I gives 1e13 I; Warp's 1/det "
+               "underflows to inf/NaN); values otherwise within a few ulp of Warp's (tests/lang/"
+               "test_warp_differential.py); see \"Where tapegrad differs\"",
+    "pnoise": "below zero the lattice wraps with the floor modulo (periodic everywhere); Warp wraps with C's "
+              "remainder, which is not periodic across 0; the same values for coordinates >= 0 "
+              "(tests/lang/test_warp_differential.py)",
+    "mod": "the gradient of a % b in b is -trunc(a/b) (Warp: 0); values as Warp (C's fmod / remainder)",
+    "frac": "the gradient is 1 (frac(x) = x - trunc(x)); Warp's is 0; values as Warp (tests/lang/"
+            "test_warp_breadth.py, test_warp_differential.py)",
     "func_native": "the snippets compile against tapegrad's C++ runtime (`tg::` types and functions), not "
                    "Warp's `wp::`: plain C++ on scalars is the same (tests/lang/test_lang_warp_generics.py)",
     "block_dim": "1 on the CPU as Warp; on CUDA the block size the launch really used (tapegrad keeps a "
@@ -181,6 +198,64 @@ RULES = [
 ]
 
 
+# Differences in numbers a Warp user could meet, found by the differential audit
+# (tests/lang/test_warp_differential.py runs the same kernel source under both; KNOWN there lists these)
+DIFFERS_SECTION = [
+    "## Where tapegrad differs",
+    "",
+    "`tests/lang/test_warp_differential.py` runs the same kernel source under Warp 1.19 and tapegrad on",
+    "the CPU (skipped without Warp) and compares forward values and `Tape.backward` gradients bit for bit;",
+    "a few linear-algebra results (`inverse`, 4x4 `determinant`, `quat_rotate`, `transform_*`, matrix",
+    "products) agree to a few ulp only, the operations being rounded in another order. Everything else",
+    "it covers agrees exactly: integer `//`, `%`, `/` of negative numbers, float-to-int casts (in and out",
+    "of range, NaN, inf), int8/uint8/int32 wraparound, shifts and bit operations, promotion, `round`/",
+    "`rint`/`floor`/`ceil`/`frac`/`trunc` on halves and -0.0, `min`/`max`/`clamp` with NaN and -0.0,",
+    "`sign`/`abs`/`step`/`copysign` of -0.0, `acos`/`asin` outside [-1, 1], the random streams",
+    "(`rand_init`, `randf`, `randn`, `randi`, `randu`, `poisson`, sampling), `noise`, `curlnoise`,",
+    "atomics' returned old values, loops with `break`/`continue`, `while`, structs, and the gradients",
+    "of the scalar builtins. Where they differ, tapegrad's number is the one below, checked against",
+    "float64 finite differences or NumPy (tests/lang/test_warp_audit_semantics.py and the tests named):",
+    "",
+    "| kernel code | Warp 1.19 | tapegrad | why |",
+    "|---|---|---|---|",
+    "| `o[i] = 2*x[i]; o[i] = o[i]*x[i]` (an array element read back after a write in one thread), "
+    "gradient | uses the final value of `o[i]`: 1.31 at x = 0.1 | 4x + cos x = 1.395 (for `+= sin`) | "
+    "tapegrad's adjoint replays the reads; Warp's is wrong here |",
+    "| a dynamic `for`/`while` loop with `break`, gradient | drops the body's gradient (19) | 24.53 "
+    "(finite differences) | Warp's adjoint of a loop with `break` is incomplete |",
+    "| `atomic_max`/`atomic_min` with tied values, gradient | every tied element gets the gradient (sum 2) "
+    "| one of them does (sum 1, a subgradient) | the max moves at rate 1, not 2 |",
+    "| `frac(x)`, gradient | 0 | 1 | frac(x) = x - trunc(x) |",
+    "| `a % b` (floats), gradient in b | 0 | -trunc(a / b) | fmod's derivative |",
+    "| `pow(x, y)` with x <= 0, gradient in y | log(x) x^y: -inf or NaN | 0 | 0^y is flat for y > 0; "
+    "no real derivative for x < 0 (tapegrad gives 0, not NaN) |",
+    "| `inverse(m)` of an ill-conditioned invertible matrix (1e-13 I) | inf / NaN (1/det underflows) | "
+    "1e13 I | tapegrad's inverse does not form 1/det |",
+    "| gradient of `inverse(m)` at an exactly singular m (Warp and tapegrad both return zeros) | "
+    "its adjoint of the zero matrix | another value | no derivative exists there; neither is right |",
+    "| `pnoise(state, p, ...)` with p below 0 | wraps the lattice with C's remainder | the floor modulo "
+    "(periodic everywhere) | Warp's is not periodic across 0; the same values for p >= 0 |",
+    "| `x // -1` and `x % -1` with x = INT_MIN (int32, int64) | the process dies (SIGFPE) | INT_MIN and 0 "
+    "(two's-complement wrap) | never crash; a division by zero gives 0 in both |",
+    "",
+    "Fixed by the audit (tapegrad used to differ, now gives Warp's value): `min`/`max`/`clamp` ignore a NaN",
+    "operand (C's fmin/fmax; clamp(x, lo, hi) = fmin(fmax(lo, x), hi), so clamp(NaN, 0, 1) = 0 and",
+    "lo > hi gives hi) and route the gradient as Warp does (ties to the second operand); `abs(-0.0)` is",
+    "+0.0; `acos`/`asin` clamp their input into [-1, 1] (`acos(1.0000001)` = 0, not NaN) with no gradient",
+    "where clamped or at +-1; the gradient of `atan2` at the origin is 0, not NaN; `normalize` of a zero",
+    "quaternion is the identity (0, 0, 0, 1) and vectors are divided by their length (Warp's rounding);",
+    "Python-scope `min`/`max`/`clamp`/`acos`/`asin`/`normalize` as in kernels, and Python-scope `round`",
+    "rounds halves away from zero (it used NumPy's round-half-to-even); `fill_` of an integer array with",
+    "a fractional float raises (Warp raises; it used to truncate silently).",
+    "",
+    "Not differences: tapegrad accepts `x * 2` (an int literal with a float), which Warp refuses with",
+    "\"Input types must be the same\"; `wp.select` (removed from Warp 1.19) is still there with Warp's old",
+    "argument order (`select(cond, if_false, if_true)`); Python-scope builtins return NumPy scalars",
+    "(`np.float32(2.5)`) where Warp returns Python floats (the same values).",
+    "",
+]
+
+
 def classify(name: str, present: bool, builtins: set) -> tuple[str, str]:
     if present:
         if name in DIFFERENT:
@@ -239,6 +314,7 @@ def main() -> int:
         "Submodules reached as attributes (`wp.types`, `wp.utils`...) count as names; `tg.types` has",
         "the dtype helpers Warp code reads (`type_size_in_bytes`, `type_length`, `type_scalar_type`).",
         "",
+        *DIFFERS_SECTION,
     ]
     out = ROOT / "docs" / "warp_compat.md"
     out.write_text("\n".join(text))

@@ -301,8 +301,11 @@ Builtin("array_nonnull", None, "an array's truth value (if arr: ...): whether it
 # --------------------------------------------------------------------------- scalar math
 
 _UNARY = [  # name, domain, numpy
-    ("sin", "any", np.sin), ("cos", "any", np.cos), ("tan", "unit", np.tan), ("asin", "unit", np.arcsin),
-    ("acos", "unit", np.arccos), ("atan", "any", np.arctan), ("sinh", "any", np.sinh), ("cosh", "any", np.cosh),
+    ("sin", "any", np.sin), ("cos", "any", np.cos), ("tan", "unit", np.tan),
+    # asin/acos clamp into [-1, 1] first, as in kernels (runtime/scalar.h) and Warp
+    ("asin", "unit", lambda x: np.arcsin(np.fmin(np.fmax(x, -1.0), 1.0))),
+    ("acos", "unit", lambda x: np.arccos(np.fmin(np.fmax(x, -1.0), 1.0))),
+    ("atan", "any", np.arctan), ("sinh", "any", np.sinh), ("cosh", "any", np.cosh),
     ("tanh", "any", np.tanh), ("exp", "any", np.exp), ("log", "pos", np.log), ("log2", "pos", np.log2),
     ("log10", "pos", np.log10), ("sqrt", "pos", np.sqrt), ("cbrt", "pos", np.cbrt),
 ]
@@ -310,7 +313,13 @@ for _name, _dom, _py in _UNARY:
     Builtin(_name, _np1(_py), f"{_name}(x) of a float scalar").add(
         same(1, fscalar), f"tg::{_name}", f"tg::adj_{_name}", samples=[Sample((f"S:{_dom}",), "S")])
 
-for _name, _py in (("floor", np.floor), ("ceil", np.ceil), ("round", np.round), ("trunc", np.trunc)):
+def _round_half_away(x):
+    # C's round (kernels' tg::round, Warp's): halves away from zero; np.round rounds them to even
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)[()]
+
+
+for _name, _py in (("floor", np.floor), ("ceil", np.ceil), ("round", _round_half_away), ("trunc", np.trunc)):
     Builtin(_name, _np1(_py), f"{_name}(x): piecewise constant, zero gradient").add(same(1, fscalar), f"tg::{_name}")
 Builtin("sign", _np1(lambda x: np.where(x < 0, -1, 1).astype(np.asarray(x).dtype)),
         "-1 for x < 0 else 1; zero gradient").add(same(1, numeric), "tg::sign")
@@ -319,13 +328,14 @@ Builtin("abs", _np1(np.abs), "|x| (component-wise on vectors)").add(
     samples=[Sample(("S:away",), "S"), Sample(("V3:away",), "V3")])
 Builtin("atan2", lambda y, x: np.arctan2(y, x), "atan2(y, x)").add(
     same(2, fscalar), "tg::atan2", "tg::adj_atan2", samples=[Sample(("S:any", "S:away"), "S")])
-Builtin("min", lambda a, b: np.minimum(a, b), "minimum (component-wise on vectors)").add(
+# min/max/clamp: C fmin/fmax (a NaN operand is ignored), as in kernels (runtime/scalar.h) and Warp
+Builtin("min", lambda a, b: np.fmin(a, b), "minimum (component-wise on vectors)").add(
     lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or is_vec(ts[0])) else NO,
     "tg::min", "tg::adj_min", samples=[Sample((S, S), "S"), Sample(("V3:any", "V3:any"), "V3")])
-Builtin("max", lambda a, b: np.maximum(a, b), "maximum (component-wise on vectors)").add(
+Builtin("max", lambda a, b: np.fmax(a, b), "maximum (component-wise on vectors)").add(
     lambda ts: ts[0] if len(ts) == 2 and ts[0] is ts[1] and (numeric(ts[0]) or is_vec(ts[0])) else NO,
     "tg::max", "tg::adj_max", samples=[Sample((S, S), "S"), Sample(("V2:any", "V2:any"), "V2")])
-Builtin("clamp", lambda x, a, b: np.clip(x, a, b), "clamp(x, lo, hi)").add(
+Builtin("clamp", lambda x, a, b: np.fmin(np.fmax(a, x), b), "clamp(x, lo, hi)").add(
     same(3, numeric), "tg::clamp", "tg::adj_clamp", samples=[Sample(("S:any", "S:lo", "S:hi"), "S")])
 
 
@@ -356,7 +366,20 @@ Builtin("length", lambda a: np.linalg.norm(a), "Euclidean length").add(
     to(1, fvec, lambda t: t.scalar), "tg::length", "tg::adj_length", samples=[Sample(("V3:any",), "S")])
 Builtin("length_sq", lambda a: np.dot(a, a), "squared length").add(
     to(1, fvec, lambda t: t.scalar), "tg::length_sq", "tg::adj_length_sq", samples=[Sample(("V4:any",), "S")])
-Builtin("normalize", lambda a: a / np.linalg.norm(a), "v / length(v) (zero vector stays zero)").add(
+def _normalize_py(a):
+    n = np.linalg.norm(a)
+    if n > 0:
+        return a / n
+    r = a * 0
+    if is_quat(getattr(a, "tg_type", None)):
+        r[3] = 1      # the zero quaternion normalizes to the identity rotation, as Warp
+    return r
+
+
+Builtin("normalize", _normalize_py,
+        "v / length(v) (a zero vector stays zero; a zero quaternion gives the identity, as Warp)").add(
+    same(1, lambda t: is_quat(t) and is_float(t.scalar)), "tg::quat_normalize", "tg::adj_quat_normalize",
+    samples=[Sample(("Q:any",), "Q")]).add(
     same(1, fvec), "tg::normalize", "tg::adj_normalize", samples=[Sample(("V3:any",), "V3")])
 # integer vectors (Warp's dot, cross and length_sq take any scalar type): no gradient to give
 def _ivec(t):

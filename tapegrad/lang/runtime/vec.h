@@ -213,13 +213,26 @@ template <int N, typename T> TG_FUNC void adj_length(const vec_t<N, T>& a, vec_t
     T l = length(a);
     if (l > T(0)) aa += scale(a, T(g / l));
 }
+// divides each component by the length (not times 1/length: Warp's rounding, bit for bit)
 template <int N, typename T> TG_FUNC vec_t<N, T> normalize(const vec_t<N, T>& a) {
     T l = length(a);
-    return l > T(0) ? scale(a, T(T(1) / l)) : vec_t<N, T>();
+    vec_t<N, T> r;
+    if (l > T(0)) for (int i = 0; i < N; ++i) r.c[i] = T(a.c[i] / l);
+    return r;
+}
+// a quaternion's normalize: times 1/length as Warp's, and the zero quaternion gives the identity
+// rotation (0, 0, 0, 1) as Warp's (a vec4's gives zero); the adjoint is zero there
+template <typename T> TG_FUNC vec_t<4, T> quat_normalize(const vec_t<4, T>& q) {
+    T l = length(q);
+    if (!(l > T(0))) { vec_t<4, T> r; r.c[3] = T(1); return r; }
+    return scale(q, T(T(1) / l));
 }
 template <int N, typename T> TG_FUNC void adj_normalize(const vec_t<N, T>& a, vec_t<N, T>& aa, const vec_t<N, T>& g) {
     T l = length(a);
     if (l > T(0)) { vec_t<N, T> n = scale(a, T(T(1) / l)); aa += scale(g - scale(n, inner(n, g)), T(T(1) / l)); }
+}
+template <typename T> TG_FUNC void adj_quat_normalize(const vec_t<4, T>& q, vec_t<4, T>& aq, const vec_t<4, T>& g) {
+    adj_normalize(q, aq, g);
 }
 template <int N, int M, typename T> TG_FUNC mat_t<N, M, T> outer(const vec_t<N, T>& a, const vec_t<M, T>& b) {
     mat_t<N, M, T> r; for (int i = 0; i < N; ++i) for (int j = 0; j < M; ++j) r.data[i][j] = a.c[i] * b.c[j]; return r;
