@@ -1,7 +1,7 @@
 """Inputs for the differential audit against NVIDIA Warp: kernel name, launch dim, arguments."""
 import numpy as np
 
-from tests.lang.warp_diff_harness import In, Out, Scalar, Struct
+from tests.lang.warp_diff_harness import In, Out, Scalar, Struct, View
 
 rng = np.random.default_rng(7)
 N = 16
@@ -104,6 +104,11 @@ CASES = {
     "noise_fns": dict(kernel="noise_fns", dim=8, args=[
         Scalar(3), In(NOISE_P, "vec3"), Out(8, "float32"), Out(8, "float32"), Out(8, "float32"),
         Out(8, "float32"), Out(8, "float32"), Out(8, "vec3")]),
+    "read2d_slice": dict(kernel="read2d", dim=(3, 3), args=[
+        View(np.arange(24, dtype=np.float32).reshape(4, 6), "float32", lambda a: a[1:, ::2]), Out((3, 3), "float32")]),
+    "read2d_transpose": dict(kernel="read2d", dim=(6, 4), args=[
+        View(np.arange(24, dtype=np.float32).reshape(4, 6), "float32", lambda a: a.transpose()),
+        Out((6, 4), "float32")]),
     "loops": dict(kernel="loops", dim=6, args=[
         In(np.array([0, 1, 3, 7, 12, 27], np.int32), "int32"), Out(6, "int32"), Out(6, "int32")]),
     "struct_use": dict(kernel="struct_use", dim=4, args=[

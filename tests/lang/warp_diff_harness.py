@@ -34,6 +34,11 @@ def Out(shape, dtype, grad=False, seed=None):
     return ("out", shape, dtype, grad, seed)
 
 
+def View(value, dtype, view):
+    """An array made from ``value`` and passed as ``view(array)`` (a slice, a transpose...)."""
+    return ("view", np.asarray(value), dtype, view)
+
+
 def Scalar(value):
     return ("scalar", value)
 
@@ -63,6 +68,9 @@ def run(backend, kernel, dim, args, backward=False):
             made.append(arr)
             if seed is not None:
                 seeds[len(made) - 1] = seed
+        elif a[0] == "view":
+            _, val, dt, view = a
+            made.append(view(wp.array(val, dtype=getattr(wp, dt), device="cpu")))
         elif a[0] == "scalar":
             made.append(a[1])
         else:
