@@ -139,3 +139,71 @@ for _c in range(21):
     CASES[f"grad_scalar_{_c}"] = dict(kernel="grad_scalar", dim=len(GX), backward=True, rtol=1e-6, atol=0.0, args=[
         In(GX, "float32", True), In(GY, "float32", True), Scalar(_c),
         Out(len(GX), "float32", True, seed=np.ones(len(GX), np.float32))])
+
+H_A = np.array([1.5, -2.25, 65504.0, 0.1, 6e-8, -0.0, np.nan, 3.0, 2.5, 1000.0], np.float16)
+H_B = np.array([0.7, 3.0, 2.0, 0.3, 3.0, 0.0, 1.0, np.nan, 0.5, -0.001], np.float16)
+D_A = np.array([0.1, -2.5, 1.0000000001, np.nan, -7.5, 1e300, -0.0, 2.5], np.float64)
+D_B = np.array([0.3, 2.0, 1.0, 1.0, -2.0, 1e-300, 0.0, np.nan], np.float64)
+IV_A = np.array([[7, -7, 0], [-2147483647 - 1, 5, -9], [100, 3, -3]], np.int32)
+IV_B = np.array([[2, 2, 3], [3, -5, 4], [9, -1, 7]], np.int32)   # no 0 divisor: Warp traps on it
+VE = np.array([[1e20, 0, 0], [0, 0, 0], [np.nan, 1, 0], [-0.0, 2, -3], [1e-20, 1e-20, 0]], np.float32)
+CASES.update({
+    "half_ops": dict(kernel="half_ops", dim=len(H_A), args=[
+        In(H_A, "float16"), In(H_B, "float16"), Out((len(H_A), 8), "float16")]),
+    "double_ops": dict(kernel="double_ops", dim=len(D_A), args=[
+        In(D_A, "float64"), In(D_B, "float64"), Out((len(D_A), 8), "float64"), Out(len(D_A), "int64")]),
+    "ivec_ops": dict(kernel="ivec_ops", dim=len(IV_A), args=[
+        In(IV_A, "vec3i"), In(IV_B, "vec3i"), Out(3, "vec3i"), Out(3, "vec3i"), Out(3, "vec3i"), Out(3, "vec3i"),
+        Out(3, "vec3")]),
+    "vec_edge": dict(kernel="vec_edge", dim=len(VE), args=[
+        In(VE, "vec3"), Out(len(VE), "float32"), Out(len(VE), "quat"), Out(len(VE), "vec3"), Out(len(VE), "vec3")]),
+})
+GV = np.array([[0.3, 0.5, 0.7], [0.0, 0.0, 0.0], [-1.0, 2.0, 0.5], [0.5, 0.5, 0.1]], np.float32)
+CASES.update({
+    "grad_view_transpose": dict(kernel="grad_view", dim=(4, 3), backward=True, rtol=1e-6, atol=1e-7, args=[
+        View(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "float32", lambda a: a.transpose(), True),
+        View(np.concatenate([GV, GV]), "vec3", lambda a: a[::2], True),
+        Out((4, 3), "float32", True, seed=np.arange(12, dtype=np.float32).reshape(4, 3))]),
+    "grad_view_slice": dict(kernel="grad_view", dim=(2, 3), backward=True, rtol=1e-6, atol=1e-7, args=[
+        View(np.arange(20, dtype=np.float32).reshape(4, 5) / 10, "float32", lambda a: a[1:3, 1:4], True),
+        View(GV, "vec3", lambda a: a[2:], True),
+        Out((2, 3), "float32", True, seed=np.ones((2, 3), np.float32))]),
+})
+
+# random inputs (a fixed seed): many values through the same kernels
+_fz = np.random.default_rng(2024)
+FZ_N = 4096
+FZ_IA = _fz.integers(-2**31, 2**31, FZ_N, dtype=np.int64).astype(np.int32)
+FZ_IB = _fz.integers(-2**31, 2**31, FZ_N, dtype=np.int64).astype(np.int32)
+FZ_IB[: FZ_N // 2] = _fz.integers(-9, 10, FZ_N // 2).astype(np.int32)
+FZ_IB[FZ_IB == 0] = 7
+FZ_IB[(FZ_IA == -2**31) & (FZ_IB == -1)] = 3          # INT_MIN // -1 traps in Warp
+FZ_F = np.concatenate([
+    (_fz.standard_normal(FZ_N // 4) * 10).astype(np.float32),
+    (_fz.integers(-40, 40, FZ_N // 4) / 2).astype(np.float32),                   # halves
+    _fz.standard_normal(FZ_N // 4).astype(np.float32) * np.float32(3e9),      # out of int range
+    np.frombuffer(_fz.integers(0, 2**32, FZ_N // 4, dtype=np.uint64).astype(np.uint32).tobytes(), np.float32),
+])
+FZ_G = np.roll(FZ_F, 7)
+CASES.update({
+    "fuzz_int_divmod": dict(kernel="int_divmod", dim=FZ_N, args=[
+        In(FZ_IA, "int32"), In(FZ_IB, "int32"), Out(FZ_N, "int32"), Out(FZ_N, "int32"), Out(FZ_N, "int32")]),
+    "fuzz_float_divmod": dict(kernel="float_divmod", dim=FZ_N, args=[
+        In(FZ_F, "float32"), In(FZ_G, "float32"), Out(FZ_N, "float32"), Out(FZ_N, "float32")]),
+    "fuzz_float_to_int": dict(kernel="float_to_int", dim=FZ_N, args=[
+        In(FZ_F, "float32"), Out(FZ_N, "int32"), Out(FZ_N, "int8"), Out(FZ_N, "uint8"), Out(FZ_N, "int64"),
+        Out(FZ_N, "uint32")]),
+    "fuzz_rounding": dict(kernel="rounding", dim=FZ_N, args=[In(FZ_F, "float32")] + [
+        Out(FZ_N, "float32") for _ in range(6)]),
+    "fuzz_minmax_nan": dict(kernel="minmax_nan", dim=FZ_N, args=[
+        In(FZ_F, "float32"), In(FZ_G, "float32")] + [Out(FZ_N, "float32") for _ in range(4)]),
+    "fuzz_sign_abs": dict(kernel="sign_abs", dim=FZ_N, args=[In(FZ_F, "float32")] + [
+        Out(FZ_N, "float32") for _ in range(4)] + [Out(FZ_N, "int32")]),
+    # rtol: Warp's CPU build (clang) turns pow(x, 0.5) into a correctly rounded sqrt; tapegrad calls
+    # powf (within an ulp)
+    "fuzz_unary_math": dict(kernel="unary_math", dim=FZ_N, rtol=2.5e-7, atol=0.0, args=[
+        In(FZ_F / np.float32(10), "float32"), Out((FZ_N, 16), "float32")]),
+    "fuzz_random_stream": dict(kernel="random_stream", dim=FZ_N, args=[
+        Scalar(987654321), Out(FZ_N, "float32"), Out(FZ_N, "float32"), Out(FZ_N, "uint32"), Out(FZ_N, "int32"),
+        Out(FZ_N, "float32"), Out(FZ_N, "vec3")]),
+})

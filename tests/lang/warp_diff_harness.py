@@ -34,9 +34,10 @@ def Out(shape, dtype, grad=False, seed=None):
     return ("out", shape, dtype, grad, seed)
 
 
-def View(value, dtype, view):
-    """An array made from ``value`` and passed as ``view(array)`` (a slice, a transpose...)."""
-    return ("view", np.asarray(value), dtype, view)
+def View(value, dtype, view, grad=False):
+    """An array made from ``value`` and passed as ``view(array)`` (a slice, a transpose...); with
+    ``grad`` the whole array's gradient is returned."""
+    return ("view", np.asarray(value), dtype, view, grad)
 
 
 def Scalar(value):
@@ -57,6 +58,7 @@ def run(backend, kernel, dim, args, backward=False):
     mod = load(backend)
     wp = mod.wp
     made = []
+    bases = {}
     seeds = {}
     for a in args:
         if a[0] == "in":
@@ -69,8 +71,10 @@ def run(backend, kernel, dim, args, backward=False):
             if seed is not None:
                 seeds[len(made) - 1] = seed
         elif a[0] == "view":
-            _, val, dt, view = a
-            made.append(view(wp.array(val, dtype=getattr(wp, dt), device="cpu")))
+            _, val, dt, view, rg = a
+            base = wp.array(val, dtype=getattr(wp, dt), requires_grad=rg, device="cpu")
+            bases[len(made)] = base
+            made.append(view(base))
         elif a[0] == "scalar":
             made.append(a[1])
         else:
@@ -92,6 +96,8 @@ def run(backend, kernel, dim, args, backward=False):
         for i, (a, arr) in enumerate(zip(args, made)):
             if a[0] == "in" and a[3]:
                 res[f"grad{i}"] = arr.grad.numpy().copy()
+            if a[0] == "view" and a[4]:
+                res[f"grad{i}"] = bases[i].grad.numpy().copy()
     return res
 
 

@@ -426,3 +426,67 @@ def grad_ints_in_path(x: wp.array(dtype=float), o: wp.array(dtype=float)):
     k = int(x[i] * 3.0)
     f = float(k) * x[i]
     o[i] = f + x[i] * x[i] * float(i)
+
+
+# ------------------------------------------------------------------ other scalar types, integer vectors
+
+@wp.kernel
+def half_ops(a: wp.array(dtype=wp.float16), b: wp.array(dtype=wp.float16), o: wp.array2d(dtype=wp.float16)):
+    i = wp.tid()
+    x = a[i]
+    y = b[i]
+    o[i, 0] = x + y
+    o[i, 1] = x * y
+    o[i, 2] = x / y
+    o[i, 3] = wp.sqrt(x)
+    o[i, 4] = wp.min(x, y)
+    o[i, 5] = wp.float16(float(x) * 3.0)
+    o[i, 6] = wp.round(x)
+    o[i, 7] = wp.abs(x - y)
+
+
+@wp.kernel
+def double_ops(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), o: wp.array2d(dtype=wp.float64),
+               k: wp.array(dtype=wp.int64)):
+    i = wp.tid()
+    x = a[i]
+    y = b[i]
+    o[i, 0] = wp.min(x, y)
+    o[i, 1] = wp.clamp(x, wp.float64(-1.0), wp.float64(1.0))
+    o[i, 2] = wp.acos(x)
+    o[i, 3] = wp.round(x)
+    o[i, 4] = x % y
+    o[i, 5] = x // y
+    o[i, 6] = wp.abs(x)
+    o[i, 7] = wp.float64(wp.float32(x))
+    k[i] = wp.int64(x * wp.float64(1e10))
+
+
+@wp.kernel
+def ivec_ops(a: wp.array(dtype=wp.vec3i), b: wp.array(dtype=wp.vec3i), q: wp.array(dtype=wp.vec3i),
+             r: wp.array(dtype=wp.vec3i), m: wp.array(dtype=wp.vec3i), s: wp.array(dtype=wp.vec3i),
+             fl: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    q[i] = wp.vec3i(a[i][0] / b[i][0], a[i][1] // b[i][1], a[i][2] % b[i][2])
+    r[i] = a[i] + b[i] * 1000000000
+    m[i] = wp.min(a[i], b[i])
+    s[i] = a[i] * 3 - b[i]
+    fl[i] = wp.vec3(a[i])
+
+
+@wp.kernel
+def vec_edge(v: wp.array(dtype=wp.vec3), ln: wp.array(dtype=float), ax: wp.array(dtype=wp.quat),
+             mn: wp.array(dtype=wp.vec3), cl: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    ln[i] = wp.length(v[i])
+    ax[i] = wp.quat_from_axis_angle(v[i], 0.5)
+    mn[i] = wp.min(v[i], wp.vec3(0.0, 0.0, 0.0))
+    cl[i] = wp.max(v[i], wp.vec3(-1.0, -1.0, -1.0))
+
+
+@wp.kernel
+def grad_view(a: wp.array2d(dtype=float), v: wp.array(dtype=wp.vec3), o: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    u = v[i]
+    o[i, j] = a[i, j] * a[i, j] + wp.length(u) * float(j) + wp.min(u, wp.vec3(0.5, 0.5, 0.5))[j % 3]
+    wp.atomic_add(o, 0, 0, a[i, j])
