@@ -221,6 +221,9 @@ DIFFERS_SECTION = [
     "| `o[i] = 2*x[i]; o[i] = o[i]*x[i]` (an array element read back after a write in one thread), "
     "gradient | uses the final value of `o[i]`: 1.31 at x = 0.1 | 4x + cos x = 1.395 (for `+= sin`) | "
     "tapegrad's adjoint replays the reads; Warp's is wrong here |",
+    "| assignment to a component of a local vector or matrix (`v[0] = v[0] * s`, `m[1, 1] = ...`), "
+    "gradient | wrong (e.g. 8.73 where finite differences give 2.91) | as finite differences | "
+    "Warp's adjoint of such a component store is wrong here |",
     "| a dynamic `for`/`while` loop with `break`, gradient | drops the body's gradient (19) | 24.53 "
     "(finite differences) | Warp's adjoint of a loop with `break` is incomplete |",
     "| `atomic_max`/`atomic_min` with tied values, gradient | every tied element gets the gradient (sum 2) "

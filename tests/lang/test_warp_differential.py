@@ -30,6 +30,9 @@ KNOWN = {
     # an array element read back after a write in the same thread: Warp's adjoint uses the
     # final value (d/dx of 2x^2 + sin x is 4x + cos x: tapegrad's)
     "grad_overwrite": {("grad0", r) for r in range(4)},
+    # assignment to a component of a local vector / matrix (v[0] = v[0] * s, m[1, 1] = m[1, 1] * m[0, 0]):
+    # Warp's adjoint is wrong there (tapegrad's agrees with float64 finite differences)
+    "grad_inplace": {("grad0", r) for r in range(4)} | {("grad1", r) for r in range(3)},
     # singular matrix: the inverse has no derivative; Warp's adjoint uses its zero inverse
     "grad_vec": {("grad3", 4)},
     # d pow(x, y)/dy where x <= 0: tapegrad 0 (0^y is flat for y > 0), Warp log(x) x^y (-inf, NaN)

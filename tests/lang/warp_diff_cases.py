@@ -185,6 +185,8 @@ FZ_F = np.concatenate([
     np.frombuffer(_fz.integers(0, 2**32, FZ_N // 4, dtype=np.uint64).astype(np.uint32).tobytes(), np.float32),
 ])
 FZ_G = np.roll(FZ_F, 7)
+with np.errstate(invalid="ignore", over="ignore"):
+    FZ_F10 = FZ_F / np.float32(10)
 CASES.update({
     "fuzz_int_divmod": dict(kernel="int_divmod", dim=FZ_N, args=[
         In(FZ_IA, "int32"), In(FZ_IB, "int32"), Out(FZ_N, "int32"), Out(FZ_N, "int32"), Out(FZ_N, "int32")]),
@@ -202,8 +204,16 @@ CASES.update({
     # rtol: Warp's CPU build (clang) turns pow(x, 0.5) into a correctly rounded sqrt; tapegrad calls
     # powf (within an ulp)
     "fuzz_unary_math": dict(kernel="unary_math", dim=FZ_N, rtol=2.5e-7, atol=0.0, args=[
-        In(FZ_F / np.float32(10), "float32"), Out((FZ_N, 16), "float32")]),
+        In(FZ_F10, "float32"), Out((FZ_N, 16), "float32")]),
     "fuzz_random_stream": dict(kernel="random_stream", dim=FZ_N, args=[
         Scalar(987654321), Out(FZ_N, "float32"), Out(FZ_N, "float32"), Out(FZ_N, "uint32"), Out(FZ_N, "int32"),
         Out(FZ_N, "float32"), Out(FZ_N, "vec3")]),
+})
+CASES.update({
+    "mat_build": dict(kernel="mat_build", dim=4, args=[
+        In(v3(4), "vec3"), In(rng.standard_normal((4, 3, 3)).astype(np.float32), "mat33"), Out(4, "mat33"),
+        Out(4, "vec3"), Out(4, "mat33"), Out(4, "int32")]),
+    "grad_inplace": dict(kernel="grad_inplace", dim=4, backward=True, rtol=1e-6, atol=1e-6, args=[
+        In(v3(4), "vec3", True), In(np.array([0.5, -1.0, 2.0, 0.0], np.float32), "float32", True),
+        Out(4, "vec3", True, seed=np.ones((4, 3), np.float32)), Out(2, "float32", True, seed=np.ones(2, np.float32))]),
 })

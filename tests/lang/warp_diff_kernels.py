@@ -490,3 +490,39 @@ def grad_view(a: wp.array2d(dtype=float), v: wp.array(dtype=wp.vec3), o: wp.arra
     u = v[i]
     o[i, j] = a[i, j] * a[i, j] + wp.length(u) * float(j) + wp.min(u, wp.vec3(0.5, 0.5, 0.5))[j % 3]
     wp.atomic_add(o, 0, 0, a[i, j])
+
+
+@wp.kernel
+def mat_build(v: wp.array(dtype=wp.vec3), m: wp.array(dtype=wp.mat33), o: wp.array(dtype=wp.mat33),
+              r: wp.array(dtype=wp.vec3), c: wp.array(dtype=wp.mat33), k: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    a = v[i]
+    b = wp.vec3(a[2], a[0], a[1])
+    o[i] = wp.matrix_from_rows(a, b, a * 2.0)
+    c[i] = wp.matrix_from_cols(a, b, a * 2.0)
+    mm = m[i]
+    mm[1] = b
+    mm[2, 0] = 7.0
+    mm[0, 1] += 1.0
+    r[i] = mm[1] + wp.transpose(mm)[2] + mm @ a
+    q = a
+    q[1] = 5.0
+    q[2] += 2.0
+    r[i] = r[i] + q
+    n = i + 2
+    k[i] = n * n * n + (-n) // 2 * 3
+
+
+@wp.kernel
+def grad_inplace(x: wp.array(dtype=wp.vec3), s: wp.array(dtype=float), o: wp.array(dtype=wp.vec3),
+                 acc: wp.array(dtype=float)):
+    i = wp.tid()
+    v = x[i]
+    v[0] = v[0] * s[i]
+    v[1] += s[i] * s[i]
+    v = v * 2.0
+    o[i] = v
+    acc[0] += wp.dot(v, v)
+    m = wp.mat22(v[0], v[1], v[2], s[i])
+    m[1, 1] = m[1, 1] * m[0, 0]
+    acc[1] += wp.determinant(m)
