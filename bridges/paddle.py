@@ -273,6 +273,7 @@ TENSOR_TYPE = TensorType(
     layout_key=_key_with_place if _PLACES_VARY else _key_cpu_only,
     data_ptr=operator.methodcaller("data_ptr"),   # includes the view's offset
     device=_tensor_device, version=operator.methodcaller("_inplace_version"),   # paddle's in-place counter
+    requires_grad=lambda t: not t.stop_gradient,
     storage_check=_storage_check)
 
 

@@ -238,6 +238,7 @@ TENSOR_TYPE = TensorType(
     data_ptr=operator.methodcaller("data_ptr"), device=_tensor_device, on_use=_on_use,
     current_stream=_raw_stream or current_stream_handle,   # no Python frame on CUDA torch
     version=operator.attrgetter("_version"),   # torch's in-place counter (what autograd checks)
+    requires_grad=operator.attrgetter("requires_grad"),
     storage_check=_storage_check,
     native_keys=(("dtype", False), ("shape", False), ("stride", True), ("device", False)), native_ptr="data_ptr")
 

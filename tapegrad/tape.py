@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Callable
 
-from . import recording, tape_forward, tape_graph, tape_saves
+from . import recording, tape_forward, tape_graph, tape_saves, tensortypes
 from .array import array
 from .config import config
 from .errors import TapeWarning
@@ -297,6 +297,8 @@ class Tape:
         if self._pending:
             self._drain()
         index = len(self._records)
+        if rec.__class__ is LaunchRecord and rec.kernel.enable_backward:
+            _refuse_dropped_gradients(rec, index)
         if rec.__class__ is LaunchRecord and self._record_plain_launch(rec, index):
             return
         if isinstance(rec, LaunchRecord):       # no Access objects
@@ -902,6 +904,32 @@ def _uses(accesses) -> dict:
             u.label = acc.label          # how a later overwrite names this read
             u.before |= acc.values
     return uses
+
+
+def _refuse_dropped_gradients(rec, index) -> None:
+    """Raise when a differentiable launch is given directly a framework tensor that its framework
+    differentiates (torch's ``requires_grad``) and whose row has no gradient reader: the tape
+    would record it, and ``backward`` would leave that tensor's gradient out without a word.
+
+    Raises:
+        RuntimeError: naming the argument and the conversion that carries the gradient.
+    """
+    kernel = rec.kernel
+    for i, v in enumerate((*rec.inputs, *rec.outputs)):
+        if v.__class__ is array or v is None or v.__class__ in (int, float, bool):
+            continue
+        t = kernel.arg_types[i] if i < len(kernel.arg_types) else None
+        if not isinstance(t, ArrayType) or isinstance(v, array):
+            continue
+        row = tensortypes.tensor_type_for(type(v))
+        if row is None or row.grad is not None or row.requires_grad is None or not row.requires_grad(v):
+            continue
+        fw = row.framework
+        raise RuntimeError(
+            f"Tape: {rec.label(index)} is given a {fw} tensor that requires a gradient directly as argument "
+            f"{i} ('{kernel.arg_names[i]}'), but a tensor passed directly carries no gradient, so backward would "
+            f"leave its gradient out: pass tg.from_{fw}(t) (the array shares the tensor's memory and its "
+            f"gradient), or a tensor that requires none (t.detach()) if no gradient is wanted")
 
 
 def _differentiable(rec) -> bool:

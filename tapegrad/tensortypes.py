@@ -193,6 +193,9 @@ class TensorType:
         grad: optional ``f(t) -> tensor or None``, the tensor's gradient (a tensor of this type
             laid out as ``t``): a launch's adjoint accumulates into it, also when a ``Tape``
             replays a recorded launch. None: tensors passed directly carry no gradient.
+        requires_grad: optional ``f(t) -> bool``, whether the framework differentiates ``t`` (torch's
+            ``requires_grad``): a ``Tape`` refuses to record a differentiable launch given such
+            a tensor directly when the row has no ``grad`` (its gradient would be dropped).
         version: optional ``f(t) -> int``, the framework's in-place counter of ``t``: the tape
             refuses a backward after an array's tensor was modified in place.
         storage_check: optional ``f(t, ptr) -> storage.StorageCheck`` for frameworks that can
@@ -212,6 +215,7 @@ class TensorType:
     on_use: Callable | None = None
     current_stream: Callable | None = None
     grad: Callable | None = None
+    requires_grad: Callable | None = None
     version: Callable | None = None
     storage_check: Callable | None = None
     native_keys: tuple = ()
@@ -226,7 +230,8 @@ class TensorType:
             raise ValueError("TensorType: give the tensor classes (classes=...) or a predicate (match=...)")
         for name in ("layout", "layout_key", "data_ptr"):
             _callable(name, getattr(self, name), optional=False)
-        for name in ("match", "device", "on_use", "current_stream", "grad", "version", "storage_check"):
+        for name in ("match", "device", "on_use", "current_stream", "grad", "requires_grad", "version",
+                     "storage_check"):
             _callable(name, getattr(self, name))
         keys = self.native_keys
         if not isinstance(keys, tuple) or len(keys) > 4 or not all(

@@ -1736,7 +1736,7 @@ static int root_live(PyObject *live, PyObject *roots, uintptr_t root) {
 }
 
 /* the launch's plain arrays and whether it is differentiable (Tape._differentiable over them);
-   -1 for the recorder (a subclass, a linked array, an array passed twice) */
+   -1 for the recorder (a subclass, a tensor passed directly, a linked array, an array passed twice) */
 static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
     int diff = 0;
     *na = 0;
@@ -1744,9 +1744,8 @@ static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
         if (!(c->p->p[i].rec & R_ARRAY)) continue;
         PyObject *a = c->args[i];
         if (TYPE(a) != T_ARRAY) {
-            int sub = api.isinstance(a, T_ARRAY);
-            if (sub != 0) { api.err_clear(); return -1; }
-            continue;
+            if (a == api.none) continue;    /* Warp's null array: no memory, no gradient */
+            return -1;    /* a subclass, or a framework tensor passed directly: Tape.record checks it */
         }
         PyObject *fields = array_dict(a), *link = field(a, fields, S_LINK_FIELD, api.none);
         PyObject *g = link ? field(a, fields, S_GRAD_FIELD, api.none) : NULL;
