@@ -217,3 +217,5 @@ CASES.update({
         In(v3(4), "vec3", True), In(np.array([0.5, -1.0, 2.0, 0.0], np.float32), "float32", True),
         Out(4, "vec3", True, seed=np.ones((4, 3), np.float32)), Out(2, "float32", True, seed=np.ones(2, np.float32))]),
 })
+CASES["random_samples"] = dict(kernel="random_samples", dim=512, args=[
+    Scalar(-17), Out((512, 9), "float32"), Out(512, "int32")])

@@ -526,3 +526,27 @@ def grad_inplace(x: wp.array(dtype=wp.vec3), s: wp.array(dtype=float), o: wp.arr
     m = wp.mat22(v[0], v[1], v[2], s[i])
     m[1, 1] = m[1, 1] * m[0, 0]
     acc[1] += wp.determinant(m)
+
+
+@wp.kernel
+def random_samples(seed: int, o: wp.array2d(dtype=float), u: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    s = wp.rand_init(seed, i * 7919 + 2147483000)
+    a = wp.sample_triangle(s)
+    b = wp.sample_unit_ring(s)
+    c = wp.sample_unit_disk(s)
+    d = wp.sample_unit_sphere(s)
+    e = wp.sample_unit_hemisphere(s)
+    f = wp.sample_unit_hemisphere_surface(s)
+    g = wp.sample_unit_square(s)
+    h = wp.sample_unit_cube(s)
+    o[i, 0] = a[0] + 10.0 * a[1]
+    o[i, 1] = b[0] + 10.0 * b[1]
+    o[i, 2] = c[0] + 10.0 * c[1]
+    o[i, 3] = d[0] + 10.0 * d[1] + 100.0 * d[2]
+    o[i, 4] = e[0] + 10.0 * e[1] + 100.0 * e[2]
+    o[i, 5] = f[0] + 10.0 * f[1] + 100.0 * f[2]
+    o[i, 6] = g[0] + 10.0 * g[1]
+    o[i, 7] = h[0] + 10.0 * h[1] + 100.0 * h[2]
+    o[i, 8] = wp.randn(s) + wp.randf(s, 5.0, 2.0)
+    u[i] = wp.randi(s)
