@@ -219,3 +219,6 @@ CASES.update({
 })
 CASES["random_samples"] = dict(kernel="random_samples", dim=512, args=[
     Scalar(-17), Out((512, 9), "float32"), Out(512, "int32")])
+CASES["constants_use"] = dict(kernel="constants_use", dim=4, args=[
+    In(np.array([1.0, 3.0, -7.0, 0.3], np.float32), "float32"), In(np.array([1.0, 3.0, -7.0, 0.3]), "float64"),
+    Out(4, "float32"), Out(4, "float64"), Out(4, "int32"), Out(4, "vec3")])

@@ -550,3 +550,18 @@ def random_samples(seed: int, o: wp.array2d(dtype=float), u: wp.array(dtype=wp.i
     o[i, 7] = h[0] + 10.0 * h[1] + 100.0 * h[2]
     o[i, 8] = wp.randn(s) + wp.randf(s, 5.0, 2.0)
     u[i] = wp.randi(s)
+
+
+SCALE = wp.constant(0.1)
+ICONST = wp.constant(7)
+VCONST = wp.constant(wp.vec3(0.1, 0.2, 0.3))
+
+
+@wp.kernel
+def constants_use(x: wp.array(dtype=float), d: wp.array(dtype=wp.float64), o: wp.array(dtype=float),
+                  od: wp.array(dtype=wp.float64), k: wp.array(dtype=wp.int32), v: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    o[i] = x[i] * SCALE + 0.1
+    od[i] = d[i] * wp.float64(0.1) + wp.float64(2.0)
+    k[i] = ICONST // 2 + i * ICONST
+    v[i] = VCONST * x[i]
