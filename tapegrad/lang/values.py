@@ -160,8 +160,19 @@ BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.F
            ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "mul", ast.BitAnd: "bit_and", ast.BitOr: "bit_or",
            ast.BitXor: "bit_xor", ast.LShift: "lshift", ast.RShift: "rshift"}
 CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+def _c_mod(a, b):
+    """``a % b`` of constants with C's sign (of ``a``), as kernels compute it: an int for two
+    ints (``v[1 % 3]`` is the component 1; math.fmod made it 1.0, refused as an index)."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError("integer modulo by zero")
+        r = abs(a) % abs(b)
+        return -r if a < 0 else r
+    return math.fmod(a, b)
+
+
 PYFOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-           "div": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: math.fmod(a, b),
+           "div": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: _c_mod(a, b),
            "pow": lambda a, b: a ** b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
            "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
            "ge": lambda a, b: a >= b, "neg": lambda a: -a, "pos": lambda a: +a, "logical_not": lambda a: not a}

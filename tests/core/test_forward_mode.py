@@ -487,3 +487,28 @@ def test_func_native_has_no_tangent_rule():
                   tan_inputs=[tg.array(np.ones(2, dtype=np.float32)), ty])
     tg.launch(_fm_calls_native, dim=2, inputs=[x, y])   # the primal launch runs it
     np.testing.assert_allclose(y.numpy(), [3.0, 6.0])
+
+
+@tg.kernel
+def _through_a_zero_vector(x: tg.array(dtype=tg.float64), out: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    v = tg.vec3d(x[i], 1.0, x[i] * x[i])
+    m = tg.mat33d()                                   # zero: m * v is zero whatever x is
+    z = m * v
+    out[i] = x[i] * x[i] + tg.length(z) + tg.length(tg.normalize(z)) + tg.sqrt(x[i] * 0.0) \
+        + tg.atan2(x[i] * 0.0, x[i] * 0.0) + tg.pow(x[i] * 0.0, 0.5)
+
+
+def test_a_zero_tangent_through_singular_derivatives(device):
+    """Functions whose derivative is infinite where a value that does not depend on the inputs
+    sits (sqrt and length at 0, atan2 at the origin, pow at 0) pass a zero tangent: forward mode
+    gave NaN (0 * inf; for length and normalize, whose adjoints guard 0, reverse mode gives 0).
+    d/dx = 2x."""
+    x0 = np.array([0.3, -0.7])
+    x = tg.array(x0, dtype=tg.float64, requires_grad=True, device=device)
+    out = tg.zeros(2, dtype=tg.float64, requires_grad=True, device=device)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(_through_a_zero_vector, dim=2, inputs=[x, out], device=device)
+    tan = tape.jvp({x: np.ones(2)})[out].numpy()
+    np.testing.assert_allclose(tan, 2 * x0, rtol=1e-12)

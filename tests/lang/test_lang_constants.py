@@ -100,3 +100,23 @@ def test_constructor_component_type_error_names_the_cast():
 
     with pytest.raises(tg.KernelError, match=r"vec3d\(\.\.\.\) takes float64 components, got float32; cast it"):
         tg.launch(bad, dim=1, inputs=[tg.zeros(1, dtype=tg.vec3d)])
+
+
+@tg.kernel
+def _int_mod_constants(out: tg.array(dtype=float), ints: tg.array(dtype=int)):
+    v = tg.vec3(1.0, 2.0, 3.0)
+    out[0] = v[1 % 3] + v[-7 % 3 + 2]
+    out[1] = 7.5 % 2.0
+    ints[0] = -7 % 3
+    ints[1] = 7 % -3
+    ints[2] = 17 % 5
+
+
+def test_modulo_of_integer_constants_is_an_integer():
+    """``1 % 3`` of two integer constants folds to the int 1 (C's sign, as kernels compute %):
+    it folded through math.fmod to 1.0, which ``v[1 % 3]`` refused as an index."""
+    out = tg.zeros(2)
+    ints = tg.zeros(3, dtype=int)
+    tg.launch(_int_mod_constants, dim=1, inputs=[out, ints])
+    assert out.numpy().tolist() == [4.0, 1.5]
+    assert ints.numpy().tolist() == [-1, 1, 2]

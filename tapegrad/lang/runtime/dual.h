@@ -76,10 +76,13 @@ template <typename T> TG_FUNC bool operator!(const dual<T>& a) { return !bool(a.
 template <typename T> TG_FUNC bool nonzero(const dual<T>& x) { return nonzero(x.v) || nonzero(x.t); }
 template <typename T> TG_FUNC void accum(dual<T>& a, const dual<T>& b) { a = a + b; }
 
-// ---- math: value and derivative in compute precision
+// ---- math: value and derivative in compute precision. A zero tangent in gives a zero tangent
+// out, also where the derivative is infinite (sqrt at 0: the length of a vector that is zero
+// whatever the inputs was NaN in forward mode, 0 in reverse mode, whose adjoint guards it)
 #define TG_DUAL_UNARY(NAME, DERIV)                                                                     \
     template <typename T> TG_FUNC dual<T> NAME(const dual<T>& a) {                                     \
-        TG_DC; C x = C(a.v); return dual<T>(T(NAME(x)), T(C(DERIV) * C(a.t)));                          \
+        TG_DC; C x = C(a.v);                                                                           \
+        return dual<T>(T(NAME(x)), C(a.t) == C(0) ? T(0) : T(C(DERIV) * C(a.t)));                      \
     }
 TG_DUAL_UNARY(sin, cos(x))
 TG_DUAL_UNARY(cos, -sin(x))
@@ -104,10 +107,12 @@ TG_DUAL_UNARY(trunc, C(0))
 
 template <typename T> TG_FUNC dual<T> atan2(const dual<T>& y, const dual<T>& x) {
     TG_DC; C yv = C(y.v), xv = C(x.v), r = C(1) / (xv * xv + yv * yv);
+    if (C(y.t) == C(0) && C(x.t) == C(0)) return dual<T>(T(atan2(yv, xv)), T(0));
     return dual<T>(T(atan2(yv, xv)), T((xv * C(y.t) - yv * C(x.t)) * r));
 }
 template <typename T> TG_FUNC dual<T> pow(const dual<T>& a, const dual<T>& b) {
     TG_DC; C x = C(a.v), y = C(b.v), p = pow(x, y);
+    if (C(a.t) == C(0) && C(b.t) == C(0)) return dual<T>(T(p), T(0));
     C d = y * pow(x, y - C(1)) * C(a.t);
     if (x > C(0)) d = d + log(x) * p * C(b.t);   // as adj_pow: no y-derivative where log(x) is undefined
     return dual<T>(T(p), T(d));
