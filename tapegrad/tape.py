@@ -124,6 +124,10 @@ class Tape:
         # id(array) -> (array, its tensor's in-place version, record index): arrays viewing a
         # framework tensor (from_torch...), checked unchanged at backward as torch checks its saves
         self._foreign: dict = {}
+        # id(tensor) -> (tensor, its row, version, record index, memory span): framework tensors
+        # passed directly to differentiable records that read them (no array stands for them:
+        # checked unchanged at backward, and a recorded overwrite of their memory is refused)
+        self._direct: dict = {}
         self._plans: dict = {}         # kernel -> its array parameters' reads (_record_plain_launch), or None
 
     # -------------------------------------------------------------------------- recording
@@ -266,6 +270,60 @@ class Tape:
             self._gradients[a] = g
             self._grad_roots.add(id(tape_saves.memory_root(a)))
 
+    def _note_direct(self, rec, index, direct) -> None:
+        """Keep the framework tensors ``rec`` is given directly that its adjoint reads (a
+        differentiable record), and refuse a write into memory such a tensor of an earlier
+        record spans: no array stands for it, so the tape cannot save its values.
+
+        Raises:
+            RuntimeError: such a write, naming the argument and the conversion that fixes it.
+        """
+        reads = distinct_array_reads(rec.kernel)
+        flags = dict(reads) if reads is not None else None
+        spans = [(i, v, row, _direct_span(row, v)) for i, v, row in direct]
+        for i, v, row, span in spans:
+            r = flags.get(i) if flags is not None else None
+            if flags is not None and (r is None or not r.writes):
+                continue
+            for pindex, name, a in self._live.values():    # arrays whose values an adjoint still needs
+                if tape_saves.overlaps(span, tape_saves.memory_range(a)):
+                    raise RuntimeError(
+                        f"Tape: {rec.label(index)} writes the {row.framework} tensor passed directly as argument {i} "
+                        f"('{rec.kernel.arg_names[i]}') into memory of array '{name}' that {self._label(pindex)} "
+                        f"read; the tape cannot save values it overwrites through a tensor passed directly, so "
+                        f"that adjoint would read the new values: pass tg.from_{row.framework}(t) instead")
+            for prev, prow, _, pindex, pspan in self._direct.values():
+                if tape_saves.overlaps(span, pspan):
+                    raise RuntimeError(
+                        f"Tape: {rec.label(index)} writes the {row.framework} tensor passed directly as argument {i} "
+                        f"('{rec.kernel.arg_names[i]}') into memory that {self._label(pindex)} read from a "
+                        f"{prow.framework} tensor passed directly; the tape keeps no copy of a tensor passed "
+                        f"directly, so that adjoint would read the new values: pass tg.from_{row.framework}(t) to "
+                        f"both launches (the tape then saves the overwritten values)")
+        if not _differentiable(rec):
+            return
+        for i, v, row, span in spans:
+            r = flags.get(i) if flags is not None else None
+            if (flags is None or (r is not None and (r.before or r.after))) and id(v) not in self._direct:
+                version = row.version(v) if row.version is not None else None
+                self._direct[id(v)] = (v, row, version, index, span)
+
+    def _check_direct(self, refresh: bool = False) -> None:
+        """Raise when a framework tensor passed directly to a differentiable record was modified
+        in place since (its framework's version moved); ``refresh``: take the current versions
+        (``zero()`` starts a new evaluation)."""
+        for key, (v, row, version, index, span) in list(self._direct.items()):
+            if version is None:
+                continue
+            now = row.version(v)
+            if refresh:
+                self._direct[key] = (v, row, now, index, span)
+            elif now != version:
+                raise RuntimeError(
+                    f"Tape.backward: the {row.framework} tensor passed directly to {self._label(index)} was modified "
+                    f"in place since (its version went from {version} to {now}); the adjoints would read the "
+                    f"modified values. Record the launches again after modifying it, or modify a clone.")
+
     def record_write(self, a, what: str) -> None:
         """Record a host write of constants into ``a`` (``fill_``, ``zero_``; called by the array
         before it writes) when the tape has seen its memory: a recorded operation used an array
@@ -298,7 +356,9 @@ class Tape:
             self._drain()
         index = len(self._records)
         if rec.__class__ is LaunchRecord and rec.kernel.enable_backward:
-            _refuse_dropped_gradients(rec, index)
+            direct = _direct_tensors(rec, index)
+            if direct:
+                self._note_direct(rec, index, direct)
         if rec.__class__ is LaunchRecord and self._record_plain_launch(rec, index):
             return
         if isinstance(rec, LaunchRecord):       # no Access objects
@@ -525,6 +585,7 @@ class Tape:
             finally:
                 recording.set_active_tape(self)
         self._sync_foreign(check=True)
+        self._check_direct()
         if loss is not None:
             if not isinstance(loss, array):
                 raise TypeError(f"Tape.backward(loss=...): expected a tapegrad array, got {type(loss).__name__}")
@@ -658,6 +719,7 @@ class Tape:
         the adjoints at, as tapegrad's own arrays do. A modification after ``zero()`` (or after
         the record, without a ``zero()``) still makes ``backward`` raise."""
         self._sync_foreign(check=False, refresh=True)
+        self._check_direct(refresh=True)
         g = self.gradients
         # what decides the buffers, cheaply: no gradient set anywhere, no entry of the table
         # changed, no seed buffer added (struct fields can change unseen: then recomputed)
@@ -691,6 +753,7 @@ class Tape:
         self._shadows = tape_saves.Shadows()
         self._remapped = None
         self._foreign.clear()
+        self._direct.clear()
         self.scopes.clear()
 
     # ----------------------------------------------------------------------------- scopes
@@ -906,15 +969,17 @@ def _uses(accesses) -> dict:
     return uses
 
 
-def _refuse_dropped_gradients(rec, index) -> None:
-    """Raise when a differentiable launch is given directly a framework tensor that its framework
-    differentiates (torch's ``requires_grad``) and whose row has no gradient reader: the tape
-    would record it, and ``backward`` would leave that tensor's gradient out without a word.
+def _direct_tensors(rec, index) -> list:
+    """The framework tensors a launch record is given directly for array parameters, as
+    ``(argument index, tensor, row)``; refuses one its framework differentiates (torch's
+    ``requires_grad``) when the row has no gradient reader: the tape would record it, and
+    ``backward`` would leave that tensor's gradient out without a word.
 
     Raises:
         RuntimeError: naming the argument and the conversion that carries the gradient.
     """
     kernel = rec.kernel
+    out = []
     for i, v in enumerate((*rec.inputs, *rec.outputs)):
         if v.__class__ is array or v is None or v.__class__ in (int, float, bool):
             continue
@@ -922,14 +987,32 @@ def _refuse_dropped_gradients(rec, index) -> None:
         if not isinstance(t, ArrayType) or isinstance(v, array):
             continue
         row = tensortypes.tensor_type_for(type(v))
-        if row is None or row.grad is not None or row.requires_grad is None or not row.requires_grad(v):
+        if row is None:
             continue
-        fw = row.framework
-        raise RuntimeError(
-            f"Tape: {rec.label(index)} is given a {fw} tensor that requires a gradient directly as argument "
-            f"{i} ('{kernel.arg_names[i]}'), but a tensor passed directly carries no gradient, so backward would "
-            f"leave its gradient out: pass tg.from_{fw}(t) (the array shares the tensor's memory and its "
-            f"gradient), or a tensor that requires none (t.detach()) if no gradient is wanted")
+        if row.grad is None and row.requires_grad is not None and row.requires_grad(v):
+            fw = row.framework
+            raise RuntimeError(
+                f"Tape: {rec.label(index)} is given a {fw} tensor that requires a gradient directly as argument "
+                f"{i} ('{kernel.arg_names[i]}'), but a tensor passed directly carries no gradient, so backward "
+                f"would leave its gradient out: pass tg.from_{fw}(t) (the array shares the tensor's memory and "
+                f"its gradient), or a tensor that requires none (t.detach()) if no gradient is wanted")
+        out.append((i, v, row))
+    return out
+
+
+def _direct_span(row, t) -> tuple:
+    """``(device, first byte, end byte)`` of the memory a tensor passed directly spans."""
+    lay = row.layout(t)
+    lo = hi = int(row.data_ptr(t))
+    size = lay.scalar.size
+    for n, st in zip(lay.shape, lay.strides):
+        if n == 0:
+            return lay.device, lo, lo
+        if st < 0:
+            lo += (n - 1) * st * size
+        else:
+            hi += (n - 1) * st * size
+    return lay.device, lo, hi + size
 
 
 def _differentiable(rec) -> bool:

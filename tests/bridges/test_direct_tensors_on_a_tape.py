@@ -71,3 +71,64 @@ def test_a_paddle_tensor_with_stop_gradient_false_passed_directly_is_refused():
         tg.launch(scale, 3, inputs=[x, w], outputs=[y])
     with tg.Tape():
         tg.launch(scale, 3, inputs=[x, paddle.to_tensor(np.ones(3, np.float32))], outputs=[y])
+
+
+@tg.kernel
+def mix(x: tg.array(dtype=tg.float64), w: tg.array(dtype=tg.float64), y: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    y[i] = x[i] * w[i] + tg.exp(w[i] * x[i])
+
+
+@tg.kernel
+def clear(w: tg.array(dtype=tg.float64)):
+    i = tg.tid()
+    w[i] = 0.0
+
+
+def _mix_setup():
+    x = tg.array(np.array([0.5, 1.0]), dtype=tg.float64, requires_grad=True)
+    y = tg.zeros(2, dtype=tg.float64, requires_grad=True)
+    return x, y
+
+
+def test_a_tensor_passed_directly_keeps_exact_gradients_or_raises():
+    """The adjoint of a launch given a tensor directly reads the tensor at backward: a recorded
+    launch overwriting it, or an in-place change by torch, would give x.grad at the new values
+    without a word (the tape keeps no copy of a tensor passed directly): both raise. Unchanged,
+    the gradient is exact."""
+    torch = pytest.importorskip("torch")
+    xs, ws = np.array([0.5, 1.0]), np.array([2.0, 3.0])
+    exact = ws + ws * np.exp(ws * xs)
+
+    x, y = _mix_setup()
+    w = torch.tensor(ws)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(mix, 2, inputs=[x, w], outputs=[y])
+        with pytest.raises(RuntimeError, match=r"writes the torch tensor passed directly as argument 0 \('w'\) into "
+                                               r"memory that launch #0 of kernel '.*mix' read"):
+            tg.launch(clear, 2, inputs=[w])
+    assert w.tolist() == ws.tolist()                  # refused before it ran
+
+    x, y = _mix_setup()
+    tape = tg.Tape()
+    with tape:
+        tg.launch(mix, 2, inputs=[x, w], outputs=[y])
+    w.add_(1.0)
+    with pytest.raises(RuntimeError, match=r"torch tensor passed directly to launch #0 .* was modified in place"):
+        tape.backward(grads={y: tg.array(np.ones(2))})
+    w.sub_(1.0)
+    tape.zero()                                       # a new evaluation at the current values
+    tape.backward(grads={y: tg.array(np.ones(2))})
+    np.testing.assert_allclose(x.grad.numpy(), exact, rtol=1e-14)
+
+
+def test_a_tensor_passed_directly_written_over_an_array_an_adjoint_reads_raises():
+    torch = pytest.importorskip("torch")
+    x, y = _mix_setup()
+    t = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    w = tg.from_torch(t)                              # the same memory, as an array
+    with tg.Tape():
+        tg.launch(mix, 2, inputs=[x, w], outputs=[y])
+        with pytest.raises(RuntimeError, match=r"into memory of array 'w' that launch #0 .* read"):
+            tg.launch(clear, 2, inputs=[t])
