@@ -239,7 +239,7 @@ DIFFERS_SECTION = [
     "| `pnoise(state, p, ...)` with p below 0 | wraps the lattice with C's remainder | the floor modulo "
     "(periodic everywhere) | Warp's is not periodic across 0; the same values for p >= 0 |",
     "| `x // -1` and `x % -1` with x = INT_MIN (int32, int64) | the process dies (SIGFPE) | INT_MIN and 0 "
-    "(two's-complement wrap) | never crash; a division by zero gives 0 in both |",
+    "(two's-complement wrap) | never crash (an integer division by zero gives 0; Warp dies on it too) |",
     "",
     "Fixed by the audit (tapegrad used to differ, now gives Warp's value): `min`/`max`/`clamp` ignore a NaN",
     "operand (C's fmin/fmax; clamp(x, lo, hi) = fmin(fmax(lo, x), hi), so clamp(NaN, 0, 1) = 0 and",
@@ -254,6 +254,11 @@ DIFFERS_SECTION = [
     "Python scope: a builtin called with Python floats (`wp.sin(1.0)`) computes in float64 in tapegrad",
     "(0.8414709848078965) and in float32 in Warp (0.8414709568023682, `float` being float32); with",
     "float32 or float64 arguments both compute in that type.",
+    "",
+    "tapegrad raises where Warp silently gives another number: `wp.copy` between arrays of different",
+    "dtypes (Warp copies the bytes: float32 1.5 becomes int32 1069547520), `fill_`/`full` of an integer",
+    "array with an out-of-range integer (Warp wraps: 300 becomes 44 in uint8) and integer division by",
+    "zero or INT_MIN // -1 in kernels (Warp's CPU build dies with SIGFPE; tapegrad gives 0 and the wrap).",
     "",
     "Not differences: tapegrad accepts `x * 2` (an int literal with a float), which Warp refuses with",
     "\"Input types must be the same\"; `wp.select` (removed from Warp 1.19) is still there with Warp's old",
