@@ -222,3 +222,6 @@ CASES["random_samples"] = dict(kernel="random_samples", dim=512, args=[
 CASES["constants_use"] = dict(kernel="constants_use", dim=4, args=[
     In(np.array([1.0, 3.0, -7.0, 0.3], np.float32), "float32"), In(np.array([1.0, 3.0, -7.0, 0.3]), "float64"),
     Out(4, "float32"), Out(4, "float64"), Out(4, "int32"), Out(4, "vec3")])
+CASES["index_shapes_transposed"] = dict(kernel="index_shapes", dim=(4, 2, 3), args=[
+    View(np.arange(24, dtype=np.float32).reshape(3, 2, 4), "float32", lambda a: a.transpose((2, 1, 0))),
+    Out((4, 2, 3), "float32"), Out(4, "int32")])

@@ -565,3 +565,14 @@ def constants_use(x: wp.array(dtype=float), d: wp.array(dtype=wp.float64), o: wp
     od[i] = d[i] * wp.float64(0.1) + wp.float64(2.0)
     k[i] = ICONST // 2 + i * ICONST
     v[i] = VCONST * x[i]
+
+
+@wp.kernel
+def index_shapes(a: wp.array3d(dtype=float), o: wp.array3d(dtype=float), n: wp.array(dtype=wp.int32)):
+    i, j, k = wp.tid()
+    o[i, j, k] = a[i, j, k] + float(i * 100 + j * 10 + k)
+    if i == 0 and j == 0 and k == 0:
+        n[0] = len(a)
+        n[1] = a.shape[1]
+        n[2] = a.shape[2]
+        n[3] = 7
