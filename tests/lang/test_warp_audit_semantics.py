@@ -9,6 +9,7 @@ import pytest
 import tapegrad as tg
 
 NAN = float("nan")
+DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.cuda)]
 
 
 @tg.kernel
@@ -21,12 +22,14 @@ def minmax_k(a: tg.array(dtype=float), b: tg.array(dtype=float), mn: tg.array(dt
     cl2[i] = tg.clamp(0.5, a[i], b[i])
 
 
-def test_min_max_clamp_ignore_nan_as_fmin_fmax():
+@pytest.mark.parametrize("device", DEVICES)
+def test_min_max_clamp_ignore_nan_as_fmin_fmax(device):
     # was: NaN propagated (min(NaN, 1) = NaN); Warp documents C fmin/fmax semantics
     a = np.array([NAN, 1.0, NAN, 2.0, -np.inf, 0.5, -0.5, 2.0], np.float32)
     b = np.array([1.0, NAN, NAN, 1.0, np.inf, NAN, 3.0, 1.0], np.float32)
-    outs = [tg.zeros(len(a), dtype=float) for _ in range(4)]
-    tg.launch(minmax_k, dim=len(a), inputs=[tg.array(a), tg.array(b), *outs])
+    outs = [tg.zeros(len(a), dtype=float, device=device) for _ in range(4)]
+    tg.launch(minmax_k, dim=len(a), inputs=[tg.array(a, device=device), tg.array(b, device=device), *outs],
+              device=device)
     np.testing.assert_array_equal(outs[0].numpy(), np.fmin(a, b))
     np.testing.assert_array_equal(outs[1].numpy(), np.fmax(a, b))
     np.testing.assert_array_equal(outs[2].numpy(), np.fmin(np.fmax(np.float32(0), a), np.float32(1)))
@@ -72,10 +75,12 @@ def abs_k(x: tg.array(dtype=float), o: tg.array(dtype=float), x64: tg.array(dtyp
     o64[i] = tg.abs(x64[i])
 
 
-def test_abs_of_negative_zero_is_positive_zero():
+@pytest.mark.parametrize("device", DEVICES)
+def test_abs_of_negative_zero_is_positive_zero(device):
     x = np.array([-0.0, 0.0, -2.0, NAN], np.float32)
-    o, o64 = tg.zeros(4, dtype=float), tg.zeros(4, dtype=tg.float64)
-    tg.launch(abs_k, dim=4, inputs=[tg.array(x), o, tg.array(x.astype(np.float64)), o64])
+    o, o64 = tg.zeros(4, dtype=float, device=device), tg.zeros(4, dtype=tg.float64, device=device)
+    tg.launch(abs_k, dim=4, inputs=[tg.array(x, device=device), o, tg.array(x.astype(np.float64), device=device), o64],
+              device=device)
     for r in (o.numpy(), o64.numpy()):
         assert not np.signbit(r[0])          # was -0.0
         np.testing.assert_array_equal(r, np.abs(x))
@@ -177,14 +182,16 @@ def intdiv_k(a: tg.array(dtype=tg.int32), b: tg.array(dtype=tg.int32), q: tg.arr
     q64[i] = a64[i] // tg.int64(b[i])
 
 
-def test_int_min_divided_by_minus_one_wraps_instead_of_trapping():
+@pytest.mark.parametrize("device", DEVICES)
+def test_int_min_divided_by_minus_one_wraps_instead_of_trapping(device):
     # was SIGFPE: the whole process died (as it does in Warp's CPU build)
     a = np.array([-2**31, -2**31, -7, 7], np.int32)
     b = np.array([-1, 1, -1, -2], np.int32)
     a64 = np.array([-2**63, 5, -7, 7], np.int64)
-    q, r, d = (tg.zeros(4, dtype=tg.int32) for _ in range(3))
-    q64 = tg.zeros(4, dtype=tg.int64)
-    tg.launch(intdiv_k, dim=4, inputs=[tg.array(a), tg.array(b), q, r, d, tg.array(a64), q64])
+    q, r, d = (tg.zeros(4, dtype=tg.int32, device=device) for _ in range(3))
+    q64 = tg.zeros(4, dtype=tg.int64, device=device)
+    tg.launch(intdiv_k, dim=4, inputs=[tg.array(a, device=device), tg.array(b, device=device), q, r, d,
+                                       tg.array(a64, device=device), q64], device=device)
     np.testing.assert_array_equal(q.numpy(), [-2**31, -2**31, 7, -4])     # floor division, INT_MIN wraps
     np.testing.assert_array_equal(r.numpy(), [0, 0, 0, 1])               # C remainder, as Warp
     np.testing.assert_array_equal(d.numpy(), [-2**31, -2**31, 7, -3])
