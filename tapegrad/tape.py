@@ -307,6 +307,28 @@ class Tape:
             if (flags is None or (r is not None and (r.before or r.after))) and id(v) not in self._direct:
                 version = row.version(v) if row.version is not None else None
                 self._direct[id(v)] = (v, row, version, index, span)
+                # from here every record goes through record()'s checks of writes against these
+                # tensors' memory (the native record knows only arrays): reset() restores it
+                setattr(self, recording.PENDING_FIELD, None)
+
+    def _check_direct_writes(self, rec, index, uses) -> None:
+        """Refuse a record writing an array over memory that an earlier record read from a
+        framework tensor passed directly (the tape has no copy of it to save).
+
+        Raises:
+            RuntimeError: naming the array and the earlier record.
+        """
+        for u in uses.values():
+            if not u.writes:
+                continue
+            span = tape_saves.memory_range(u.array)
+            for _, prow, _, pindex, pspan in self._direct.values():
+                if tape_saves.overlaps(span, pspan):
+                    raise RuntimeError(
+                        f"Tape: {rec.label(index)} writes array '{u.name}' over memory that {self._label(pindex)} "
+                        f"read from a {prow.framework} tensor passed directly; the tape keeps no copy of a tensor "
+                        f"passed directly, so that adjoint would read the new values: pass "
+                        f"tg.from_{prow.framework}(t) to that launch instead (the tape then saves the values)")
 
     def _check_direct(self, refresh: bool = False) -> None:
         """Raise when a framework tensor passed directly to a differentiable record was modified
@@ -368,6 +390,8 @@ class Tape:
             accesses = rec.accesses()
             touched = [acc.array for acc in accesses if isinstance(acc.array, array)]
             uses = _uses(accesses)
+        if self._direct:
+            self._check_direct_writes(rec, index, uses)
         diff = _differentiable(rec)
         stream = getattr(rec, "stream", None)
         # the record's own reads count as live while its writes are checked (a launch reading
@@ -440,6 +464,8 @@ class Tape:
         This runs once per recorded launch, so it is written for speed: the kernel's reads come
         from a per-tape dict, memory roots are looked up only for views, and the gradient
         tracking of ``_track`` is inlined."""
+        if self._direct:
+            return False                       # record() checks writes against tensors passed directly
         kernel = rec.kernel
         plan = self._plans.get(kernel, _NO_PLAN)
         if plan is _NO_PLAN:
@@ -754,6 +780,7 @@ class Tape:
         self._remapped = None
         self._foreign.clear()
         self._direct.clear()
+        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots, self._pending_roots))
         self.scopes.clear()
 
     # ----------------------------------------------------------------------------- scopes

@@ -132,3 +132,28 @@ def test_a_tensor_passed_directly_written_over_an_array_an_adjoint_reads_raises(
         tg.launch(mix, 2, inputs=[x, w], outputs=[y])
         with pytest.raises(RuntimeError, match=r"into memory of array 'w' that launch #0 .* read"):
             tg.launch(clear, 2, inputs=[t])
+
+
+def test_an_array_written_over_a_tensor_an_earlier_record_read_directly_raises():
+    """The other direction: the tensor was passed directly to the reading launch, and a later
+    recorded launch writes an array over its memory (natively recorded launches included: a tape
+    holding such a tensor records through its checks until reset)."""
+    torch = pytest.importorskip("torch")
+    x, y = _mix_setup()
+    t = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    w = tg.from_torch(t)
+    other = tg.zeros(2, dtype=tg.float64)
+    tape = tg.Tape()
+    with tape:
+        tg.launch(mix, 2, inputs=[x, t], outputs=[y])
+        for _ in range(3):
+            tg.launch(clear, 2, inputs=[other])       # unrelated memory: recorded
+        with pytest.raises(RuntimeError, match=r"writes array 'w' over memory that launch #0 .* read from a torch "
+                                               r"tensor passed directly"):
+            tg.launch(clear, 2, inputs=[w])
+    assert t.tolist() == [2.0, 3.0]
+    assert len(tape.launches) == 4
+    tape.reset()
+    with tape:                                        # a fresh recording records natively again
+        tg.launch(clear, 2, inputs=[w])
+    assert len(tape.launches) == 1
