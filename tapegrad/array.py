@@ -167,7 +167,12 @@ class array:
         elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray) and not (
                 device is not None and hasattr(data, "__array_interface__") and get_device(device).is_cpu):
             # (an object with both interfaces asked for on the CPU is host data, as in Warp)
-            self._init_cai(data, dtype, shape, device)
+            recorded = _recorded_source(data, dtype, shape) if copy else None   # a CUDA array, as below
+            if recorded is not None:
+                self._init_alloc(recorded.dtype, recorded.shape,
+                                 recorded.device if device is None else device, pinned)
+            else:
+                self._init_cai(data, dtype, shape, device)
         else:
             recorded = _recorded_source(data, dtype, shape) if copy else None   # copy=False may alias
             if recorded is not None:
