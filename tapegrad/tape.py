@@ -292,14 +292,14 @@ class Tape:
                         f"('{rec.kernel.arg_names[i]}') into memory of array '{name}' that {self._label(pindex)} "
                         f"read; the tape cannot save values it overwrites through a tensor passed directly, so "
                         f"that adjoint would read the new values: pass tg.from_{row.framework}(t) instead")
-            for prev, prow, _, pindex, pspan in self._direct.values():
-                if tape_saves.overlaps(span, pspan):
-                    raise RuntimeError(
-                        f"Tape: {rec.label(index)} writes the {row.framework} tensor passed directly as argument {i} "
-                        f"('{rec.kernel.arg_names[i]}') into memory that {self._label(pindex)} read from a "
-                        f"{prow.framework} tensor passed directly; the tape keeps no copy of a tensor passed "
-                        f"directly, so that adjoint would read the new values: pass tg.from_{row.framework}(t) to "
-                        f"both launches (the tape then saves the overwritten values)")
+            reader = self._direct_reader(span)
+            if reader is not None:
+                raise RuntimeError(
+                    f"Tape: {rec.label(index)} writes the {row.framework} tensor passed directly as argument {i} "
+                    f"('{rec.kernel.arg_names[i]}') into memory that {self._label(reader[0])} read from a "
+                    f"{reader[1].framework} tensor passed directly; the tape keeps no copy of a tensor passed "
+                    f"directly, so that adjoint would read the new values: pass tg.from_{row.framework}(t) to "
+                    f"both launches (the tape then saves the overwritten values)")
         if not _differentiable(rec):
             return
         for i, v, row, span in spans:
@@ -321,14 +321,21 @@ class Tape:
         for u in uses.values():
             if not u.writes:
                 continue
-            span = tape_saves.memory_range(u.array)
-            for _, prow, _, pindex, pspan in self._direct.values():
-                if tape_saves.overlaps(span, pspan):
-                    raise RuntimeError(
-                        f"Tape: {rec.label(index)} writes array '{u.name}' over memory that {self._label(pindex)} "
-                        f"read from a {prow.framework} tensor passed directly; the tape keeps no copy of a tensor "
-                        f"passed directly, so that adjoint would read the new values: pass "
-                        f"tg.from_{prow.framework}(t) to that launch instead (the tape then saves the values)")
+            reader = self._direct_reader(tape_saves.memory_range(u.array))
+            if reader is not None:
+                raise RuntimeError(
+                    f"Tape: {rec.label(index)} writes array '{u.name}' over memory that {self._label(reader[0])} "
+                    f"read from a {reader[1].framework} tensor passed directly; the tape keeps no copy of a tensor "
+                    f"passed directly, so that adjoint would read the new values: pass "
+                    f"tg.from_{reader[1].framework}(t) to that launch instead (the tape then saves the values)")
+
+    def _direct_reader(self, span):
+        """``(record index, row)`` of a tensor passed directly to an earlier differentiable
+        record whose memory overlaps ``span`` (a ``memory_range``), or None."""
+        for _, prow, _, pindex, pspan in self._direct.values():
+            if tape_saves.overlaps(span, pspan):
+                return pindex, prow
+        return None
 
     def _check_direct(self, refresh: bool = False) -> None:
         """Raise when a framework tensor passed directly to a differentiable record was modified
