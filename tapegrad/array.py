@@ -164,24 +164,16 @@ class array:
             self._init_annotation(dtype, ndim, device)
         elif data is None:
             self._init_alloc(dtype, shape, device, pinned)
+        elif copy and (recorded := _recorded_source(data, dtype, shape)) is not None:   # copy=False may alias
+            # a copy of an array (host or CUDA) with a gradient while a tape records: a recorded
+            # tg.copy once the new array has its gradient (an unrecorded copy cut the gradient: 0)
+            self._init_alloc(recorded.dtype, recorded.shape, recorded.device if device is None else device, pinned)
         elif hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray) and not (
                 device is not None and hasattr(data, "__array_interface__") and get_device(device).is_cpu):
             # (an object with both interfaces asked for on the CPU is host data, as in Warp)
-            recorded = _recorded_source(data, dtype, shape) if copy else None   # a CUDA array, as below
-            if recorded is not None:
-                self._init_alloc(recorded.dtype, recorded.shape,
-                                 recorded.device if device is None else device, pinned)
-            else:
-                self._init_cai(data, dtype, shape, device)
+            self._init_cai(data, dtype, shape, device)
         else:
-            recorded = _recorded_source(data, dtype, shape) if copy else None   # copy=False may alias
-            if recorded is not None:
-                # a copy of an array with a gradient while a tape records: a recorded tg.copy
-                # once the new array has its gradient (an unrecorded copy cut the gradient: 0)
-                self._init_alloc(recorded.dtype, recorded.shape,
-                                 recorded.device if device is None else device, pinned)
-            else:
-                self._init_host(data, dtype, shape, device, copy, pinned)
+            self._init_host(data, dtype, shape, device, copy, pinned)
         if grad is not None:
             self.grad = grad
         elif requires_grad:
