@@ -625,7 +625,16 @@ def serial_first(region: list, indent: str, omp_min: str = "TG_OMP_MIN") -> list
 def serial_only(region: list) -> list:
     """``region`` (an OpenMP parallel region's lines) without its OpenMP lines: the same loop
     on the calling thread, in grid order (a ``serial`` build, ``Variant``)."""
-    return [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line]
+    return [line for line in region if "#pragma omp" not in line and "tg_chunk =" not in line and "tg_fp" not in line]
+
+
+def omp_team(clauses: str, body: list, indent: str = "    ") -> list:
+    """An OpenMP parallel region (``#pragma omp parallel <clauses>``) running ``body``, whose
+    threads each run under the launching thread's floating-point mode (``tg::fp_scope_t``:
+    the pool's threads are shared with other libraries, which may leave flush-to-zero set on
+    them) and get their own back at its end."""
+    return [f"{indent}const tg::fp_mode_t tg_fp = tg::fp_mode();", f"{indent}#pragma omp parallel {clauses}",
+            f"{indent}{{", f"{indent}    const tg::fp_scope_t tg_fp_scope(tg_fp);", *body, f"{indent}}}"]
 
 
 def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None, serial=False) -> tuple:
@@ -660,12 +669,11 @@ def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None, serial=False) -> tup
         return [], [f"    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
                     f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});"]
     arrays = [i for i, p in enumerate(fn.params) if is_array(p.type)]
-    generic = [f"    #pragma omp parallel if (tg_bounds.size >= {omp_min})", "    {",
-               f"        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size, {g});",
-               "        #pragma omp for schedule(dynamic, tg_chunk)",
-               f"        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
-               f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});",
-               "    }"]
+    generic = omp_team(f"if (tg_bounds.size >= {omp_min})", [
+        f"        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size, {g});",
+        "        #pragma omp for schedule(dynamic, tg_chunk)",
+        f"        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) "
+        f"{sym}_fwd({', '.join(['tg_bounds', 'tg_t'] + [f'a{i}' for i in range(n)])});"])
     generic = serial_first(generic, "    ", omp_min)
     if not arrays:
         return [], generic
@@ -697,13 +705,14 @@ def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None, serial=False) -> tup
             f"        tg::omp_plan_t tg_plan(tg_n, {g});",
             "        if (tg_plan.blocks == 1) {   // one thread (OMP_NUM_THREADS=1, or one chunk): no region",
             f"            {sym}_dense(tg_bounds, 0, tg_n, {args});", "            return;", "        }",
-            "        #pragma omp parallel num_threads(tg_plan.blocks)", "        {",
-            "            tg::omp_walk_t tg_walk(tg_plan);",
-            "            for (int64_t tg_c = tg_walk.next(); tg_c >= 0; tg_c = tg_walk.next()) {",
-            f"                const {ti} tg_lo = {ti}(tg_c * tg_plan.chunk);",
-            f"                const {ti} tg_hi = tg_n - tg_lo < tg_plan.chunk ? tg_n : {ti}(tg_lo + tg_plan.chunk);",
-            f"                {sym}_dense(tg_bounds, tg_lo, tg_hi, {args});",
-            "            }", "        }", "        return;", "    }"]
+            *omp_team("num_threads(tg_plan.blocks)", [
+                "            tg::omp_walk_t tg_walk(tg_plan);",
+                "            for (int64_t tg_c = tg_walk.next(); tg_c >= 0; tg_c = tg_walk.next()) {",
+                f"                const {ti} tg_lo = {ti}(tg_c * tg_plan.chunk);",
+                f"                const {ti} tg_hi = tg_n - tg_lo < tg_plan.chunk ? tg_n : {ti}(tg_lo + tg_plan.chunk);",
+                f"                {sym}_dense(tg_bounds, tg_lo, tg_hi, {args});",
+                "            }"], "        "),
+            "        return;", "    }"]
     return helper, fast + generic
 
 
@@ -787,13 +796,13 @@ def emit_kernel(fn, sym, enable_backward, variant=DEFAULT, sites=None, external=
                 posts.append(f"tg::accum(g{i}_acc, g{i});")
                 flushes.append(f"        if (g{i}_out && tg::nonzero(g{i}_acc)) tg::atomic_add_(g{i}_out, g{i}_acc);")
         gcall = ", ".join(["tg_bounds", "tg_t"] + names + [f"g{i}" for i in range(n)])
-        region = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {", *acc_decls,
-                  "        #pragma omp for schedule(static)",
-                  "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {",
-                  "            " + " ".join(body_decls),
-                  f"            {sym}_adj({gcall});",
-                  "            " + " ".join(posts),
-                  "        }", *flushes, "    }"]
+        region = omp_team("if (tg_bounds.size >= TG_OMP_MIN)", [
+            *acc_decls, "        #pragma omp for schedule(static)",
+            "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {",
+            "            " + " ".join(body_decls),
+            f"            {sym}_adj({gcall});",
+            "            " + " ".join(posts),
+            "        }", *flushes])
         cpu += (serial_only(region) if variant.serial else serial_first(region, "    ")) + ["}"]
     # CUDA
     kparams = ", ".join(["tg::launch_t tg_bounds"] + [f"{t} a{i}" for i, t in enumerate(ts)])

@@ -335,16 +335,15 @@ def _entry(fn, sym, second_order, cuda, serial=False) -> list:
     # serial: a deterministic kernel's build runs the grid on the calling thread, in order
     run = emit.serial_only if serial else (lambda region: emit.serial_first(region, "    "))
     if second_order:   # as the adjoint's entry
-        lines += run(["    #pragma omp parallel for schedule(static) if (tg_bounds.size >= TG_OMP_MIN)",
-                      "    for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"        {inner}",
-                      "    }"]) + ["}"]
+        lines += run(emit.omp_team("if (tg_bounds.size >= TG_OMP_MIN)", [
+            "        #pragma omp for schedule(static)",
+            "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }"])) + ["}"]
         return lines
     # as the forward's entry: dynamic chunks, so a thread whose core is shared hands work over
-    region = ["    #pragma omp parallel if (tg_bounds.size >= TG_OMP_MIN)", "    {",
-              "        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size);",
-              "        #pragma omp for schedule(dynamic, tg_chunk)",
-              "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }",
-              "    }"]
+    region = emit.omp_team("if (tg_bounds.size >= TG_OMP_MIN)", [
+        "        const int64_t tg_chunk = tg::omp_chunk(tg_bounds.size);",
+        "        #pragma omp for schedule(dynamic, tg_chunk)",
+        "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }"])
     lines += run(region) + ["}"]
     return lines
 

@@ -155,6 +155,35 @@ TG_FUNC void accum(bool&, const bool&) {}
 typedef ::tg_bounds_t launch_t;
 
 #ifndef TG_CUDA
+// The calling thread's floating-point mode (x86: MXCSR, with its flush-to-zero, denormals-are-
+// zero and rounding bits; AArch64: FPCR). An OpenMP team's threads are the process's pool,
+// shared with every library linked to the same libgomp (torch's CPU ops run on it): one that
+// leaves flush-to-zero set on a pool thread would make a launch's subnormal results depend on
+// which thread ran a chunk (0 in some rows only, seen in CI). Each team thread runs its chunks
+// under the launching thread's mode (fp_scope_t, at the top of every region) and gets its own
+// mode back at the region's end, so a launch computes as it would on the calling thread alone.
+#if defined(__x86_64__) || defined(__i386__)
+typedef unsigned fp_mode_t;
+inline fp_mode_t fp_mode() { return __builtin_ia32_stmxcsr(); }
+inline void set_fp_mode(fp_mode_t m) { __builtin_ia32_ldmxcsr(m); }
+#elif defined(__aarch64__)
+typedef uint64_t fp_mode_t;
+inline fp_mode_t fp_mode() { uint64_t m; __asm__ __volatile__("mrs %0, fpcr" : "=r"(m)); return m; }
+inline void set_fp_mode(fp_mode_t m) { __asm__ __volatile__("msr fpcr, %0" : : "r"(m)); }
+#else
+typedef int fp_mode_t;   // no known mode register: nothing to carry over
+inline fp_mode_t fp_mode() { return 0; }
+inline void set_fp_mode(fp_mode_t) {}
+#endif
+
+struct fp_scope_t {
+    fp_mode_t own;
+    explicit fp_scope_t(fp_mode_t caller) : own(fp_mode()) { if (own != caller) set_fp_mode(caller); }
+    ~fp_scope_t() { if (fp_mode() != own) set_fp_mode(own); }
+    fp_scope_t(const fp_scope_t&) = delete;
+    fp_scope_t& operator=(const fp_scope_t&) = delete;
+};
+
 // OpenMP chunk for a grid of n threads, inside a parallel region: about 32 chunks per thread,
 // so a thread whose core is shared with another process hands its work to the others, and at
 // least `grain` grid threads (the kernel's cpu_grain: a chunk's work outweighs taking it).
