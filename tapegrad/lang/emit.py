@@ -709,7 +709,8 @@ def _cpu_forward_loops(fn, sym, ts, wide=False, grain=None, serial=False) -> tup
                 "            tg::omp_walk_t tg_walk(tg_plan);",
                 "            for (int64_t tg_c = tg_walk.next(); tg_c >= 0; tg_c = tg_walk.next()) {",
                 f"                const {ti} tg_lo = {ti}(tg_c * tg_plan.chunk);",
-                f"                const {ti} tg_hi = tg_n - tg_lo < tg_plan.chunk ? tg_n : {ti}(tg_lo + tg_plan.chunk);",
+                f"                const {ti} tg_hi = "
+                f"tg_n - tg_lo < tg_plan.chunk ? tg_n : {ti}(tg_lo + tg_plan.chunk);",
                 f"                {sym}_dense(tg_bounds, tg_lo, tg_hi, {args});",
                 "            }"], "        "),
             "        return;", "    }"]

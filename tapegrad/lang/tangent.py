@@ -337,7 +337,8 @@ def _entry(fn, sym, second_order, cuda, serial=False) -> list:
     if second_order:   # as the adjoint's entry
         lines += run(emit.omp_team("if (tg_bounds.size >= TG_OMP_MIN)", [
             "        #pragma omp for schedule(static)",
-            "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}", "        }"])) + ["}"]
+            "        for (int64_t tg_t = 0; tg_t < tg_bounds.size; ++tg_t) {", f"            {inner}",
+            "        }"])) + ["}"]
         return lines
     # as the forward's entry: dynamic chunks, so a thread whose core is shared hands work over
     region = emit.omp_team("if (tg_bounds.size >= TG_OMP_MIN)", [
