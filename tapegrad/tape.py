@@ -111,7 +111,7 @@ class Tape:
         self._live_roots: dict = {}    # id(allocation's root array) -> keys of _live over that memory
         # id(memory root) -> True of the reads the pending records' adjoints need (made live by _drain)
         self._pending_roots: dict = {}
-        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots, self._pending_roots))
+        setattr(self, recording.PENDING_FIELD, self._native_state())
         self._saves: dict = {}         # record index -> [SavedValues] taken just before it ran
         self._shadows = tape_saves.Shadows()   # backward's private copies of the memory saves came from
         self._arena = tape_saves.SaveArena()   # where the saved copies are carved from
@@ -216,6 +216,13 @@ class Tape:
             records.append(LaunchRecord(kernel, dim, inputs, outputs, device, stream, block_dim, max_blocks))
         if not self._pending:    # (a launch recorded meanwhile keeps every mark: conservative)
             self._pending_roots.clear()
+
+    def _native_state(self) -> tuple:
+        """What the native helper records the common launches into (``recording.PENDING_FIELD``):
+        the pending list, the live memory roots, the pending roots, and the saver of in-place
+        steps (a module function called with the tape: a bound method here would be a reference
+        cycle, keeping a dropped tape's saved copies until the cycle collector runs)."""
+        return self._pending, self._live_roots, self._pending_roots, _save_in_place
 
     def _kernel_plan(self, kernel):
         """``_plans[kernel]``: its array parameters' ``(index, before, after, writes, name)`` from
@@ -787,7 +794,7 @@ class Tape:
         self._remapped = None
         self._foreign.clear()
         self._direct.clear()
-        setattr(self, recording.PENDING_FIELD, (self._pending, self._live_roots, self._pending_roots))
+        setattr(self, recording.PENDING_FIELD, self._native_state())
         self.scopes.clear()
 
     # ----------------------------------------------------------------------------- scopes
@@ -928,6 +935,20 @@ def _replay_callback(rec, plan, remapped):
     finally:
         for a, buf in reversed(finals):
             tape_saves.restore(a, buf)
+
+
+def _save_in_place(tape, own, stream):
+    """The native record's in-place step (``tapegrad.launch.fastlaunch``): copy the current values
+    of ``own`` (arrays the launch reads and then overwrites, over memory no record needs) before
+    it runs, as ``Tape._record_plain_launch`` does for the launch it records next; None, having
+    changed nothing, when the tape does not save (the recorder then warns)."""
+    if not tape.save_overwritten:
+        return None
+    saves = [tape_saves.SavedValues(a, tape._arena.snapshot(a, stream), True, stream) for a in own]
+    # the index the pending record gets (Tape._drain appends the pending ones in order)
+    tape._saves[len(tape._records) + len(tape._pending)] = saves
+    tape._shadows.add(saves)
+    return True
 
 
 def _caller_level() -> int:

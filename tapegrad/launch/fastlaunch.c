@@ -1673,12 +1673,16 @@ static int pack_adjoint(call_t *c) {
 /* The common recorded launch, as Tape._record_plain_launch takes it, recorded here without a
    Python call: a different plain tapegrad array (no framework link) per array parameter of a
    kernel without struct parameters, nothing written that a differentiable record still needs
-   (the tape's live roots), no in-place step (the tape saves those: the recorder). The tape
-   field (hooks.tape_field) holds (pending list, live roots dict, pending roots dict): the
-   record's values are appended to the list as one tuple (record_tuple), which the tape turns
-   into a LaunchRecord when next read (Tape._drain, which also makes the reads live), and the
-   memory root of each array whose values its adjoint reads is marked pending at once, so the
-   next launch's check sees it. */
+   (the tape's live roots). The tape field (hooks.tape_field) holds (pending list, live roots
+   dict, pending roots dict, saver): the record's values are appended to the list as one tuple
+   (record_tuple), which the tape turns into a LaunchRecord when next read (Tape._drain, which
+   also makes the reads live), and the memory root of each array whose values its adjoint reads
+   is marked pending at once, so the next launch's check sees it. An in-place step (an array
+   the differentiable launch reads and then overwrites, over memory no record needs) is recorded
+   here too: saver(tape, arrays, stream) copies the arrays' current values into the tape's
+   arena before the launch and returns True (None: the tape does not save, the recorder words
+   the warning), so the common loop of in-place steps makes no LaunchRecord and walks no
+   record() path per step. */
 #define R_ARRAY 1
 #define R_BEFORE 2
 #define R_AFTER 4
@@ -1767,15 +1771,17 @@ static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
 
 /* Tape._record_plain_launch's checks: 1 when the launch is one recorded here (nothing changed
    yet), 0 for the recorder; each array's memory root filled in */
-static int record_checks(PyObject *live, PyObject *roots, rec_arg_t *ra, int na, int diff) {
+static int record_checks(PyObject *live, PyObject *roots, rec_arg_t *ra, int na, int diff, int *nown) {
     uintptr_t written[MAXP];
     int nw = 0;
+    *nown = 0;
     for (int k = 0; k < na; k++) {
         ra[k].root = memory_root(ra[k].a);
         if (!ra[k].root) return 0;
         int r = ra[k].rec;
         if (!(r & R_WRITES)) continue;
-        if (diff && (r & (R_AFTER | R_BEFORE))) return 0;   /* reads back, or in place: saves */
+        if (diff && (r & R_AFTER)) return 0;                /* reads back what it wrote: the recorder warns */
+        if (diff && (r & R_BEFORE)) (*nown)++;               /* in place: its old values are saved */
         for (int j = 0; j < nw; j++)
             if (written[j] == ra[k].root) return 0;         /* two views of one allocation written */
         written[nw++] = ra[k].root;
@@ -1818,26 +1824,49 @@ static void record_live(PyObject *roots, const rec_arg_t *ra, int na) {
     }
 }
 
-/* 1: recorded here; 0: the recorder (hooks.record) records it */
+/* the in-place step's saves: saver(tape, (arrays...), stream) for the ``nown`` arrays the
+   launch reads and then overwrites; 1 when the tape saved them, 0 for the recorder */
+static int record_saves(call_t *c, PyObject *saver, const rec_arg_t *ra, int na, int nown) {
+    if (saver == api.none) return 0;
+    PyObject *own = api.tuple_new(nown);
+    if (!own) { api.err_clear(); return 0; }
+    for (int k = 0, j = 0; k < na; k++) {
+        if ((ra[k].rec & (R_WRITES | R_BEFORE)) != (R_WRITES | R_BEFORE)) continue;
+        api.incref(ra[k].a);
+        api.tuple_setitem(own, j++, ra[k].a);
+    }
+    PyObject *sargs[3] = {c->tape, own, c->stream};
+    PyObject *r = api.vectorcall(saver, sargs, 3, NULL);
+    api.decref(own);
+    if (!r) { api.err_clear(); return 0; }
+    api.decref(r);
+    return r == api.true_;
+}
+
+/* 2: recorded here, with an in-place step's saves (Python ran copies); 1: recorded here; 0: the
+   recorder (hooks.record) records it */
 static int native_record(call_t *c) {
     if (!S_TAPE_FIELD || !record_plan(c)) return 0;
     PyObject *st = attr(c->tape, S_TAPE_FIELD);
     if (!st) return 0;
     keep(&c->refs, st);
-    if (TYPE(st) != api.t_tuple || api.tuple_size(st) != 3) return 0;
+    if (TYPE(st) != api.t_tuple || api.tuple_size(st) != 4) return 0;
     PyObject *pending = api.tuple_getitem(st, 0), *live = api.tuple_getitem(st, 1), *roots = api.tuple_getitem(st, 2);
-    if (!pending || !live || !roots || TYPE(pending) != api.t_list || TYPE(live) != api.t_dict ||
+    PyObject *saver = api.tuple_getitem(st, 3);
+    if (!pending || !live || !roots || !saver || TYPE(pending) != api.t_list || TYPE(live) != api.t_dict ||
         TYPE(roots) != api.t_dict) { api.err_clear(); return 0; }
     rec_arg_t ra[MAXP];
-    int na = 0, diff = record_arrays(c, ra, &na);
-    if (diff < 0 || !record_checks(live, roots, ra, na, diff)) return 0;
+    int na = 0, nown = 0, diff = record_arrays(c, ra, &na);
+    if (diff < 0 || !record_checks(live, roots, ra, na, diff, &nown)) return 0;
     PyObject *rec = record_tuple(c, diff);
     if (!rec) return 0;
+    /* the saves first: a tape that does not save leaves the launch to the recorder unrecorded */
+    if (nown && !record_saves(c, saver, ra, na, nown)) { api.decref(rec); return 0; }
     int ok = api.list_append(pending, rec);
     api.decref(rec);
     if (ok < 0) { api.err_clear(); return 0; }
     if (diff) record_live(roots, ra, na);
-    return 1;
+    return nown ? 2 : 1;
 }
 
 /* Under a recording tape: the record, before the launch (the tape saves what the launch
@@ -1846,12 +1875,16 @@ static int native_record(call_t *c) {
    neither path (the Python path raises it). */
 static int record_call(call_t *c, void **prev_ctx, int *restore_ctx) {
     *restore_ctx = 0;
-    if (!c->record || native_record(c)) return 1;
-    PyObject *rargs[8] = {c->kernel, c->dim, c->inputs, c->outputs, c->dev, c->stream, c->block_dim,
-                          c->max_blocks};
-    PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
-    if (!r) { api.err_clear(); return 0; }
-    api.decref(r);
+    if (!c->record) return 1;
+    int native = native_record(c);
+    if (native == 1) return 1;
+    if (native == 0) {
+        PyObject *rargs[8] = {c->kernel, c->dim, c->inputs, c->outputs, c->dev, c->stream, c->block_dim,
+                              c->max_blocks};
+        PyObject *r = api.vectorcall(RECORDER, rargs, 8, NULL);
+        if (!r) { api.err_clear(); return 0; }
+        api.decref(r);
+    }
     if (c->e->cuda) {
         /* the tape's copies may have switched the thread's context: launch in the entry's */
         void *now = NULL;

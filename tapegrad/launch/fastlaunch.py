@@ -15,12 +15,14 @@ one adjoint argument per parameter, as ``launch`` builds them: an array's ``.gra
 descriptor where there is none, a zeroed slot for a scalar, vector, matrix or struct.
 
 Under a recording tape it packs the arguments and records the common launch itself (a plain
-array per array parameter, nothing overwritten that the tape still needs, no in-place step:
+array per array parameter, nothing overwritten that the tape still needs:
 ``Tape._record_plain_launch``'s checks, in C): it appends the record's values to the tape's
 pending list and the arrays the adjoint reads to its live memory roots
-(``recording.PENDING_FIELD``); the tape makes the ``LaunchRecord`` when next read. Any other
-launch calls back into Python to record it (``Tape.record``, which saves what the launch
-overwrites). Then it launches.
+(``recording.PENDING_FIELD``); the tape makes the ``LaunchRecord`` when next read. An in-place
+step (an array read and then overwritten, over memory no record needs) is recorded so too,
+after one call to the tape's saver, which copies the array's current values into the tape's
+arena. Any other launch calls back into Python to record it (``Tape.record``, which saves what
+the launch overwrites). Then it launches.
 
 Whatever it does not take (an open CPU capture, debug builds, a wrong dtype
 or count, a read-only array written, a scalar out of range, an unknown object, a kernel
@@ -196,8 +198,10 @@ class NativeHooks:
             records a launch from itself (1 an array, 2 read before a write, 4 read after one,
             8 written), asked once per kernel (None: always through ``record``).
         tape_field: the recording tape's attribute (``recording.PENDING_FIELD``) holding its
-            pending records and live memory roots; the common launch is recorded there
-            without a Python call (None: always through ``record``).
+            pending records, live memory roots, pending roots and in-place saver
+            (``saver(tape, arrays, stream)``: True once it saved them, None when the tape does
+            not save); the common launch is recorded there without a Python call, an in-place
+            step with one call to the saver (None: always through ``record``).
         device_stream_field: the ``Device`` field ``Device.stream`` returns whenever it is set
             (``Device.STREAM_FIELD``): a CUDA launch reads it without the property call (None:
             the property).

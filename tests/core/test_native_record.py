@@ -171,6 +171,69 @@ def test_a_chain_is_recorded_natively_and_backward_is_exact(warmed):
     np.testing.assert_allclose(x.grad.numpy(), 2 * yv * 2 * x0, rtol=1e-13)
 
 
+@tg.kernel
+def k_drift(x: tg.array(dtype=tg.float64), v: tg.array(dtype=tg.float64), dt: tg.float64):
+    i = tg.tid()
+    x[i] = x[i] + dt * v[i] * x[i]
+
+
+def test_in_place_steps_are_recorded_natively_with_their_saves(warmed):
+    """A loop of in-place steps: recorded without Tape.record, each step's old x saved before
+    it ran (issue 30: the in-place record's cost), and both gradients are the closed form's;
+    with saving off the recorder takes the steps (it warns that d/dv may be wrong)."""
+    device = warmed
+    x0, v0, dt, steps = np.linspace(0.5, 1.5, N), np.linspace(-1.0, 1.0, N), 0.01, 20
+    w = tg.zeros(N, dtype=tg.float64, device=device)
+    for _ in range(2):      # a kernel's first launch is a Python one
+        tg.launch(k_drift, N, inputs=[w, w, dt], device=device)
+    for save in (True, False):
+        x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
+        v = tg.array(v0, dtype=tg.float64, device=device, requires_grad=True)
+        tape = tg.Tape(save_overwritten=save)
+        calls = []
+        record = tape.record
+        tape.record = lambda rec: calls.append(rec) or record(rec)
+        with tape, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", tg.TapeWarning)
+            for _ in range(steps):
+                tg.launch(k_drift, N, inputs=[x, v, dt], device=device)
+        if not save:
+            assert len(calls) == steps and tape._saves == {}
+            assert any(issubclass(w.category, tg.TapeWarning) for w in caught)
+            continue
+        assert not caught
+        if fastlaunch.error() is None:
+            assert calls == [] and len(tape._pending) == steps           # recorded natively
+        assert sorted(tape._saves) == list(range(steps))                 # one save per step, by index
+        assert len(tape.launches) == steps and tape._pending == []
+        tape.backward(grads={x: tg.full(N, 1.0, dtype=tg.float64, device=device)})
+        np.testing.assert_allclose(x.grad.numpy(), (1 + dt * v0) ** steps, rtol=1e-13)
+        np.testing.assert_allclose(v.grad.numpy(), x0 * steps * dt * (1 + dt * v0) ** (steps - 1), rtol=1e-13)
+
+
+def test_a_dropped_tape_with_saves_is_freed_at_once(warmed):
+    """The native state holds the saver as a module function, not a bound method: a tape that
+    saved in-place steps is freed when its last reference goes (its arena with it), not when
+    the cycle collector next runs."""
+    import gc
+    import weakref
+    device = warmed
+    x = tg.array(np.ones(N), dtype=tg.float64, device=device, requires_grad=True)
+    v = tg.array(np.ones(N), dtype=tg.float64, device=device, requires_grad=True)
+    gc.disable()
+    try:
+        tape = tg.Tape()
+        with tape:
+            for _ in range(3):
+                tg.launch(k_drift, N, inputs=[x, v, 0.01], device=device)
+        assert tape._saves
+        ref = weakref.ref(tape)
+        del tape
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_the_inputs_list_changed_after_the_launch_leaves_the_record(warmed):
     """The record holds the arguments as launched (tuples), not the caller's lists."""
     device = warmed
