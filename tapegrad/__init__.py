@@ -54,6 +54,7 @@ from .errors import (  # noqa: F401
     GradLayoutError,
     KernelError,
     KernelIndexError,
+    KernelRuntimeError,
     LaunchArgumentError,
     LaunchConversionError,
     NotDifferentiableError,

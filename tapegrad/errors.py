@@ -11,8 +11,8 @@ from __future__ import annotations
 __all__ = ["KernelError", "IRCheckError", "CompileError", "CacheDirError", "CacheWarning", "TapeWarning",
            "TapeCompileWarning", "GradcheckError", "DLPackStreamError", "DLPackDtypeError", "ConsumedCapsuleError",
            "BridgeTypeError", "GradLayoutError", "ArgnamesError", "NotDifferentiableError", "ArgumentCountError",
-           "KernelIndexError", "WarpCodegenError", "WarpCodegenTypeError", "WarpCodegenAttributeError",
-           "WarpCodegenValueError", "WarpCodegenIndexError", "WarpCodegenKeyError"]
+           "KernelIndexError", "KernelRuntimeError", "WarpCodegenError", "WarpCodegenTypeError",
+           "WarpCodegenAttributeError", "WarpCodegenValueError", "WarpCodegenIndexError", "WarpCodegenKeyError"]
 
 
 # ------------------------------------------------------------------------- kernels and builds
@@ -98,6 +98,24 @@ class KernelIndexError(IndexError):
         super().__init__(message)
         self.kernel, self.function, self.array = kernel, function, array
         self.index, self.shape, self.location, self.access, self.count = index, shape, location, access, count
+
+
+class KernelRuntimeError(RuntimeError, ValueError):
+    """A CPU kernel launch met a bad value at run time that it cannot compute with: a slice
+    ``a[i:j:s]`` whose step ``s`` was 0 (Python's ``ValueError: slice step cannot be zero``).
+
+    Raised after the launch, which ran to its end: each such slice was an empty view. A
+    ``RuntimeError`` (the launch failed) that is also a ``ValueError`` (what Python raises for
+    ``a[::0]``). On CUDA the kernel traps instead (the CUDA context is lost, as in Warp).
+
+    Attributes:
+        kernel: the kernel's key. location: the Python ``file:line`` of the slice ("" when
+            unknown). phase: "forward", "backward", "tangent" or "tangent of the adjoint".
+    """
+
+    def __init__(self, message, kernel="", location="", phase=""):
+        super().__init__(message)
+        self.kernel, self.location, self.phase = kernel, location, phase
 
 
 class TapeCompileWarning(UserWarning):

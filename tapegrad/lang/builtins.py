@@ -715,12 +715,17 @@ def op_view(arr_t, pattern) -> Op:
                     k += 1
                 else:
                     parts.append(default)
+            line = ""
             if has_step:
                 parts.append(a[k])
                 k += 1
+                # a step that may be 0 at run time: the CPU build records the C++ line, which the
+                # host maps to the Python line (modules.ErrorSlot); the text stays line-free, so
+                # a kernel's hash does not move with it
+                line = ", __LINE__"
             else:
                 parts.append("1")
-            expr = f"tg::view_slice({expr}, {d}, {', '.join(parts)}, {given})"
+            expr = f"tg::view_slice({expr}, {d}, {', '.join(parts)}, {given}{line})"
             d += 1
         return expr
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 
 from ..abi import DebugSlot, entry_name
-from ..errors import KernelIndexError
+from ..errors import KernelIndexError, KernelRuntimeError
 
 __all__ = ["DebugSlot", "CheckedModule"]
 
@@ -60,8 +60,14 @@ class CheckedModule:
 
         Raises:
             KernelIndexError: the launch indexed an array out of range.
+            KernelRuntimeError: the launch met a zero slice step (CPU); the out-of-range accesses
+                of the empty slice it made are not reported (the step is the cause).
         """
-        self.inner.launch(bounds, argv, adjoint, stream, block_dim, max_blocks)
+        try:
+            self.inner.launch(bounds, argv, adjoint, stream, block_dim, max_blocks)
+        except KernelRuntimeError:
+            self._clear()
+            raise
         self.check_errors(stream, adjoint)
 
     def check_errors(self, stream=0, adjoint=False) -> None:

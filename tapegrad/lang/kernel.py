@@ -822,7 +822,8 @@ def load_kernels(kernels, device, variant=emit.DEFAULT):
         with buildlog.module_load(name, device, kernels):   # one 'tapegrad' log line: compiled or cached
             # verified; a damaged cache entry is rebuilt
             lib = build.load_cpu(source, name, kernels, include_dirs=inputs.cpu_include_dirs)
-        mods = [modules.CpuModule(lib, k) for k in kernels]
+        lines = modules.slice_lines(source)   # where a zero slice step is, for its error
+        mods = [modules.CpuModule(lib, k, lines) for k in kernels]
         if sites is not None:
             mods = [debug.CheckedModule(m, k, device, tuple(sites.sites), lib=lib) for m, k in zip(mods, kernels)]
     else:

@@ -20,6 +20,7 @@ from .. import cpu_capture, types
 from ..array import array
 from ..config import config
 from ..device import get_device
+from ..errors import KernelRuntimeError
 from ..lang.kernel import Kernel
 from ..modules import CpuModule
 from ..recording import active_tape
@@ -116,6 +117,7 @@ class Launch:
         self._argv = (ctypes.c_void_p * len(self._values))(*[ctypes.addressof(v) for v in self._values])
         self._checked = False
         self._entry = None   # the CPU entry point of the checked replay (launch())
+        self._errors = None   # its module's ErrorSlot
         self._entries: dict = {}   # id(module) -> (module, its entry point)
         self.set_dim(bounds if bounds is not None else (0,) * max(kernel.tid_ndim, 1))
         if fwd_args is not None:
@@ -293,6 +295,9 @@ class Launch:
             entry(self._bounds_ptr, self._argv)
             for a in self._bump:
                 a.version += 1
+            errors = self._errors
+            if errors.flag[0]:       # the kernel met a zero slice step (modules.ErrorSlot)
+                errors.check("backward" if self.adjoint else "forward")
             return
         dev = self.device
         if stream is None:
@@ -328,7 +333,12 @@ class Launch:
             cpu_capture.record(lambda: mod.launch(bounds, argv, adj, 0, bd, mb), keep)
         else:
             handle = (stream or dev.stream).cuda_stream if dev.is_cuda else 0
-            mod.launch(bounds, argv, self.adjoint, handle, self.block_dim, self.max_blocks)
+            try:
+                mod.launch(bounds, argv, self.adjoint, handle, self.block_dim, self.max_blocks)
+            except KernelRuntimeError:
+                for a in self._bump:    # it ran (with a zero-step slice empty): what it wrote moved on
+                    a.version += 1
+                raise
         for a in self._bump:
             a.version += 1
         if scratch:
@@ -339,7 +349,7 @@ class Launch:
             if cached is None or cached[0] is not mod:
                 fe = mod.fast_entry()
                 cached = self._entries[id(mod)] = (mod, _ENTRY_TYPE(fe.backward if self.adjoint else fe.forward))
-            self._entry, self._mode = cached[1], config.mode
+            self._entry, self._mode, self._errors = cached[1], config.mode, mod.errors
             self._bounds_ptr = ctypes.addressof(bounds)
 
     def _record_on_tape(self, stream):

@@ -22,6 +22,7 @@ from .. import cpu_capture, tensortypes, types
 from ..array import array
 from ..config import config
 from ..device import Device, get_device
+from ..errors import KernelRuntimeError
 from ..lang import facts
 from ..lang.kernel import Kernel
 from ..lang.reads import distinct_array_reads
@@ -260,17 +261,33 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
     if fast is not None:
         # the native helper launches it (tapegrad.launch.fastlaunch; two more arguments: the adjoint)
         if not adjoint:
-            if fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks) is None:
+            r = fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
+            if r is None or _native_error(r, False):
                 return
         elif (adj_inputs is None and adj_outputs is None) or not _copies_buffers(kernel, inputs, outputs, adj_inputs,
                                                                                   adj_outputs):
-            if fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
-                    adj_outputs) is None:
+            r = fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
+                     adj_outputs)
+            if r is None or _native_error(r, True):
                 return
         # explicit adjoint buffers of a kernel that writes: the Python path copies them
         # (packers.exact_adjoint_buffers)
     _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks)
+
+def _native_error(result, adjoint) -> bool:
+    """After a native launch that returned ``result`` other than None: False for NotImplemented
+    (the Python path runs the launch); else ``result`` is the module launched, whose kernel
+    recorded a runtime error: raise it (the launch ran, and was recorded: it must not run again).
+
+    Raises:
+        KernelRuntimeError: the launch met a zero slice step.
+    """
+    if result is NotImplemented:
+        return False
+    result.errors.check("backward" if adjoint else "forward")
+    return True     # (the code was cleared by another thread meanwhile: nothing to raise)
+
 
 def _copies_buffers(kernel, inputs, outputs, adj_inputs, adj_outputs) -> bool:
     """Whether an adjoint launch may give a written array an explicit buffer other than its
@@ -381,7 +398,12 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     else:
         # past 2^31 - 1 threads: the kernel's wide build (int64 tid()), compiled on first use
         mod = kernel.module_for(dev) if bounds.size <= NARROW_LAUNCH_SIZE else kernel.module_for(dev, wide=True)
-        mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+        try:
+            mod.launch(bounds, argv, adjoint, handle, block_dim, max_blocks)
+        except KernelRuntimeError:
+            if not adjoint:    # it ran (with a zero-step slice empty): what it wrote moved on
+                _bump_versions(written, args)
+            raise
         if plan.native is not None and bounds.size <= NARROW_LAUNCH_SIZE:
             if plan.native is DEFERRED and _python_launches:
                 plan = _upgrade_plan(kernel, plan)
@@ -391,9 +413,13 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
     if scratch:
         finish_adjoint_buffers(scratch)
     if not adjoint:
-        for i in written:
-            if isinstance(args[i], array):
-                args[i].version += 1
+        _bump_versions(written, args)
+
+
+def _bump_versions(written, args) -> None:
+    for i in written:
+        if isinstance(args[i], array):
+            args[i].version += 1
 
 
 # forward mode (tapegrad.launch.tangent registers it): launch(tangent=True) calls it
@@ -499,8 +525,9 @@ class LaunchRecord:
         """Launch the kernel's adjoint with the recorded arguments (gradients: each array's .grad)."""
         # launch(..., adjoint=True) without its keyword handling: the native helper, else the Python path
         fast = _fast
-        if fast is None or fast(self.kernel, self.dim, self.inputs, self.outputs, self.device, self.stream, False,
-                                self.block_dim, self.max_blocks, None, None) is not None:
+        r = None if fast is None else fast(self.kernel, self.dim, self.inputs, self.outputs, self.device, self.stream,
+                                           False, self.block_dim, self.max_blocks, None, None)
+        if fast is None or (r is not None and not _native_error(r, True)):
             _launch_python(self.kernel, self.dim, self.inputs, self.outputs, self.device, self.stream, True, None,
                            None, False, self.block_dim, self.max_blocks)
 

@@ -5,7 +5,10 @@
 
    fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
    returns None when it launched, NotImplemented when the launch is not one it takes (launch()
-   then runs its Python path, which raises every error message); it never raises itself. With
+   then runs its Python path, which raises every error message); it never raises itself. A CPU
+   launch that ran but met a runtime error in the kernel (a zero slice step: the library's error
+   code, read after the launch, is set) returns the module it launched, whose ErrorSlot launch()
+   raises from (the launch ran and was recorded: it must not run again on the Python path). With
    two more arguments, adj_inputs and adj_outputs (None or sequences), it launches the kernel's
    adjoint instead: the forward arguments packed as for a forward launch, then one adjoint
    argument per parameter (an array's .grad descriptor or the one given, a NULL descriptor for
@@ -126,6 +129,7 @@ typedef struct {
     int cuda;
     void *fn;                       /* CPU: void(*)(const launch_t*, void**); CUDA: CUfunction */
     void *bfn;                      /* the backward entry, the same way (NULL: enable_backward=False) */
+    const int32_t *err;             /* CPU: the library's runtime-error code (modules.ErrorSlot) */
     int64_t threads_cap;
     int64_t lanes;                  /* CUDA: launch threads per CUDA thread (elementwise entry) */
     void *ctx;                      /* CUDA: the primary context launches need current */
@@ -451,7 +455,7 @@ static plan_t *plan_of(PyObject *cap) {
    debug build): launches on it take the Python path without asking again. */
 TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module, PyObject *mode, int cuda,
                               void *fn, void *bfn, long long threads_cap, void *ctx, long long ordinal,
-                              long long lanes) {
+                              long long lanes, const int32_t *err) {
     plan_t *p = plan_of(cap);
     if (!p) { api.err_clear(); return -1; }
     entry_t *slot = NULL;
@@ -467,6 +471,7 @@ TG_EXPORT int tg_fl_set_entry(PyObject *cap, PyObject *device, PyObject *module,
     slot->device = device; slot->module = module; slot->mode = mode;
     slot->cuda = cuda; slot->fn = fn; slot->bfn = fn ? bfn : NULL; slot->threads_cap = threads_cap; slot->ctx = ctx;
     slot->lanes = lanes > 1 ? lanes : 1;
+    slot->err = cuda ? NULL : err;
     slot->ordinal = api.long_from_ll(ordinal);
     slot->ord = ordinal;
     slot->epoch = epoch;
@@ -1320,6 +1325,8 @@ typedef struct {
     PyObject *dev;                  /* the launch device (a new reference once known) */
     entry_t *e;
     void *fn;                       /* the forward or backward entry */
+    PyObject *mod;                  /* the module launched (its reference kept in refs) */
+    const int32_t *err;             /* CPU: its library's runtime-error code (NULL: CUDA) */
     void *handle;                   /* CUDA: the stream launched on */
     stream_info_t cur;              /* CUDA: tapegrad's current stream on the device */
     unsigned blocks, threads;
@@ -1343,13 +1350,16 @@ static PyObject *fallback(call_t *c) {
     return api.notimpl;
 }
 
+/* None; the module launched when the kernel recorded a runtime error (its code is set: one
+   load after the launch; launch() raises through the module's ErrorSlot, which clears it) */
 static PyObject *launched(call_t *c) {
+    PyObject *r = c->err && __atomic_load_n(c->err, __ATOMIC_RELAXED) ? c->mod : api.none;
+    api.incref(r);
     for (int i = 0; i < c->refs.nobjs; i++) api.decref(c->refs.objs[i]);
     xdecref(c->dev);
     n_fast++;
     if (c->adjoint) n_adj_fast++;
-    api.incref(api.none);
-    return api.none;
+    return r;
 }
 
 /* the call's arguments, and the states the Python path handles: an open CPU graph capture, a
@@ -1900,6 +1910,8 @@ static int run_kernel(call_t *c, void *prev_ctx, int restore_ctx) {
     int nparams = c->adjoint ? 2 * c->n : c->n;
     api.incref(c->e->module);       /* the loaded binary stays loaded through the call */
     keep(&c->refs, c->e->module);
+    c->mod = c->e->module;
+    c->err = c->e->err;             /* (another thread may replace the entry while this one runs) */
     if (!c->e->cuda) {
         void *ts = api.save_thread();
         ((void (*)(const bounds_t *, void **))c->fn)(&c->bounds, c->argv);
@@ -1963,7 +1975,8 @@ static PyMethodDef methods[] = {
      "fast_launch(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks"
      "[, adj_inputs, adj_outputs])\n"
      "Pack and launch in one native call (with adj_inputs/adj_outputs: the adjoint); None when "
-     "launched, NotImplemented for launch()'s Python path."},
+     "launched, NotImplemented for launch()'s Python path, the module launched when its kernel "
+     "recorded a runtime error (launch() raises it)."},
     {"has_entry", (void *)fl_has_entry, METH_FASTCALL,
      "has_entry(plan, device, module, mode)\nWhether the plan launches module on device under mode."},
     {NULL, NULL, 0, NULL}};

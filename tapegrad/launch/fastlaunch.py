@@ -147,7 +147,7 @@ def _build():
                                    ctypes.c_int, _P, ctypes.c_int, ctypes.c_char_p]
     lib.tg_fl_plan_new.restype = _P
     lib.tg_fl_set_entry.argtypes = [_P, _P, _P, _P, ctypes.c_int, _V, _V, ctypes.c_longlong, _V,
-                                    ctypes.c_longlong, ctypes.c_longlong]
+                                    ctypes.c_longlong, ctypes.c_longlong, _V]
     lib.tg_fl_set_entry.restype = ctypes.c_int
     lib.tg_fl_has_entry.argtypes = [_P, _P, _P, _P]
     lib.tg_fl_has_entry.restype = ctypes.c_int
@@ -374,7 +374,8 @@ def register_module(plan, device, module, mode) -> bool:
             fn = None   # no driver entry points, or no context: the Python path (CuPy) launches
     # fn None: recorded as declining, so the Python path does not ask again for this module
     return lib.tg_fl_set_entry(plan, device, module, mode, int(bool(cuda)), fn or None, bfn or None,
-                               int(entry.threads_cap), ctx, int(entry.ordinal), int(entry.lanes)) == 1 and bool(fn)
+                               int(entry.threads_cap), ctx, int(entry.ordinal), int(entry.lanes),
+                               entry.error_flag or None) == 1 and bool(fn)
 
 
 def _cuda_ready(lib) -> bool:

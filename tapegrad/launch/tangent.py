@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 from .. import abi, build, types
 from ..array import array
-from ..errors import KernelError
+from ..errors import KernelError, KernelRuntimeError
 from ..lang import direct, emit
 from ..lang import tangent as lang_tangent
+from ..modules import ErrorSlot, slice_lines
 from .core import adjoint_descriptors, prepare_launch, register_tangent_launcher
 from .packers import exact_adjoint_buffers, finish_adjoint_buffers, zero_value
 
@@ -51,6 +52,7 @@ class TangentModule:
             handles; ``tangent_adjoint`` None in a tangent-only build.
         ordinal: the CUDA device ordinal (-1 on the CPU). threads_cap: CUDA grid cap in threads.
         owner: the loaded library or CUDA module the entries point into (kept alive with them).
+        errors: CPU: the library's ``modules.ErrorSlot`` (checked after each launch); None on CUDA.
     """
 
     kernel_key: str
@@ -60,6 +62,7 @@ class TangentModule:
     ordinal: int = -1
     threads_cap: int = 0
     owner: object = None
+    errors: object = None
 
     def launch(self, bounds, values, second_order, stream=0, block_dim=256, max_blocks=0) -> None:
         """Run an entry over ``bounds`` with the packed ``values`` (ctypes objects, mode last)."""
@@ -69,6 +72,8 @@ class TangentModule:
         if not self.cuda:
             argv = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             f(ctypes.byref(bounds), argv)
+            if self.errors.flag[0]:   # a zero slice step (the launch ran to its end)
+                self.errors.check("tangent of the adjoint" if second_order else "tangent")
             return
         from cupy.cuda import driver, runtime
         params = (ctypes.c_void_p * (len(values) + 1))(ctypes.addressof(bounds),
@@ -117,8 +122,10 @@ def tangent_module(kernel, device, second_order=False) -> TangentModule:
     return m
 
 
-def _entries(kernels, device, second_order, owner) -> list:
-    """The ``TangentModule`` of each kernel in the loaded library / CUDA module ``owner``."""
+def _entries(kernels, device, second_order, owner, lines=None) -> list:
+    """The ``TangentModule`` of each kernel in the loaded library / CUDA module ``owner``
+    (``lines``: ``modules.slice_lines`` of its CPU unit, None when not at hand: a zero slice
+    step's error then names no line)."""
     out = []
     if getattr(device, "is_cuda", False):
         from cupy.cuda import driver
@@ -137,7 +144,8 @@ def _entries(kernels, device, second_order, owner) -> list:
             if second_order:
                 adj = getattr(owner, abi.entry_name(k.symbol, "cpu", "tangent_adjoint"))
                 adj.restype = None
-            out.append(TangentModule(k.key, False, fwd, adj, owner=owner))
+            errors = ErrorSlot(owner, k.key, None if lines is None else (lambda: lines))
+            out.append(TangentModule(k.key, False, fwd, adj, owner=owner, errors=errors))
     return out
 
 
@@ -215,7 +223,8 @@ def load_tangents(kernels, device, second_order=False) -> list:
         owner = build.load_cuda(source, name, device, kernels, include_dirs=inputs.cuda_include_dirs)
     else:
         owner = build.load_cpu(source, name, kernels, include_dirs=inputs.cpu_include_dirs)
-    out = _entries(kernels, device, second_order, owner)
+    out = _entries(kernels, device, second_order, owner, None if getattr(device, "is_cuda", False)
+                   else slice_lines(source))
     for k, m in zip(kernels, out):
         _remember(k, device, second_order, m)
     if len(kernels) == 1 and not serial:   # (the direct cache knows the default builds only)
@@ -334,10 +343,19 @@ def launch_tangent(kernel, dim, inputs, outputs, device=None, stream=None, adjoi
         m = MODE_WRITE_PRIMAL if mode is None else mode
     vals.append(ctypes.c_int32(m))
     mod = tangent_module(kernel, prep.device, adjoint)
-    mod.launch(prep.bounds, vals, adjoint, prep.stream_handle, block_dim, max_blocks)
+    try:
+        mod.launch(prep.bounds, vals, adjoint, prep.stream_handle, block_dim, max_blocks)
+    except KernelRuntimeError:
+        _bump_written(kernel, args, adjoint, m)   # it ran (with a zero-step slice empty)
+        raise
     if scratch:
         finish_adjoint_buffers(scratch)
-    if not adjoint and m & MODE_WRITE_PRIMAL:
+    _bump_written(kernel, args, adjoint, m)
+
+
+def _bump_written(kernel, args, adjoint, mode) -> None:
+    """The versions of the arrays a launch that wrote its primal outputs wrote."""
+    if not adjoint and mode & MODE_WRITE_PRIMAL:
         for i, (r, w) in enumerate(kernel.arg_access):
             if w and isinstance(args[i], array):
                 args[i].version += 1

@@ -2,6 +2,15 @@
 // element addressing, loads/stores/atomics on arrays and their adjoints.
 #pragma once
 
+#ifndef TG_CUDA
+// The module's runtime-error slot (CPU builds; one per loaded library: static, and exported as
+// tg_error_slot()): {code, C++ line of the first error}, code 0 when none. The host reads the
+// code after each launch (one load) and clears the slot when it raises.
+#define TG_ERR_SLICE_STEP_ZERO 1
+static int32_t tg_err_slot[2];
+extern "C" TG_EXPORT int32_t* tg_error_slot() { return tg_err_slot; }
+#endif
+
 namespace tg {
 
 template <typename T> struct array_t {
@@ -117,14 +126,21 @@ template <typename T> TG_FUNC array_t<T> view_index(const array_t<T>& a, int d, 
     r.flags &= ~2u;   // a view does not retain its gradient (as Warp's: its store adjoint consumes it)
     return r;
 }
-TG_FUNC void slice_step_zero() {
+// A step of 0 at run time (a constant 0 is refused at compile time, lang/slices.py). CUDA: the
+// kernel traps (the context is lost, as in Warp). CPU: the first such slice of a launch records
+// its C++ line (the host maps it to the Python line through the unit's "// @file:line" markers)
+// in the module's error slot, and the slice is an empty view; the host raises after the launch
+// (tapegrad.modules.ErrorSlot). Several OpenMP threads may get here: the first one wins.
+TG_FUNC void slice_step_zero(int32_t line) {
 #ifdef TG_CUDA
+    (void)line;
     printf("tapegrad: slice step cannot be zero\n");
     __trap();
 #else
-    fprintf(stderr, "tapegrad: slice step cannot be zero\n");
-    fflush(stderr);
-    __builtin_trap();
+    int32_t expected = 0;
+    if (__atomic_compare_exchange_n(&tg_err_slot[0], &expected, int32_t(TG_ERR_SLICE_STEP_ZERO), false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        __atomic_store_n(&tg_err_slot[1], line, __ATOMIC_RELAXED);
 #endif
 }
 // Python's rule for one slice bound (PySlice_AdjustIndices) against extent n
@@ -135,8 +151,14 @@ TG_FUNC int64_t slice_bound(int64_t v, int64_t n, int64_t step) {
 }
 // a[..., start:stop:step, ...] at dimension d; `given` bit 0: start given, bit 1: stop given
 template <typename T> TG_FUNC array_t<T> view_slice(const array_t<T>& a, int d, int64_t start, int64_t stop,
-                                                    int64_t step, int given) {
-    if (step == 0) slice_step_zero();
+                                                    int64_t step, int given, int32_t line = 0) {
+    if (step == 0) {   // (CPU: the error is recorded, the kernel goes on with an empty view)
+        slice_step_zero(line);
+        array_t<T> r = a;
+        r.shape[d] = 0;
+        r.flags &= ~2u;
+        return r;
+    }
     const int64_t n = a.shape[d];
     start = (given & 1) ? slice_bound(start, n, step) : (step < 0 ? n - 1 : 0);
     stop = (given & 2) ? slice_bound(stop, n, step) : (step < 0 ? -1 : n);

@@ -185,9 +185,9 @@ template <typename T> TG_FUNC darray_t<T> view_index(const darray_t<T>& a, int d
     darray_t<T> r = a; r.p = view_index(a.p, d, i); r.t = a.t.data ? view_index(a.t, d, i) : a.t; return r;
 }
 template <typename T> TG_FUNC darray_t<T> view_slice(const darray_t<T>& a, int d, int64_t start, int64_t stop,
-                                                     int64_t step, int given) {
-    darray_t<T> r = a; r.p = view_slice(a.p, d, start, stop, step, given);
-    r.t = a.t.data ? view_slice(a.t, d, start, stop, step, given) : a.t; return r;
+                                                     int64_t step, int given, int32_t line = 0) {
+    darray_t<T> r = a; r.p = view_slice(a.p, d, start, stop, step, given, line);
+    r.t = a.t.data ? view_slice(a.t, d, start, stop, step, given, line) : a.t; return r;
 }
 // an indexed array's index lookups and extents read the primal index arrays (indices carry no
 // tangent; the tangent build's struct holds every array field as a dual array)
