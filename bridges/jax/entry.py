@@ -80,8 +80,12 @@ def _fill(plan, platform: int, ordinal: int) -> None:
         raise RuntimeError(f"CUDA device ordinal {ordinal} is beyond tapegrad's FFI limit ({ffi_plan.MAX_DEVICES})")
     device = get_device("cpu" if platform == 0 else f"cuda:{ordinal}")
     lanes = 1
+    error = None    # CPU: the library's error code (modules.ErrorSlot), read after each launch
     if spec.tangent:
         fn, cap = tangent_entry(spec.kernel, device, spec.tangent)
+        if platform == 0:
+            from tapegrad.launch.tangent import tangent_module
+            error = tangent_module(spec.kernel, device, spec.tangent == 2).errors.address
     else:
         fwd, bwd, cap, fwd_lanes = entries(spec.kernel, device, math.prod(spec.launch) > abi.MAX_NARROW_THREADS)
         fn = bwd if spec.adjoint else fwd
@@ -90,7 +94,11 @@ def _fill(plan, platform: int, ordinal: int) -> None:
             raise RuntimeError(no_adjoint(spec.kernel) or
                                f"kernel '{spec.kernel.key}' was built with enable_backward=False")
         lanes = 1 if spec.adjoint else fwd_lanes    # adjoint entries loop over single threads
+        if platform == 0:
+            wide = math.prod(spec.launch) > abi.MAX_NARROW_THREADS
+            error = spec.kernel.module_for(device, wide=wide).errors.address
     if platform == 0:
+        c.cpu_error = error    # (before the entry: a handler that sees the entry sees it)
         c.cpu_entry = fn
     else:
         c.cuda_threads_cap[ordinal] = cap

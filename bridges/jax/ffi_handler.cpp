@@ -362,7 +362,9 @@ static void tgx_cpu_copy_in(const tgx_plan* p, const tgx_geom* g) {
     }
 }
 
-static void tgx_cpu_run(const tgx_plan* p, const tgx_geom* g) {
+// 1 when a launch met a runtime error (the library's error code, tapegrad.modules.ErrorSlot: a
+// zero slice step; it ran to its end with that slice empty): the code is cleared, the batch stops
+static int tgx_cpu_run(const tgx_plan* p, const tgx_geom* g) {
     // one launch per batch element, in order (each launch parallelises inside itself; an
     // OpenMP region over the batch would spawn a thread team per XLA worker thread)
     tgx_cpu_entry entry = (tgx_cpu_entry)p->cpu_entry;
@@ -371,7 +373,13 @@ static void tgx_cpu_run(const tgx_plan* p, const tgx_geom* g) {
     for (int64_t b = 0; b < g->nbatch; ++b) {
         tgx_fill(p, g, b, arrs, argv, 0);
         entry(&p->bounds, argv);
+        if (p->cpu_error && __atomic_load_n(&p->cpu_error[0], __ATOMIC_RELAXED)) {
+            __atomic_store_n(&p->cpu_error[0], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->cpu_error[1], 0, __ATOMIC_RELAXED);
+            return 1;
+        }
     }
+    return 0;
 }
 
 TGX_EXPORT XLA_FFI_Error* tgx_kernel_cpu(XLA_FFI_CallFrame* f) {
@@ -392,7 +400,11 @@ TGX_EXPORT XLA_FFI_Error* tgx_kernel_cpu(XLA_FFI_CallFrame* f) {
         err = tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
     } else {
         tgx_cpu_copy_in(p, g);
-        if (p->bounds.size > 0) tgx_cpu_run(p, g);
+        if (p->bounds.size > 0 && tgx_cpu_run(p, g)) {
+            snprintf(msg, sizeof(msg), "tapegrad jax_kernel '%s': slice step cannot be zero (a slice a[i:j:s] with "
+                     "s == 0 at run time; the launch ran with that slice empty)", p->kernel);
+            err = tgx_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT, msg);
+        }
     }
     return err;
 }

@@ -216,6 +216,8 @@ XLA_PLAN = Struct("tg_xla_plan_t", (
     Field("kernel", "cstr", doc="the kernel's key, for messages"),
     Field("slots", "ptr", c="tg_xla_slot_t *"),
     Field("values", "ptr", doc="the packed static values", c="unsigned char *"),
+    Field("cpu_error", "ptr", doc="the CPU entry's library error code (int32[2]: modules.ErrorSlot)",
+          c="int32_t *"),
 ), "the static facts of one jax_kernel call (its address is the call's tapegrad_plan attribute)",
     "bridges/jax/plan.py Plan")
 

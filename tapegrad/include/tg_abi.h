@@ -131,8 +131,9 @@ typedef struct tg_xla_plan_t {
     const char *kernel;  /* the kernel's key, for messages */
     tg_xla_slot_t *slots;
     unsigned char *values;  /* the packed static values */
+    int32_t *cpu_error;  /* the CPU entry's library error code (int32[2]: modules.ErrorSlot) */
 } tg_xla_plan_t;
-#define TG_SIZEOF_XLA_PLAN 440
+#define TG_SIZEOF_XLA_PLAN 448
 #define TG_OFFSETOF_XLA_PLAN_MAGIC 0
 #define TG_OFFSETOF_XLA_PLAN_NSLOTS 8
 #define TG_OFFSETOF_XLA_PLAN_NARGS 12
@@ -149,6 +150,7 @@ typedef struct tg_xla_plan_t {
 #define TG_OFFSETOF_XLA_PLAN_KERNEL 416
 #define TG_OFFSETOF_XLA_PLAN_SLOTS 424
 #define TG_OFFSETOF_XLA_PLAN_VALUES 432
+#define TG_OFFSETOF_XLA_PLAN_CPU_ERROR 440
 #endif  /* TG_ABI_XLA */
 
 /* entry points: <symbol><suffix> */

@@ -279,3 +279,33 @@ def test_native_helper_off_in_a_subprocess(tmp_path):
     assert lines[2] == lines[4] == "ok [9.0, 9.0, 9.0]", r.stdout   # 0 + 3 + 6
     assert lines[3].startswith("error KernelRuntimeError") and lines[5].startswith("error KernelRuntimeError")
     assert "TAPEGRAD_FAST_LAUNCH" in lines[6], r.stdout     # the helper was off
+
+
+@tg.kernel
+def strided_sum32(x: tg.array(dtype=tg.float32), st: tg.array(dtype=tg.int32), y: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    v = x[0:8:st[0]]
+    s = tg.float32(0.0)
+    for j in range(v.shape[0]):
+        s += v[j]
+    y[i] = s
+
+
+@pytest.mark.jax
+def test_jax_kernel_reports_it_through_xla():
+    """A jax_kernel's CPU entry runs inside XLA (bridges/jax/ffi_handler.cpp): the handler reads
+    the library's error code after the launch and returns XLA's error, and clears it (the next
+    tg.launch of the library does not see it)."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    op = tg.jax_kernel(strided_sum32, launch_dims=(3,), output_dims=3)
+    x = jnp.arange(8, dtype=jnp.float32)
+    with pytest.raises(RuntimeError, match=MESSAGE) as e:
+        np.asarray(op(x, jnp.array([0], dtype=jnp.int32))[0])
+    assert "strided_sum32" in str(e.value)
+    (y,) = op(x, jnp.array([3], dtype=jnp.int32))
+    np.testing.assert_allclose(np.asarray(y), 9.0)      # 0 + 3 + 6
+    yt = tg.zeros(3, dtype=tg.float32)
+    tg.launch(strided_sum32, 3, inputs=[tg.array(np.arange(8, dtype=np.float32)),
+                                        tg.array(np.array([2], dtype=np.int32))], outputs=[yt])
+    np.testing.assert_allclose(yt.numpy(), 12.0)        # no stale error from the XLA launch
