@@ -309,3 +309,20 @@ def test_jax_kernel_reports_it_through_xla():
     tg.launch(strided_sum32, 3, inputs=[tg.array(np.arange(8, dtype=np.float32)),
                                         tg.array(np.array([2], dtype=np.int32))], outputs=[yt])
     np.testing.assert_allclose(yt.numpy(), 12.0)        # no stale error from the XLA launch
+
+
+def test_a_module_loaded_without_its_source_names_the_line():
+    """A library loaded through the direct cache comes without its unit's text: the error
+    regenerates the kernel's unit to map the C++ line to the Python line."""
+    from tapegrad import modules
+    lib = strided_sq.module_for(tg.get_device("cpu")).lib
+    mod = modules.CpuModule(lib, strided_sq)       # as Kernel._load_direct makes it
+    lines = modules.slice_lines(strided_sq.source())   # the forward's slice, the adjoint's (replay, gradient)
+    assert lines and set(lines.values()) == {SLICE_AT}
+    cpp_line = max(lines)
+    mod.errors.flag[0], mod.errors.flag[1] = modules.ERR_SLICE_STEP_ZERO, cpp_line
+    with pytest.raises(tg.KernelRuntimeError) as e:
+        mod.errors.check()
+    check_error(e)
+    assert mod.errors.flag[0] == mod.errors.flag[1] == 0
+    mod.errors.check()      # cleared: nothing to raise
