@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from . import abi
 from .errors import KernelRuntimeError
 
-__all__ = ["CpuModule", "CudaModule", "ErrorSlot", "FastEntry", "no_adjoint", "slice_lines"]
+__all__ = ["CpuModule", "CudaModule", "ErrorSlot", "FastEntry", "SLICE_LINE_ARG", "no_adjoint", "slice_lines"]
 
 # runtime/array.h's error codes (TG_ERR_*)
 ERR_SLICE_STEP_ZERO = 1
-# the marker of a generated slice whose step may be 0 at run time (lang/builtins.op_view)
-_LINE_MARK = ", __LINE__)"
+# the last argument of a generated slice whose step may be 0 at run time (lang/builtins.op_view
+# appends it; slice_lines finds those slices by it)
+SLICE_LINE_ARG = ", __LINE__"
+_LINE_MARK = SLICE_LINE_ARG + ")"
 
 
 def slice_lines(source: str) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..modules import SLICE_LINE_ARG
 from ..types import bool_, int32, int64, quat
 from .ir import Op
 from .typeutil import (
@@ -722,7 +723,7 @@ def op_view(arr_t, pattern) -> Op:
                 # a step that may be 0 at run time: the CPU build records the C++ line, which the
                 # host maps to the Python line (modules.ErrorSlot); the text stays line-free, so
                 # a kernel's hash does not move with it
-                line = ", __LINE__"
+                line = SLICE_LINE_ARG
             else:
                 parts.append("1")
             expr = f"tg::view_slice({expr}, {d}, {', '.join(parts)}, {given}{line})"
