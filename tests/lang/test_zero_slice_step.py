@@ -326,3 +326,21 @@ def test_a_module_loaded_without_its_source_names_the_line():
     check_error(e)
     assert mod.errors.flag[0] == mod.errors.flag[1] == 0
     mod.errors.check()      # cleared: nothing to raise
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_with_a_run_time_step_compiles_and_is_exact():
+    """The CUDA build of the same kernel (its slice carries the line argument too) runs valid
+    steps forward and backward to numpy's answers; a zero step on CUDA still traps the context
+    (no error slot there), so it is not launched here."""
+    steps = [2, -3, 3, 1]
+    n = 8
+    x = tg.array(X, dtype=tg.float64, requires_grad=True, device="cuda:0")
+    st = tg.array(np.asarray(steps, dtype=np.int32), dtype=tg.int32, device="cuda:0")
+    y = tg.zeros(n, dtype=tg.float64, requires_grad=True, device="cuda:0")
+    tape = tg.Tape()
+    with tape:
+        tg.launch(strided_sq, n, inputs=[x, st], outputs=[y])
+    np.testing.assert_allclose(y.numpy(), expected(steps, n))
+    tape.backward(grads={y: tg.ones(n, dtype=tg.float64, device="cuda:0")})
+    np.testing.assert_allclose(x.grad.numpy(), expected_grad(steps, n))
