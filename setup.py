@@ -25,6 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (library name, source) -- tapegrad/native.py's HELPERS, which setup.py cannot import
 HELPERS = [("tg_fastlaunch", "tapegrad/launch/fastlaunch.c"), ("tg_dlpack", "tapegrad/dlpack/capsule_helper.c"),
            ("tg_hostops", "tapegrad/hostops.c")]
+# the helpers whose large copies and memsets run on a team of threads (a compiler without OpenMP
+# fails this optional build: tapegrad then compiles the helper on first use, as kernels are)
+OPENMP_HELPERS = {"tg_hostops"}
 
 
 def _abi():
@@ -41,7 +44,11 @@ def helper_extension(name, source):
     with open(os.path.join(HERE, source)) as f:   # text with the ABI header inlined, as tapegrad.native hashes it
         digest = hashlib.sha256(_abi().inline_header(f.read()).encode()).hexdigest()
     flags = [] if sys.platform == "win32" else ["-O2", "-fvisibility=hidden", "-fno-math-errno"]
+    link = []
+    if name in OPENMP_HELPERS and sys.platform != "win32":
+        flags, link = flags + ["-fopenmp"], ["-fopenmp"]
     return Extension(f"tapegrad.native_libs.{name}_{digest[:16]}", [source], extra_compile_args=flags,
+                     extra_link_args=link,
                      include_dirs=[os.path.join("tapegrad", "include")], optional=True)
 
 

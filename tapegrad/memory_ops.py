@@ -28,7 +28,11 @@ from . import cpu_capture, native
 from .cuda import memory as cuda_memory  # imports CuPy only when a CUDA operation runs
 
 __all__ = ["on_current_stream", "cupy_view", "fill", "zero", "copy", "accumulate", "ZeroPlan", "BufferZeroPlan",
-           "load_zero_many"]
+           "load_zero_many", "copy_regions", "HOST_TEAM_COPY"]
+
+# a host copy of this many bytes or more goes to copy_regions (hostops.c's TG_HOST_TEAM_MIN: the
+# total from which its threads share the work); smaller ones are one memmove, with no ctypes arrays
+HOST_TEAM_COPY = 1 << 21
 
 
 @contextlib.contextmanager
@@ -119,7 +123,11 @@ def copy(dest, src) -> None:
             cpu_capture.record(lambda: copy(dest, src), (dest, src))
             return
         if dest.is_contiguous and src.is_contiguous and dest.nbytes == src.nbytes and dest.dtype is src.dtype:
-            ctypes.memmove(dest.ptr, src.ptr, dest.nbytes)   # no numpy views (the tape saves small arrays often)
+            d, s_, n = dest.ptr, src.ptr, dest.nbytes    # no numpy views (the tape saves small arrays often)
+            if n >= HOST_TEAM_COPY and (d + n <= s_ or s_ + n <= d):
+                copy_regions(((d, s_, n),))      # a large copy: split over a team of threads
+            else:
+                ctypes.memmove(d, s_, n)
             return
         values = src.numpy()
         if share_bytes(dest, src):
@@ -168,24 +176,62 @@ def accumulate(dest, src) -> None:
         v += cupy_view(src)
 
 
-# ------------------------------------------------------------------ batched host zeroing
+# ------------------------------------------------------------------ batched host zeroing and copies
 
-_zero_many = None
+_hostops = None   # hostops.c's (tg_zero_many, tg_copy_many), or False when it cannot be built
+
+
+def _load_hostops():
+    global _hostops
+    if _hostops is None:
+        try:
+            lib = native.load("tg_hostops")   # hostops.c: built at install, else compiled
+            zero_many, copy_many = lib.tg_zero_many, lib.tg_copy_many
+            zero_many.restype = copy_many.restype = None
+            zero_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            copy_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            _hostops = (zero_many, copy_many)
+        except Exception:  # no compiler: one memset / memmove per buffer
+            _hostops = False
+    return _hostops
 
 
 def load_zero_many():
     """The native batched memset (built once), or False when no C++ compiler works."""
-    global _zero_many
-    if _zero_many is None:
-        try:
-            lib = native.load("tg_hostops")   # hostops.c: built at install, else compiled
-            f = lib.tg_zero_many
-            f.restype = None
-            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-            _zero_many = f
-        except Exception:  # no compiler: fall back to one memset per buffer
-            _zero_many = False
-    return _zero_many
+    ops = _load_hostops()
+    return ops and ops[0]
+
+
+def copy_regions(regions) -> None:
+    """Copy host memory ``[(dst_ptr, src_ptr, nbytes), ...]`` in one native call, whose team of
+    threads shares the pieces of a large total (2 MiB or more; one ``memmove`` each without a
+    compiler).
+
+    Raises:
+        ValueError: a destination overlaps another region's source or destination (the pieces
+            are copied in any order, by several threads).
+    """
+    _check_disjoint_destinations(regions)
+    ops = _load_hostops()
+    n = len(regions)
+    if not ops or n == 0:
+        for d, s_, size in regions:
+            ctypes.memmove(d, s_, size)
+        return
+    ops[1]((ctypes.c_void_p * n)(*[r[0] for r in regions]), (ctypes.c_void_p * n)(*[r[1] for r in regions]),
+           (ctypes.c_size_t * n)(*[r[2] for r in regions]), n)
+
+
+def _check_disjoint_destinations(regions) -> None:
+    spans = sorted([(d, d + n, True) for d, _, n in regions if n] + [(s_, s_ + n, False) for _, s_, n in regions if n])
+    end_any = end_dst = None
+    for start, end, is_dst in spans:
+        if (end_dst is not None and start < end_dst) or (is_dst and end_any is not None and start < end_any):
+            raise ValueError(f"copy_regions(regions=...): a destination overlaps another region near 0x{start:x}; "
+                             "expected disjoint destinations (memory_ops.copy handles an overlapping copy)")
+        end_any = end if end_any is None else max(end_any, end)
+        if is_dst:
+            end_dst = end if end_dst is None else max(end_dst, end)
 
 
 class ZeroPlan:

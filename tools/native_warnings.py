@@ -19,6 +19,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C_SOURCES = ["tapegrad/launch/fastlaunch.c", "tapegrad/dlpack/capsule_helper.c", "tapegrad/hostops.c"]
+OPENMP_SOURCES = ["tapegrad/hostops.c"]   # built with -fopenmp too (setup.py's OPENMP_HELPERS): checked both ways
 FLAGS = ["-Wall", "-Werror", "-fsyntax-only"]
 INCLUDE = os.path.join(ROOT, "tapegrad", "include")   # the kernel ABI header (tapegrad/abi)
 
@@ -47,9 +48,9 @@ def main() -> int:
     cxx = os.environ.get("CXX", "c++")
     include = sysconfig.get_paths()["include"]
     ok = True
-    for src in C_SOURCES:
-        good = _compile([cc, *FLAGS, f"-I{include}", f"-I{INCLUDE}", os.path.join(ROOT, src)])
-        print(f"{'ok  ' if good else 'FAIL'} {src}")
+    for src, extra in [(s, []) for s in C_SOURCES] + [(s, ["-fopenmp"]) for s in OPENMP_SOURCES]:
+        good = _compile([cc, *FLAGS, *extra, f"-I{include}", f"-I{INCLUDE}", os.path.join(ROOT, src)])
+        print(f"{'ok  ' if good else 'FAIL'} {src} {' '.join(extra)}".rstrip())
         ok &= good
     handler = _ffi_handler_source()
     if handler is None:

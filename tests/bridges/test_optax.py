@@ -51,6 +51,34 @@ def test_traced_once_and_memory_stays_put():
     assert isinstance(jax.tree_util.tree_leaves(opt.state)[0], jax.Array)
 
 
+def test_state_is_updated_in_its_own_buffers(device):
+    """Each of optax's state arrays keeps its buffer step after step: XLA writes every moment in
+    place (a moment paired with a parameter's output of the same shape makes XLA copy them all)."""
+    ps = [tg.array(np.full(n, 0.5, np.float32), requires_grad=True, device=device) for n in (300, 300, 500)]
+    for p in ps:
+        p.grad.fill_(0.1)
+    opt = tg.optax_optimizer(optax.adam(1e-3), ps)
+
+    def buffers():
+        return [x.unsafe_buffer_pointer() for x in jax.tree_util.tree_leaves(opt.state)
+                if isinstance(x, jax.Array) and x.ndim]
+
+    before = buffers()
+    assert len(before) == 6
+    for _ in range(3):
+        opt.step()
+        assert buffers() == before
+    tg.synchronize_device(device)
+    ref = [jnp.full(n, 0.5, jnp.float32) for n in (300, 300, 500)]
+    tx, st = optax.adam(1e-3), None
+    st = tx.init(ref)
+    for _ in range(3):
+        u, st = tx.update([jnp.full(r.shape, 0.1, jnp.float32) for r in ref], st, ref)
+        ref = optax.apply_updates(ref, u)
+    for p, r in zip(ps, ref):
+        np.testing.assert_allclose(p.numpy(), np.asarray(r), rtol=1e-6)
+
+
 def test_converges_on_a_tape_loss():
     @tg.kernel
     def loss(xs: tg.array2d[float], out: tg.array[float]):

@@ -274,7 +274,7 @@ def _generic_rounds(dtypes):
 def test_host_helpers_first_use_from_many_threads(monkeypatch):
     """The batched host zeroing helper and the DLPack helper, loaded by several threads at once."""
     for rnd in range(20):
-        monkeypatch.setattr(memory_ops, "_zero_many", None)
+        monkeypatch.setattr(memory_ops, "_hostops", None)
         monkeypatch.setattr(capsules, "_backend", None)
         monkeypatch.setattr(capsules, "ENTRY_POINTS", [None, None])
 
@@ -282,6 +282,9 @@ def test_host_helpers_first_use_from_many_threads(monkeypatch):
             bufs = [np.ones(5 + k, dtype=np.float64) for k in range(4)]
             memory_ops.ZeroPlan([(b.ctypes.data, b.nbytes) for b in bufs]).run()
             assert not any(b.any() for b in bufs)
+            src = np.arange(3.0) + t
+            memory_ops.copy_regions([(b.ctypes.data, src.ctypes.data, src.nbytes) for b in bufs])
+            assert all(b[:3].tolist() == src.tolist() for b in bufs)
             a = tg.array(np.arange(6.0) + t)
             n = np.from_dlpack(a)
             assert n.ctypes.data == a.ptr and n.tolist() == (np.arange(6.0) + t).tolist()
