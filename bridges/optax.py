@@ -47,7 +47,7 @@ from .jax.ffi import StreamEvent, stream_wait
 __all__ = ["OptaxOptimizer", "optax_optimizer"]
 
 
-def _apply(tx, params, grads, state, extra=None, static=(), token=None, wait=None, params_donated=False):
+def _apply(tx, params, grads, scratch, state, extra=None, static=(), token=None, wait=None):
     # ``token`` (CUDA without the FFI handler): unused, passed only for its ready event (see the
     # module docstring); the update is jitted with keep_unused=True so that XLA still receives it
     done = ()
@@ -63,13 +63,15 @@ def _apply(tx, params, grads, state, extra=None, static=(), token=None, wait=Non
     # must own a copy, whatever jit does with outputs equal to inputs (copies of the values
     # computed here are dropped by XLA)
     state = jax.tree_util.tree_map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, state)
-    new = optax.apply_updates(params, updates)
-    # JAX gives each output, in order, the first unclaimed donated input of its shape and dtype:
-    # the outputs come in the donated inputs' order, so each new value takes its own old buffer.
-    # With the state first and the parameters not donated, a moment of a parameter's shape would
-    # otherwise be paired with the new parameter, and XLA adds a copy of every moment to keep
-    # the state right (measured: Adam's CPU step 2-3x dearer)
-    return ((new, state) if params_donated else (state, new)) + done
+    # ``scratch`` (unused; the update is jitted with keep_unused=True): where the parameters are
+    # not donated, the last step's outputs, donated so that the new values reuse their buffers
+    # (no allocation per step). JAX gives each output, in order, the first unclaimed donated
+    # input of its shape and dtype: the new values first, then the state, as the donated inputs
+    # come (the parameters' views or the scratch, then the state), so each output takes its own
+    # old buffer. Otherwise a moment of a parameter's shape would be paired with the new
+    # parameter, and XLA adds a copy of every moment to keep the state right (measured: the CPU
+    # step 1.2-1.5x dearer)
+    return (optax.apply_updates(params, updates), state) + done
 
 
 def _unique_buffers(state):
@@ -184,12 +186,12 @@ class OptaxOptimizer:
             self._donate = _donation_aliases(self._device)
         self._in_flight = None
         # the state is donated (optax's moments are updated in place by XLA, step after step), and
-        # on CUDA the parameters' views too (written in place)
-        self._donated = (0, 2) if self._donate else (2,)
+        # on CUDA the parameters' views too (written in place); else the scratch: buffers of the
+        # parameters' shapes that the new values are written into (the last step's outputs)
+        self._donated = (0, 3) if self._donate else (2, 3)
+        self._scratch = () if self._donate else [jnp.zeros_like(v) for v in views]
         wait = self._wait
-        donated = self._donate
-        self._update = jax.jit(lambda ps, gs, st, tok: _apply(transformation, ps, gs, st, token=tok, wait=wait,
-                                                              params_donated=donated),
+        self._update = jax.jit(lambda ps, gs, sc, st, tok: _apply(transformation, ps, gs, sc, st, token=tok, wait=wait),
                                donate_argnums=self._donated, keep_unused=True)
         self._updates_with: dict = {}     # static extra arguments (value_fn...) -> their jitted update
 
@@ -264,9 +266,9 @@ class OptaxOptimizer:
             tx = self.transformation
             if len(self._updates_with) >= 16:    # a new value_fn object per step: don't keep them all
                 self._updates_with.clear()
-            wait, donated = self._wait, self._donate
+            wait = self._wait
             fn = self._updates_with[key] = jax.jit(
-                lambda ps, gs, st, tok, dyn: _apply(tx, ps, gs, st, dyn, static, tok, wait, donated),
+                lambda ps, gs, sc, st, tok, dyn: _apply(tx, ps, gs, sc, st, dyn, static, tok, wait),
                 donate_argnums=self._donated, keep_unused=True)
         return fn, dynamic
 
@@ -297,10 +299,13 @@ class OptaxOptimizer:
         if self._wait is not None:
             self._wait.record(self._device.stream.cuda_stream)
         token = None if self._token is None else to_jax(self._token)
-        out = update(vals, grads, self.state, token) if dynamic is None else \
-            update(vals, grads, self.state, token, dynamic)
-        new, state = out[:2] if self._donate else out[1::-1]
+        if dynamic is None:
+            new, state, *_ = update(vals, grads, self._scratch, self.state, token)
+        else:
+            new, state, *_ = update(vals, grads, self._scratch, self.state, token, dynamic)
         self.state = _unique_buffers(state)   # the old state was donated: this is optax's state now
+        if not self._donate:
+            self._scratch = new                # donated too: the next step's new values go there
         self._write_back(new)
 
     def _write_back(self, new):

@@ -73,7 +73,7 @@ def _race(n_threads, work):
 
 def test_first_launches_of_new_kernels_from_many_threads():
     x_np = np.linspace(0.0, 20.0, N, dtype=np.float32)
-    x = tg.array(x_np)
+    x = tg.array(x_np, device="cpu")   # the CPU modules are checked (a GPU machine defaults to cuda:0)
     want_axpb = 2.5 * x_np + 1.0
     want_square = x_np * x_np
     want_count = int((x_np > 10.0).sum())
@@ -100,15 +100,15 @@ def _rounds(x, want_axpb, want_square, want_count):
             axpb, square, count = kernels
             for j in orders[t]:
                 if j == 0:
-                    y = tg.zeros(N, dtype=tg.float32)
+                    y = tg.zeros(N, dtype=tg.float32, device="cpu")
                     tg.launch(axpb, N, inputs=[x, y, 2.5])
                     np.testing.assert_allclose(y.numpy(), want_axpb, rtol=1e-6)
                 elif j == 1:
-                    y = tg.zeros(N, dtype=tg.float32)
+                    y = tg.zeros(N, dtype=tg.float32, device="cpu")
                     tg.launch(square, N, inputs=[x, y])
                     np.testing.assert_allclose(y.numpy(), want_square, rtol=1e-6)
                 else:
-                    n = tg.zeros(1, dtype=tg.int32)
+                    n = tg.zeros(1, dtype=tg.int32, device="cpu")
                     tg.launch(count, N, inputs=[x, n])
                     assert int(n.numpy()[0]) == want_count
                 modules[t][j] = kernels[j].module_for(tg.get_device("cpu"))
@@ -285,7 +285,7 @@ def test_host_helpers_first_use_from_many_threads(monkeypatch):
             src = np.arange(3.0) + t
             memory_ops.copy_regions([(b.ctypes.data, src.ctypes.data, src.nbytes) for b in bufs])
             assert all(b[:3].tolist() == src.tolist() for b in bufs)
-            a = tg.array(np.arange(6.0) + t)
+            a = tg.array(np.arange(6.0) + t, device="cpu")
             n = np.from_dlpack(a)
             assert n.ctypes.data == a.ptr and n.tolist() == (np.arange(6.0) + t).tolist()
             b = tg.from_dlpack(n)
