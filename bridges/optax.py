@@ -19,7 +19,9 @@ a ``tapegrad_stream_wait`` FFI call at the start of the jitted update makes XLA'
 for (``StreamEvent`` of the JAX bridge's FFI module; without the FFI handler library, a tiny *ordering token* imported
 through DLPack each step does the same, at ~30 µs); after it, one DLPack handshake on an output
 that makes tapegrad's stream wait for the update. On the CPU, where JAX copies donated DLPack
-views instead of aliasing them, the outputs are copied into the parameters' memory by pointer.
+views instead of aliasing them, the outputs are copied into the parameters' memory by pointer
+(one native call, threads sharing a large total), and the outputs are donated to the next step
+as scratch: its new values are written into their buffers (no allocation per step).
 
 A step that fails changes nothing: every check (gradients, dtypes JAX can hold, memory) runs
 before optax's state is touched. ``step(**extra_args)`` passes what a transformation needs
