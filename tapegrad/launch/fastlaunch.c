@@ -71,7 +71,7 @@ static struct {
     PyObject *(*list_getitem)(PyObject *, Py_ssize_t);
     PyObject *(*tuple_new)(Py_ssize_t);
     int (*tuple_setitem)(PyObject *, Py_ssize_t, PyObject *);
-    PyObject *(*dict_getitem)(PyObject *, PyObject *);
+    PyObject *(*dict_getitem)(PyObject *, PyObject *);   /* PyDict_GetItemWithError: see dict_get */
     PyObject *(*cap_new)(void *, const char *, void (*)(PyObject *));
     void *(*cap_getptr)(PyObject *, const char *);
     void *(*save_thread)(void);
@@ -89,6 +89,16 @@ static struct {
     PyObject *none, *true_, *false_, *notimpl;
     PyObject *t_float, *t_int, *t_bool, *t_tuple, *t_list, *t_str, *t_dict;
 } api;
+
+/* d[key] borrowed, NULL when absent. PyDict_GetItemWithError: PyDict_GetItem saves and restores
+   the thread's exception state around every lookup, a tenth of a launch's lookups' cost; the
+   error a lookup may raise (an unhashable key: none of the helper's) is cleared here */
+static PyObject *dict_get(PyObject *d, PyObject *key) {
+    PyObject *v = api.dict_getitem(d, key);
+    if (!v && api.err_occurred()) api.err_clear();
+    return v;
+}
+
 
 #define Py_EQ 2
 #define MAXP 64      /* parameters per kernel on the fast path */
@@ -659,7 +669,7 @@ static PyObject *array_dict(PyObject *a) {
    missing from the dict is ``dflt`` (the class default); NULL when unreadable */
 static PyObject *field(PyObject *a, PyObject *d, PyObject *name, PyObject *dflt) {
     if (d) {
-        PyObject *v = api.dict_getitem(d, name);
+        PyObject *v = dict_get(d, name);
         return v ? v : dflt;
     }
     PyObject *v = attr(a, name);
@@ -856,19 +866,19 @@ typedef struct {
    an offset, a list shape, a pointer or flag of another type...): the Python packer */
 static int cai_read(PyObject *d, cai_t *c) {
     if (TYPE(d) != api.t_dict) return 0;
-    PyObject *m = api.dict_getitem(d, S_MASK);
+    PyObject *m = dict_get(d, S_MASK);
     if (m && m != api.none) return 0;                  /* the packer's ValueError */
-    PyObject *off = api.dict_getitem(d, S_OFFSET);
+    PyObject *off = dict_get(d, S_OFFSET);
     long long x;
     if (off && off != api.none && (!read_int(off, &x) || x != 0)) return 0;
-    c->typestr = api.dict_getitem(d, S_TYPESTR);
+    c->typestr = dict_get(d, S_TYPESTR);
     if (!c->typestr || TYPE(c->typestr) != api.t_str) return 0;
-    c->shape = api.dict_getitem(d, S_SHAPE);
+    c->shape = dict_get(d, S_SHAPE);
     if (!c->shape || TYPE(c->shape) != api.t_tuple) return 0;
-    c->strides = api.dict_getitem(d, S_STRIDES);
+    c->strides = dict_get(d, S_STRIDES);
     if (!c->strides) c->strides = api.none;
     else if (c->strides != api.none && TYPE(c->strides) != api.t_tuple) return 0;
-    PyObject *data = api.dict_getitem(d, S_DATA);
+    PyObject *data = dict_get(d, S_DATA);
     c->ptr = 0;
     c->readonly = 0;
     if (data && data != api.none) {
@@ -881,10 +891,10 @@ static int cai_read(PyObject *d, cai_t *c) {
         else if (ro != api.false_) return 0;
         c->ptr = (uintptr_t)u;
     }
-    PyObject *ver = api.dict_getitem(d, S_VERSION);
+    PyObject *ver = dict_get(d, S_VERSION);
     c->version = 0;
     if (ver && !read_int(ver, &c->version)) return 0;
-    c->stream = api.dict_getitem(d, S_STREAM);
+    c->stream = dict_get(d, S_STREAM);
     return 1;
 }
 
@@ -1204,7 +1214,7 @@ static PyObject *device_stream(PyObject *dev) {
         if (!d) api.err_clear();
         else {
             api.decref(d);          /* the device holds it */
-            PyObject *s = TYPE(d) == api.t_dict ? api.dict_getitem(d, S_DEVICE_STREAM) : NULL;
+            PyObject *s = TYPE(d) == api.t_dict ? dict_get(d, S_DEVICE_STREAM) : NULL;
             if (s && s != api.none) { api.incref(s); return s; }
         }
     }
@@ -1373,7 +1383,7 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     c->record_tape = a[6]; c->block_dim = a[7]; c->max_blocks = a[8];
     c->adj_in = c->adjoint ? a[9] : api.none;
     c->adj_out = c->adjoint ? a[10] : api.none;
-    PyObject *oc = api.dict_getitem(CAPTURE_DICT, S_OPEN_COUNT);
+    PyObject *oc = dict_get(CAPTURE_DICT, S_OPEN_COUNT);
     long long open = 1;
     if (!oc || !read_int(oc, &open) || open != 0) return 0;
     /* adjoint launches are never recorded; a forward one under a tape is (record_call) */
@@ -1698,7 +1708,7 @@ static int pack_adjoint(call_t *c) {
 #define R_AFTER 4
 #define R_WRITES 8
 
-typedef struct { PyObject *a; uintptr_t root; int rec; } rec_arg_t;
+typedef struct { PyObject *a, *fields; uintptr_t root; int rec; } rec_arg_t;   /* fields: array_dict(a) */
 
 /* the kernel's record plan (hooks.record_plan), asked once per plan; 0: none (a struct parameter) */
 static int record_plan(call_t *c) {
@@ -1720,15 +1730,25 @@ static int record_plan(call_t *c) {
     return p->rec_state == 1;
 }
 
-/* tape_saves.memory_root of plain array ``a``: up the owners while they are plain arrays; 0
-   for the recorder (an owner that is an array subclass, an unreadable field) */
-static uintptr_t memory_root(PyObject *a) {
-    for (int depth = 0; depth < 256; depth++) {
-        PyObject *o = field(a, array_dict(a), S_OWNER_FIELD, api.none);   /* the array holds it */
+/* tape_saves.memory_root of plain array ``a`` (``fields``: its array_dict): up the owners while
+   they are plain arrays; 0 for the recorder (an owner that is an array subclass, an unreadable field) */
+static PyObject *OWNER_TYPES[4];   /* owner types met that are not array subclasses (held: HostBuffer...) */
+static int n_owner_types = 0;
+
+static uintptr_t memory_root(PyObject *a, PyObject *fields) {
+    for (int depth = 0; depth < 256; depth++, fields = array_dict(a)) {
+        PyObject *o = field(a, fields, S_OWNER_FIELD, api.none);   /* the array holds it */
         if (!o) return 0;
         if (TYPE(o) == T_ARRAY) { a = o; continue; }
-        int sub = o == api.none ? 0 : api.isinstance(o, T_ARRAY);
+        if (o == api.none) return (uintptr_t)a;
+        for (int k = 0; k < n_owner_types; k++)
+            if (TYPE(o) == OWNER_TYPES[k]) return (uintptr_t)a;     /* the memory's own buffer object */
+        int sub = api.isinstance(o, T_ARRAY);
         if (sub != 0) { api.err_clear(); return 0; }
+        if (n_owner_types < 4) {
+            api.incref(TYPE(o));
+            OWNER_TYPES[n_owner_types++] = TYPE(o);
+        }
         return (uintptr_t)a;
     }
     return 0;
@@ -1739,8 +1759,8 @@ static uintptr_t memory_root(PyObject *a) {
 static int root_live(PyObject *live, PyObject *roots, uintptr_t root) {
     PyObject *key = api.long_from_ll((long long)root);
     if (!key) { api.err_clear(); return -1; }
-    PyObject *keys = api.dict_getitem(live, key);      /* borrowed; NULL: absent */
-    PyObject *marked = api.dict_getitem(roots, key);
+    PyObject *keys = dict_get(live, key);      /* borrowed; NULL: absent */
+    PyObject *marked = dict_get(roots, key);
     api.decref(key);
     if (marked) return 1;
     if (!keys) return 0;
@@ -1768,6 +1788,7 @@ static int record_arrays(call_t *c, rec_arg_t *ra, int *na) {
         for (int j = 0; j < *na; j++)
             if (ra[j].a == a) return -1;
         ra[*na].a = a;
+        ra[*na].fields = fields;
         ra[*na].rec = c->p->p[i].rec;
         ra[*na].root = 0;
         (*na)++;
@@ -1786,7 +1807,7 @@ static int record_checks(PyObject *live, PyObject *roots, rec_arg_t *ra, int na,
     int nw = 0;
     *nown = 0;
     for (int k = 0; k < na; k++) {
-        ra[k].root = memory_root(ra[k].a);
+        ra[k].root = memory_root(ra[k].a, ra[k].fields);
         if (!ra[k].root) return 0;
         int r = ra[k].rec;
         if (!(r & R_WRITES)) continue;
