@@ -307,3 +307,56 @@ def test_a_tape_records_only_its_own_threads_launches(warmed):
         t.join()
     assert [r.outputs[0] for r in tape.launches] == [y]
     np.testing.assert_array_equal(z.numpy(), np.full(N, 1.5 * 1.5 + 1.0))
+
+
+class _ArraySubclass(tg.array):
+    pass
+
+
+def test_memory_roots_match_tape_saves_for_every_owner_kind(warmed):
+    """The native record's memory root of each array it reads (the key of the tape's pending
+    roots) is ``tape_saves.memory_root``'s, whatever owns the memory: tapegrad's own buffer, a
+    view, a view of a view, numpy memory wrapped zero-copy, an array whose owner the helper met
+    before (remembered as not an array); an owner that is an array subclass leaves the launch to
+    ``Tape.record``."""
+    from tapegrad.tape_saves import memory_root
+    device = warmed
+    base = tg.array(np.linspace(0.1, 0.9, 4 * N), dtype=tg.float64, device=device, requires_grad=True)
+    host = np.linspace(1.0, 2.0, N)
+    sources = {
+        "own": tg.array(np.linspace(0.1, 0.9, N), dtype=tg.float64, device=device, requires_grad=True),
+        "view": base[N:2 * N],
+        "view of a view": base[N:][N:2 * N],
+    }
+    if device == "cpu":
+        wrapped = tg.from_numpy(host)
+        wrapped.requires_grad = True
+        sources["numpy memory"] = wrapped
+    for _ in range(2):   # the second round meets every owner type again (remembered)
+        for what, x in sources.items():
+            y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
+            tape = tg.Tape()
+            calls = []
+            record = tape.record
+            tape.record = lambda rec, calls=calls, record=record: calls.append(rec) or record(rec)
+            with tape:
+                tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
+            if fastlaunch.error() is None:
+                assert calls == [], what                                     # recorded natively
+                assert list(tape._pending_roots) == [id(memory_root(x))], what
+            x.grad.zero_()
+            tape.backward(grads={y: tg.full(N, 1.0, dtype=tg.float64, device=device)})
+            np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy(), rtol=1e-13, err_msg=what)
+    sub = _ArraySubclass(np.linspace(0.1, 0.9, 2 * N), dtype=tg.float64, device=device)
+    view = sub[:N]
+    assert type(view) is tg.array and type(view.owner) is _ArraySubclass
+    y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
+    tape = tg.Tape()
+    calls = []
+    record = tape.record
+    tape.record = lambda rec: calls.append(rec) or record(rec)
+    with tape:
+        tg.launch(k_sq, N, inputs=[view], outputs=[y], device=device)
+    if fastlaunch.error() is None:
+        assert len(calls) == 1                                             # left to Tape.record
+    np.testing.assert_allclose(y.numpy(), view.numpy() ** 2 + 1.0)
