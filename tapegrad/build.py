@@ -734,7 +734,33 @@ def load_cpu_library(path: str, python_api: bool = False):
             for helpers that call the Python C API.
     """
     with _lock:
-        return (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
+        lib = (ctypes.PyDLL if python_api else ctypes.CDLL)(path)
+        _watch_forks()
+        return lib
+
+
+_forks_watched = False
+
+
+def _watch_forks() -> None:
+    """Once a CPU library is loaded (kernels and helpers run OpenMP teams): a forked child runs
+    its OpenMP regions on one thread (``_openmp_after_fork``)."""
+    global _forks_watched
+    if not _forks_watched and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_openmp_after_fork)
+        _forks_watched = True
+
+
+def _openmp_after_fork() -> None:
+    # The child of a fork keeps libgomp's record of the parent's thread pool but not its threads:
+    # the next parallel region of the forking thread would wait for them forever (measured: a
+    # kernel launch or a 4 MiB host copy in a multiprocessing child hung). One thread per region
+    # there instead, as torch does in its forked workers; threads the child starts later get
+    # pools of their own. (dlopen by soname: the libgomp the kernels linked, or none to change.)
+    try:
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
+    except (OSError, AttributeError):   # no GNU OpenMP runtime (another platform, a build without it)
+        pass
 
 
 # ---------------------------------------------------------------------------------- CUDA
