@@ -51,6 +51,14 @@ ARITY = {"sq": 2, "inplace": 1, "pair": 3, "readback": 2}
 POOL = 6     # three arrays, the two halves of a fourth, the fourth (few: programs often reuse one)
 
 
+def _counting_tape(**kwargs):
+    """A tape whose ``Tape.record`` calls (the recorder's path) are listed in the returned list."""
+    tape, calls = tg.Tape(**kwargs), []
+    record = tape.record
+    tape.record = lambda rec: calls.append(rec) or record(rec)
+    return tape, calls
+
+
 def _pool(device, grads):
     arrays = [tg.array(np.linspace(0.5 + k, 1.5 + k, N), dtype=tg.float64, device=device, requires_grad=g)
               for k, g in enumerate(grads[:3])]
@@ -153,10 +161,7 @@ def test_a_chain_is_recorded_natively_and_backward_is_exact(warmed):
     x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
     y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
     z = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
-    tape = tg.Tape()
-    calls = []
-    record = tape.record
-    tape.record = lambda rec: calls.append(rec) or record(rec)
+    tape, calls = _counting_tape()
     with tape:
         tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
         tg.launch(k_sq, N, inputs=(y,), outputs=(z,), device=device)
@@ -189,10 +194,7 @@ def test_in_place_steps_are_recorded_natively_with_their_saves(warmed):
     for save in (True, False):
         x = tg.array(x0, dtype=tg.float64, device=device, requires_grad=True)
         v = tg.array(v0, dtype=tg.float64, device=device, requires_grad=True)
-        tape = tg.Tape(save_overwritten=save)
-        calls = []
-        record = tape.record
-        tape.record = lambda rec: calls.append(rec) or record(rec)
+        tape, calls = _counting_tape(save_overwritten=save)
         with tape, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", tg.TapeWarning)
             for _ in range(steps):
@@ -335,10 +337,7 @@ def test_memory_roots_match_tape_saves_for_every_owner_kind(warmed):
     for _ in range(2):   # the second round meets every owner type again (remembered)
         for what, x in sources.items():
             y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
-            tape = tg.Tape()
-            calls = []
-            record = tape.record
-            tape.record = lambda rec, calls=calls, record=record: calls.append(rec) or record(rec)
+            tape, calls = _counting_tape()
             with tape:
                 tg.launch(k_sq, N, inputs=[x], outputs=[y], device=device)
             if fastlaunch.error() is None:
@@ -351,10 +350,7 @@ def test_memory_roots_match_tape_saves_for_every_owner_kind(warmed):
     view = sub[:N]
     assert type(view) is tg.array and type(view.owner) is _ArraySubclass
     y = tg.zeros(N, dtype=tg.float64, device=device, requires_grad=True)
-    tape = tg.Tape()
-    calls = []
-    record = tape.record
-    tape.record = lambda rec: calls.append(rec) or record(rec)
+    tape, calls = _counting_tape()
     with tape:
         tg.launch(k_sq, N, inputs=[view], outputs=[y], device=device)
     if fastlaunch.error() is None:
