@@ -172,6 +172,15 @@ typedef struct {
     desc_t tmpl;
 } cai_layout_t;
 
+/* The last plain descriptor object (types.ArrayDesc) a parameter's tapegrad array held, with the
+   launch device it passed the dtype, device and ndim checks on. An array's descriptor object is
+   its own (descriptor() makes one per array and drops it when a field it holds changes) and an
+   array's dtype and device are set once, when it is made; so meeting the same object again on
+   the same device skips both field reads. The references keep the identities from being reused. */
+typedef struct {
+    PyObject *desc, *dev;           /* NULL: none yet */
+} seen_t;
+
 typedef struct {
     int kind, ndim, written;
     int rec;                        /* the tape's facts of an array parameter (R_*), once asked */
@@ -184,6 +193,7 @@ typedef struct {
     int np_next;
     cai_layout_t cai_lay[NLAY];
     int cai_next;
+    seen_t seen, adj_seen;          /* forward arguments; adjoint buffers */
 } param_t;
 
 /* numpy's PyArrayObject_fields (ndarraytypes.h, the same in numpy 1.x and 2.x; checked from
@@ -221,10 +231,11 @@ static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign me
 static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL, *S_OWNER_FIELD = NULL;
 static PyObject *RECORD_PLAN = NULL;
 static PyObject *TAPE_STATE = NULL;    /* hooks.tape_state: its ``tape`` is active_tape()'s answer */
+static PyObject *TAPES_DICT = NULL;    /* hooks.tape_count_state: its ``tapes_active`` 0: no thread records */
 static PyObject *S_TAPE = NULL;   /* fn(kernel) -> per-parameter record flags (R_*), or None */
 static PyObject *S_TAPE_FIELD = NULL;  /* the tape attribute holding (pending list, live roots dict) */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
-                *S_DESCRIPTOR, *S_OPEN_COUNT, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
+                *S_DESCRIPTOR, *S_OPEN_COUNT, *S_TAPES_ACTIVE, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
                 *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET, *S_ENABLE_BACKWARD;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
@@ -248,11 +259,11 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     void **dst = (void **)&api;
     for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
     const char *names[] = {"launch_plan", "native", "dtype", "device", "version", "tg_dtype", "tg_device",
-                           "descriptor", "open_count", "cuda_stream", "is_blocking", "grad",
+                           "descriptor", "open_count", "tapes_active", "cuda_stream", "is_blocking", "grad",
                            "__cuda_array_interface__", "typestr", "shape", "strides", "data", "stream", "mask",
                            "offset", "enable_backward"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE, &S_TG_DEVICE,
-                          &S_DESCRIPTOR, &S_OPEN_COUNT, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
+                          &S_DESCRIPTOR, &S_OPEN_COUNT, &S_TAPES_ACTIVE, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
                           &S_TYPESTR, &S_SHAPE, &S_STRIDES, &S_DATA, &S_STREAM, &S_MASK, &S_OFFSET,
                           &S_ENABLE_BACKWARD};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -287,15 +298,15 @@ TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
                                 "capture_state", "active_tape", "get_device", "infer_device"};
     PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_DICT,
                            &ACTIVE_TAPE, &GET_DEVICE, &INFER_DEVICE};
-    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan", "tape_state"};
-    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN, &TAPE_STATE};
+    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan", "tape_state", "tape_count_state"};
+    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN, &TAPE_STATE, &TAPES_DICT};
     if (!S_TAPE && !(S_TAPE = api.intern("tape"))) { api.err_clear(); return 0; }
     PyObject *floats = NULL, *ints = NULL, *cache = NULL, *size = NULL;
     for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++)
         if (!hook(hooks, req[i], 0, rslots[i])) return 0;
     for (unsigned i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
         if (!hook(hooks, opt[i], 1, oslots[i])) return 0;
-    if (TYPE(CAPTURE_DICT) != api.t_dict) return 0;
+    if (TYPE(CAPTURE_DICT) != api.t_dict || (TAPES_DICT && TYPE(TAPES_DICT) != api.t_dict)) return 0;
     if (!hook(hooks, "float_types", 0, &floats) || !hook(hooks, "int_types", 0, &ints)) return 0;
     tg_fl_set_scalar_types(floats, ints);
     api.decref(floats); api.decref(ints);
@@ -405,6 +416,8 @@ static void plan_free(PyObject *cap) {
     for (int e = 0; e < NENT; e++) entry_clear(&p->ent[e]);
     for (int i = 0; i < p->n; i++) {
         xdecref(p->p[i].dtype);
+        xdecref(p->p[i].seen.desc); xdecref(p->p[i].seen.dev);
+        xdecref(p->p[i].adj_seen.desc); xdecref(p->p[i].adj_seen.dev);
         for (int l = 0; l < NLAY; l++) {
             layout_clear(&p->p[i].lay[l]);
             xdecref(p->p[i].np_lay[l].descr);
@@ -1005,12 +1018,19 @@ static PyObject *named_device(PyObject *s) {
 
 /* The device of the first tapegrad array or descriptor argument: 1 with *out (a new reference,
    NULL for the Python path: an array subclass, an unreadable attribute), 0 when there is none */
-static int array_device(PyObject **args, int n, PyObject **out) {
+static int array_device(plan_t *p, PyObject **args, int n, PyObject **out) {
     *out = NULL;
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i], *t = TYPE(a);
         if (t == T_ARRAY) {
-            PyObject *dv = field(a, array_dict(a), S_DEVICE, NULL);
+            PyObject *fields = array_dict(a);
+            const seen_t *sn = &p->p[i].seen;
+            if (fields && sn->desc && dict_get(fields, S_DESC) == sn->desc) {
+                api.incref(sn->dev);
+                *out = sn->dev;
+                return 1;
+            }
+            PyObject *dv = field(a, fields, S_DEVICE, NULL);
             if (dv && dv != api.none) { api.incref(dv); *out = dv; return 1; }
             if (!dv) return 1;
         } else if (t == T_ARRAYCTYPE) {
@@ -1077,7 +1097,7 @@ static PyObject *launch_device(plan_t *p, PyObject *device, PyObject *stream, Py
         return attr(stream, S_DEVICE);
     }
     PyObject *r;
-    if (array_device(args, n, &r) || (r = foreign_device(p, args, n, refs, cai)) != NULL) return r;
+    if (array_device(p, args, n, &r) || (r = foreign_device(p, args, n, refs, cai)) != NULL) return r;
     PyObject *tup = api.tuple_new(n);
     if (!tup) { api.err_clear(); return NULL; }
     for (int i = 0; i < n; i++) { api.incref(args[i]); api.tuple_setitem(tup, i, args[i]); }
@@ -1110,7 +1130,7 @@ static int storage_ok(PyObject *d) {
 /* tapegrad array ``a``'s cached descriptor (a.descriptor()), kept alive through ``refs``; NULL
    for the Python path (which raises for a moved foreign storage). Otherwise unchecked: an
    adjoint's gradient buffer is used as launch.packers.grad_desc does */
-static desc_t *array_descriptor(PyObject *a, PyObject *fields, refs_t *refs) {
+static desc_t *array_descriptor(PyObject *a, PyObject *fields, refs_t *refs, PyObject **obj) {
     PyObject *d = field(a, fields, S_DESC, api.none);
     if (!d) return NULL;
     if (d != api.none) api.incref(d);
@@ -1120,6 +1140,7 @@ static desc_t *array_descriptor(PyObject *a, PyObject *fields, refs_t *refs) {
         if (!d) { api.err_clear(); return NULL; }
     }
     keep(refs, d);
+    *obj = d;
     if (TYPE(d) == T_CHECKED && T_CHECKED) return storage_ok(d) ? (desc_t *)CBUF(d) : NULL;
     if (TYPE(d) != T_ARRAYDESC && TYPE(d) != T_ARRAYCTYPE) return NULL;
     return (desc_t *)CBUF(d);
@@ -1127,14 +1148,28 @@ static desc_t *array_descriptor(PyObject *a, PyObject *fields, refs_t *refs) {
 
 /* a tapegrad array's descriptor buffer for parameter ``pp`` (borrowed through ``refs``), NULL
    for the Python path */
-static desc_t *array_desc(param_t *pp, PyObject *a, PyObject *dev, refs_t *refs) {
+static desc_t *array_desc(param_t *pp, seen_t *sn, PyObject *a, PyObject *dev, refs_t *refs) {
     PyObject *fields = array_dict(a);
+    if (fields && sn->desc && sn->dev == dev) {
+        PyObject *d = dict_get(fields, S_DESC);
+        if (d == sn->desc) {
+            api.incref(d);
+            keep(refs, d);
+            return (desc_t *)CBUF(d);
+        }
+    }
     PyObject *dt = field(a, fields, S_DTYPE, NULL);   /* dtype objects live in the type tables */
     if (!dt || dt != pp->dtype) return NULL;
     PyObject *dv = field(a, fields, S_DEVICE, NULL);  /* the array (kept alive by the caller) holds it */
     if (!dv || dv != dev) return NULL;
-    desc_t *desc = array_descriptor(a, fields, refs);
-    return desc && desc->ndim == pp->ndim ? desc : NULL;
+    PyObject *obj = NULL;
+    desc_t *desc = array_descriptor(a, fields, refs, &obj);
+    if (!desc || desc->ndim != pp->ndim) return NULL;
+    if (fields && TYPE(obj) == T_ARRAYDESC) {   /* (a CheckedDesc is checked at every launch) */
+        api.incref(obj); xdecref(sn->desc); sn->desc = obj;
+        api.incref(dev); xdecref(sn->dev); sn->dev = dev;
+    }
+    return desc;
 }
 
 static desc_t *ctype_desc(param_t *pp, PyObject *a, PyObject *dev) {
@@ -1372,6 +1407,15 @@ static PyObject *launched(call_t *c) {
     return r;
 }
 
+/* 1 when no thread has a recording tape (recording.tapes_active is 0): the thread-local read,
+   several dict lookups, is skipped; 0 when one may (or the count is unreadable) */
+static int no_tape_records(void) {
+    if (!TAPES_DICT) return 0;
+    PyObject *k = dict_get(TAPES_DICT, S_TAPES_ACTIVE);
+    long long n = 1;
+    return k && read_int(k, &n) && n == 0;
+}
+
 /* the call's arguments, and the states the Python path handles: an open CPU graph capture, a
    recording tape without a recorder (or record_tape not a bool) */
 static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
@@ -1389,7 +1433,7 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     /* adjoint launches are never recorded; a forward one under a tape is (record_call) */
     c->record = 0;
     c->tape = NULL;
-    if (c->adjoint || c->record_tape == api.false_) return 1;
+    if (c->adjoint || c->record_tape == api.false_ || no_tape_records()) return 1;
     PyObject *t = TAPE_STATE ? api.getattr(TAPE_STATE, S_TAPE) : api.vectorcall(ACTIVE_TAPE, NULL, 0, NULL);
     if (!t) { api.err_clear(); return 0; }
     keep(&c->refs, t);
@@ -1564,7 +1608,7 @@ static int foreign_stream_ordered(call_t *c, spec_t *s) {
 static desc_t *pack_array(call_t *c, int i, spec_t **checked) {
     param_t *pp = &c->p->p[i];
     PyObject *v = c->args[i], *t = TYPE(v);
-    if (t == T_ARRAY) return array_desc(pp, v, c->dev, &c->refs);
+    if (t == T_ARRAY) return array_desc(pp, &pp->seen, v, c->dev, &c->refs);
     if (t == T_ARRAYCTYPE) return ctype_desc(pp, v, c->dev);
     if (v == api.none) return NULL;
     spec_t *s = spec_for(t);
@@ -1653,7 +1697,7 @@ static void *adjoint_array(call_t *c, int i, PyObject *g) {
     if (g == api.none) return &c->zdesc;
     /* a tapegrad array buffer of the parameter's element type, ndim and device (else the Python
        path, which raises) */
-    if (TYPE(g) == T_ARRAY) return array_desc(&c->p->p[i], g, c->dev, &c->refs);
+    if (TYPE(g) == T_ARRAY) return array_desc(&c->p->p[i], &c->p->p[i].adj_seen, g, c->dev, &c->refs);
     return packer_desc(c, i, g, 0);   /* a buffer given as another object: its packer, as launch() */
 }
 

@@ -208,6 +208,8 @@ class NativeHooks:
         tape_state: the thread-local object whose ``tape`` attribute is what ``active_tape()``
             returns (``recording.THREAD_STATE``): read at every launch instead of calling
             ``active_tape`` (None: the call).
+        tape_count_state: ``tapegrad.recording``'s module dict: while its ``tapes_active`` is 0
+            no thread records and the helper skips the thread-local read (None: read it always).
     """
 
     kernel_type: type
@@ -230,6 +232,7 @@ class NativeHooks:
     tape_field: Optional[str] = None
     device_stream_field: Optional[str] = None
     tape_state: object = None
+    tape_count_state: Optional[dict] = None
 
 
 def load(hooks: NativeHooks):
