@@ -245,8 +245,8 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
             the adjoints into ``adj_inputs``/``adj_outputs`` and their tangents into
             ``tan_adj_inputs``/``tan_adj_outputs``. Tangent launches are not recorded on a tape.
         record_cmd: launch nothing; return the launch packed into a ``tg.Launch`` to replay
-            (``Launch.launch()``) with changed parameters (Warp's recorded launches).
-        (``tangent`` to ``record_cmd`` are passed by keyword.)
+            (``Launch.launch()``) with changed parameters (Warp's recorded launches). Pass
+            ``tangent`` to ``record_cmd`` by keyword.
     Returns:
         None; with ``record_cmd=True``, the ``tg.Launch``.
     Raises:
