@@ -44,7 +44,7 @@ def _tapegrad(device):
         c[i] = a[i] + b[i]
 
     a, b, c = (tg.zeros(1, dtype=tg.float32, device=device) for _ in range(3))
-    for _ in range(3):      # compiles, then loads the native helper (the process's second launch)
+    for _ in range(3):      # compiles; the first launch registers its module with the native helper
         tg.launch(add3, 1, inputs=[a, b, c])
     return (lambda: tg.launch(add3, 1, inputs=[a, b, c])), (lambda: tg.synchronize_device(device))
 

@@ -11,14 +11,17 @@ This module imports nothing from tapegrad (it sits beside ``device``).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Callable
 
-__all__ = ["CpuGraph", "capturing", "record", "begin", "end", "discard", "open_count"]
+__all__ = ["CpuGraph", "capturing", "record", "begin", "end", "discard", "open_count", "OPEN_COUNT_CELL"]
 
 _tls = threading.local()
 _lock = threading.Lock()
 open_count = 0   # CPU captures open on any thread: the launch hot path reads only this when 0
+# the same count where the native launch helper reads it with one load (written with open_count)
+OPEN_COUNT_CELL = ctypes.c_long(0)
 
 
 class CpuGraph:
@@ -82,6 +85,7 @@ def begin() -> None:
     _tls.stack = [([], [])]
     with _lock:
         open_count += 1
+        OPEN_COUNT_CELL.value = open_count
 
 
 def end(device) -> CpuGraph:
@@ -101,6 +105,7 @@ def _pop():
     global open_count
     with _lock:
         open_count -= 1
+        OPEN_COUNT_CELL.value = open_count
     return _tls.stack.pop()
 
 

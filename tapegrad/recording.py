@@ -11,14 +11,15 @@ adjoint, run by ``Tape.backward`` in reverse order).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import memory_ops
 
-__all__ = ["active_tape", "set_active_tape", "Access", "CopyRecord", "FillRecord", "FuncRecord", "grad_region",
-           "copy_adjoint"]
+__all__ = ["active_tape", "set_active_tape", "TAPES_ACTIVE_CELL", "Access", "CopyRecord", "FillRecord", "FuncRecord",
+           "grad_region", "copy_adjoint"]
 
 # The attribute of a recording tape through which the native launch helper records the common
 # launch without calling into Python (``tapegrad.launch.fastlaunch``): a tuple ``(pending, live,
@@ -46,6 +47,8 @@ THREAD_STATE = _tls
 # launch's hot path (Python and native) skips the thread-local read, which costs several dict
 # lookups. A thread that ends inside ``with tape:`` leaves it one too high: only slower.
 tapes_active = 0
+# the same count where the native launch helper reads it with one load (written with tapes_active)
+TAPES_ACTIVE_CELL = ctypes.c_long(0)
 _count_lock = threading.Lock()
 
 
@@ -65,6 +68,7 @@ def set_active_tape(tape) -> None:
     if delta:   # after the thread-local is set: the count is never below the threads recording
         with _count_lock:
             tapes_active += delta
+            TAPES_ACTIVE_CELL.value = tapes_active
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ record on a tape (``LaunchRecord``) lives here too: its replay is an adjoint lau
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,10 +99,7 @@ def _plan(kernel) -> LaunchPlan:
         # indexed arrays indexed by tid(): their indexed shapes bound the grid (checked in Python;
         # the native helper reads only array parameters' shapes, so such kernels go without it)
         indexed = tuple(a for a in facts.tid_accesses(kernel) if getattr(ts[a.param], "indexed", None) is not None)
-        # the process's first launch does not load the native helper (a one-shot launch gains
-        # nothing from it; its load, 1-2 ms, moves to the next Python-path launch)
-        native = None if indexed else _native_plan(kernel, packers, written, checks) \
-            if _python_launches or _fast is not None else DEFERRED
+        native = None if indexed else _native_plan(kernel, packers, written, checks)
         checks += indexed
         plan = kernel.launch_plan = LaunchPlan(packers, written, native, checks, arrays)
     return plan
@@ -113,46 +109,36 @@ def launch_plan(kernel) -> LaunchPlan:
     ``tapegrad.launch.command``, pack through them)."""
     return _plan(kernel)
 
-DEFERRED = "deferred"   # LaunchPlan.native of a plan made before the helper was wanted
-
-def _upgrade_plan(kernel, plan) -> LaunchPlan:
-    """``plan`` with its native plan made now (it was ``DEFERRED``)."""
-    with kernel.build_lock:
-        cur = kernel.launch_plan
-        if cur is plan:
-            cur = kernel.launch_plan = dataclasses.replace(plan, native=_native_plan(kernel, plan.packers,
-                                                                                      plan.written, plan.tid_checks))
-    return cur
-
-
 # ------------------------------------------------------------------------ the native path
 
-_fast = None   # tapegrad.launch.fastlaunch's launch function once its helper is loaded (None: Python path only)
-_python_launches = 0   # launches the Python path ran (counted up to 1: whether there was one)
+_fast = None   # the helper's launch function while launch() uses it (None: the Python path only)
+_helper = None  # the helper's launch function once loaded (native plans are made while _fast is off too)
+_listening = False
 
 
-def _count_python_launch():
-    global _python_launches
-    _python_launches = 1
-
-def _native_plan(kernel, packers, written, tid_checks=()):
-    """The native helper's plan for ``kernel`` (None without the helper): each parameter's kind,
-    and for arrays the dtype and ndim the C code checks (``tapegrad.launch.fastlaunch``)."""
-    global _fast
-    if _fast is None:   # once per kernel while the helper is unavailable (load() remembers why)
-        _fast = fastlaunch.load(fastlaunch.NativeHooks(
+def _load_native():
+    """Load the native helper once (``fastlaunch.load`` remembers why it cannot be); returns its
+    launch function (None: the Python path alone)."""
+    global _helper
+    if _helper is None:
+        _helper = fastlaunch.load(fastlaunch.NativeHooks(
             kernel_type=Kernel, array_type=array, desc_type=types.ArrayDesc, ctype_type=ArrayCtype,
-            device_type=Device, capture_state=vars(cpu_capture), active_tape=active_tape, get_device=get_device,
-            infer_device=infer_device, max_size=NARROW_LAUNCH_SIZE,
+            device_type=Device, capture_count=cpu_capture.OPEN_COUNT_CELL, active_tape=active_tape,
+            get_device=get_device, infer_device=infer_device, max_size=NARROW_LAUNCH_SIZE,
             array_fields=(array.DESCRIPTOR_CACHE, array.GRAD_FIELD, array.LINK_FIELD, array.OWNER_FIELD),
             float_types=(np.float16, np.float32, np.float64),
             int_types=(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
             record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc,
             record_plan=_record_plan, tape_field=PENDING_FIELD, device_stream_field=Device.STREAM_FIELD,
-            tape_state=THREAD_STATE, tape_count_state=vars(recording)))
-        if _fast is not None:
+            tape_state=THREAD_STATE, tape_count=recording.TAPES_ACTIVE_CELL))
+        if _helper is not None and not _listening:
             _listen_for_build_changes()
-    if _fast is None:
+    return _helper
+
+def _native_plan(kernel, packers, written, tid_checks=()):
+    """The native helper's plan for ``kernel`` (None without the helper): each parameter's kind,
+    and for arrays the dtype and ndim the C code checks (``tapegrad.launch.fastlaunch``)."""
+    if _load_native() is None:   # (once per kernel while the helper is unavailable)
         return None
     if any(isinstance(t, types.ArrayType) and isinstance(t.dtype, types.StructType) and
            any(p[:1] == (facts.ELEMENT,) for p in facts.null_unsafe_fields(kernel, i) + facts.written_fields(kernel, i))
@@ -200,6 +186,8 @@ def _record_plan(kernel):
     return tuple(flags)
 
 def _listen_for_build_changes():
+    global _listening
+    _listening = True
     # tg.config.mode and module options choose the build kernel.module_for(dev) returns: a change
     # makes the native plans forget the modules they launch
     from ..config import add_mode_listener
@@ -278,6 +266,22 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         # (packers.exact_adjoint_buffers)
     _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_inputs, adj_outputs, record_tape,
                    block_dim, max_blocks)
+
+def _finish_native(result, kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks):
+    """The native front's forward launch after the helper returned ``result`` (not None):
+    raise the kernel's runtime error, or run the Python path (NotImplemented)."""
+    if not _native_error(result, False):
+        _launch_python(kernel, dim, inputs, outputs, device, stream, False, None, None, record_tape, block_dim,
+                       max_blocks)
+
+def native_launches(enabled: bool) -> bool:
+    """Let ``launch`` use the native helper (``enabled``) or only its Python path (tests compare
+    the two); returns whether it used the helper before."""
+    global _fast
+    was = _fast is not None
+    _fast = _load_native() if enabled else None
+    fastlaunch.front_switch(_fast is not None)
+    return was
 
 def _native_error(result, adjoint) -> bool:
     """After a native launch that returned ``result`` other than None: False for NotImplemented
@@ -409,11 +413,7 @@ def _launch_python(kernel, dim, inputs, outputs, device, stream, adjoint, adj_in
                 _bump_versions(written, args)
             raise
         if plan.native is not None and bounds.size <= NARROW_LAUNCH_SIZE:
-            if plan.native is DEFERRED and _python_launches:
-                plan = _upgrade_plan(kernel, plan)
-            if plan.native is not None and plan.native is not DEFERRED:
-                fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
-        _count_python_launch()
+            fastlaunch.register_module(plan.native, dev, mod, config.mode)   # later launches: native
     if scratch:
         finish_adjoint_buffers(scratch)
     if not adjoint:
@@ -542,3 +542,16 @@ def _argv_type(n):
     if t is None:
         t = _ARGV[n] = ctypes.c_void_p * n
     return t
+
+
+# ------------------------------------------------------------------------ the native front
+# launch() as the helper's builtin: the common forward launch binds its arguments and launches
+# in C with no Python frame (a third of a small launch's instructions); every other call runs the
+# function above (fastlaunch.front). Made last: it wraps the finished function. The helper is
+# loaded here, at import, for it (built at install; else compiled once into the kernel cache).
+if _load_native() is not None:
+    _fast = _helper
+    launch = fastlaunch.front(launch, _finish_native,
+                              ("kernel", "dim", "inputs", "outputs", "device", "stream", "record_tape", "block_dim",
+                               "max_blocks"),
+                              ("adjoint", "tangent", "record_cmd"))

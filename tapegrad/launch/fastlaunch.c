@@ -222,7 +222,12 @@ typedef struct {
 
 static int ready = 0;
 static PyObject *T_KERNEL, *T_ARRAY, *T_ARRAYDESC, *T_ARRAYCTYPE, *T_DEVICE, *T_STREAM;
-static PyObject *CAPTURE_DICT, *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
+static PyObject *ACTIVE_TAPE, *GET_DEVICE, *INFER_DEVICE;
+/* hooks.capture_count, hooks.tape_count: ctypes.c_long counts their Python owners keep beside
+   their ints (under their locks, with the GIL held: a launch reads a consistent value); two loads
+   instead of two module-dict lookups per launch */
+static PyObject *CAPTURE_CELL = NULL, *TAPES_CELL = NULL;
+#define CELL(o) (*(volatile long *)CBUF(o))
 static PyObject *RECORDER = NULL;   /* hands the recording tape its record (None: such launches take the Python path) */
 static PyObject *CAI_KIND = NULL;   /* launch's cai_kind (None: CAI objects go to the Python packers) */
 static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign memory its framework may move */
@@ -231,11 +236,10 @@ static PyObject *T_CHECKED = NULL;  /* storage.CheckedDesc: a view of foreign me
 static PyObject *S_DESC = NULL, *S_GRAD_FIELD = NULL, *S_LINK_FIELD = NULL, *S_OWNER_FIELD = NULL;
 static PyObject *RECORD_PLAN = NULL;
 static PyObject *TAPE_STATE = NULL;    /* hooks.tape_state: its ``tape`` is active_tape()'s answer */
-static PyObject *TAPES_DICT = NULL;    /* hooks.tape_count_state: its ``tapes_active`` 0: no thread records */
 static PyObject *S_TAPE = NULL;   /* fn(kernel) -> per-parameter record flags (R_*), or None */
 static PyObject *S_TAPE_FIELD = NULL;  /* the tape attribute holding (pending list, live roots dict) */
 static PyObject *S_LAUNCH_PLAN, *S_NATIVE, *S_DTYPE, *S_DEVICE, *S_VERSION, *S_TG_DTYPE, *S_TG_DEVICE,
-                *S_DESCRIPTOR, *S_OPEN_COUNT, *S_TAPES_ACTIVE, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
+                *S_DESCRIPTOR, *S_CUDA_STREAM, *S_IS_BLOCKING, *S_GRAD, *S_CAI, *S_TYPESTR,
                 *S_SHAPE, *S_STRIDES, *S_DATA, *S_STREAM, *S_MASK, *S_OFFSET, *S_ENABLE_BACKWARD;
 static int64_t MAX_SIZE = 2147483647LL;
 static cuLaunchKernel_t cu_launch = NULL;
@@ -259,11 +263,11 @@ TG_EXPORT int tg_fl_init(void **table, int n) {
     void **dst = (void **)&api;
     for (int i = 0; i < A_COUNT; i++) dst[i] = table[i];
     const char *names[] = {"launch_plan", "native", "dtype", "device", "version", "tg_dtype", "tg_device",
-                           "descriptor", "open_count", "tapes_active", "cuda_stream", "is_blocking", "grad",
+                           "descriptor", "cuda_stream", "is_blocking", "grad",
                            "__cuda_array_interface__", "typestr", "shape", "strides", "data", "stream", "mask",
                            "offset", "enable_backward"};
     PyObject **slots[] = {&S_LAUNCH_PLAN, &S_NATIVE, &S_DTYPE, &S_DEVICE, &S_VERSION, &S_TG_DTYPE, &S_TG_DEVICE,
-                          &S_DESCRIPTOR, &S_OPEN_COUNT, &S_TAPES_ACTIVE, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
+                          &S_DESCRIPTOR, &S_CUDA_STREAM, &S_IS_BLOCKING, &S_GRAD, &S_CAI,
                           &S_TYPESTR, &S_SHAPE, &S_STRIDES, &S_DATA, &S_STREAM, &S_MASK, &S_OFFSET,
                           &S_ENABLE_BACKWARD};
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -295,18 +299,17 @@ static int hook(PyObject *hooks, const char *name, int optional, PyObject **out)
    the wrong type (the helper then stays off). */
 TG_EXPORT int tg_fl_set_hooks(PyObject *hooks) {
     static const char *req[] = {"kernel_type", "array_type", "desc_type", "ctype_type", "device_type",
-                                "capture_state", "active_tape", "get_device", "infer_device"};
-    PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_DICT,
+                                "capture_count", "active_tape", "get_device", "infer_device"};
+    PyObject **rslots[] = {&T_KERNEL, &T_ARRAY, &T_ARRAYDESC, &T_ARRAYCTYPE, &T_DEVICE, &CAPTURE_CELL,
                            &ACTIVE_TAPE, &GET_DEVICE, &INFER_DEVICE};
-    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan", "tape_state", "tape_count_state"};
-    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN, &TAPE_STATE, &TAPES_DICT};
+    static const char *opt[] = {"record", "cai_kind", "checked_type", "record_plan", "tape_state", "tape_count"};
+    PyObject **oslots[] = {&RECORDER, &CAI_KIND, &T_CHECKED, &RECORD_PLAN, &TAPE_STATE, &TAPES_CELL};
     if (!S_TAPE && !(S_TAPE = api.intern("tape"))) { api.err_clear(); return 0; }
     PyObject *floats = NULL, *ints = NULL, *cache = NULL, *size = NULL;
     for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++)
         if (!hook(hooks, req[i], 0, rslots[i])) return 0;
     for (unsigned i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
         if (!hook(hooks, opt[i], 1, oslots[i])) return 0;
-    if (TYPE(CAPTURE_DICT) != api.t_dict || (TAPES_DICT && TYPE(TAPES_DICT) != api.t_dict)) return 0;
     if (!hook(hooks, "float_types", 0, &floats) || !hook(hooks, "int_types", 0, &ints)) return 0;
     tg_fl_set_scalar_types(floats, ints);
     api.decref(floats); api.decref(ints);
@@ -1407,14 +1410,9 @@ static PyObject *launched(call_t *c) {
     return r;
 }
 
-/* 1 when no thread has a recording tape (recording.tapes_active is 0): the thread-local read,
-   several dict lookups, is skipped; 0 when one may (or the count is unreadable) */
-static int no_tape_records(void) {
-    if (!TAPES_DICT) return 0;
-    PyObject *k = dict_get(TAPES_DICT, S_TAPES_ACTIVE);
-    long long n = 1;
-    return k && read_int(k, &n) && n == 0;
-}
+/* 1 when no thread has a recording tape (recording's count is 0): the thread-local read,
+   several dict lookups, is skipped; 0 when one may (or there is no count) */
+static int no_tape_records(void) { return TAPES_CELL && CELL(TAPES_CELL) == 0; }
 
 /* the call's arguments, and the states the Python path handles: an open CPU graph capture, a
    recording tape without a recorder (or record_tape not a bool) */
@@ -1427,9 +1425,7 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     c->record_tape = a[6]; c->block_dim = a[7]; c->max_blocks = a[8];
     c->adj_in = c->adjoint ? a[9] : api.none;
     c->adj_out = c->adjoint ? a[10] : api.none;
-    PyObject *oc = dict_get(CAPTURE_DICT, S_OPEN_COUNT);
-    long long open = 1;
-    if (!oc || !read_int(oc, &open) || open != 0) return 0;
+    if (CELL(CAPTURE_CELL) != 0) return 0;
     /* adjoint launches are never recorded; a forward one under a tape is (record_call) */
     c->record = 0;
     c->tape = NULL;
@@ -2033,6 +2029,127 @@ static PyObject *fl_has_entry(PyObject *self, PyObject *const *a, Py_ssize_t nar
     PyObject *o = r ? api.true_ : api.false_;
     api.incref(o);
     return o;
+}
+
+/* ------------------------------------------------- the front: launch() itself, in C
+
+   launch()'s Python frame (its 18 parameters bound, its branches, the call into the helper) cost
+   as much as the helper's own work on a small launch. The front takes launch()'s own arguments,
+   positional or by keyword, and makes the common call (a forward launch: adjoint, tangent and
+   record_cmd absent or False, no adjoint or tangent buffers) with no Python frame; any other call,
+   an unknown or repeated keyword, a missing argument, goes to the Python function unchanged
+   (which makes it, or raises its error). The signature is the Python function's, handed over by
+   tg_fl_set_front: its parameter names and defaults, and which of them the helper takes. */
+
+#define METH_KEYWORDS 0x0002
+#define NFRONT 32           /* launch()'s parameters at most (a bit each) */
+#define NFAST 9             /* fast_launch's arguments */
+static PyObject *FRONT_FALLBACK = NULL, *FRONT_FINISH = NULL;
+static PyObject *FRONT_NAMES[NFRONT], *FRONT_DEFAULTS[NFRONT];
+static int front_n = 0, front_on = 0;
+static int front_fast[NFAST];       /* the parameters passed to fast_launch, in its order */
+#define ROLE_FALSE (-1)             /* a switch: absent or False */
+#define ROLE_NONE (-2)              /* any other parameter: absent or None */
+static int front_role[NFRONT];      /* per parameter: its index among fast_launch's, or ROLE_* */
+
+/* fast_launch's arguments from launch()'s (fa), or 0 for the Python function */
+static int front_bind(PyObject *const *a, Py_ssize_t nargs, PyObject *kwnames, PyObject **fa) {
+    if (!front_on || nargs > front_n) return 0;
+    unsigned seen = 0;
+    for (int i = 0; i < NFAST; i++) fa[i] = NULL;
+    Py_ssize_t nk = kwnames ? api.tuple_size(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nargs + nk; k++) {
+        int j = (int)k;
+        if (k >= nargs) {
+            PyObject *name = api.tuple_getitem(kwnames, k - nargs);
+            /* keyword names are interned (the compiler's, **kwargs' keys almost always): an equal
+               string at another address takes the Python function, which binds it */
+            j = 0;
+            while (j < front_n && FRONT_NAMES[j] != name) j++;
+            if (j == front_n || (seen >> j) & 1u) return 0;
+        }
+        seen |= 1u << j;
+        PyObject *x = a[k];
+        int role = front_role[j];
+        if (role >= 0) fa[role] = x;
+        else if (x != (role == ROLE_FALSE ? api.false_ : api.none)) return 0;
+    }
+    for (int i = 0; i < NFAST; i++)
+        if (!fa[i] && !(fa[i] = FRONT_DEFAULTS[front_fast[i]]))
+            return 0;               /* kernel or dim missing: the Python function's TypeError */
+    return 1;
+}
+
+static PyObject *fl_front(PyObject *self, PyObject *const *a, Py_ssize_t nargs, PyObject *kwnames) {
+    (void)self;
+    PyObject *fa[NFAST + 1];
+    if (!front_bind(a, nargs, kwnames, fa + 1)) return api.vectorcall(FRONT_FALLBACK, a, (size_t)nargs, kwnames);
+    PyObject *r = fl_launch(NULL, fa + 1, NFAST);
+    if (r == api.none) return r;
+    /* NotImplemented (the Python path) or the module whose kernel recorded a runtime error */
+    fa[0] = r;
+    PyObject *out = api.vectorcall(FRONT_FINISH, fa, NFAST + 1, NULL);
+    api.decref(r);
+    return out;
+}
+
+static PyMethodDef front_def = {"launch", (void *)fl_front, METH_FASTCALL | METH_KEYWORDS, NULL};
+
+static int name_index(PyObject *name) {
+    for (int j = 0; j < front_n; j++)
+        if (FRONT_NAMES[j] == name) return j;
+    return -1;
+}
+
+/* The front for the Python function ``fallback``: ``names`` its parameters (interned strings, in
+   order), ``defaults`` one per parameter (NULL-free: None where a parameter has no default and
+   ``required`` says so), ``fast`` the 9 names fast_launch takes, ``off`` the switches that must
+   be absent or False; every other parameter must be absent or None. ``finish(result, *fast)``
+   takes a result other than None. ``doc`` the builtin's docstring (text signature first); the
+   builtin reports ``module`` (a module object) as its __self__ and ``module_name`` as its
+   __module__. NULL when the tables do not fit. */
+TG_EXPORT PyObject *tg_fl_front(PyObject *fallback, PyObject *finish, PyObject *names, PyObject *defaults,
+                                PyObject *required, PyObject *fast, PyObject *off, const char *doc,
+                                PyObject *module, PyObject *module_name) {
+    Py_ssize_t n = api.tuple_size(names);
+    if (n < NFAST || n > NFRONT || api.tuple_size(defaults) != n || api.tuple_size(required) != n ||
+        api.tuple_size(fast) != NFAST || api.tuple_size(off) > NFRONT || FRONT_FALLBACK) return NULL;
+    front_n = (int)n;
+    for (int j = 0; j < front_n; j++) {
+        FRONT_NAMES[j] = api.tuple_getitem(names, j);
+        api.incref(FRONT_NAMES[j]);
+        PyObject *req = api.tuple_getitem(required, j);
+        FRONT_DEFAULTS[j] = req == api.true_ ? NULL : api.tuple_getitem(defaults, j);
+        xincref(FRONT_DEFAULTS[j]);
+    }
+    for (int j = 0; j < front_n; j++) front_role[j] = ROLE_NONE;
+    for (int i = 0; i < NFAST; i++) {
+        int j = name_index(api.tuple_getitem(fast, i));
+        if (j < 0 || front_role[j] != ROLE_NONE) return NULL;
+        front_fast[i] = j;
+        front_role[j] = i;
+    }
+    for (Py_ssize_t i = 0; i < api.tuple_size(off); i++) {
+        int j = name_index(api.tuple_getitem(off, i));
+        if (j < 0 || front_role[j] != ROLE_NONE) return NULL;
+        front_role[j] = ROLE_FALSE;
+    }
+    size_t len = strlen(doc) + 1;
+    char *d = (char *)malloc(len);   /* the builtin reads its doc for its lifetime: the process's */
+    if (!d) return NULL;
+    memcpy(d, doc, len);
+    front_def.doc = d;
+    api.incref(fallback); FRONT_FALLBACK = fallback;
+    api.incref(finish); FRONT_FINISH = finish;
+    front_on = 1;
+    return api.cfunc_new(&front_def, module, module_name);
+}
+
+/* the front's own switch: off, every call goes to the Python function (tests compare the paths) */
+TG_EXPORT int tg_fl_front_switch(int on) {
+    int was = front_on;
+    if (on >= 0) front_on = on && FRONT_FALLBACK;
+    return was;
 }
 
 static PyMethodDef methods[] = {

@@ -69,7 +69,7 @@ from typing import Callable, Optional
 from .. import abi, modules, native, types  # noqa: F401  types registers the scalar table's kinds with abi
 
 __all__ = ["KINDS", "C_SOURCE_PATH", "NativeHooks", "load", "new_plan", "register_module", "register_foreign",
-           "invalidate", "numpy_off", "forget_types", "cai_decision", "stats", "error"]
+           "invalidate", "numpy_off", "forget_types", "cai_decision", "stats", "error", "front", "front_switch"]
 
 C_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastlaunch.c")
 
@@ -161,6 +161,10 @@ def _build():
     lib.tg_fl_set_dict_fields.restype = None
     lib.tg_fl_function.argtypes = [ctypes.c_int]
     lib.tg_fl_function.restype = _P
+    lib.tg_fl_front.argtypes = [_P] * 7 + [ctypes.c_char_p, _P, _P]
+    lib.tg_fl_front.restype = _P
+    lib.tg_fl_front_switch.argtypes = [ctypes.c_int]
+    lib.tg_fl_front_switch.restype = ctypes.c_int
     return lib, table
 
 
@@ -172,8 +176,8 @@ class NativeHooks:
         kernel_type, array_type, desc_type, ctype_type, device_type: the ``Kernel``, ``array``,
             ``ArrayDesc``, ``ArrayCtype`` and ``Device`` classes (arguments are compared with
             them by exact type).
-        capture_state: ``tapegrad.cpu_capture``'s module dict (its ``open_count``: an open CPU
-            graph capture takes the Python path).
+        capture_count: a ``ctypes.c_long`` holding the number of open CPU graph captures
+            (``cpu_capture.OPEN_COUNT_CELL``; not 0: launches take the Python path).
         active_tape: ``tapegrad.recording.active_tape``.
         get_device: ``tapegrad.device.get_device``.
         infer_device: ``fn(device, stream, args) -> Device``, launch's device rule, asked where
@@ -208,8 +212,9 @@ class NativeHooks:
         tape_state: the thread-local object whose ``tape`` attribute is what ``active_tape()``
             returns (``recording.THREAD_STATE``): read at every launch instead of calling
             ``active_tape`` (None: the call).
-        tape_count_state: ``tapegrad.recording``'s module dict: while its ``tapes_active`` is 0
-            no thread records and the helper skips the thread-local read (None: read it always).
+        tape_count: a ``ctypes.c_long`` holding the number of threads with a recording tape
+            (``recording.TAPES_ACTIVE_CELL``): while it is 0 the helper skips the thread-local
+            read (None: read it always).
     """
 
     kernel_type: type
@@ -217,7 +222,7 @@ class NativeHooks:
     desc_type: type
     ctype_type: type
     device_type: type
-    capture_state: dict
+    capture_count: ctypes.c_long
     active_tape: Callable
     get_device: Callable
     infer_device: Callable
@@ -232,7 +237,7 @@ class NativeHooks:
     tape_field: Optional[str] = None
     device_stream_field: Optional[str] = None
     tape_state: object = None
-    tape_count_state: Optional[dict] = None
+    tape_count: Optional[ctypes.c_long] = None
 
 
 def load(hooks: NativeHooks):
@@ -242,6 +247,9 @@ def load(hooks: NativeHooks):
         if "fn" in _state or "error" in _state:
             return _state.get("fn")
         try:
+            if type(hooks.capture_count) is not ctypes.c_long or (
+                    hooks.tape_count is not None and type(hooks.tape_count) is not ctypes.c_long):
+                raise TypeError("the helper's counts must be ctypes.c_long objects (it reads their memory)")
             lib, table = _build()
             if lib.tg_fl_set_hooks(hooks) != 1:
                 raise OSError("the native launch helper refused its hooks")
@@ -480,6 +488,47 @@ def stats(adjoint: bool = False) -> tuple:
     out = (ctypes.c_ulonglong * 4)()
     lib.tg_fl_stats(out)
     return (int(out[2]), int(out[3])) if adjoint else (int(out[0]), int(out[1]))
+
+
+def front(fn, finish, fast, off):
+    """``fn`` (a Python function) made by the helper into a builtin that makes its common call
+    with no Python frame: a call that binds, by position or keyword, only ``fast`` (the 9
+    parameters ``fast_launch`` takes, in its order, missing ones from ``fn``'s defaults), with
+    each parameter of ``off`` absent or False and every other parameter absent or None, goes to
+    ``fast_launch``; a result other than None to ``finish(result, *fast_args)``. Every other call
+    goes to ``fn`` unchanged, which binds it (or raises its TypeError). The builtin has ``fn``'s
+    name, module and docstring, its signature as text. One front per process.
+
+    Returns:
+        The builtin, or ``fn`` itself when the helper is not loaded (or ``fn`` does not fit).
+    """
+    import inspect
+    lib = _state.get("lib")
+    if lib is None or "front" in _state:
+        return fn
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD,) for p in params):
+        return fn
+    names = tuple(sys.intern(p.name) for p in params)
+    required = tuple(p.default is p.empty for p in params)
+    defaults = tuple(None if p.default is p.empty else p.default for p in params)
+    doc = f"{fn.__name__}{sig}\n--\n\n{inspect.getdoc(fn) or ''}"
+    module = sys.modules[fn.__module__]
+    try:
+        builtin = lib.tg_fl_front(fn, finish, names, defaults, required, tuple(fast), tuple(off), doc.encode(),
+                                  module, fn.__module__)
+    except ValueError:   # NULL: the tables do not fit
+        return fn
+    _state["front"] = builtin
+    return builtin
+
+
+def front_switch(on: bool) -> bool:
+    """Turn the front (``front``) on or off: off, each call goes to its Python function (tests
+    compare the native and Python paths). Returns whether it was on."""
+    lib = _state.get("lib")
+    return bool(lib.tg_fl_front_switch(int(bool(on)))) if lib is not None else False
 
 
 def error():

@@ -23,7 +23,7 @@ def helper(request, path):
     """The native helper loaded for the "native" cases (the Python ones run without it too:
     ``TAPEGRAD_FAST_LAUNCH=0``)."""
     if path == "native":
-        for _ in range(2):   # the process's first launch leaves the helper unloaded; the next loads it
+        for _ in range(2):   # the kernel's first launch (the Python path) registers its module
             tg.launch(k_read_only, 1, inputs=[tg.zeros(1)], outputs=[tg.zeros(1)])
         if core._fast is None:
             pytest.skip(f"the native launch helper is not loaded: {fastlaunch.error()}")

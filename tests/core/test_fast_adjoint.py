@@ -4,7 +4,7 @@ kind, the cases the helper leaves to the Python path fall back (and raise its er
 float64 tape backward through the native path matches finite differences.
 
 Which path ran is read from the helper's adjoint counters (``fastlaunch.stats(adjoint=True)``);
-the Python path is forced by setting ``tapegrad.launch.core._fast`` to None (``python_path``).
+the Python path is forced by ``tapegrad.launch.core.native_launches(False)`` (``python_path``).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Which path ran is read from the helper's counters (``fastlaunch.stats()``); whet
 used a cached layout, from calls of the Python packer's protocol reader (``tapegrad.launch.packers.foreign_desc``)
 and of the Python stream wait (``protocols.wait_foreign_stream``). The CPU tests check the C
 rule for CAI dicts against ``protocols``' own and the pure-Python pieces; the CUDA ones (marker
-``cuda``) compare results with the Python path (``tapegrad.launch.core._fast`` set to None).
+``cuda``) compare results with the Python path (``tapegrad.launch.core.native_launches(False)``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from tests.core.test_fast_launch import (  # noqa: F401
     python_path,
 )
 
-L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fast)
+L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (native_launches)
 P = sys.modules["tapegrad.launch.packers"]
 D = sys.modules["tapegrad.launch.devices"]
 CUDA = "cuda:0"

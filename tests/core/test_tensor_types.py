@@ -28,7 +28,7 @@ L = sys.modules["tapegrad.launch.core"]   # launch() and its native switch (_fas
 @pytest.fixture
 def helper():
     """The native launch helper, loaded (skips when TAPEGRAD_FAST_LAUNCH=0 turns it off)."""
-    for _ in range(2):   # the process's first launch leaves the helper unloaded; the next loads it
+    for _ in range(2):   # the kernel's first launch (the Python path) registers its module
         tg.launch(k_copy1, 1, inputs=[tg.zeros(1), tg.zeros(1)])
     if L._fast is None:
         if "TAPEGRAD_FAST_LAUNCH" in (fastlaunch.error() or ""):
