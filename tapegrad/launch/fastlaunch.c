@@ -1442,16 +1442,30 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
 
 /* the kernel's native plan, its arguments (alive through the launch, whatever the caller's
    lists do) and the grid */
+/* the LaunchPlan last read and its native plan: a LaunchPlan is frozen (a changed plan is a new
+   object), so meeting the same object again skips its attribute read; the references keep the
+   identity from being reused and the capsule alive */
+static PyObject *LAST_LP = NULL, *LAST_CAP = NULL;
+static plan_t *LAST_PLAN = NULL;
+
 static int call_plan(call_t *c) {
     PyObject *lp = attr(c->kernel, S_LAUNCH_PLAN);
     if (!lp) return 0;
     keep(&c->refs, lp);
     if (lp == api.none) return 0;   /* first launch, or a generic kernel */
-    PyObject *cap = attr(lp, S_NATIVE);
-    if (!cap) return 0;
-    keep(&c->refs, cap);
-    c->p = cap == api.none ? NULL : plan_of(cap);
-    if (!c->p) { api.err_clear(); return 0; }
+    if (lp == LAST_LP) {
+        c->p = LAST_PLAN;
+    } else {
+        PyObject *cap = attr(lp, S_NATIVE);
+        if (!cap) return 0;
+        keep(&c->refs, cap);
+        c->p = cap == api.none ? NULL : plan_of(cap);
+        if (!c->p) { api.err_clear(); return 0; }
+        api.incref(lp); api.incref(cap);
+        PyObject *old_lp = LAST_LP, *old_cap = LAST_CAP;
+        LAST_LP = lp; LAST_CAP = cap; LAST_PLAN = c->p;
+        xdecref(old_lp); xdecref(old_cap);   /* (last: a finalizer run here sees a consistent cache) */
+    }
     c->nin = seq_len(c->inputs, &c->in_list);
     c->nout = seq_len(c->outputs, &c->out_list);
     if (c->nin < 0 || c->nout < 0 || c->nin + c->nout != c->p->n) return 0;

@@ -242,3 +242,38 @@ def test_cuda_the_device_of_a_remembered_array_decides_the_launch():
     np.testing.assert_array_equal(yh.numpy(), [9, 16])
     tg.launch(k_square, 2, inputs=[xc], outputs=[yc])
     np.testing.assert_array_equal(yc.numpy(), [1, 4])
+
+
+# ------------------------------------------------------------------ the remembered launch plan
+
+@tg.kernel
+def k_double(x: tg.array(dtype=tg.float32), y: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    y[i] = 2.0 * x[i]
+
+
+def test_kernels_alternating_and_a_replaced_plan_launch_their_own_code():
+    """The helper remembers the last LaunchPlan object it read: alternating kernels each launch
+    their own entry, and a kernel whose plan is replaced (a new object) launches through the new one."""
+    x = tg.array(np.array([1, 2, 3], np.float32))
+    tg.launch(k_double, 3, inputs=[x], outputs=[tg.zeros(3)])   # its module registered
+    f0 = native_launches()
+    for _ in range(3):
+        ys, yd = tg.zeros(3), tg.zeros(3)
+        tg.launch(k_square, 3, inputs=[x], outputs=[ys])
+        tg.launch(k_double, 3, inputs=[x], outputs=[yd])
+        np.testing.assert_array_equal(ys.numpy(), [1, 4, 9])
+        np.testing.assert_array_equal(yd.numpy(), [2, 4, 6])
+    assert native_launches() - f0 == 6
+    old = k_double.launch_plan
+    k_double.launch_plan = None          # the next launch builds a new plan (the Python path)
+    yd = tg.zeros(3)
+    tg.launch(k_double, 3, inputs=[x], outputs=[yd])
+    assert k_double.launch_plan is not old and k_double.launch_plan.native is not old.native
+    del old                              # the helper's reference alone keeps the old plan now
+    f1 = native_launches()
+    for _ in range(2):
+        yd = tg.zeros(3)
+        tg.launch(k_double, 3, inputs=[x], outputs=[yd])
+        np.testing.assert_array_equal(yd.numpy(), [2, 4, 6])
+    assert native_launches() - f1 == 2
