@@ -157,11 +157,11 @@ def python_path(sampler):
     mod = sys.modules["tapegrad.launch.core"]   # launch() and its native switch
 
     def sample():
-        fast, mod._fast = mod._fast, None
+        was = mod.native_launches(False)
         try:
             return sampler()
         finally:
-            mod._fast = fast
+            mod.native_launches(was)
     return sample
 
 

@@ -35,10 +35,18 @@ def k_sum(y: tg.array(dtype=tg.float32), s: tg.array(dtype=tg.float32)):
     tg.atomic_add(s, 0, y[i])
 
 
+@tg.kernel
+def k_double(x: tg.array(dtype=tg.float32), y: tg.array(dtype=tg.float32)):
+    i = tg.tid()
+    y[i] = 2.0 * x[i]
+
+
 @pytest.fixture(autouse=True)
 def native_helper():
-    for _ in range(2):   # the kernel's first launch (the Python path) registers its module
-        tg.launch(k_square, 1, inputs=[tg.zeros(1)], outputs=[tg.zeros(1)])
+    # each kernel's first launch on a device (the Python path) registers its module: done here,
+    # so a test's count of native launches does not depend on which tests ran before it
+    for k in (k_square, k_sum, k_double):
+        tg.launch(k, 1, inputs=[tg.zeros(1)], outputs=[tg.zeros(1)])
     if L._fast is None:
         pytest.skip(f"the native launch helper is not loaded: {fastlaunch.error()}")
     assert recording_count() == 0, "a test left a tape active"
@@ -245,12 +253,6 @@ def test_cuda_the_device_of_a_remembered_array_decides_the_launch():
 
 
 # ------------------------------------------------------------------ the remembered launch plan
-
-@tg.kernel
-def k_double(x: tg.array(dtype=tg.float32), y: tg.array(dtype=tg.float32)):
-    i = tg.tid()
-    y[i] = 2.0 * x[i]
-
 
 def test_kernels_alternating_and_a_replaced_plan_launch_their_own_code():
     """The helper remembers the last LaunchPlan object it read: alternating kernels each launch
