@@ -499,6 +499,12 @@ def front(fn, finish, fast, off):
     goes to ``fn`` unchanged, which binds it (or raises its TypeError). The builtin has ``fn``'s
     name, module and docstring, its signature as text. One front per process.
 
+    Args:
+        fn: the Python function (positional-or-keyword parameters only, at most 32).
+        finish: ``finish(result, *fast_args)``, called with ``fast_launch``'s result when it is
+            not None (NotImplemented: the Python path; a module: a kernel runtime error).
+        fast: the names of ``fn``'s parameters ``fast_launch`` takes, in its argument order.
+        off: the names of ``fn``'s switches, which the front takes only absent or False.
     Returns:
         The builtin, or ``fn`` itself when the helper is not loaded (or ``fn`` does not fit).
     """
@@ -508,7 +514,7 @@ def front(fn, finish, fast, off):
         return fn
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
-    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD,) for p in params):
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
         return fn
     names = tuple(sys.intern(p.name) for p in params)
     required = tuple(p.default is p.empty for p in params)
@@ -516,8 +522,8 @@ def front(fn, finish, fast, off):
     doc = f"{fn.__name__}{sig}\n--\n\n{inspect.getdoc(fn) or ''}"
     module = sys.modules[fn.__module__]
     try:
-        builtin = lib.tg_fl_front(fn, finish, names, defaults, required, tuple(fast), tuple(off), doc.encode(),
-                                  module, fn.__module__)
+        builtin = lib.tg_fl_front(fn, finish, names, defaults, required, tuple(sys.intern(n) for n in fast),
+                                  tuple(sys.intern(n) for n in off), doc.encode(), module, fn.__module__)
     except ValueError:   # NULL: the tables do not fit
         return fn
     _state["front"] = builtin
