@@ -303,18 +303,19 @@ def test_jax_kernel_reports_it_through_xla():
     """A jax_kernel's CPU entry runs inside XLA (bridges/jax/ffi_handler.cpp): the handler reads
     the library's error code after the launch and returns XLA's error, and clears it (the next
     tg.launch of the library does not see it)."""
-    pytest.importorskip("jax")
+    jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     op = tg.jax_kernel(strided_sum32, launch_dims=(3,), output_dims=3)
-    x = jnp.arange(8, dtype=jnp.float32)
-    with pytest.raises(RuntimeError, match=MESSAGE) as e:
-        np.asarray(op(x, jnp.array([0], dtype=jnp.int32))[0])
-    assert "strided_sum32" in str(e.value)
-    (y,) = op(x, jnp.array([3], dtype=jnp.int32))
-    np.testing.assert_allclose(np.asarray(y), 9.0)      # 0 + 3 + 6
-    yt = tg.zeros(3, dtype=tg.float32)
-    tg.launch(strided_sum32, 3, inputs=[tg.array(np.arange(8, dtype=np.float32)),
-                                        tg.array(np.array([2], dtype=np.int32))], outputs=[yt])
+    with jax.default_device(jax.devices("cpu")[0]):   # the CPU entry (a GPU machine's default is CUDA)
+        x = jnp.arange(8, dtype=jnp.float32)
+        with pytest.raises(RuntimeError, match=MESSAGE) as e:
+            np.asarray(op(x, jnp.array([0], dtype=jnp.int32))[0])
+        assert "strided_sum32" in str(e.value)
+        (y,) = op(x, jnp.array([3], dtype=jnp.int32))
+        np.testing.assert_allclose(np.asarray(y), 9.0)      # 0 + 3 + 6
+    yt = tg.zeros(3, dtype=tg.float32, device="cpu")
+    tg.launch(strided_sum32, 3, inputs=[tg.array(np.arange(8, dtype=np.float32), device="cpu"),
+                                        tg.array(np.array([2], dtype=np.int32), device="cpu")], outputs=[yt])
     np.testing.assert_allclose(yt.numpy(), 12.0)        # no stale error from the XLA launch
 
 
