@@ -170,7 +170,7 @@ LAUNCH = [
          r"argument 0 \('x'\): got None \(Warp's null array, no memory\), but the kernel loads or stores"),
     Case("launch_grid_past_arrays", _axpy(A(), A(), 1.0, dim=10), ValueError,
          r"dim=\(10,\) is larger than argument 'x' allows: kernel .*k_axpy.* \(length 4\)"),
-    Case("launch_short_adjoint", _axpy(A(), A(), 1.0, adjoint=True, adj_inputs=[tg.zeros(2), A(), 0.0],
+    Case("launch_short_adjoint", _axpy(A(), A(), 1.0, adjoint=True, adj_inputs=[tg.zeros(2, device="cpu"), A(), 0.0],
                                        adj_outputs=[]), ValueError,
          r"adjoint buffer of kernel .*k_axpy.* argument 0 \('x'\) has shape \(2,\), its array has shape \(4,\)"),
     Case("zeros_bytes_overflow", lambda: tg.zeros(2 ** 61, dtype=tg.float64), ValueError,
