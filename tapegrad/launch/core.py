@@ -113,7 +113,6 @@ def launch_plan(kernel) -> LaunchPlan:
 
 _fast = None   # the helper's launch function while launch() uses it (None: the Python path only)
 _helper = None  # the helper's launch function once loaded (native plans are made while _fast is off too)
-_listening = False
 
 
 def _load_native():
@@ -131,7 +130,7 @@ def _load_native():
             record=_record_launch, cai_kind=cai_kind, checked_type=CheckedDesc,
             record_plan=_record_plan, tape_field=PENDING_FIELD, device_stream_field=Device.STREAM_FIELD,
             tape_state=THREAD_STATE, tape_count=recording.TAPES_ACTIVE_CELL))
-        if _helper is not None and not _listening:
+        if _helper is not None:   # (loaded once: _helper is never reset)
             _listen_for_build_changes()
     return _helper
 
@@ -186,8 +185,6 @@ def _record_plan(kernel):
     return tuple(flags)
 
 def _listen_for_build_changes():
-    global _listening
-    _listening = True
     # tg.config.mode and module options choose the build kernel.module_for(dev) returns: a change
     # makes the native plans forget the modules they launch
     from ..config import add_mode_listener
@@ -254,8 +251,9 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
         # the native helper launches it (tapegrad.launch.fastlaunch; two more arguments: the adjoint)
         if not adjoint:
             r = fast(kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
-            if r is None or _native_error(r, False):
-                return
+            if r is not None:
+                _finish_native(r, kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks)
+            return
         elif (adj_inputs is None and adj_outputs is None) or not _copies_buffers(kernel, inputs, outputs, adj_inputs,
                                                                                   adj_outputs):
             r = fast(kernel, dim, inputs, outputs, device, stream, False, block_dim, max_blocks, adj_inputs,
@@ -268,15 +266,20 @@ def launch(kernel, dim, inputs=(), outputs=(), device=None, stream=None, adjoint
                    block_dim, max_blocks)
 
 def _finish_native(result, kernel, dim, inputs, outputs, device, stream, record_tape, block_dim, max_blocks):
-    """The native front's forward launch after the helper returned ``result`` (not None):
-    raise the kernel's runtime error, or run the Python path (NotImplemented)."""
+    """A forward launch after the helper returned ``result`` (not None; from ``launch`` or its
+    native front): raise the kernel's runtime error, or run the Python path (NotImplemented)."""
     if not _native_error(result, False):
         _launch_python(kernel, dim, inputs, outputs, device, stream, False, None, None, record_tape, block_dim,
                        max_blocks)
 
 def native_launches(enabled: bool) -> bool:
-    """Let ``launch`` use the native helper (``enabled``) or only its Python path (tests compare
-    the two); returns whether it used the helper before."""
+    """Let ``launch`` use the native helper or only its Python path (tests compare the two).
+
+    Args:
+        enabled: True for the helper (when it is loaded), False for the Python path alone.
+    Returns:
+        Whether ``launch`` used the helper before the call.
+    """
     global _fast
     was = _fast is not None
     _fast = _load_native() if enabled else None

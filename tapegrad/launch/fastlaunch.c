@@ -1440,14 +1440,14 @@ static int call_open(call_t *c, PyObject *const *a, Py_ssize_t nargs) {
     return 1;
 }
 
-/* the kernel's native plan, its arguments (alive through the launch, whatever the caller's
-   lists do) and the grid */
 /* the LaunchPlan last read and its native plan: a LaunchPlan is frozen (a changed plan is a new
    object), so meeting the same object again skips its attribute read; the references keep the
    identity from being reused and the capsule alive */
 static PyObject *LAST_LP = NULL, *LAST_CAP = NULL;
 static plan_t *LAST_PLAN = NULL;
 
+/* the kernel's native plan, its arguments (alive through the launch, whatever the caller's
+   lists do) and the grid */
 static int call_plan(call_t *c) {
     PyObject *lp = attr(c->kernel, S_LAUNCH_PLAN);
     if (!lp) return 0;
@@ -2053,7 +2053,7 @@ static PyObject *fl_has_entry(PyObject *self, PyObject *const *a, Py_ssize_t nar
    record_cmd absent or False, no adjoint or tangent buffers) with no Python frame; any other call,
    an unknown or repeated keyword, a missing argument, goes to the Python function unchanged
    (which makes it, or raises its error). The signature is the Python function's, handed over by
-   tg_fl_set_front: its parameter names and defaults, and which of them the helper takes. */
+   tg_fl_front: its parameter names and defaults, and which of them the helper takes. */
 
 #define METH_KEYWORDS 0x0002
 #define NFRONT 32           /* launch()'s parameters at most (a bit each) */
@@ -2066,6 +2066,13 @@ static int front_fast[NFAST];       /* the parameters passed to fast_launch, in 
 #define ROLE_NONE (-2)              /* any other parameter: absent or None */
 static int front_role[NFRONT];      /* per parameter: its index among fast_launch's, or ROLE_* */
 
+/* launch()'s parameter named ``name`` (compared by identity: interned names), or -1 */
+static int name_index(PyObject *name) {
+    for (int j = 0; j < front_n; j++)
+        if (FRONT_NAMES[j] == name) return j;
+    return -1;
+}
+
 /* fast_launch's arguments from launch()'s (fa), or 0 for the Python function */
 static int front_bind(PyObject *const *a, Py_ssize_t nargs, PyObject *kwnames, PyObject **fa) {
     if (!front_on || nargs > front_n) return 0;
@@ -2075,12 +2082,10 @@ static int front_bind(PyObject *const *a, Py_ssize_t nargs, PyObject *kwnames, P
     for (Py_ssize_t k = 0; k < nargs + nk; k++) {
         int j = (int)k;
         if (k >= nargs) {
-            PyObject *name = api.tuple_getitem(kwnames, k - nargs);
             /* keyword names are interned (the compiler's, **kwargs' keys almost always): an equal
                string at another address takes the Python function, which binds it */
-            j = 0;
-            while (j < front_n && FRONT_NAMES[j] != name) j++;
-            if (j == front_n || (seen >> j) & 1u) return 0;
+            j = name_index(api.tuple_getitem(kwnames, k - nargs));
+            if (j < 0 || (seen >> j) & 1u) return 0;
         }
         seen |= 1u << j;
         PyObject *x = a[k];
@@ -2108,12 +2113,6 @@ static PyObject *fl_front(PyObject *self, PyObject *const *a, Py_ssize_t nargs, 
 }
 
 static PyMethodDef front_def = {"launch", (void *)fl_front, METH_FASTCALL | METH_KEYWORDS, NULL};
-
-static int name_index(PyObject *name) {
-    for (int j = 0; j < front_n; j++)
-        if (FRONT_NAMES[j] == name) return j;
-    return -1;
-}
 
 /* The front for the Python function ``fallback``: ``names`` its parameters (interned strings, in
    order), ``defaults`` one per parameter (NULL-free: None where a parameter has no default and
@@ -2162,7 +2161,7 @@ TG_EXPORT PyObject *tg_fl_front(PyObject *fallback, PyObject *finish, PyObject *
 /* the front's own switch: off, every call goes to the Python function (tests compare the paths) */
 TG_EXPORT int tg_fl_front_switch(int on) {
     int was = front_on;
-    if (on >= 0) front_on = on && FRONT_FALLBACK;
+    front_on = on && FRONT_FALLBACK;
     return was;
 }
 
